@@ -1,0 +1,112 @@
+/* common/net — sockets. Two parts:
+ *
+ * 1. Control-plane helpers over ZeroMQ: binding with ephemeral ports,
+ *    sending a batch frame (optionally after a ROUTER identity), receiving a
+ *    multipart message with a frame-count limit.
+ * 2. The data-plane transfer interface (tsr_xfer_*): how one process fetches
+ *    a chunk from another's data socket and how a worker serves them. It is
+ *    deliberately small so that a UCX transport can replace the ZeroMQ one.
+ *
+ * Threading: ZeroMQ sockets belong to one thread; so does every handle here.
+ * The zmq context is thread-safe and shared per process. */
+#ifndef TSR_COMMON_NET_H
+#define TSR_COMMON_NET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <zmq.h>
+
+#include "util/util.h"
+#include "wire/wire.h"
+
+#define TSR_NET_MAX_FRAMES 4
+#define TSR_MAX_ADDR_LEN 256
+
+/* A received multipart message: up to TSR_NET_MAX_FRAMES frames. Extra
+ * frames are received and dropped, and `truncated` is set. */
+typedef struct tsr_frames {
+  zmq_msg_t part[TSR_NET_MAX_FRAMES];
+  int count;
+  bool truncated;
+} tsr_frames;
+
+/* Receives one whole multipart message (flags: 0 or ZMQ_DONTWAIT).
+ * Returns the frame count, or -1 with errno (EAGAIN when none). Call
+ * tsr_frames_close() after a success. */
+int tsr_frames_recv(void *sock, tsr_frames *frames, int flags);
+void tsr_frames_close(tsr_frames *frames);
+static inline void *tsr_frame_data(tsr_frames *f, int i) { return zmq_msg_data(&f->part[i]); }
+static inline size_t tsr_frame_size(tsr_frames *f, int i) { return zmq_msg_size(&f->part[i]); }
+
+/* Sends [identity?][data] (identity may be NULL). Copies data. Returns 0 or
+ * -1 with errno (EHOSTUNREACH when a ROUTER peer is gone and
+ * ZMQ_ROUTER_MANDATORY is set). */
+int tsr_net_send(void *sock, const void *identity, size_t id_len, const void *data, size_t len, int flags);
+
+/* Binds sock to endpoint ("tcp://127.0.0.1:0" or "...:*" picks a free port)
+ * and writes the endpoint that peers should connect to into out (a bound
+ * wildcard host 0.0.0.0 is reported as advertise_host when given). 0 or
+ * TSR_ECONN with a message. */
+int tsr_net_bind(void *sock, const char *endpoint, const char *advertise_host, char *out, size_t cap, tsr_errbuf *err);
+
+/* Sets the options every socket of ours gets: linger, size limit, tcp
+ * keepalive. */
+void tsr_net_socket_defaults(void *sock);
+
+/* Finds the local IP address this host would use to reach the host in
+ * endpoint "tcp://HOST:PORT" (no packet is sent). Writes it to out. 0 or
+ * TSR_ECONN. */
+int tsr_net_local_ip_for(const char *endpoint, char *out, size_t cap);
+
+/* ---------- data plane: fetching ---------- */
+typedef struct tsr_xfer_conn tsr_xfer_conn;
+
+/* Connects to a peer's data address. Returns 0 or TSR_ECONN. */
+int tsr_xfer_open(void *zctx, const char *address, tsr_xfer_conn **conn_p, tsr_errbuf *err);
+void tsr_xfer_close(tsr_xfer_conn **conn_p);            /* NULL is a no-op */
+const char *tsr_xfer_address(const tsr_xfer_conn *conn);
+
+/* Received chunk bytes. `data` is valid until tsr_xfer_data_release(). */
+typedef struct tsr_xfer_data {
+  void *data;
+  size_t nbytes;
+  void *owner;      /* private */
+} tsr_xfer_data;
+
+/* Fetches key from the peer, waiting at most timeout_ms. On success fills
+ * hdr and out (bytes exactly as sent, zero-copy from the receive buffer).
+ * Errors: TSR_ETIMEDOUT (the connection is then unusable: close it),
+ * TSR_ENOTFOUND (the peer does not hold key), TSR_EPROTO. */
+int tsr_xfer_get(tsr_xfer_conn *conn, const char *key, int timeout_ms, tsr_chunk_header *hdr, tsr_xfer_data *out,
+                 tsr_errbuf *err);
+void tsr_xfer_data_release(tsr_xfer_data *data);        /* idempotent */
+
+/* ---------- data plane: serving ---------- */
+typedef struct tsr_xfer_server tsr_xfer_server;
+
+/* What a lookup hands the server for one chunk: its header, its bytes and a
+ * release callback invoked once ZeroMQ no longer needs the bytes. The
+ * callback may run on ZeroMQ's I/O thread: it must only drop a reference. */
+typedef struct tsr_xfer_chunk {
+  tsr_meta meta;
+  const void *data;
+  size_t nbytes;
+  void (*release)(void *data, void *hint);
+  void *hint;
+} tsr_xfer_chunk;
+
+/* Returns 0 and fills chunk, or TSR_ENOTFOUND. Runs on the serving thread. */
+typedef int (*tsr_xfer_lookup_fn)(void *arg, const char *key, tsr_xfer_chunk *chunk);
+
+int tsr_xfer_server_open(void *zctx, const char *endpoint, const char *advertise_host, tsr_xfer_server **srv_p,
+                         tsr_errbuf *err);
+void tsr_xfer_server_close(tsr_xfer_server **srv_p);
+const char *tsr_xfer_server_address(const tsr_xfer_server *srv);
+void *tsr_xfer_server_socket(tsr_xfer_server *srv);      /* for zmq_poll */
+/* Serves every request waiting on the socket without blocking. Returns the
+ * number served. Malformed requests get an error reply and are counted. */
+int tsr_xfer_server_serve(tsr_xfer_server *srv, tsr_xfer_lookup_fn lookup, void *arg);
+/* Bytes and chunks served since open (for metrics). */
+uint64_t tsr_xfer_server_bytes(const tsr_xfer_server *srv);
+
+#endif

@@ -1,0 +1,187 @@
+/* tessera.h — the public C API of libtessera.
+ *
+ * A client connects to a scheduler, builds task graphs (each task: a key, an
+ * op name, msgpack params, input keys), submits them, waits on futures and
+ * gathers results straight from the workers that hold them.
+ *
+ * Conventions (after libuv and SQLite):
+ * - Every int-returning function returns 0 on success or a negative TSR_E*
+ *   code (tessera/base.h). Out-params come last, end in _p, and are written
+ *   only on success.
+ * - After a failure, tsr_errmsg() returns a message for this thread that
+ *   names what went wrong (the field, the key, the limit).
+ * - Handles are opaque. _destroy/_release functions take &handle, set it to
+ *   NULL, and accept NULL.
+ * - No function prints or exits the process. Log lines go to the callback in
+ *   tsr_client_opts, if any.
+ *
+ * Threading: a tsr_client may be used from any number of threads at once.
+ * A tsr_graph, tsr_args, tsr_future or tsr_chunk belongs to one thread at a
+ * time. */
+#ifndef TESSERA_H
+#define TESSERA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tsr_client tsr_client;
+typedef struct tsr_graph tsr_graph;
+typedef struct tsr_args tsr_args;
+typedef struct tsr_future tsr_future;
+
+/* Message of the last failed call on this thread; "" when none. The pointer
+ * is valid until the next call into libtessera on this thread. */
+const char *tsr_errmsg(void);
+
+/* ---------- connecting ---------- */
+
+typedef void (*tsr_log_fn)(void *arg, int level, const char *line);
+
+typedef struct tsr_client_opts {
+  const char *name;         /* shown by `tessera status`; NULL: "client-PID" */
+  int connect_timeout_ms;   /* how long tsr_client_open waits for the scheduler */
+  int heartbeat_ms;         /* heartbeat period; the scheduler may override */
+  tsr_log_fn log;           /* NULL: the library logs nothing */
+  void *log_arg;
+} tsr_client_opts;
+
+#define TSR_CLIENT_OPTS_DEFAULT {NULL, 10000, 1000, NULL, NULL}
+
+/* Connects to the scheduler at address ("tcp://HOST:PORT"); with address
+ * NULL, uses the environment variable TESSERA_SCHEDULER. opts may be NULL
+ * (defaults). Blocks until the scheduler welcomes the client.
+ * Errors: TSR_EINVAL (no address), TSR_ECONN / TSR_ETIMEDOUT (no answer),
+ * TSR_EVERSION (protocol mismatch). On success the caller owns *client_p. */
+int tsr_client_open(tsr_client **client_p, const char *address, const tsr_client_opts *opts);
+/* Releases every future's keys, says goodbye and closes. NULL is a no-op.
+ * No other thread may be using the client. */
+void tsr_client_close(tsr_client *client);
+/* The scheduler address this client connected to. Static for the client's life. */
+const char *tsr_client_address(const tsr_client *client);
+
+/* ---------- params (a msgpack map, without needing msgpack) ---------- */
+
+int tsr_args_new(tsr_args **args_p);
+void tsr_args_destroy(tsr_args **args_p);
+int tsr_args_int(tsr_args *args, const char *name, int64_t value);
+int tsr_args_float(tsr_args *args, const char *name, double value);
+int tsr_args_bool(tsr_args *args, const char *name, bool value);
+int tsr_args_str(tsr_args *args, const char *name, const char *value);
+int tsr_args_ints(tsr_args *args, const char *name, const int64_t *values, size_t n);
+int tsr_args_floats(tsr_args *args, const char *name, const double *values, size_t n);
+/* The encoded map. The pointer lives until the next change or destroy. */
+const void *tsr_args_data(const tsr_args *args, size_t *len_p);
+
+/* ---------- graphs ---------- */
+
+int tsr_graph_new(tsr_graph **graph_p);
+void tsr_graph_destroy(tsr_graph **graph_p);
+/* Adds task key = op(params; inputs...). params is one msgpack-encoded map
+ * (copied; NULL/0 for none). inputs are keys of tasks in this graph or of
+ * keys this client already holds from an earlier submission (copied).
+ * Errors: TSR_EINVAL (empty or too long key/op, params not one map),
+ * TSR_EEXIST (key added twice in this graph). Cycles, unknown ops and
+ * missing inputs are found at tsr_submit. */
+int tsr_graph_add(tsr_graph *graph, const char *key, const char *op, const void *params, size_t params_len,
+                  const char *const *inputs, size_t n_inputs);
+/* Same with params from a tsr_args (NULL for none). */
+int tsr_graph_add_args(tsr_graph *graph, const char *key, const char *op, const tsr_args *args,
+                       const char *const *inputs, size_t n_inputs);
+/* Marks key as a result to keep and gather. A submission without any wanted
+ * key wants every task with no dependents. */
+int tsr_graph_want(tsr_graph *graph, const char *key);
+size_t tsr_graph_size(const tsr_graph *graph);
+
+/* ---------- submitting and futures ---------- */
+
+/* Submits the graph and waits until the scheduler accepts or rejects it.
+ * On success takes the graph (sets *graph_p to NULL) and returns a future
+ * over its wanted keys. On error the caller still owns the graph, nothing
+ * was kept by the scheduler, and tsr_errmsg() names the problem:
+ * TSR_ECYCLE, TSR_EUNKNOWNOP, TSR_EMISSING (an input is neither in the
+ * graph nor held), TSR_EEXIST (a key already known with another
+ * definition), TSR_ELIMIT, TSR_ECONN. */
+int tsr_submit(tsr_client *client, tsr_graph **graph_p, tsr_future **future_p);
+
+/* Waits until every wanted key is computed, one erred, or timeout_ms
+ * passed (-1: forever). Returns 0, TSR_ETASK (see tsr_future_error),
+ * TSR_ETIMEDOUT or TSR_ECONN (scheduler lost). */
+int tsr_future_wait(tsr_future *future, int timeout_ms);
+/* Keys done (in memory) and total wanted, now. */
+void tsr_future_progress(const tsr_future *future, size_t *done_p, size_t *total_p);
+/* The first failure ("key 'x': add: shapes f64[3] and f64[4] differ"), or
+ * NULL. Valid until the future is released. */
+const char *tsr_future_error(const tsr_future *future);
+size_t tsr_future_count(const tsr_future *future);
+/* Wanted key i (0 <= i < count); valid until the future is released. */
+const char *tsr_future_key(const tsr_future *future, size_t i);
+/* Tells the scheduler this client no longer needs the future's keys; their
+ * chunks are freed on the workers once nothing else needs them. */
+void tsr_future_release(tsr_future **future_p);
+
+/* ---------- gathering ---------- */
+
+/* A gathered chunk: host bytes in C order. */
+typedef struct tsr_chunk {
+  tsr_dtype dtype;
+  int ndim;
+  int64_t shape[TSR_MAX_NDIM];
+  void *data;
+  size_t nbytes;
+  void *priv_;      /* private */
+} tsr_chunk;
+
+/* Fetches key's chunk from the worker that holds it, waiting up to
+ * timeout_ms (-1: forever) for it to be computed. The key must be wanted by
+ * a live future of this client. If the worker is lost, the scheduler
+ * recomputes the key and the fetch follows it. Errors: TSR_ENOTFOUND (not
+ * wanted by this client), TSR_ETASK, TSR_ETIMEDOUT, TSR_ECONN. */
+int tsr_gather(tsr_client *client, const char *key, int timeout_ms, tsr_chunk **chunk_p);
+void tsr_chunk_destroy(tsr_chunk **chunk_p);
+
+/* ---------- cluster ---------- */
+
+typedef struct tsr_worker_info {
+  char name[64];
+  char address[256];     /* data address */
+  char device[32];       /* "cpu" or "gpu:N" */
+  int threads;
+  uint64_t memory_used;
+  uint64_t memory_limit; /* 0: none */
+  uint64_t tasks_running;
+  uint64_t tasks_done;
+} tsr_worker_info;
+
+typedef struct tsr_graph_info {
+  char client[64];
+  uint64_t graph;
+  uint64_t tasks_total;
+  uint64_t tasks_done;
+  uint64_t tasks_erred;
+} tsr_graph_info;
+
+typedef struct tsr_cluster_info {
+  size_t n_workers;
+  tsr_worker_info *workers;
+  size_t n_graphs;
+  tsr_graph_info *graphs;
+  uint64_t tasks_total;   /* tasks the scheduler holds */
+} tsr_cluster_info;
+
+/* Asks the scheduler for its workers and graphs in flight. */
+int tsr_cluster_info_get(tsr_client *client, int timeout_ms, tsr_cluster_info **info_p);
+void tsr_cluster_info_destroy(tsr_cluster_info **info_p);
+/* Waits until at least n workers are connected. 0 or TSR_ETIMEDOUT. */
+int tsr_wait_for_workers(tsr_client *client, size_t n, int timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

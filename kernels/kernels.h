@@ -1,0 +1,60 @@
+/* kernels — the op registry: named chunk operations with a CPU (and later a
+ * CUDA) implementation each.
+ *
+ * The rule of the registry: every op is deterministic. The same params and
+ * the same input bytes give the same output bytes, on any worker, any
+ * thread count and any run. The scheduler relies on this to recompute a lost
+ * or evicted chunk instead of storing it. Ops that read files are
+ * deterministic while the file is unchanged.
+ *
+ * Kernels get their inputs and an output buffer the caller allocated, own
+ * nothing, allocate nothing that outlives the call, and never print: a
+ * failure is a negative TSR_E* code plus a message in err.
+ *
+ * Threading: the registry is immutable after tsr_ops_init(); ops may run on
+ * any number of threads at once. */
+#ifndef TSR_KERNELS_H
+#define TSR_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "util/util.h"
+
+/* A chunk as kernels see it: metadata plus bytes in C order. */
+typedef struct tsr_buf {
+  tsr_meta meta;
+  void *data;
+  size_t nbytes;
+} tsr_buf;
+
+typedef struct tsr_op_def {
+  const char *name;
+  int min_inputs;
+  int max_inputs;  /* -1: unbounded */
+  /* Infers the output's metadata from params and the inputs' metadata, and
+   * checks everything that can be checked before running (shapes, dtypes,
+   * parameter ranges). 0 or TSR_ESHAPE / TSR_EINVAL with a message. */
+  int (*infer)(const tsr_params *params, const tsr_meta *in, int n_in, tsr_meta *out, tsr_errbuf *err);
+  /* Runs on the CPU. out->meta is what infer returned and out->data holds
+   * out->nbytes bytes (64-byte aligned, contents undefined). 0 or error. */
+  int (*cpu)(const tsr_params *params, const tsr_buf *in, int n_in, tsr_buf *out, tsr_errbuf *err);
+  bool test_only;  /* registered only when TESSERA_TEST_OPS=1 */
+} tsr_op_def;
+
+/* Builds the registry; idempotent. test_ops adds the ops marked test_only
+ * (crash, fail, sleep) that the integration tests use. */
+void tsr_ops_init(bool test_ops);
+/* NULL when no op has that name. */
+const tsr_op_def *tsr_op_find(const char *name);
+size_t tsr_op_count(void);
+const tsr_op_def *tsr_op_at(size_t i);
+
+/* Runs an op end to end on the CPU: validates the input count, infers,
+ * allocates the output (64-byte aligned, free with free()), runs. On
+ * success *out is filled and owned by the caller. Convenience for tests and
+ * the worker alike. */
+int tsr_op_run_cpu(const tsr_op_def *op, const tsr_params *params, const tsr_buf *in, int n_in, tsr_buf *out,
+                   tsr_errbuf *err);
+
+#endif

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what Tessera needs to build and test on Debian 12, from Debian's
+# packages only. Safe to run again: apt skips what is already there.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config
+      libzmq3-dev libmsgpack-dev libblosc-dev libucx-dev
+      libopenblas-dev liblapacke-dev libsodium-dev
+      python3 python3-numpy)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get -o DPkg::Lock::Timeout=120 update -qq
+$SUDO apt-get -o DPkg::Lock::Timeout=120 install -y -qq --no-install-recommends "${missing[@]}"
