@@ -1,0 +1,5 @@
+add_executable(test_common ${TSR_TESTS_DIR}/unit/test_common.c)
+target_include_directories(test_common PRIVATE ${TSR_TESTS_DIR})
+target_link_libraries(test_common PRIVATE tsr_common)
+add_test(NAME unit.common COMMAND test_common)
+set_tests_properties(unit.common PROPERTIES LABELS unit TIMEOUT 60)
