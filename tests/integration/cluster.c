@@ -1,0 +1,210 @@
+/* Starting and stopping real daemons for integration tests. */
+#define _GNU_SOURCE
+#include "cluster.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tessera/tessera.h"
+
+const char *cluster_bin(const char *name)
+{
+  static char path[1024];
+  snprintf(path, sizeof path, "%s/%s", TSR_BIN_DIR, name);
+  return path;
+}
+
+static void sleep_ms(int ms)
+{
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* fork+exec argv with stdout/stderr to log_path; returns pid or -1. */
+static pid_t spawn(const char *const *argv, const char *log_path, const char *extra_env)
+{
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd >= 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+  }
+  if (extra_env != NULL) putenv((char *)extra_env);
+  execv(argv[0], (char *const *)argv);
+  fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+  _exit(127);
+}
+
+static int append_args(const char **argv, int n, int cap, const char *const *extra)
+{
+  for (int i = 0; extra != NULL && extra[i] != NULL && n < cap - 1; i++) argv[n++] = extra[i];
+  argv[n] = NULL;
+  return n;
+}
+
+int cluster_start_scheduler(cluster *c, const char *const *sched_args)
+{
+  char path[512], log_path[512];
+  snprintf(c->dir, sizeof c->dir, "/tmp/tsr-test-XXXXXX");
+  if (mkdtemp(c->dir) == NULL) return -1;
+  snprintf(path, sizeof path, "%s/address", c->dir);
+  snprintf(log_path, sizeof log_path, "%s/scheduler.log", c->dir);
+  const char *argv[32] = {cluster_bin("tessera-scheduler"), "--listen", "tcp://127.0.0.1:0", "--address-file",
+                          path, "--log-level", "debug"};
+  append_args(argv, 7, 32, sched_args);
+  c->scheduler = spawn(argv, log_path, NULL);
+  for (int i = 0; i < 1000; i++) {
+    FILE *f = fopen(path, "r");
+    if (f != NULL) {
+      char *ok = fgets(c->address, sizeof c->address, f);
+      fclose(f);
+      if (ok != NULL) {
+        c->address[strcspn(c->address, "\r\n")] = '\0';
+        return 0;
+      }
+    }
+    if (!cluster_alive(c->scheduler)) break;
+    sleep_ms(10);
+  }
+  fprintf(stderr, "cluster: scheduler did not write its address\n");
+  return -1;
+}
+
+int cluster_add_worker(cluster *c, int threads, const char *const *worker_args)
+{
+  if (c->n_workers >= CLUSTER_MAX_WORKERS) return -1;
+  int i = c->n_workers;
+  char log_path[512], name[64], nthreads[16];
+  snprintf(log_path, sizeof log_path, "%s/worker-%d.log", c->dir, i);
+  snprintf(name, sizeof name, "test-worker-%d", i);
+  snprintf(nthreads, sizeof nthreads, "%d", threads);
+  const char *argv[40] = {cluster_bin("tessera-worker"), "--scheduler", c->address, "--threads", nthreads,
+                          "--name", name, "--log-level", "debug"};
+  append_args(argv, 9, 40, worker_args);
+  c->workers[i] = spawn(argv, log_path, "TESSERA_TEST_OPS=1");
+  if (c->workers[i] < 0) return -1;
+  c->n_workers++;
+  return i;
+}
+
+int cluster_start(cluster *c, int n_workers, int threads, const char *const *sched_args,
+                  const char *const *worker_args)
+{
+  memset(c, 0, sizeof *c);
+  c->threads = threads;
+  if (cluster_start_scheduler(c, sched_args) != 0) return -1;
+  for (int i = 0; i < n_workers; i++)
+    if (cluster_add_worker(c, threads, worker_args) < 0) return -1;
+  tsr_client *client = NULL;
+  int rc = tsr_client_open(&client, c->address, NULL);
+  if (rc == 0) rc = tsr_wait_for_workers(client, (size_t)n_workers, 30000);
+  if (rc != 0) fprintf(stderr, "cluster: workers did not connect: %s %s\n", tsr_err_name(rc), tsr_errmsg());
+  tsr_client_close(client);
+  return rc == 0 ? 0 : -1;
+}
+
+bool cluster_alive(pid_t pid)
+{
+  if (pid <= 0) return false;
+  int status;
+  return waitpid(pid, &status, WNOHANG) == 0;
+}
+
+void cluster_signal_worker(cluster *c, int i, int sig)
+{
+  if (i < 0 || i >= c->n_workers || c->workers[i] <= 0) return;
+  kill(c->workers[i], sig);
+  if (sig == SIGKILL) {
+    waitpid(c->workers[i], NULL, 0);
+    c->workers[i] = 0;
+  }
+}
+
+/* SIGTERM, wait up to 5 s, then SIGKILL. */
+static void stop_pid(pid_t pid)
+{
+  if (pid <= 0) return;
+  kill(pid, SIGCONT);
+  kill(pid, SIGTERM);
+  for (int i = 0; i < 500; i++) {
+    if (waitpid(pid, NULL, WNOHANG) != 0) return;
+    sleep_ms(10);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+static void dump_file(const char *path)
+{
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return;
+  fprintf(stderr, "----- %s -----\n", path);
+  char line[4096];
+  while (fgets(line, sizeof line, f) != NULL) fputs(line, stderr);
+  fclose(f);
+}
+
+void cluster_stop(cluster *c, bool dump)
+{
+  for (int i = 0; i < c->n_workers; i++) stop_pid(c->workers[i]);
+  stop_pid(c->scheduler);
+  char path[600];
+  snprintf(path, sizeof path, "%s/scheduler.log", c->dir);
+  if (dump) dump_file(path);
+  unlink(path);
+  for (int i = 0; i < c->n_workers; i++) {
+    snprintf(path, sizeof path, "%s/worker-%d.log", c->dir, i);
+    if (dump) dump_file(path);
+    unlink(path);
+  }
+  snprintf(path, sizeof path, "%s/address", c->dir);
+  unlink(path);
+  rmdir(c->dir);
+}
+
+int run_capture(const char *const *argv, const char *extra_env, char *out, size_t cap, int timeout_s)
+{
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipefd[1], 1);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    if (extra_env != NULL) putenv((char *)extra_env);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  close(pipefd[1]);
+  size_t used = 0;
+  time_t deadline = time(NULL) + timeout_s;
+  fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+  int status = 0;
+  bool done = false;
+  while (!done) {
+    ssize_t n = read(pipefd[0], out + used, used + 1 < cap ? cap - used - 1 : 0);
+    if (n > 0) used += (size_t)n;
+    if (waitpid(pid, &status, WNOHANG) == pid) done = true;
+    else if (time(NULL) > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      done = true;
+    } else if (n <= 0) sleep_ms(5);
+  }
+  ssize_t n;
+  while (used + 1 < cap && (n = read(pipefd[0], out + used, cap - used - 1)) > 0) used += (size_t)n;
+  out[used] = '\0';
+  close(pipefd[0]);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}

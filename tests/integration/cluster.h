@@ -1,0 +1,49 @@
+/* tests/integration/cluster.h — starts real tessera-scheduler and
+ * tessera-worker processes on loopback with ephemeral ports, each logging
+ * to its own file in a temp dir, and stops them. On a failed test the logs
+ * are printed (cluster_stop with dump = true) so CI shows what the daemons
+ * saw. Uses no internal header: only POSIX. */
+#ifndef TSR_TESTS_CLUSTER_H
+#define TSR_TESTS_CLUSTER_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#define CLUSTER_MAX_WORKERS 16
+#define CLUSTER_MAX_ARGS 16
+
+typedef struct cluster {
+  char dir[256];                       /* temp dir: logs, address file */
+  char address[256];                   /* scheduler address */
+  pid_t scheduler;
+  pid_t workers[CLUSTER_MAX_WORKERS];  /* 0 once reaped */
+  int n_workers;
+  int threads;                         /* per worker */
+  const char *sched_args[CLUSTER_MAX_ARGS];
+  const char *worker_args[CLUSTER_MAX_ARGS];
+} cluster;
+
+/* Path of a binary in the build's bin dir ("tessera-worker"). Static buffer. */
+const char *cluster_bin(const char *name);
+/* Starts a scheduler with extra args (NULL-terminated list, may be NULL)
+ * and waits for its address file. 0 or -1 (message on stderr). */
+int cluster_start_scheduler(cluster *c, const char *const *sched_args);
+/* Starts one more worker (extra args NULL-terminated, may be NULL); returns
+ * its index or -1. Sets TESSERA_TEST_OPS=1. */
+int cluster_add_worker(cluster *c, int threads, const char *const *worker_args);
+/* Scheduler plus n workers, then waits until all n are connected. */
+int cluster_start(cluster *c, int n_workers, int threads, const char *const *sched_args,
+                  const char *const *worker_args);
+/* Sends sig to worker i (SIGKILL reaps it). */
+void cluster_signal_worker(cluster *c, int i, int sig);
+/* True when the process is still running (reaps it if it exited). */
+bool cluster_alive(pid_t pid);
+/* Stops everything (SIGTERM, then SIGKILL after 5 s); dump prints every
+ * log file to stderr. Removes the temp dir. */
+void cluster_stop(cluster *c, bool dump);
+/* Runs argv to completion with stdout captured into out (NUL-terminated,
+ * truncated to cap). extra_env: NULL or one "NAME=value". Returns the exit
+ * status (128+sig when signalled) or -1. */
+int run_capture(const char *const *argv, const char *extra_env, char *out, size_t cap, int timeout_s);
+
+#endif

@@ -1,0 +1,103 @@
+#include "graphs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int add_full(tsr_graph *g, const char *key, int64_t n, double value)
+{
+  tsr_args *a = NULL;
+  int rc = tsr_args_new(&a);
+  if (rc == 0) rc = tsr_args_ints(a, "shape", &n, 1);
+  if (rc == 0) rc = tsr_args_str(a, "dtype", "f64");
+  if (rc == 0) rc = tsr_args_float(a, "value", value);
+  if (rc == 0) rc = tsr_graph_add_args(g, key, "full", a, NULL, 0);
+  tsr_args_destroy(&a);
+  return rc;
+}
+
+int add_uniform(tsr_graph *g, const char *key, int64_t n, int64_t offset, int64_t total, int64_t seed)
+{
+  tsr_args *a = NULL;
+  int rc = tsr_args_new(&a);
+  if (rc == 0) rc = tsr_args_ints(a, "shape", &n, 1);
+  if (rc == 0) rc = tsr_args_ints(a, "offset", &offset, 1);
+  if (rc == 0) rc = tsr_args_ints(a, "global_shape", &total, 1);
+  if (rc == 0) rc = tsr_args_int(a, "seed", seed);
+  if (rc == 0) rc = tsr_args_str(a, "dtype", "f64");
+  if (rc == 0) rc = tsr_graph_add_args(g, key, "random_uniform", a, NULL, 0);
+  tsr_args_destroy(&a);
+  return rc;
+}
+
+int add_scale(tsr_graph *g, const char *key, const char *input, double factor, double offset)
+{
+  tsr_args *a = NULL;
+  int rc = tsr_args_new(&a);
+  if (rc == 0) rc = tsr_args_float(a, "factor", factor);
+  if (rc == 0) rc = tsr_args_float(a, "offset", offset);
+  if (rc == 0) rc = tsr_graph_add_args(g, key, "scale", a, &input, 1);
+  tsr_args_destroy(&a);
+  return rc;
+}
+
+int add_plain(tsr_graph *g, const char *key, const char *op, const char *const *inputs, size_t n)
+{
+  return tsr_graph_add(g, key, op, NULL, 0, inputs, n);
+}
+
+int add_sleep(tsr_graph *g, const char *key, int64_t ms, const char *const *inputs, size_t n)
+{
+  tsr_args *a = NULL;
+  int rc = tsr_args_new(&a);
+  if (rc == 0) rc = tsr_args_int(a, "ms", ms);
+  if (rc == 0) rc = tsr_graph_add_args(g, key, "sleep", a, inputs, n);
+  tsr_args_destroy(&a);
+  return rc;
+}
+
+int add_tree(tsr_graph *g, const char *prefix, char **keys, size_t n, size_t fan_in, char *root, size_t cap)
+{
+  char **level = keys;
+  size_t count = n;
+  int depth = 0, rc = 0;
+  char **owned = NULL;
+  while (count > 1 && rc == 0) {
+    size_t next_count = (count + fan_in - 1) / fan_in;
+    char **next = calloc(next_count, sizeof *next);
+    for (size_t i = 0; i < next_count && rc == 0; i++) {
+      size_t lo = i * fan_in, hi = lo + fan_in < count ? lo + fan_in : count;
+      next[i] = malloc(64);
+      snprintf(next[i], 64, "%s-l%d-%zu", prefix, depth, i);
+      if (hi - lo == 1) rc = add_scale(g, next[i], level[lo], 1.0, 0.0);
+      else rc = add_plain(g, next[i], "add", (const char *const *)&level[lo], hi - lo);
+    }
+    if (owned != NULL) {
+      for (size_t i = 0; i < count; i++) free(owned[i]);
+      free(owned);
+    }
+    owned = level = next;
+    count = next_count;
+    depth++;
+  }
+  if (rc == 0) {
+    snprintf(root, cap, "%s", level[0]);
+    rc = tsr_graph_want(g, root);
+  }
+  if (owned != NULL) {
+    for (size_t i = 0; i < count; i++) free(owned[i]);
+    free(owned);
+  }
+  return rc;
+}
+
+int gather_f64(tsr_client *c, const char *key, double *value_p)
+{
+  tsr_chunk *chunk = NULL;
+  int rc = tsr_gather(c, key, 60000, &chunk);
+  if (rc != 0) return rc;
+  if (chunk->dtype != TSR_F64 || chunk->nbytes != 8) rc = TSR_ESHAPE;
+  else memcpy(value_p, chunk->data, 8);
+  tsr_chunk_destroy(&chunk);
+  return rc;
+}
