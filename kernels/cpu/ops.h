@@ -1,0 +1,93 @@
+/* kernels/cpu/ops.h — the op definitions the registry lists, and the
+ * helpers the CPU kernels share for reading params and writing messages.
+ *
+ * Conventions of every op here: a message starts with the op's name
+ * ("add: ..."); infer() refuses whatever it can see is wrong so that cpu()
+ * fails only on what depends on the data (integer division by zero) or on
+ * the outside world (files). Missing required params are TSR_EINVAL. */
+#ifndef TSR_KERNELS_CPU_OPS_H
+#define TSR_KERNELS_CPU_OPS_H
+
+#include <stdint.h>
+
+#include "kernels.h"
+
+/* Ops (one tsr_op_def each; the registry lists them in this order). */
+extern const tsr_op_def tsr_op_random_uniform;
+extern const tsr_op_def tsr_op_random_normal;
+extern const tsr_op_def tsr_op_randint;
+extern const tsr_op_def tsr_op_full;
+extern const tsr_op_def tsr_op_add;
+extern const tsr_op_def tsr_op_mul;
+extern const tsr_op_def tsr_op_sub;
+extern const tsr_op_def tsr_op_div;
+extern const tsr_op_def tsr_op_scale;
+extern const tsr_op_def tsr_op_astype;
+extern const tsr_op_def tsr_op_sum;
+extern const tsr_op_def tsr_op_matmul;
+extern const tsr_op_def tsr_op_load_npy;
+extern const tsr_op_def tsr_op_save_npy;
+extern const tsr_op_def tsr_op_noop;
+/* Test-only (test_only = true). */
+extern const tsr_op_def tsr_op_crash;
+extern const tsr_op_def tsr_op_fail;
+extern const tsr_op_def tsr_op_sleep;
+
+/* A chunk of a larger array, as creation ops describe it: this chunk's
+ * shape, the whole array's global shape and the chunk's offset in it.
+ * Invariant after tsr_k_grid_parse: 0 <= offset[d], offset[d] + shape[d]
+ * <= global[d], and global_count (the whole array's element count) fits
+ * int64. */
+typedef struct tsr_k_grid {
+  int ndim;
+  int64_t shape[TSR_MAX_NDIM];
+  int64_t global[TSR_MAX_NDIM];
+  int64_t offset[TSR_MAX_NDIM];
+  int64_t global_count;
+} tsr_k_grid;
+
+/* Reads `shape` (required), `global_shape` (default shape) and `offset`
+ * (default 0s) and checks them against each other. 0 or TSR_EINVAL /
+ * TSR_ESHAPE with a message that names op. */
+int tsr_k_grid_parse(const char *op, const tsr_params *params, tsr_k_grid *grid_p, tsr_errbuf *err);
+
+/* Reads the int array param `name` as a shape (0..TSR_MAX_NDIM entries,
+ * each >= 0). 0, TSR_ENOTFOUND when absent (message set), or TSR_EINVAL /
+ * TSR_ESHAPE. */
+int tsr_k_shape_param(const char *op, const tsr_params *params, const char *name, int64_t shape[TSR_MAX_NDIM],
+                      int *ndim_p, tsr_errbuf *err);
+
+/* Reads the optional string param `dtype`; absent gives fallback. An
+ * unknown name is TSR_EINVAL. Callers check which dtypes they accept. */
+int tsr_k_dtype_param(const char *op, const tsr_params *params, tsr_dtype fallback, tsr_dtype *dtype_p,
+                      tsr_errbuf *err);
+
+/* For a getter's failure rc: prefixes err's message with "op: " and maps
+ * TSR_ENOTFOUND (a missing required param) to TSR_EINVAL. Returns the code. */
+int tsr_k_param_fail(const char *op, int rc, tsr_errbuf *err);
+
+/* Fills meta with dtype and shape[0..ndim). */
+void tsr_k_meta_set(tsr_meta *meta, tsr_dtype dtype, int ndim, const int64_t *shape);
+
+/* "f64[3,4]" by value, for messages: tsr_k_str(&m).s lives until the end
+ * of the full expression that calls tsr_k_str. */
+typedef struct tsr_k_str_buf {
+  char s[112];
+} tsr_k_str_buf;
+tsr_k_str_buf tsr_k_str(const tsr_meta *meta);
+/* "[3,4]" for a bare list of dims. */
+tsr_k_str_buf tsr_k_dims_str(const int64_t *dims, int n);
+
+/* Converts a double to an integer dtype the way astype does: truncation
+ * toward zero, clamped to the dtype's range, NaN to 0 (C leaves
+ * out-of-range conversions undefined; clamping makes them deterministic). */
+uint8_t tsr_k_f2u8(double x);
+int32_t tsr_k_f2i32(double x);
+int64_t tsr_k_f2i64(double x);
+
+/* Reads n elements of dtype at src into t: as int64 (integer dtypes only)
+ * or as double (any dtype; exact except i64 beyond 2^53). */
+void tsr_k_load_i64(tsr_dtype dt, const void *src, size_t n, int64_t *t);
+void tsr_k_load_f64(tsr_dtype dt, const void *src, size_t n, double *t);
+
+#endif

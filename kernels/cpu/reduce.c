@@ -1,0 +1,142 @@
+/* kernels/cpu/reduce.c — sum, over one axis or over everything.
+ *
+ * Output dtype: integers → i64 (accumulated in 64-bit, wrapping modulo
+ * 2^64), floats keep theirs (accumulated in double, rounded once at the
+ * end). The order of additions is fixed, so results are deterministic:
+ * along an axis, in index order; over a contiguous run (the total, or the
+ * last axis), eight interleaved partial sums combined pairwise.
+ *
+ * The input is viewed as [outer, n, inner] with n the summed axis; the
+ * total is [1, count, 1]. */
+#include <string.h>
+
+#include "ops.h"
+
+#define TILE 1024
+
+static bool is_int(tsr_dtype dt)
+{
+  return dt == TSR_U8 || dt == TSR_I32 || dt == TSR_I64;
+}
+
+static int sum_axis(const tsr_params *p, int ndim, int64_t *axis_p, tsr_errbuf *err)
+{
+  int rc = tsr_params_opt_int(p, "axis", -1, axis_p, err);
+  if (rc != 0) return tsr_k_param_fail("sum", rc, err);
+  if (*axis_p != -1 && (*axis_p < 0 || *axis_p >= ndim))
+    return ndim == 0 ? tsr_fail(err, TSR_EINVAL, "sum: axis %lld is out of range for a 0-d input (only -1)",
+                                (long long)*axis_p)
+                     : tsr_fail(err, TSR_EINVAL, "sum: axis %lld is out of range for %d-d input (expected -1 or 0..%d)",
+                                (long long)*axis_p, ndim, ndim - 1);
+  return 0;
+}
+
+static int sum_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  int64_t axis;
+  if (n != 1) return tsr_fail(err, TSR_EINVAL, "sum: takes 1 input, got %d", n);
+  int rc = sum_axis(p, in[0].ndim, &axis, err);
+  if (rc != 0) return rc;
+  tsr_dtype dt = is_int(in[0].dtype) ? TSR_I64 : in[0].dtype;
+  if (axis == -1) {
+    tsr_k_meta_set(out, dt, 0, NULL);
+    return 0;
+  }
+  int64_t shape[TSR_MAX_NDIM];
+  int k = 0;
+  for (int d = 0; d < in[0].ndim; d++)
+    if (d != axis) shape[k++] = in[0].shape[d];
+  tsr_k_meta_set(out, dt, k, shape);
+  return 0;
+}
+
+/* Sum of n contiguous elements of dtype at src, as double. */
+static double run_f64(tsr_dtype dt, const char *src, size_t n)
+{
+  double acc[8] = {0}, t[TILE];
+  size_t es = tsr_dtype_size(dt);
+  for (size_t at = 0; at < n; at += TILE) {
+    size_t m = n - at < TILE ? n - at : TILE, i = 0;
+    tsr_k_load_f64(dt, src + at * es, m, t);
+    for (; i + 8 <= m; i += 8)
+      for (int j = 0; j < 8; j++) acc[j] += t[i + j];
+    for (; i < m; i++) acc[i % 8] += t[i];
+  }
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* Sum of n contiguous integer elements at src, wrapping modulo 2^64. */
+static int64_t run_i64(tsr_dtype dt, const char *src, size_t n)
+{
+  uint64_t acc = 0;
+  int64_t t[TILE];
+  size_t es = tsr_dtype_size(dt);
+  for (size_t at = 0; at < n; at += TILE) {
+    size_t m = n - at < TILE ? n - at : TILE;
+    tsr_k_load_i64(dt, src + at * es, m, t);
+    for (size_t i = 0; i < m; i++) acc += (uint64_t)t[i];
+  }
+  return (int64_t)acc;
+}
+
+/* out[o, j] for j in [j0, j0+m): the sum over a of in[o, a, j], in a order. */
+static void strided_tile(tsr_dtype dt, const char *src, size_t n, size_t inner, size_t j0, size_t m, void *out)
+{
+  size_t es = tsr_dtype_size(dt);
+  if (is_int(dt)) {
+    uint64_t acc[TILE] = {0};
+    int64_t t[TILE];
+    for (size_t a = 0; a < n; a++) {
+      tsr_k_load_i64(dt, src + (a * inner + j0) * es, m, t);
+      for (size_t i = 0; i < m; i++) acc[i] += (uint64_t)t[i];
+    }
+    for (size_t i = 0; i < m; i++) ((int64_t *)out)[j0 + i] = (int64_t)acc[i];
+    return;
+  }
+  double acc[TILE] = {0}, t[TILE];
+  for (size_t a = 0; a < n; a++) {
+    tsr_k_load_f64(dt, src + (a * inner + j0) * es, m, t);
+    for (size_t i = 0; i < m; i++) acc[i] += t[i];
+  }
+  for (size_t i = 0; i < m; i++) {
+    if (dt == TSR_F32) ((float *)out)[j0 + i] = (float)acc[i];
+    else ((double *)out)[j0 + i] = acc[i];
+  }
+}
+
+/* Stores one contiguous run's sum as element k of out. */
+static void store_run(tsr_dtype in_dt, const char *src, size_t n, void *out, size_t k)
+{
+  if (is_int(in_dt)) ((int64_t *)out)[k] = run_i64(in_dt, src, n);
+  else if (in_dt == TSR_F32) ((float *)out)[k] = (float)run_f64(in_dt, src, n);
+  else ((double *)out)[k] = run_f64(in_dt, src, n);
+}
+
+static int sum_cpu(const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *out, tsr_errbuf *err)
+{
+  (void)n_in;
+  int64_t axis;
+  const tsr_meta *m = &in[0].meta;
+  int rc = sum_axis(p, m->ndim, &axis, err);
+  if (rc != 0) return rc;
+  size_t count = (size_t)tsr_meta_count(m), outer = 1, n = count, inner = 1, es = tsr_dtype_size(m->dtype);
+  if (axis >= 0) {
+    n = (size_t)m->shape[axis];
+    for (int d = 0; d < m->ndim; d++) {
+      if (d < axis) outer *= (size_t)m->shape[d];
+      if (d > axis) inner *= (size_t)m->shape[d];
+    }
+  }
+  const char *src = in[0].data;
+  for (size_t o = 0; o < outer; o++) {
+    const char *block = src + o * n * inner * es;
+    char *dst = (char *)out->data + o * inner * tsr_dtype_size(out->meta.dtype);
+    if (inner == 1) store_run(m->dtype, block, n, dst, 0);
+    else
+      for (size_t j0 = 0; j0 < inner; j0 += TILE)
+        strided_tile(m->dtype, block, n, inner, j0, inner - j0 < TILE ? inner - j0 : TILE, dst);
+  }
+  return 0;
+}
+
+const tsr_op_def tsr_op_sum = {"sum", 1, 1, sum_infer, sum_cpu, false};

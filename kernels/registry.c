@@ -1,0 +1,115 @@
+/* kernels/registry.c — the op table and the end-to-end CPU runner.
+ *
+ * The table is two fixed lists (regular ops, then test-only ops) and one
+ * flag saying whether the second is visible. tsr_ops_init() only sets the
+ * flag, so the registry needs no allocation and is immutable once threads
+ * start. The regular ops are visible even before tsr_ops_init(). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/ops.h"
+
+static const tsr_op_def *const regular_ops[] = {
+  &tsr_op_random_uniform, &tsr_op_random_normal, &tsr_op_randint, &tsr_op_full,
+  &tsr_op_add,            &tsr_op_mul,           &tsr_op_sub,     &tsr_op_div,
+  &tsr_op_scale,          &tsr_op_astype,        &tsr_op_sum,     &tsr_op_matmul,
+  &tsr_op_noop,
+};
+static const tsr_op_def *const test_ops[] = {&tsr_op_crash, &tsr_op_fail, &tsr_op_sleep};
+
+#define N_REGULAR (sizeof regular_ops / sizeof regular_ops[0])
+#define N_TEST (sizeof test_ops / sizeof test_ops[0])
+
+static bool with_test_ops = false;
+
+void tsr_ops_init(bool test_ops_enabled)
+{
+  with_test_ops = test_ops_enabled;
+}
+
+size_t tsr_op_count(void)
+{
+  return N_REGULAR + (with_test_ops ? N_TEST : 0);
+}
+
+const tsr_op_def *tsr_op_at(size_t i)
+{
+  if (i < N_REGULAR) return regular_ops[i];
+  if (with_test_ops && i - N_REGULAR < N_TEST) return test_ops[i - N_REGULAR];
+  return NULL;
+}
+
+const tsr_op_def *tsr_op_find(const char *name)
+{
+  if (name == NULL) return NULL;
+  for (size_t i = 0, n = tsr_op_count(); i < n; i++)
+    if (strcmp(tsr_op_at(i)->name, name) == 0) return tsr_op_at(i);
+  return NULL;
+}
+
+/* Checks the input count and that each input's bytes match its meta. */
+static int check_inputs(const tsr_op_def *op, const tsr_buf *in, int n_in, tsr_errbuf *err)
+{
+  if (n_in < 0 || (n_in > 0 && in == NULL)) return tsr_fail(err, TSR_EINVAL, "%s: no inputs given", op->name);
+  if (n_in < op->min_inputs || (op->max_inputs >= 0 && n_in > op->max_inputs)) {
+    if (op->max_inputs == op->min_inputs)
+      return tsr_fail(err, TSR_EINVAL, "%s: takes %d input%s, got %d", op->name, op->min_inputs,
+                      op->min_inputs == 1 ? "" : "s", n_in);
+    if (op->max_inputs < 0)
+      return tsr_fail(err, TSR_EINVAL, "%s: takes at least %d inputs, got %d", op->name, op->min_inputs, n_in);
+    return tsr_fail(err, TSR_EINVAL, "%s: takes %d to %d inputs, got %d", op->name, op->min_inputs,
+                    op->max_inputs, n_in);
+  }
+  for (int i = 0; i < n_in; i++) {
+    tsr_errbuf why;
+    if (tsr_meta_check(&in[i].meta, &why) != 0)
+      return tsr_fail(err, TSR_ESHAPE, "%s: input %d: %s", op->name, i, why.text);
+    int64_t want = tsr_meta_nbytes(&in[i].meta);
+    if ((int64_t)in[i].nbytes != want || (want > 0 && in[i].data == NULL))
+      return tsr_fail(err, TSR_ESHAPE, "%s: input %d holds %zu bytes but %s needs %lld", op->name, i,
+                      in[i].nbytes, tsr_k_str(&in[i].meta).s, (long long)want);
+  }
+  return 0;
+}
+
+/* infer() over the inputs' metas (copied out of the bufs). */
+static int infer_from_bufs(const tsr_op_def *op, const tsr_params *params, const tsr_buf *in, int n_in,
+                           tsr_meta *meta_p, tsr_errbuf *err)
+{
+  tsr_meta small[16];
+  tsr_meta *metas = n_in <= 16 ? small : malloc((size_t)n_in * sizeof *metas);
+  if (metas == NULL) return tsr_fail(err, TSR_ENOMEM, "%s: out of memory for %d input metas", op->name, n_in);
+  for (int i = 0; i < n_in; i++) metas[i] = in[i].meta;
+  int rc = op->infer(params, metas, n_in, meta_p, err);
+  if (metas != small) free(metas);
+  return rc;
+}
+
+int tsr_op_run_cpu(const tsr_op_def *op, const tsr_params *params, const tsr_buf *in, int n_in, tsr_buf *out,
+                   tsr_errbuf *err)
+{
+  static const tsr_params no_params = TSR_PARAMS_INIT;
+  if (op == NULL || out == NULL) return tsr_fail(err, TSR_EINVAL, "tsr_op_run_cpu: no op or no output");
+  if (params == NULL) params = &no_params;
+  int rc = check_inputs(op, in, n_in, err);
+  tsr_meta meta;
+  memset(&meta, 0, sizeof meta);
+  if (rc == 0) rc = infer_from_bufs(op, params, in, n_in, &meta, err);
+  if (rc != 0) return rc;
+  tsr_errbuf why;
+  if ((rc = tsr_meta_check(&meta, &why)) != 0) return tsr_fail(err, rc, "%s: output: %s", op->name, why.text);
+  size_t nbytes = (size_t)tsr_meta_nbytes(&meta);
+  /* aligned_alloc wants a multiple of the alignment; never 0 so data is
+   * always a real pointer. */
+  void *data = aligned_alloc(64, nbytes == 0 ? 64 : (nbytes + 63) / 64 * 64);
+  if (data == NULL) return tsr_fail(err, TSR_ENOMEM, "%s: cannot allocate %zu bytes for %s", op->name, nbytes,
+                                    tsr_k_str(&meta).s);
+  tsr_buf result = {meta, data, nbytes};
+  rc = op->cpu(params, in, n_in, &result, err);
+  if (rc != 0) {
+    free(data);
+    return rc;
+  }
+  *out = result;
+  return 0;
+}

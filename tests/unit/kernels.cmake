@@ -1,0 +1,5 @@
+add_executable(test_kernels ${TSR_TESTS_DIR}/unit/test_kernels.c)
+target_include_directories(test_kernels PRIVATE ${TSR_TESTS_DIR})
+target_link_libraries(test_kernels PRIVATE tsr_kernels)
+add_test(NAME unit.kernels COMMAND test_kernels)
+set_tests_properties(unit.kernels PROPERTIES LABELS unit TIMEOUT 120)
