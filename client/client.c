@@ -1,0 +1,334 @@
+/* Opening and closing a client, and the small plumbing every API call uses:
+ * the outbox, the wake signal, deadlines and the log callback.
+ *
+ * tsr_client_open builds the whole client, queues `hello`, starts the I/O
+ * thread (client/io.c) and waits for the scheduler's `welcome`. If that
+ * does not come, the half-built client is torn down through the same path
+ * as tsr_client_close, so there is only one teardown. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void client_log(tsr_client *c, int level, const char *fmt, ...)
+{
+  if (c == NULL || c->log == NULL) return;
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  c->log(c->log_arg, level, line);
+}
+
+out_frame *client_frame_from(tsr_wbuf *wb)
+{
+  out_frame *f = calloc(1, sizeof *f);
+  if (f == NULL) return NULL;
+  f->data = tsr_wbuf_release(wb, &f->len);
+  if (f->data == NULL) {
+    free(f);
+    return NULL;
+  }
+  return f;
+}
+
+void client_free_chain(out_frame *f)
+{
+  while (f != NULL) {
+    out_frame *next = f->next;
+    free(f->data);
+    free(f);
+    f = next;
+  }
+}
+
+void client_enqueue_locked(tsr_client *c, out_frame *chain)
+{
+  if (chain == NULL) return;
+  if (c->out_tail != NULL)
+    c->out_tail->next = chain;
+  else
+    c->out_head = chain;
+  while (chain->next != NULL) chain = chain->next;
+  c->out_tail = chain;
+  uint64_t one = 1;
+  /* The eventfd counter only needs to become non-zero; a full counter
+   * (EAGAIN) already means "wake up". */
+  ssize_t ignored = write(c->wake_fd, &one, sizeof one);
+  (void)ignored;
+}
+
+uint64_t client_deadline(int timeout_ms)
+{
+  if (timeout_ms < 0) return 0;
+  return tsr_now_ns() + (uint64_t)timeout_ms * 1000000u + 1;
+}
+
+bool client_wait_until(tsr_client *c, uint64_t deadline_ns)
+{
+  if (deadline_ns == 0) {
+    pthread_cond_wait(&c->cv, &c->mu);
+    return true;
+  }
+  uint64_t now = tsr_now_ns();
+  if (now >= deadline_ns) return false;
+  /* The condition variable runs on CLOCK_MONOTONIC, like tsr_now_ns. */
+  struct timespec ts;
+  ts.tv_sec = (time_t)(deadline_ns / 1000000000u);
+  ts.tv_nsec = (long)(deadline_ns % 1000000000u);
+  pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+  return true;
+}
+
+int client_check_up_locked(tsr_client *c)
+{
+  if (c->state == CONN_CLOSED) return client_fail(TSR_ECLOSED, "the client is closed");
+  if (c->state != CONN_UP)
+    return client_fail(TSR_ECONN, "not connected to the scheduler at %s: %s", c->address,
+                       c->lost_msg[0] ? c->lost_msg : "reconnecting");
+  return 0;
+}
+
+bool client_unref_locked(tsr_client *c) { return --c->handles == 0; }
+
+static void free_entry_cb(void *arg, const char *key, size_t key_len, uint64_t value)
+{
+  (void)arg, (void)key, (void)key_len;
+  keys_free_entry((key_entry *)(uintptr_t)value);
+}
+
+void client_free(tsr_client *c)
+{
+  if (c == NULL) return;
+  client_free_chain(c->out_head);
+  if (c->keys != NULL) tsr_strmap_each(c->keys, free_entry_cb, NULL);
+  tsr_strmap_destroy(&c->keys);
+  pthread_mutex_destroy(&c->mu);
+  pthread_mutex_destroy(&c->xmu);
+  pthread_cond_destroy(&c->cv);
+  free(c);
+}
+
+static int resolve_address(const char *address, char *out, size_t cap)
+{
+  if (address == NULL || address[0] == '\0') address = getenv("TESSERA_SCHEDULER");
+  if (address == NULL || address[0] == '\0')
+    return client_fail(TSR_EINVAL, "no scheduler address: pass one or set TESSERA_SCHEDULER (tcp://HOST:PORT)");
+  if (strlen(address) >= cap)
+    return client_fail(TSR_EINVAL, "scheduler address '%.64s...' is longer than %zu bytes", address, cap - 1);
+  snprintf(out, cap, "%s", address);
+  return 0;
+}
+
+/* Reads TESSERA_HEARTBEAT_TIMEOUT (a duration); -1 when unset. */
+static int env_heartbeat_timeout(int64_t *ms_p)
+{
+  const char *text = getenv("TESSERA_HEARTBEAT_TIMEOUT");
+  uint64_t ms;
+  *ms_p = -1;
+  if (text == NULL || text[0] == '\0') return 0;
+  if (tsr_parse_duration_ms(text, &ms) != 0 || ms == 0 || ms > 86400000u)
+    return client_fail(TSR_EINVAL, "TESSERA_HEARTBEAT_TIMEOUT='%s' is not a duration like '10s'", text);
+  *ms_p = (int64_t)ms;
+  return 0;
+}
+
+static tsr_client *client_alloc(const tsr_client_opts *opts)
+{
+  tsr_client *c = calloc(1, sizeof *c);
+  if (c == NULL) return NULL;
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->cv, &attr);
+  pthread_condattr_destroy(&attr);
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_mutex_init(&c->xmu, NULL);
+  c->wake_fd = -1;
+  c->handles = 1;
+  c->next_graph = 1;
+  c->next_req = 1;
+  c->log = opts->log;
+  c->log_arg = opts->log_arg;
+  c->opt_heartbeat_ms = opts->heartbeat_ms > 0 ? opts->heartbeat_ms : 1000;
+  c->hb_ms = (uint32_t)c->opt_heartbeat_ms;
+  c->hb_timeout_ms = 10u * c->hb_ms;
+  if (opts->name != NULL && opts->name[0] != '\0')
+    snprintf(c->name, sizeof c->name, "%s", opts->name);
+  else
+    snprintf(c->name, sizeof c->name, "client-%d", (int)getpid());
+  c->keys = tsr_strmap_new(1024);
+  if (c->keys == NULL) {
+    client_free(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* The `hello` that opens every session. */
+out_frame *client_hello_frame(tsr_client *c);
+out_frame *client_hello_frame(tsr_client *c)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "hello", 4);
+  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
+  tsr_pack_kv_str(&wb.pk, "role", "client");
+  tsr_pack_kv_str(&wb.pk, "name", c->name);
+  out_frame *f = client_frame_from(&wb);
+  tsr_wbuf_free(&wb);
+  return f;
+}
+
+/* Creates the DEALER and connects it (connecting is asynchronous in
+ * ZeroMQ: an unreachable scheduler shows up as a missing welcome). */
+int client_socket_open(tsr_client *c);
+int client_socket_open(tsr_client *c)
+{
+  c->sock = zmq_socket(c->zctx, ZMQ_DEALER);
+  if (c->sock == NULL) return client_fail(TSR_ECONN, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+  tsr_net_socket_defaults(c->sock);
+  int ivl = 100, ivl_max = 2000;
+  zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+  zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
+  if (zmq_connect(c->sock, c->address) != 0) {
+    int e = zmq_errno();
+    int rc = client_fail(e == EINVAL || e == EPROTONOSUPPORT ? TSR_EINVAL : TSR_ECONN,
+                         "cannot connect to '%s': %s", c->address, zmq_strerror(e));
+    zmq_close(c->sock);
+    c->sock = NULL;
+    return rc;
+  }
+  return 0;
+}
+
+/* Stops the I/O thread (after it flushed the outbox) and closes sockets.
+ * Safe on a half-built client. */
+static void client_shutdown(tsr_client *c)
+{
+  pthread_mutex_lock(&c->mu);
+  c->stop = true;
+  c->state = CONN_CLOSED;
+  for (pending_submit *p = c->submits; p != NULL; p = p->next) p->done = true, p->rc = TSR_ECLOSED;
+  for (pending_status *p = c->statuses; p != NULL; p = p->next) p->done = true, p->rc = TSR_ECLOSED;
+  uint64_t one = 1;
+  ssize_t ignored = c->wake_fd >= 0 ? write(c->wake_fd, &one, sizeof one) : 0;
+  (void)ignored;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  if (c->io_started) pthread_join(c->io, NULL);
+  c->io_started = false;
+  if (c->sock != NULL) zmq_close(c->sock);
+  c->sock = NULL;
+  gather_cache_close_all(c);
+  if (c->zctx != NULL) zmq_ctx_term(c->zctx);
+  c->zctx = NULL;
+  if (c->wake_fd >= 0) close(c->wake_fd);
+  c->wake_fd = -1;
+}
+
+static void client_drop(tsr_client *c)
+{
+  pthread_mutex_lock(&c->mu);
+  bool last = client_unref_locked(c);
+  pthread_mutex_unlock(&c->mu);
+  if (last) client_free(c);
+}
+
+/* Waits for the welcome; returns 0 or why the open failed. */
+static int await_welcome(tsr_client *c, int timeout_ms)
+{
+  uint64_t deadline = client_deadline(timeout_ms);
+  int rc = 0;
+  pthread_mutex_lock(&c->mu);
+  while (c->state == CONN_CONNECTING && client_wait_until(c, deadline)) {
+  }
+  if (c->state == CONN_CONNECTING)
+    rc = client_fail(TSR_ETIMEDOUT, "no answer from the scheduler at %s within %d ms", c->address, timeout_ms);
+  else if (c->state != CONN_UP)
+    rc = client_fail(c->open_rc ? c->open_rc : TSR_ECONN, "scheduler at %s refused the client: %s", c->address,
+                     c->open_msg);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+static int client_start(tsr_client *c)
+{
+  c->zctx = zmq_ctx_new();
+  if (c->zctx == NULL) return client_fail(TSR_ENOMEM, "zmq_ctx_new failed");
+  c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (c->wake_fd < 0) return client_fail(TSR_EIO, "eventfd: %s", strerror(errno));
+  int rc = client_socket_open(c);
+  if (rc != 0) return rc;
+  out_frame *hello = client_hello_frame(c);
+  if (hello == NULL) return client_fail(TSR_ENOMEM, "out of memory");
+  client_enqueue_locked(c, hello);   /* no other thread yet: no lock needed */
+  if (pthread_create(&c->io, NULL, client_io_main, c) != 0)
+    return client_fail(TSR_ENOMEM, "cannot start the client I/O thread");
+  c->io_started = true;
+  return 0;
+}
+
+TSR_API int tsr_client_open(tsr_client **client_p, const char *address, const tsr_client_opts *opts)
+{
+  static const tsr_client_opts defaults = TSR_CLIENT_OPTS_DEFAULT;
+  if (client_p == NULL) return client_fail(TSR_EINVAL, "tsr_client_open: client_p is NULL");
+  if (opts == NULL) opts = &defaults;
+  char addr[TSR_MAX_ADDR_LEN];
+  int64_t env_timeout;
+  int rc = resolve_address(address, addr, sizeof addr);
+  if (rc == 0) rc = env_heartbeat_timeout(&env_timeout);
+  if (rc != 0) return rc;
+  tsr_client *c = client_alloc(opts);
+  if (c == NULL) return client_fail(TSR_ENOMEM, "tsr_client_open: out of memory");
+  snprintf(c->address, sizeof c->address, "%s", addr);
+  c->env_timeout_ms = env_timeout;
+  if (env_timeout > 0) c->hb_timeout_ms = (uint32_t)env_timeout;
+  int timeout_ms = opts->connect_timeout_ms == 0 ? 10000 : opts->connect_timeout_ms;
+  rc = client_start(c);
+  if (rc == 0) rc = await_welcome(c, timeout_ms);
+  if (rc != 0) {
+    client_shutdown(c);
+    client_drop(c);
+    return rc;
+  }
+  client_log(c, TSR_LOG_INFO, "connected to %s as '%s' (peer %llu)", c->address, c->name,
+             (unsigned long long)c->peer_id);
+  *client_p = c;
+  return 0;
+}
+
+static out_frame *goodbye_frame(void)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "goodbye", 1);
+  out_frame *f = client_frame_from(&wb);
+  tsr_wbuf_free(&wb);
+  return f;
+}
+
+TSR_API void tsr_client_close(tsr_client *client)
+{
+  if (client == NULL) return;
+  pthread_mutex_lock(&client->mu);
+  /* goodbye releases every key this client wants on the scheduler, so the
+   * futures' keys need no release messages of their own. */
+  if (client->state == CONN_UP) {
+    client_enqueue_locked(client, goodbye_frame());
+    client->close_linger_ms = 1000;
+  }
+  pthread_mutex_unlock(&client->mu);
+  client_shutdown(client);
+  client_log(client, TSR_LOG_INFO, "closed the connection to %s", client->address);
+  client_drop(client);
+}
+
+TSR_API const char *tsr_client_address(const tsr_client *client) { return client ? client->address : ""; }

@@ -1,0 +1,234 @@
+/* Submitting graphs and the futures over their wanted keys.
+ *
+ * tsr_submit registers the wanted keys *before* the submit leaves, so a
+ * key_done that races the `submitted` reply is never missed; on rejection
+ * it unregisters them again (the scheduler kept nothing, so no release).
+ *
+ * tsr_future_wait must stay cheap for a million keys woken once per
+ * incoming frame: it scans forward from a cursor (entries before it were
+ * DONE) and restarts from 0 only when some key went back to PENDING
+ * (client->resets moved); it looks for failures only when a key_erred
+ * arrived since its last look (client->errors moved). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static void future_free(tsr_future *f)
+{
+  free(f->entries);
+  free(f->error);
+  free(f);
+}
+
+/* Drops the future's keys; sends `release` for those nobody else wants
+ * when the session is up. Caller holds mu. */
+static void future_drop_keys_locked(tsr_client *c, tsr_future *f, bool tell_scheduler)
+{
+  char **wire = NULL;
+  size_t n_wire = 0, cap_wire = 0;
+  bool tell = tell_scheduler && c->state == CONN_UP && f->epoch == c->epoch;
+  for (size_t i = 0; i < f->n; i++)
+    keys_release_locked(c, f->entries[i], tell ? &wire : NULL, &n_wire, &cap_wire);
+  f->n = 0;
+  if (n_wire > 0) keys_send_release_locked(c, wire, n_wire);
+  else free(wire);
+}
+
+static int new_future(const tsr_graph *graph, tsr_future **f_p, const char ***wants_p)
+{
+  size_t n;
+  const char **wants;
+  if (graph_wanted(graph, &wants, &n) != 0) return client_fail(TSR_ENOMEM, "tsr_submit: out of memory");
+  tsr_future *f = calloc(1, sizeof *f);
+  if (f != NULL) f->entries = calloc(n ? n : 1, sizeof *f->entries);
+  if (f == NULL || f->entries == NULL) {
+    free(f);
+    free(wants);
+    return client_fail(TSR_ENOMEM, "tsr_submit: out of memory");
+  }
+  f->n = n;
+  *f_p = f;
+  *wants_p = wants;
+  return 0;
+}
+
+/* Registers the future's keys and the pending reply, queues the parts and
+ * waits for the verdict. Caller holds mu. */
+static int submit_locked(tsr_client *c, tsr_future *f, const char **wants, uint64_t graph_id, out_frame *parts)
+{
+  size_t n = f->n;
+  f->n = 0;
+  for (size_t i = 0; i < n; i++) {
+    f->entries[i] = keys_acquire_locked(c, wants[i]);
+    if (f->entries[i] == NULL) {
+      future_drop_keys_locked(c, f, false);
+      client_free_chain(parts);
+      return client_fail(TSR_ENOMEM, "tsr_submit: out of memory");
+    }
+    f->n = i + 1;
+  }
+  f->epoch = c->epoch;
+  pending_submit p = {.graph = graph_id};
+  p.next = c->submits;
+  c->submits = &p;
+  client_enqueue_locked(c, parts);
+  while (!p.done) client_wait_until(c, 0);
+  pending_submit **pp = &c->submits;
+  while (*pp != &p) pp = &(*pp)->next;
+  *pp = p.next;
+  if (p.rc != 0) {
+    future_drop_keys_locked(c, f, false);
+    return client_fail(p.rc, "%s", p.message[0] ? p.message : tsr_strerror(p.rc));
+  }
+  client_log(c, TSR_LOG_DEBUG, "graph %llu accepted: %llu new tasks, %zu wanted keys", (unsigned long long)graph_id,
+             (unsigned long long)p.tasks, f->n);
+  return 0;
+}
+
+TSR_API int tsr_submit(tsr_client *client, tsr_graph **graph_p, tsr_future **future_p)
+{
+  if (client == NULL || graph_p == NULL || *graph_p == NULL || future_p == NULL)
+    return client_fail(TSR_EINVAL, "tsr_submit: client, graph and future_p are required");
+  const char **wants = NULL;
+  tsr_future *f = NULL;
+  int rc = new_future(*graph_p, &f, &wants);
+  if (rc != 0) return rc;
+  if (f->n == 0) {
+    free(wants);
+    future_free(f);
+    return client_fail(TSR_EINVAL, "tsr_submit: the graph is empty and wants no key");
+  }
+  pthread_mutex_lock(&client->mu);
+  rc = client_check_up_locked(client);
+  uint64_t graph_id = client->next_graph++;
+  pthread_mutex_unlock(&client->mu);
+  out_frame *parts = NULL;
+  tsr_errbuf err = {{0}};
+  /* Encoding a big graph takes a while: do it outside the lock. */
+  if (rc == 0 && (rc = graph_encode(*graph_p, graph_id, &parts, &err)) != 0) client_fail_err(rc, &err);
+  if (rc == 0) {
+    pthread_mutex_lock(&client->mu);
+    rc = client_check_up_locked(client);
+    if (rc == 0) rc = submit_locked(client, f, wants, graph_id, parts);   /* takes parts */
+    else client_free_chain(parts);
+    if (rc == 0) client->handles++;
+    pthread_mutex_unlock(&client->mu);
+  }
+  free(wants);
+  if (rc != 0) {
+    future_free(f);
+    return rc;
+  }
+  f->client = client;
+  tsr_graph_destroy(graph_p);
+  *future_p = f;
+  return 0;
+}
+
+/* Formats the first failure once; later calls return the same text. The
+ * future is logically const: this only memoizes. Caller holds mu. */
+static const char *future_error_locked(tsr_future *f)
+{
+  if (f->error != NULL) return f->error;
+  for (size_t i = 0; i < f->n; i++) {
+    key_entry *e = f->entries[i];
+    if (e->state != KEY_ERRED) continue;
+    const char *msg = e->error ? e->error : "failed";
+    /* Scheduler messages may already name the key. */
+    size_t len = strlen(e->key) + strlen(msg) + 16;
+    f->error = malloc(len);
+    if (f->error == NULL) return NULL;
+    if (strncmp(msg, "key '", 5) == 0) snprintf(f->error, len, "%s", msg);
+    else snprintf(f->error, len, "key '%s': %s", e->key, msg);
+    return f->error;
+  }
+  return NULL;
+}
+
+/* One look at the future. Returns 0 (all done), 1 (keep waiting), or an
+ * error with this thread's message set. Caller holds mu. */
+static int future_check_locked(tsr_client *c, tsr_future *f)
+{
+  if (c->state == CONN_CLOSED) return client_fail(TSR_ECLOSED, "the client is closed");
+  if (f->epoch != c->epoch)
+    return client_fail(TSR_ECONN, "lost the scheduler at %s: %s", c->address, c->lost_msg);
+  if (f->seen_errors != c->errors || f->error != NULL) {
+    f->seen_errors = c->errors;
+    for (size_t i = 0; i < f->n; i++)
+      if (f->entries[i]->state == KEY_ERRED) {
+        future_error_locked(f);
+        return client_fail(TSR_ETASK, "%s", f->error ? f->error : "a task failed");
+      }
+  }
+  if (f->seen_resets != c->resets) {
+    f->seen_resets = c->resets;
+    f->cursor = 0;
+  }
+  while (f->cursor < f->n && f->entries[f->cursor]->state == KEY_DONE) f->cursor++;
+  return f->cursor == f->n ? 0 : 1;
+}
+
+TSR_API int tsr_future_wait(tsr_future *future, int timeout_ms)
+{
+  if (future == NULL) return client_fail(TSR_EINVAL, "tsr_future_wait: future is NULL");
+  tsr_client *c = future->client;
+  uint64_t deadline = client_deadline(timeout_ms);
+  pthread_mutex_lock(&c->mu);
+  int rc;
+  while ((rc = future_check_locked(c, future)) == 1)
+    if (!client_wait_until(c, deadline)) break;
+  if (rc == 1) {
+    size_t done = 0;
+    for (size_t i = 0; i < future->n; i++) done += future->entries[i]->state == KEY_DONE;
+    rc = client_fail(TSR_ETIMEDOUT, "%zu of %zu keys done after %d ms", done, future->n, timeout_ms);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+TSR_API void tsr_future_progress(const tsr_future *future, size_t *done_p, size_t *total_p)
+{
+  size_t done = 0, total = 0;
+  if (future != NULL) {
+    pthread_mutex_lock(&future->client->mu);
+    for (size_t i = 0; i < future->n; i++) done += future->entries[i]->state == KEY_DONE;
+    total = future->n;
+    pthread_mutex_unlock(&future->client->mu);
+  }
+  if (done_p != NULL) *done_p = done;
+  if (total_p != NULL) *total_p = total;
+}
+
+TSR_API const char *tsr_future_error(const tsr_future *future)
+{
+  if (future == NULL) return NULL;
+  tsr_future *f = (tsr_future *)future;
+  if (f->error != NULL) return f->error;
+  pthread_mutex_lock(&f->client->mu);
+  const char *text = future_error_locked(f);
+  pthread_mutex_unlock(&f->client->mu);
+  return text;
+}
+
+TSR_API size_t tsr_future_count(const tsr_future *future) { return future ? future->n : 0; }
+
+TSR_API const char *tsr_future_key(const tsr_future *future, size_t i)
+{
+  if (future == NULL || i >= future->n) return NULL;
+  return future->entries[i]->key;
+}
+
+TSR_API void tsr_future_release(tsr_future **future_p)
+{
+  if (future_p == NULL || *future_p == NULL) return;
+  tsr_future *f = *future_p;
+  tsr_client *c = f->client;
+  pthread_mutex_lock(&c->mu);
+  future_drop_keys_locked(c, f, true);
+  bool last = client_unref_locked(c);
+  pthread_mutex_unlock(&c->mu);
+  if (last) client_free(c);
+  future_free(f);
+  *future_p = NULL;
+}

@@ -1,0 +1,292 @@
+/* tsr_graph: the task-graph builder and its encoding as submit messages.
+ *
+ * Invariants: every task's key is unique within the graph (index maps key
+ * → task position); params are stored already encoded (one msgpack map,
+ * checked at add time); wanted keys are unique (want_index). Nothing is
+ * checked against the scheduler here: cycles, unknown ops and missing
+ * inputs are its job at submit time (docs/protocol.md). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct gtask {
+  char *key;
+  char *op;
+  char *params;         /* one msgpack map, or NULL */
+  size_t params_len;
+  char **inputs;
+  size_t n_inputs;
+} gtask;
+
+struct tsr_graph {
+  gtask *tasks;
+  size_t n, cap;
+  tsr_strmap *index;
+  char **wants;
+  size_t n_wants, cap_wants;
+  tsr_strmap *want_index;
+};
+
+TSR_API int tsr_graph_new(tsr_graph **graph_p)
+{
+  if (graph_p == NULL) return client_fail(TSR_EINVAL, "tsr_graph_new: graph_p is NULL");
+  tsr_graph *g = calloc(1, sizeof *g);
+  if (g != NULL) g->index = tsr_strmap_new(64);
+  if (g != NULL) g->want_index = tsr_strmap_new(16);
+  if (g == NULL || g->index == NULL || g->want_index == NULL) {
+    tsr_graph_destroy(&g);
+    return client_fail(TSR_ENOMEM, "tsr_graph_new: out of memory");
+  }
+  *graph_p = g;
+  return 0;
+}
+
+static void gtask_free(gtask *t)
+{
+  free(t->key);
+  free(t->op);
+  free(t->params);
+  for (size_t i = 0; i < t->n_inputs; i++) free(t->inputs[i]);
+  free(t->inputs);
+}
+
+TSR_API void tsr_graph_destroy(tsr_graph **graph_p)
+{
+  if (graph_p == NULL || *graph_p == NULL) return;
+  tsr_graph *g = *graph_p;
+  for (size_t i = 0; i < g->n; i++) gtask_free(&g->tasks[i]);
+  free(g->tasks);
+  for (size_t i = 0; i < g->n_wants; i++) free(g->wants[i]);
+  free(g->wants);
+  tsr_strmap_destroy(&g->index);
+  tsr_strmap_destroy(&g->want_index);
+  free(g);
+  *graph_p = NULL;
+}
+
+static int check_key(const char *what, const char *key)
+{
+  if (key == NULL || key[0] == '\0') return client_fail(TSR_EINVAL, "%s: empty key", what);
+  size_t len = strlen(key);
+  if (len > TSR_MAX_KEY_LEN)
+    return client_fail(TSR_EINVAL, "%s: key of %zu bytes exceeds the limit of %d", what, len, TSR_MAX_KEY_LEN);
+  return 0;
+}
+
+/* params must be exactly one complete msgpack map (or absent). */
+static int check_params(const char *key, const void *params, size_t len)
+{
+  if (params == NULL && len > 0) return client_fail(TSR_EINVAL, "task '%s': params is NULL but params_len is %zu", key, len);
+  if (params == NULL || len == 0) return 0;
+  tsr_errbuf err = {{0}};
+  int n = tsr_wire_validate(params, len, &err);
+  if (n < 0) return client_fail(TSR_EINVAL, "task '%s': params are not valid msgpack: %s", key, err.text);
+  uint8_t b = *(const uint8_t *)params;
+  bool is_map = (b >= 0x80 && b <= 0x8f) || b == 0xde || b == 0xdf;
+  if (n != 1 || !is_map) return client_fail(TSR_EINVAL, "task '%s': params must be one msgpack map", key);
+  return 0;
+}
+
+static int check_task(const char *key, const char *op, const void *params, size_t params_len,
+                      const char *const *inputs, size_t n_inputs)
+{
+  int rc = check_key("tsr_graph_add", key);
+  if (rc != 0) return rc;
+  if (op == NULL || op[0] == '\0') return client_fail(TSR_EINVAL, "task '%s': empty op", key);
+  if (strlen(op) > TSR_MAX_NAME_LEN)
+    return client_fail(TSR_EINVAL, "task '%s': op name exceeds %d bytes", key, TSR_MAX_NAME_LEN);
+  if (n_inputs > TSR_MAX_INPUTS)
+    return client_fail(TSR_ELIMIT, "task '%s': %zu inputs exceed the limit of %d", key, n_inputs, TSR_MAX_INPUTS);
+  if (n_inputs > 0 && inputs == NULL) return client_fail(TSR_EINVAL, "task '%s': inputs is NULL", key);
+  for (size_t i = 0; i < n_inputs; i++) {
+    if (inputs[i] == NULL || inputs[i][0] == '\0') return client_fail(TSR_EINVAL, "task '%s': input %zu is empty", key, i);
+    if (strlen(inputs[i]) > TSR_MAX_KEY_LEN)
+      return client_fail(TSR_EINVAL, "task '%s': input %zu exceeds %d bytes", key, i, TSR_MAX_KEY_LEN);
+  }
+  return check_params(key, params, params_len);
+}
+
+/* Copies the task's strings; 0 or TSR_ENOMEM (t is then freed). */
+static int gtask_fill(gtask *t, const char *key, const char *op, const void *params, size_t params_len,
+                      const char *const *inputs, size_t n_inputs)
+{
+  memset(t, 0, sizeof *t);
+  t->key = strdup(key);
+  t->op = strdup(op);
+  if (params != NULL && params_len > 0) t->params = malloc(params_len);
+  t->inputs = n_inputs ? calloc(n_inputs, sizeof *t->inputs) : NULL;
+  bool ok = t->key && t->op && (t->params || !params_len || !params) && (t->inputs || !n_inputs);
+  if (ok && t->params) {
+    memcpy(t->params, params, params_len);
+    t->params_len = params_len;
+  }
+  for (size_t i = 0; ok && i < n_inputs; i++) {
+    t->inputs[i] = strdup(inputs[i]);
+    t->n_inputs = i + 1;
+    ok = t->inputs[i] != NULL;
+  }
+  if (ok) return 0;
+  gtask_free(t);
+  return TSR_ENOMEM;
+}
+
+TSR_API int tsr_graph_add(tsr_graph *graph, const char *key, const char *op, const void *params, size_t params_len,
+                          const char *const *inputs, size_t n_inputs)
+{
+  if (graph == NULL) return client_fail(TSR_EINVAL, "tsr_graph_add: graph is NULL");
+  int rc = check_task(key, op, params, params_len, inputs, n_inputs);
+  if (rc != 0) return rc;
+  if (tsr_strmap_get(graph->index, key, strlen(key), NULL))
+    return client_fail(TSR_EEXIST, "task '%s' is already in this graph", key);
+  if (graph->n == graph->cap) {
+    size_t cap = graph->cap ? graph->cap * 2 : 64;
+    gtask *tasks = realloc(graph->tasks, cap * sizeof *tasks);
+    if (tasks == NULL) return client_fail(TSR_ENOMEM, "tsr_graph_add: out of memory");
+    graph->tasks = tasks;
+    graph->cap = cap;
+  }
+  gtask *t = &graph->tasks[graph->n];
+  if (gtask_fill(t, key, op, params, params_len, inputs, n_inputs) != 0)
+    return client_fail(TSR_ENOMEM, "tsr_graph_add: out of memory");
+  if (tsr_strmap_put(graph->index, key, strlen(key), graph->n) != 0) {
+    gtask_free(t);
+    return client_fail(TSR_ENOMEM, "tsr_graph_add: out of memory");
+  }
+  graph->n++;
+  return 0;
+}
+
+TSR_API int tsr_graph_add_args(tsr_graph *graph, const char *key, const char *op, const tsr_args *args,
+                               const char *const *inputs, size_t n_inputs)
+{
+  size_t len = 0;
+  const void *params = args ? tsr_args_data(args, &len) : NULL;
+  if (args != NULL && params == NULL) return client_fail(TSR_ENOMEM, "tsr_graph_add_args: out of memory");
+  return tsr_graph_add(graph, key, op, params, len, inputs, n_inputs);
+}
+
+TSR_API int tsr_graph_want(tsr_graph *graph, const char *key)
+{
+  if (graph == NULL) return client_fail(TSR_EINVAL, "tsr_graph_want: graph is NULL");
+  int rc = check_key("tsr_graph_want", key);
+  if (rc != 0) return rc;
+  size_t len = strlen(key);
+  if (tsr_strmap_get(graph->want_index, key, len, NULL)) return 0;   /* wanting twice is harmless */
+  if (graph->n_wants == graph->cap_wants) {
+    size_t cap = graph->cap_wants ? graph->cap_wants * 2 : 16;
+    char **wants = realloc(graph->wants, cap * sizeof *wants);
+    if (wants == NULL) return client_fail(TSR_ENOMEM, "tsr_graph_want: out of memory");
+    graph->wants = wants;
+    graph->cap_wants = cap;
+  }
+  char *copy = strdup(key);
+  if (copy == NULL || tsr_strmap_put(graph->want_index, key, len, graph->n_wants) != 0) {
+    free(copy);
+    return client_fail(TSR_ENOMEM, "tsr_graph_want: out of memory");
+  }
+  graph->wants[graph->n_wants++] = copy;
+  return 0;
+}
+
+TSR_API size_t tsr_graph_size(const tsr_graph *graph) { return graph ? graph->n : 0; }
+
+int graph_wanted(const tsr_graph *graph, const char ***keys_p, size_t *n_p)
+{
+  if (graph->n_wants > 0) {
+    const char **keys = malloc(graph->n_wants * sizeof *keys);
+    if (keys == NULL) return TSR_ENOMEM;
+    for (size_t i = 0; i < graph->n_wants; i++) keys[i] = graph->wants[i];
+    *keys_p = keys;
+    *n_p = graph->n_wants;
+    return 0;
+  }
+  /* No explicit wants: every task that no other task of this graph reads. */
+  bool *has_dependent = calloc(graph->n ? graph->n : 1, sizeof *has_dependent);
+  const char **keys = malloc((graph->n ? graph->n : 1) * sizeof *keys);
+  if (has_dependent == NULL || keys == NULL) {
+    free(has_dependent);
+    free(keys);
+    return TSR_ENOMEM;
+  }
+  for (size_t i = 0; i < graph->n; i++)
+    for (size_t j = 0; j < graph->tasks[i].n_inputs; j++) {
+      uint64_t pos;
+      const char *in = graph->tasks[i].inputs[j];
+      if (tsr_strmap_get(graph->index, in, strlen(in), &pos)) has_dependent[pos] = true;
+    }
+  size_t n = 0;
+  for (size_t i = 0; i < graph->n; i++)
+    if (!has_dependent[i]) keys[n++] = graph->tasks[i].key;
+  free(has_dependent);
+  *keys_p = keys;
+  *n_p = n;
+  return 0;
+}
+
+static void pack_task(msgpack_packer *pk, const gtask *t)
+{
+  msgpack_pack_map(pk, 2 + (t->params ? 1 : 0) + (t->n_inputs ? 1 : 0));
+  tsr_pack_kv_str(pk, "key", t->key);
+  tsr_pack_kv_str(pk, "op", t->op);
+  if (t->params) {
+    tsr_pack_str(pk, "params");
+    tsr_pack_raw(pk, t->params, t->params_len);
+  }
+  if (t->n_inputs) {
+    tsr_pack_str(pk, "inputs");
+    msgpack_pack_array(pk, t->n_inputs);
+    for (size_t i = 0; i < t->n_inputs; i++) tsr_pack_str(pk, t->inputs[i]);
+  }
+}
+
+/* One submit message with tasks [first, first+count); the last part carries
+ * `wants` (always explicit, so the client and the scheduler agree on it). */
+static out_frame *encode_part(const tsr_graph *g, uint64_t graph_id, size_t first, size_t count, bool last,
+                              const char **wants, size_t n_wants)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "submit", 4);
+  tsr_pack_kv_uint(&wb.pk, "graph", graph_id);
+  tsr_pack_str(&wb.pk, "tasks");
+  msgpack_pack_array(&wb.pk, count);
+  for (size_t i = first; i < first + count; i++) pack_task(&wb.pk, &g->tasks[i]);
+  if (last) {
+    tsr_pack_str(&wb.pk, "wants");
+    msgpack_pack_array(&wb.pk, n_wants);
+    for (size_t i = 0; i < n_wants; i++) tsr_pack_str(&wb.pk, wants[i]);
+  } else {
+    tsr_pack_kv_bool(&wb.pk, "more", true);
+  }
+  out_frame *f = client_frame_from(&wb);
+  tsr_wbuf_free(&wb);
+  return f;
+}
+
+
+int graph_encode(const tsr_graph *graph, uint64_t graph_id, out_frame **chain_p, tsr_errbuf *err)
+{
+  const char **wants = NULL;
+  size_t n_wants = 0;
+  if (graph_wanted(graph, &wants, &n_wants) != 0) return tsr_fail(err, TSR_ENOMEM, "submit: out of memory");
+  out_frame *head = NULL, **tail = &head;
+  size_t first = 0;
+  do {
+    size_t count = graph->n - first;
+    if (count > CLIENT_SUBMIT_PART_TASKS) count = CLIENT_SUBMIT_PART_TASKS;
+    bool last = first + count == graph->n;
+    out_frame *f = encode_part(graph, graph_id, first, count, last, wants, n_wants);
+    if (f == NULL) {
+      free(wants);
+      client_free_chain(head);
+      return tsr_fail(err, TSR_ENOMEM, "submit: out of memory encoding the graph");
+    }
+    *tail = f;
+    tail = &f->next;
+    first += count;
+  } while (first < graph->n);
+  free(wants);
+  *chain_p = head;
+  return 0;
+}

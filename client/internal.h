@@ -1,0 +1,206 @@
+/* client/internal.h — the private structures of libtessera.
+ *
+ * Threading model (docs/client.md tells the whole story):
+ * - One I/O thread per client owns the DEALER socket to the scheduler. API
+ *   calls never touch it: they append encoded frames to `outbox` under `mu`
+ *   and poke `wake_fd` (an eventfd the I/O thread polls beside the socket).
+ * - Everything the I/O thread learns (welcome, submit replies, key states,
+ *   status replies, session loss) is written under `mu`, followed by a
+ *   broadcast on `cv`. API calls wait on `cv` with a monotonic deadline.
+ * - Key entries are shared by futures (refcount `refs`); an entry stays in
+ *   `keys` while some live future wants it.
+ * - The client struct itself is refcounted (`handles`): tsr_client_close()
+ *   stops the thread and drops one reference, each live future holds one, so
+ *   a future released after the close still finds valid memory.
+ *
+ * Nothing here logs through common/util's process-wide logger: a library
+ * must not print, so every line goes to the caller's callback (client_log). */
+#ifndef TSR_CLIENT_INTERNAL_H
+#define TSR_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera/tessera.h"
+
+#include "net/net.h"
+#include "util/util.h"
+#include "wire/wire.h"
+
+/* Marks a definition as part of the exported API (the library is compiled
+ * with -fvisibility=hidden; client/tessera.map is the second fence). */
+#define TSR_API __attribute__((visibility("default")))
+
+/* Tasks per submit message: big graphs travel as several parts. */
+#define CLIENT_SUBMIT_PART_TASKS 50000
+/* Keys per release message. */
+#define CLIENT_RELEASE_PART_KEYS 50000
+/* Addresses kept per key_done. */
+#define CLIENT_MAX_WHERE 64
+/* Idle data-plane connections kept for reuse. */
+#define CLIENT_XFER_CACHE 32
+
+/* ---------- thread-local error text (errmsg.c) ---------- */
+/* Sets this thread's message from err (or tsr_strerror(rc) when err is
+ * empty) and returns rc. */
+int client_fail_err(int rc, const tsr_errbuf *err);
+/* Formats this thread's message and returns rc. */
+int client_fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---------- keys ---------- */
+typedef enum { KEY_PENDING = 0, KEY_DONE, KEY_ERRED } key_state;
+
+typedef struct key_entry {
+  char *key;
+  key_state state;
+  uint64_t epoch;       /* session in which it was (re)submitted */
+  uint64_t gen;         /* bumped on each key_done / key_lost / key_erred */
+  tsr_meta meta;
+  uint64_t nbytes;
+  char **where;         /* data addresses holding it (when DONE) */
+  size_t n_where;
+  char *error;          /* message of key_erred */
+  size_t refs;          /* live futures wanting it */
+} key_entry;
+
+/* ---------- outgoing frames ---------- */
+typedef struct out_frame {
+  struct out_frame *next;
+  char *data;           /* malloc'd, ownership passes to the I/O thread */
+  size_t len;
+} out_frame;
+
+typedef struct pending_submit {
+  struct pending_submit *next;
+  uint64_t graph;
+  bool done;
+  int rc;
+  uint64_t tasks;
+  char message[TSR_ERRMSG_LEN];
+} pending_submit;
+
+typedef struct pending_status {
+  struct pending_status *next;
+  uint64_t req;
+  bool done;
+  int rc;
+  tsr_cluster_info *info;
+  char message[TSR_ERRMSG_LEN];
+} pending_status;
+
+typedef enum { CONN_CONNECTING = 0, CONN_UP, CONN_LOST, CONN_CLOSED } conn_state;
+
+typedef struct xfer_slot {
+  tsr_xfer_conn *conn;
+} xfer_slot;
+
+struct tsr_client {
+  char address[TSR_MAX_ADDR_LEN];
+  char name[TSR_MAX_NAME_LEN + 1];
+  tsr_log_fn log;
+  void *log_arg;
+  int opt_heartbeat_ms;
+  int64_t env_timeout_ms;   /* TESSERA_HEARTBEAT_TIMEOUT, or -1 */
+
+  void *zctx;
+  void *sock;               /* DEALER; only the I/O thread touches it after open */
+  int wake_fd;
+  pthread_t io;
+  bool io_started;
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  /* --- under mu --- */
+  conn_state state;
+  int open_rc;              /* why CONNECTING ended without a welcome */
+  char open_msg[TSR_ERRMSG_LEN];
+  uint64_t epoch;           /* bumped when a session is lost */
+  char lost_msg[TSR_ERRMSG_LEN];  /* why the last session ended */
+  uint64_t resets;          /* bumped when a DONE/ERRED key goes back to PENDING */
+  uint64_t errors;          /* bumped on every key_erred */
+  uint64_t peer_id;
+  uint32_t hb_ms;
+  uint32_t hb_timeout_ms;
+  bool stop;
+  int close_linger_ms;      /* how long a queued goodbye may take to leave */
+  size_t handles;           /* 1 for the open client + 1 per live future */
+  out_frame *out_head, *out_tail;
+  tsr_strmap *keys;         /* key -> (key_entry *) */
+  pending_submit *submits;
+  pending_status *statuses;
+  uint64_t next_graph;
+  uint64_t next_req;
+
+  pthread_mutex_t xmu;      /* the idle data-plane connections */
+  tsr_xfer_conn *xcache[CLIENT_XFER_CACHE];
+  size_t n_xcache;
+};
+
+struct tsr_future {
+  tsr_client *client;
+  uint64_t epoch;           /* session of the submission */
+  size_t n;
+  key_entry **entries;
+  char *error;              /* first failure seen, owned */
+  /* Incremental completion scan: entries[0..cursor) were DONE when
+   * client->resets was seen_resets; see tsr_future_wait. */
+  size_t cursor;
+  uint64_t seen_resets;
+  uint64_t seen_errors;
+};
+
+/* ---------- client.c ---------- */
+void client_log(tsr_client *c, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Queues frames (a NULL-terminated chain, ownership passes) and wakes the
+ * I/O thread. Caller holds mu. */
+void client_enqueue_locked(tsr_client *c, out_frame *chain);
+void client_free_chain(out_frame *chain);
+/* Builds one frame from a wbuf (emptying it). NULL on ENOMEM. */
+out_frame *client_frame_from(tsr_wbuf *wb);
+/* Waits on cv until deadline_ns (0: forever). Returns false on timeout. */
+bool client_wait_until(tsr_client *c, uint64_t deadline_ns);
+/* Deadline for a timeout in ms (-1 forever → 0). */
+uint64_t client_deadline(int timeout_ms);
+/* Drops one handle. Caller holds mu; when it returns true the handle was
+ * the last: the caller unlocks mu and calls client_free(). */
+bool client_unref_locked(tsr_client *c);
+void client_free(tsr_client *c);
+/* Session errors for API calls: 0 when UP, else TSR_ECONN/TSR_ECLOSED
+ * with this thread's message set. Caller holds mu. */
+int client_check_up_locked(tsr_client *c);
+
+/* ---------- io.c ---------- */
+void *client_io_main(void *arg);
+/* Marks the session lost: fails pending submits/statuses, bumps epoch. Caller holds mu. */
+void client_session_lost_locked(tsr_client *c, int rc, const char *why);
+
+/* ---------- keys.c ---------- */
+key_entry *keys_acquire_locked(tsr_client *c, const char *key);
+/* Drops one reference; when it was the last, removes the entry and, when
+ * wire is non-NULL, appends the key to *wire (a release list). */
+void keys_release_locked(tsr_client *c, key_entry *e, char ***wire, size_t *n_wire, size_t *cap_wire);
+void keys_free_entry(key_entry *e);
+/* Queues release messages for keys (the array and strings are freed). */
+void keys_send_release_locked(tsr_client *c, char **keys, size_t n);
+/* Applies key_done / key_erred / key_lost from the scheduler. */
+int keys_on_done_locked(tsr_client *c, const msgpack_object *map, tsr_errbuf *err);
+int keys_on_erred_locked(tsr_client *c, const msgpack_object *map, tsr_errbuf *err);
+int keys_on_lost_locked(tsr_client *c, const msgpack_object *map, tsr_errbuf *err);
+
+/* ---------- graph.c ---------- */
+/* Encodes the graph as submit parts (a chain of frames) for graph id; fills
+ * the wanted keys (*wants_p, *n_wants_p, borrowed from the graph). */
+int graph_encode(const tsr_graph *graph, uint64_t graph_id, out_frame **chain_p, tsr_errbuf *err);
+/* The wanted keys: the marked ones, or every task with no dependents. The
+ * array is malloc'd; its strings are borrowed from the graph. */
+int graph_wanted(const tsr_graph *graph, const char ***keys_p, size_t *n_p);
+
+/* ---------- cluster.c ---------- */
+int cluster_on_status_reply_locked(tsr_client *c, const msgpack_object *map, tsr_errbuf *err);
+
+/* ---------- gather.c ---------- */
+void gather_cache_close_all(tsr_client *c);
+
+#endif

@@ -1,0 +1,327 @@
+/* The client's I/O thread: the only code that touches the DEALER socket.
+ *
+ * Each turn it (1) sends what API calls queued in the outbox, (2) polls
+ * the socket and the wake eventfd until the next heartbeat is due, (3)
+ * handles every frame that arrived — all maps of one frame under one
+ * hold of the mutex, then one broadcast — and (4) keeps time: a heartbeat
+ * when nothing else was sent for heartbeat_ms, and session loss when the
+ * scheduler has been silent for the heartbeat timeout.
+ *
+ * On loss every waiter gets TSR_ECONN (the session's epoch moves on), the
+ * socket is replaced by a fresh one and `hello` is sent again; a later
+ * `welcome` starts a new session for new submissions. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+out_frame *client_hello_frame(tsr_client *c);
+int client_socket_open(tsr_client *c);
+
+typedef struct io_clock {
+  uint64_t last_heard_ms;
+  uint64_t last_sent_ms;
+} io_clock;
+
+/* Sends the chain in order. Returns what could not be sent now (ZeroMQ
+ * said EAGAIN), which the caller puts back at the head of the outbox;
+ * *sent_p counts the frames that left. zmq_send copies, which keeps a
+ * frame intact for a retry; control frames are small next to chunk data. */
+static out_frame *send_chain(tsr_client *c, out_frame *f, int *sent_p)
+{
+  while (f != NULL) {
+    if (zmq_send(c->sock, f->data, f->len, ZMQ_DONTWAIT) < 0) {
+      int e = zmq_errno();
+      if (e == EAGAIN) return f;
+      client_log(c, TSR_LOG_WARN, "dropped a message to %s: %s", c->address, zmq_strerror(e));
+    } else if (sent_p != NULL) {
+      (*sent_p)++;
+    }
+    out_frame *next = f->next;
+    free(f->data);
+    free(f);
+    f = next;
+  }
+  return NULL;
+}
+
+
+static void send_heartbeat(tsr_client *c)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "heartbeat", 1);
+  client_free_chain(send_chain(c, client_frame_from(&wb), NULL));
+  tsr_wbuf_free(&wb);
+}
+
+void client_session_lost_locked(tsr_client *c, int rc, const char *why)
+{
+  if (c->state == CONN_CLOSED) return;
+  c->epoch++;
+  c->state = CONN_LOST;
+  snprintf(c->lost_msg, sizeof c->lost_msg, "%s", why);
+  for (pending_submit *p = c->submits; p != NULL; p = p->next) {
+    p->done = true;
+    p->rc = rc;
+    snprintf(p->message, sizeof p->message, "lost the scheduler at %s: %s", c->address, why);
+  }
+  for (pending_status *p = c->statuses; p != NULL; p = p->next) {
+    p->done = true;
+    p->rc = rc;
+    snprintf(p->message, sizeof p->message, "lost the scheduler at %s: %s", c->address, why);
+  }
+  pthread_cond_broadcast(&c->cv);
+}
+
+/* ---------- handlers (caller holds mu) ---------- */
+
+static int on_welcome(tsr_client *c, const msgpack_object *map, tsr_errbuf *err)
+{
+  uint64_t proto, id, hb;
+  int rc = tsr_wire_uint(map, "proto", &proto, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "id", 0, &id, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "heartbeat_ms", (uint64_t)c->opt_heartbeat_ms, &hb, err);
+  if (rc != 0) return rc;
+  if (proto != TSR_PROTOCOL_VERSION) {
+    c->open_rc = TSR_EVERSION;
+    snprintf(c->open_msg, sizeof c->open_msg, "scheduler speaks protocol %llu, this client %d",
+             (unsigned long long)proto, TSR_PROTOCOL_VERSION);
+    if (c->state == CONN_CONNECTING) c->state = CONN_LOST;
+    return 0;
+  }
+  if (hb == 0 || hb > 600000) hb = (uint64_t)c->opt_heartbeat_ms;
+  bool again = c->state == CONN_LOST;
+  c->peer_id = id;
+  c->hb_ms = (uint32_t)hb;
+  c->hb_timeout_ms = c->env_timeout_ms > 0 ? (uint32_t)c->env_timeout_ms : (uint32_t)(10 * hb);
+  c->state = CONN_UP;
+  if (again) client_log(c, TSR_LOG_INFO, "reconnected to %s (peer %llu)", c->address, (unsigned long long)id);
+  return 0;
+}
+
+static pending_submit *find_submit(tsr_client *c, uint64_t graph)
+{
+  for (pending_submit *p = c->submits; p != NULL; p = p->next)
+    if (p->graph == graph && !p->done) return p;
+  return NULL;
+}
+
+static int on_submitted(tsr_client *c, const msgpack_object *map, tsr_errbuf *err)
+{
+  uint64_t graph, tasks;
+  int rc = tsr_wire_uint(map, "graph", &graph, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "tasks", 0, &tasks, err);
+  if (rc != 0) return rc;
+  pending_submit *p = find_submit(c, graph);
+  if (p == NULL) return tsr_fail(err, TSR_EPROTO, "'submitted' for unknown graph %llu", (unsigned long long)graph);
+  p->done = true;
+  p->rc = 0;
+  p->tasks = tasks;
+  return 0;
+}
+
+/* Codes from the wire are trusted only when they are ours. */
+static int sane_code(int64_t code)
+{
+  return code < 0 && code >= TSR_EINTERNAL ? (int)code : TSR_EPROTO;
+}
+
+static int on_submit_error(tsr_client *c, const msgpack_object *map, tsr_errbuf *err)
+{
+  uint64_t graph;
+  int64_t code;
+  const char *text = "";
+  size_t len = 0;
+  int rc = tsr_wire_uint(map, "graph", &graph, err);
+  if (rc == 0) rc = tsr_wire_int(map, "code", &code, err);
+  if (rc == 0) rc = tsr_wire_str(map, "message", TSR_MAX_TEXT_LEN, &text, &len, err);
+  if (rc != 0) return rc;
+  pending_submit *p = find_submit(c, graph);
+  if (p == NULL) return tsr_fail(err, TSR_EPROTO, "'submit_error' for unknown graph %llu", (unsigned long long)graph);
+  p->done = true;
+  p->rc = sane_code(code);
+  snprintf(p->message, sizeof p->message, "submit rejected: %.*s", (int)len, text);
+  return 0;
+}
+
+/* `error` refers to our previous message of op `ref`: fail the oldest
+ * waiter for that kind of request; anything else is only logged. */
+static int on_error(tsr_client *c, const msgpack_object *map, tsr_errbuf *err)
+{
+  int64_t code = TSR_EPROTO;
+  const char *text = "", *ref = "";
+  size_t len = 0, ref_len = 0;
+  int rc = tsr_wire_opt_int(map, "code", TSR_EPROTO, &code, err);
+  if (rc == 0) rc = tsr_wire_str(map, "message", TSR_MAX_TEXT_LEN, &text, &len, err);
+  if (rc != 0) return rc;
+  if (tsr_wire_field(map, "ref") != NULL) tsr_wire_str(map, "ref", TSR_MAX_NAME_LEN, &ref, &ref_len, NULL);
+  char msg[TSR_ERRMSG_LEN];
+  snprintf(msg, sizeof msg, "scheduler error: %.*s", (int)len, text);
+  bool is = ref_len > 0;
+  if (c->state == CONN_CONNECTING) {
+    c->open_rc = sane_code(code);
+    snprintf(c->open_msg, sizeof c->open_msg, "%s", msg);
+    c->state = CONN_LOST;
+  } else if (code == TSR_ENOTFOUND && len == 12 && memcmp(text, "unknown peer", 12) == 0) {
+    client_session_lost_locked(c, TSR_ECONN, "the scheduler no longer knows this client");
+  } else if (is && ref_len == 6 && memcmp(ref, "submit", 6) == 0 && c->submits != NULL) {
+    pending_submit *p = c->submits;
+    while (p->next != NULL) p = p->next;   /* the oldest is at the tail */
+    p->done = true, p->rc = sane_code(code);
+    snprintf(p->message, sizeof p->message, "%s", msg);
+  } else if (is && ref_len == 6 && memcmp(ref, "status", 6) == 0 && c->statuses != NULL) {
+    pending_status *p = c->statuses;
+    while (p->next != NULL) p = p->next;
+    p->done = true, p->rc = sane_code(code);
+    snprintf(p->message, sizeof p->message, "%s", msg);
+  } else {
+    client_log(c, TSR_LOG_WARN, "%s (code %lld, about '%.*s')", msg, (long long)code, (int)ref_len, ref);
+  }
+  return 0;
+}
+
+static int dispatch(tsr_client *c, const char *op, const msgpack_object *map, tsr_errbuf *err)
+{
+  if (strcmp(op, "welcome") == 0) return on_welcome(c, map, err);
+  if (strcmp(op, "error") == 0) return on_error(c, map, err);
+  if (c->state != CONN_UP) return 0;   /* leftovers of a lost session */
+  if (strcmp(op, "heartbeat") == 0) return 0;
+  if (strcmp(op, "key_done") == 0) return keys_on_done_locked(c, map, err);
+  if (strcmp(op, "key_erred") == 0) return keys_on_erred_locked(c, map, err);
+  if (strcmp(op, "key_lost") == 0) return keys_on_lost_locked(c, map, err);
+  if (strcmp(op, "submitted") == 0) return on_submitted(c, map, err);
+  if (strcmp(op, "submit_error") == 0) return on_submit_error(c, map, err);
+  if (strcmp(op, "status_reply") == 0) return cluster_on_status_reply_locked(c, map, err);
+  return tsr_fail(err, TSR_EPROTO, "unknown op '%s'", op);
+}
+
+/* Handles every map of one frame; a malformed map is logged and skipped. */
+static void handle_frame(tsr_client *c, const void *data, size_t len)
+{
+  tsr_errbuf err = {{0}};
+  tsr_reader rd;
+  const msgpack_object *map;
+  char op[TSR_MAX_NAME_LEN + 1];
+  pthread_mutex_lock(&c->mu);
+  int rc = tsr_reader_init(&rd, data, len, &err);
+  while (rc == 0 && (rc = tsr_reader_next(&rd, &map, op, &err)) == 1) {
+    if (dispatch(c, op, map, &err) != 0) {
+      client_log(c, TSR_LOG_WARN, "ignored '%s' from the scheduler: %s", op, err.text);
+      err.text[0] = '\0';
+    }
+    rc = 0;
+  }
+  if (rc < 0) client_log(c, TSR_LOG_WARN, "ignored a malformed frame from the scheduler: %s", err.text);
+  tsr_reader_done(&rd);
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void receive_all(tsr_client *c, io_clock *clk)
+{
+  tsr_frames frames;
+  while (tsr_frames_recv(c->sock, &frames, ZMQ_DONTWAIT) >= 0) {
+    clk->last_heard_ms = tsr_now_ms();
+    if (frames.count == 1 && !frames.truncated)
+      handle_frame(c, tsr_frame_data(&frames, 0), tsr_frame_size(&frames, 0));
+    else
+      client_log(c, TSR_LOG_WARN, "ignored a %d-frame message from the scheduler", frames.count);
+    tsr_frames_close(&frames);
+  }
+}
+
+/* A fresh socket and a new hello: the old socket may hold queued messages
+ * of the lost session, which the next scheduler must not see. */
+static void reconnect(tsr_client *c, io_clock *clk)
+{
+  zmq_close(c->sock);
+  c->sock = NULL;
+  clk->last_heard_ms = tsr_now_ms();
+  if (client_socket_open(c) != 0) {
+    client_log(c, TSR_LOG_WARN, "reconnect to %s failed: %s", c->address, tsr_errmsg());
+    return;
+  }
+  client_log(c, TSR_LOG_INFO, "saying hello again to %s", c->address);
+  client_free_chain(send_chain(c, client_hello_frame(c), NULL));
+  clk->last_sent_ms = tsr_now_ms();
+}
+
+static void keep_time(tsr_client *c, io_clock *clk)
+{
+  uint64_t now = tsr_now_ms();
+  pthread_mutex_lock(&c->mu);
+  conn_state state = c->state;
+  uint32_t hb = c->hb_ms, timeout = c->hb_timeout_ms;
+  bool silent = now - clk->last_heard_ms > timeout;
+  if (state == CONN_UP && silent) {
+    char why[128];
+    snprintf(why, sizeof why, "no word from it for %u ms", timeout);
+    client_log(c, TSR_LOG_WARN, "lost the scheduler at %s: %s", c->address, why);
+    client_session_lost_locked(c, TSR_ECONN, why);
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (state == CONN_UP && !silent && now - clk->last_sent_ms >= hb) {
+    send_heartbeat(c);
+    clk->last_sent_ms = now;
+  }
+  if ((state == CONN_UP || state == CONN_LOST) && silent) reconnect(c, clk);
+}
+
+static long poll_timeout(tsr_client *c, const io_clock *clk)
+{
+  pthread_mutex_lock(&c->mu);
+  uint64_t hb = c->hb_ms, timeout = c->hb_timeout_ms;
+  pthread_mutex_unlock(&c->mu);
+  uint64_t now = tsr_now_ms();
+  uint64_t next = clk->last_sent_ms + hb;
+  if (clk->last_heard_ms + timeout + 1 < next) next = clk->last_heard_ms + timeout + 1;
+  return next <= now ? 0 : (long)(next - now);
+}
+
+/* Puts unsent frames back in front of anything queued meanwhile. */
+static void requeue(tsr_client *c, out_frame *rest)
+{
+  out_frame *last = rest;
+  while (last->next != NULL) last = last->next;
+  pthread_mutex_lock(&c->mu);
+  last->next = c->out_head;
+  c->out_head = rest;
+  if (c->out_tail == NULL) c->out_tail = last;
+  pthread_mutex_unlock(&c->mu);
+}
+
+void *client_io_main(void *arg)
+{
+  tsr_client *c = arg;
+  io_clock clk = {tsr_now_ms(), tsr_now_ms()};
+  for (;;) {
+    pthread_mutex_lock(&c->mu);
+    out_frame *chain = c->out_head;
+    c->out_head = c->out_tail = NULL;
+    bool stop = c->stop;
+    pthread_mutex_unlock(&c->mu);
+    int sent = 0;
+    out_frame *rest = chain ? send_chain(c, chain, &sent) : NULL;
+    if (sent > 0) clk.last_sent_ms = tsr_now_ms();
+    if (rest != NULL) requeue(c, rest);
+    if (stop) break;
+    zmq_pollitem_t items[2] = {{c->sock, 0, ZMQ_POLLIN, 0}, {NULL, c->wake_fd, ZMQ_POLLIN, 0}};
+    if (zmq_poll(items, 2, rest != NULL ? 10 : poll_timeout(c, &clk)) < 0) continue;
+    if (items[1].revents & ZMQ_POLLIN) {
+      uint64_t count;
+      ssize_t ignored = read(c->wake_fd, &count, sizeof count);
+      (void)ignored;
+    }
+    if (items[0].revents & ZMQ_POLLIN) receive_all(c, &clk);
+    keep_time(c, &clk);
+  }
+  /* Give a queued goodbye a moment to leave; never block long on a dead peer. */
+  pthread_mutex_lock(&c->mu);
+  int linger = c->close_linger_ms;
+  pthread_mutex_unlock(&c->mu);
+  zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
+  return NULL;
+}

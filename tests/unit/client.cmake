@@ -1,0 +1,17 @@
+# libtessera tests.
+# unit.client         — args, graph building, connection failures (no server)
+# integration.client_proto — the client against a fake scheduler and a fake
+#                            worker data socket, both inside the test
+add_executable(test_client ${TSR_TESTS_DIR}/unit/test_client.c)
+target_include_directories(test_client PRIVATE ${TSR_TESTS_DIR})
+target_link_libraries(test_client PRIVATE tessera ${TSR_MSGPACK})
+add_test(NAME unit.client COMMAND test_client)
+set_tests_properties(unit.client PROPERTIES LABELS unit TIMEOUT 60)
+
+add_executable(test_client_proto ${TSR_TESTS_DIR}/unit/test_client_proto.c)
+target_include_directories(test_client_proto PRIVATE ${TSR_TESTS_DIR})
+# tsr_common for the fake scheduler's wire code; libtessera (shared) keeps
+# its own copy hidden, so the two never mix.
+target_link_libraries(test_client_proto PRIVATE tessera tsr_common)
+add_test(NAME integration.client_proto COMMAND test_client_proto)
+set_tests_properties(integration.client_proto PROPERTIES LABELS integration TIMEOUT 120)
