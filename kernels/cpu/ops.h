@@ -90,4 +90,12 @@ int64_t tsr_k_f2i64(double x);
 void tsr_k_load_i64(tsr_dtype dt, const void *src, size_t n, int64_t *t);
 void tsr_k_load_f64(tsr_dtype dt, const void *src, size_t n, double *t);
 
+/* SIMD Philox (philox_simd.c): writes blocks b0, b0+1, ... of seed's word
+ * stream (4 words each, stream order) into out for a prefix of the n
+ * blocks and returns its length — 0 when isa is unavailable on this CPU or
+ * build; the caller computes the remaining blocks with philox.h. BEST picks
+ * the widest available; the others exist so tests can check each path. */
+typedef enum { TSR_K_ISA_BEST = 0, TSR_K_ISA_SCALAR, TSR_K_ISA_AVX2, TSR_K_ISA_AVX512 } tsr_k_isa;
+size_t tsr_k_philox_blocks_isa(tsr_k_isa isa, uint64_t seed, uint64_t b0, size_t n, uint32_t *out);
+
 #endif

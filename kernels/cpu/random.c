@@ -25,11 +25,12 @@ typedef struct gen {
 /* Words per stack batch; a multiple of 4 (blocks) and of 2 (f64 pairs). */
 #define BATCH_WORDS 1024
 
-/* Blocks b0 .. b0+n-1 of the stream into out[0 .. 4n). */
+/* Blocks b0 .. b0+n-1 of the stream into out[0 .. 4n): SIMD for most,
+ * scalar for the rest. */
 static void philox_blocks(uint64_t seed, uint64_t b0, size_t n, uint32_t *out)
 {
   uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = tsr_k_philox_blocks_isa(TSR_K_ISA_BEST, seed, b0, n, out); i < n; i++) {
     uint64_t b = b0 + i;
     uint32_t c[4] = {(uint32_t)b, (uint32_t)(b >> 32), 0, 0};
     tsr_philox4x32_10(c, k0, k1);

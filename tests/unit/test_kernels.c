@@ -10,6 +10,7 @@
 
 #include "kernels.h"
 #include "kit.h"
+#include "cpu/ops.h"
 #include "philox.h"
 
 /* ---------- helpers ---------- */
@@ -64,6 +65,28 @@ TEST(philox_known_answers)
   /* The word stream: seed 0, block 0 is the first vector. */
   ASSERT_EQ(tsr_philox_word(0, 0), 0x6627e8d5u);
   ASSERT_EQ(tsr_philox_word(0, 3), 0x9b00dbd8u);
+}
+
+/* Every SIMD path this CPU has gives philox.h's words, including across a
+ * carry into the counter's high word. */
+TEST(philox_simd_paths)
+{
+  static const tsr_k_isa isas[] = {TSR_K_ISA_BEST, TSR_K_ISA_AVX2, TSR_K_ISA_AVX512};
+  static const uint64_t starts[] = {0, 5, 0xFFFFFFF0ull, 0x1FFFFFFFDull};
+  uint32_t got[4 * 100], want[4];
+  for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
+    for (size_t s = 0; s < sizeof starts / sizeof starts[0]; s++) {
+      size_t done = tsr_k_philox_blocks_isa(isas[i], 0xdeadbeefcafef00dull, starts[s], 100, got);
+      ASSERT_TRUE(done <= 100);
+      for (size_t b = 0; b < done; b++) {
+        tsr_philox_block(0xdeadbeefcafef00dull, starts[s] + b, want);
+        if (memcmp(want, got + 4 * b, sizeof want) != 0) KIT_FAIL_("isa %d start %llx block %zu", (int)isas[i],
+                                                                  (unsigned long long)starts[s], b);
+      }
+    }
+  fprintf(stderr, "  SIMD paths here: avx2 %s, avx512 %s\n",
+          tsr_k_philox_blocks_isa(TSR_K_ISA_AVX2, 0, 0, 100, got) ? "yes" : "no",
+          tsr_k_philox_blocks_isa(TSR_K_ISA_AVX512, 0, 0, 100, got) ? "yes" : "no");
 }
 
 /* ---------- slow reference of docs/random.md ----------
@@ -208,6 +231,32 @@ TEST(random_chunking_independent)
   }
 }
 
+/* Chunks far into a huge array: counters beyond 32 bits (block 2^32 is
+ * word 2^34 — f32 element 2^34, f64 element 2^33, normal element 2^32). */
+TEST(random_far_offsets)
+{
+  int64_t global[1] = {(int64_t)1 << 40};
+  for (size_t i = 0; i < sizeof rand_cases / sizeof rand_cases[0]; i++) {
+    const rand_case *c = &rand_cases[i];
+    tsr_params p = TSR_PARAMS_INIT;
+    tsr_errbuf err;
+    tsr_buf out;
+    int per = c->kind == REF_NORMAL ? 1 : (c->kind == REF_UNIFORM && c->dtype == TSR_F64) ? 2 : 4;
+    int64_t off[1] = {((int64_t)1 << 34) / per - 37}, shape[1] = {301};
+    size_t es = tsr_dtype_size(c->dtype);
+    rand_params(&p, c, 1, shape, global, off);
+    ASSERT_OK(run(c->op, &p, NULL, 0, &out, &err));
+    for (int64_t k = 0; k < shape[0]; k++) {
+      char want[8];
+      ref_element(c->kind, c->dtype, rand_seed, c->low, c->high, (uint64_t)(off[0] + k), want);
+      if (memcmp(want, (char *)out.data + k * (int64_t)es, es) != 0)
+        KIT_FAIL_("%s %s element %lld", c->op, tsr_dtype_name(c->dtype), (long long)(off[0] + k));
+    }
+    free(out.data);
+    tsr_params_clear(&p);
+  }
+}
+
 /* A 3-D chunk and a 0-d array follow the same L = row-major index rule. */
 TEST(random_nd_and_scalar)
 {
@@ -262,7 +311,9 @@ int main(void)
 {
   tsr_ops_init(false);
   RUN(philox_known_answers);
+  RUN(philox_simd_paths);
   RUN(random_chunking_independent);
+  RUN(random_far_offsets);
   RUN(random_nd_and_scalar);
   RUN(add_nary_and_wrap);
   return kit_summary();
