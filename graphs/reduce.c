@@ -1,0 +1,120 @@
+/* Transpose and reductions. Sums run per block, then the partial sums of
+ * the blocks that share an output block are combined in a tree of n-ary
+ * `add` tasks, split_every at a time (Dask's split_every). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graphs.h"
+
+#define TSR_API __attribute__((visibility("default")))
+
+TSR_API int tsr_transpose(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **out_p)
+{
+  int rc = garray_check_2d(a, "transpose");
+  if (rc != 0) return rc;
+  int64_t shape[2] = {a->shape[1], a->shape[0]}, chunks[2] = {a->chunk[1], a->chunk[0]};
+  tsr_array *out = NULL;
+  rc = garray_new(ctx, "transpose", a->dtype, 2, shape, chunks, &out);
+  for (int64_t i = 0; rc == 0 && i < a->nchunks[0]; i++)
+    for (int64_t j = 0; rc == 0 && j < a->nchunks[1]; j++) {
+      int64_t src[2] = {i, j}, dst[2] = {j, i};
+      const char *in = a->keys[garray_block(a, src)];
+      rc = gtask_add(ctx, out->keys[garray_block(out, dst)], "transpose", NULL, &in, 1);
+    }
+  if (rc != 0) {
+    tsr_array_free(ctx, &out);
+    return rc;
+  }
+  *out_p = out;
+  return 0;
+}
+
+static tsr_dtype sum_dtype(tsr_dtype dtype) { return dtype == TSR_F32 || dtype == TSR_F64 ? dtype : TSR_I64; }
+
+/* Partial sum of every block; axis -1 for the total. Keys to partial[]. */
+static int partial_sums(tsr_array_ctx *ctx, const tsr_array *a, int axis, char **partial)
+{
+  int rc = 0;
+  for (size_t b = 0; b < a->nblocks && rc == 0; b++) {
+    tsr_args *args = NULL;
+    char key[256];
+    const char *in = a->keys[b];
+    rc = tsr_args_new(&args);
+    if (rc == 0) rc = tsr_args_int(args, "axis", axis);
+    if (rc == 0) rc = gtask_add_tmp(ctx, "sum-chunk", "sum", args, &in, 1, key, sizeof key);
+    tsr_args_destroy(&args);
+    partial[b] = strdup(key);
+  }
+  return rc;
+}
+
+/* Reduces the partials of blocks sharing output block ob into out key. */
+static int combine(tsr_array_ctx *ctx, const tsr_array *a, int axis, char **partial, tsr_array *out, size_t ob,
+                   int split_every)
+{
+  int64_t oidx[TSR_MAX_NDIM], idx[TSR_MAX_NDIM];
+  garray_index(out, ob, oidx);
+  int64_t n = axis < 0 ? (int64_t)a->nblocks : a->nchunks[axis];
+  char **group = calloc((size_t)n, sizeof *group);
+  if (group == NULL) return client_fail(TSR_ENOMEM, "sum: out of memory");
+  for (int64_t k = 0; k < n; k++) {
+    if (axis < 0) {
+      group[k] = partial[k];
+      continue;
+    }
+    for (int d = 0, o = 0; d < a->ndim; d++) idx[d] = d == axis ? k : oidx[o++];
+    group[k] = partial[garray_block(a, idx)];
+  }
+  char root[256];
+  int rc = gtask_sum_tree(ctx, "sum-tree", group, (size_t)n, split_every, root, sizeof root);
+  /* The output key must name a task: alias the root (no copy). */
+  if (rc == 0) {
+    free(out->keys[ob]);
+    out->keys[ob] = strdup(root);
+  }
+  free(group);
+  return rc;
+}
+
+TSR_API int tsr_sum(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p)
+{
+  if (a == NULL || out_p == NULL) return client_fail(TSR_EINVAL, "sum: array is NULL");
+  if (axis < -1 || axis >= a->ndim) return client_fail(TSR_EINVAL, "sum: axis %d outside -1..%d", axis, a->ndim - 1);
+  int64_t shape[TSR_MAX_NDIM], chunks[TSR_MAX_NDIM];
+  int ndim = 0;
+  for (int d = 0; axis >= 0 && d < a->ndim; d++)
+    if (d != axis) {
+      shape[ndim] = a->shape[d];
+      chunks[ndim++] = a->chunk[d];
+    }
+  tsr_array *out = NULL;
+  char **partial = calloc(a->nblocks, sizeof *partial);
+  if (partial == NULL) return client_fail(TSR_ENOMEM, "sum: out of memory");
+  int rc = garray_new(ctx, "sum", sum_dtype(a->dtype), ndim, shape, chunks, &out);
+  if (rc == 0) rc = partial_sums(ctx, a, axis, partial);
+  for (size_t ob = 0; rc == 0 && ob < out->nblocks; ob++) rc = combine(ctx, a, axis, partial, out, ob, split_every);
+  for (size_t b = 0; b < a->nblocks; b++) free(partial[b]);
+  free(partial);
+  if (rc != 0) {
+    tsr_array_free(ctx, &out);
+    return rc;
+  }
+  *out_p = out;
+  return 0;
+}
+
+TSR_API int tsr_mean(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p)
+{
+  tsr_array *sum = NULL, *fsum = NULL;
+  int rc = tsr_sum(ctx, a, axis, split_every, &sum);
+  if (rc != 0) return rc;
+  double count = axis < 0 ? (double)tsr_array_size(a) : (double)a->shape[axis];
+  const tsr_array *base = sum;
+  if (sum->dtype != TSR_F32 && sum->dtype != TSR_F64) {
+    rc = tsr_astype(ctx, sum, TSR_F64, &fsum);
+    base = fsum;
+  }
+  if (rc == 0) rc = tsr_scale(ctx, base, count > 0 ? 1.0 / count : 0.0, 0.0, out_p);
+  return rc;
+}

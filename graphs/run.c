@@ -1,0 +1,184 @@
+/* Running arrays: collect the tasks an array's chunks need (walking inputs
+ * back until a persisted chunk or a creation task), submit them as one
+ * graph wanting the chunks, then gather or keep the result. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graphs.h"
+#include "util/npy.h"
+
+#define TSR_API __attribute__((visibility("default")))
+
+/* Depth-first over inputs with an explicit stack: lineages can be deep. */
+static int collect(tsr_array_ctx *ctx, char **keys, size_t n, tsr_graph *g)
+{
+  tsr_strmap *seen = tsr_strmap_new(n * 4);
+  size_t cap = n + 64, top = 0;
+  const char **stack = malloc(cap * sizeof *stack);
+  int rc = seen && stack ? 0 : client_fail(TSR_ENOMEM, "compute: out of memory");
+  for (size_t i = 0; i < n && rc == 0; i++) stack[top++] = keys[i];
+  while (top > 0 && rc == 0) {
+    const char *key = stack[--top];
+    size_t len = strlen(key);
+    uint64_t index;
+    if (tsr_strmap_get(seen, key, len, NULL) || tsr_strmap_get(ctx->held, key, len, NULL)) continue;
+    if (!tsr_strmap_get(ctx->task_index, key, len, &index)) {
+      rc = client_fail(TSR_EMISSING, "compute: no task produces '%s'", key);
+      break;
+    }
+    rc = tsr_strmap_put(seen, key, len, 1);
+    const graph_task *t = &ctx->tasks[index];
+    if (rc == 0) rc = tsr_graph_add(g, t->key, t->op, t->params, t->params_len, (const char *const *)t->inputs, t->n_inputs);
+    for (size_t j = 0; rc == 0 && j < t->n_inputs; j++) {
+      if (top == cap) {
+        const char **bigger = realloc(stack, 2 * cap * sizeof *stack);
+        if (bigger == NULL) rc = client_fail(TSR_ENOMEM, "compute: out of memory");
+        else stack = bigger, cap *= 2;
+      }
+      if (rc == 0) stack[top++] = t->inputs[j];
+    }
+  }
+  free(stack);
+  tsr_strmap_destroy(&seen);
+  return rc;
+}
+
+int grun_submit(tsr_array_ctx *ctx, char **keys, size_t n, int timeout_ms, tsr_future **future_p)
+{
+  tsr_graph *g = NULL;
+  tsr_future *f = NULL;
+  tsr_strmap *wanted = tsr_strmap_new(n);
+  int rc = wanted ? tsr_graph_new(&g) : client_fail(TSR_ENOMEM, "compute: out of memory");
+  if (rc == 0) rc = collect(ctx, keys, n, g);
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    if (tsr_strmap_get(wanted, keys[i], strlen(keys[i]), NULL)) continue;
+    rc = tsr_strmap_put(wanted, keys[i], strlen(keys[i]), 1);
+    if (rc == 0) rc = tsr_graph_want(g, keys[i]);
+  }
+  if (rc == 0) rc = tsr_submit(ctx->client, &g, &f);
+  if (rc == 0) rc = tsr_future_wait(f, timeout_ms);
+  if (rc == TSR_ETASK) client_fail(rc, "%s", tsr_future_error(f));
+  tsr_strmap_destroy(&wanted);
+  tsr_graph_destroy(&g);
+  if (rc != 0) {
+    tsr_future_release(&f);
+    return rc;
+  }
+  *future_p = f;
+  return 0;
+}
+
+/* Copies a gathered block into its place in the C-order whole array. */
+static void place_block(const tsr_array *a, size_t block, const void *src, char *dst)
+{
+  int64_t idx[TSR_MAX_NDIM], shape[TSR_MAX_NDIM], off[TSR_MAX_NDIM];
+  garray_index(a, block, idx);
+  garray_block_shape(a, idx, shape);
+  garray_block_offset(a, idx, off);
+  size_t esize = tsr_dtype_size(a->dtype);
+  int nd = a->ndim;
+  if (nd == 0) {
+    memcpy(dst, src, esize);
+    return;
+  }
+  size_t row_bytes = (size_t)shape[nd - 1] * esize;
+  int64_t rows = 1;
+  for (int d = 0; d < nd - 1; d++) rows *= shape[d];
+  for (int64_t r = 0; r < rows; r++) {
+    /* Global offset of this block row. */
+    int64_t rem = r, lin = 0;
+    int64_t local[TSR_MAX_NDIM];
+    for (int d = nd - 2; d >= 0; d--) {
+      local[d] = rem % shape[d];
+      rem /= shape[d];
+    }
+    for (int d = 0; d < nd - 1; d++) lin = lin * a->shape[d] + off[d] + local[d];
+    lin = lin * a->shape[nd - 1] + off[nd - 1];
+    memcpy(dst + (size_t)lin * esize, (const char *)src + (size_t)r * row_bytes, row_bytes);
+  }
+}
+
+static int gather_all(tsr_array_ctx *ctx, const tsr_array *a, char *dst, int timeout_ms)
+{
+  for (size_t b = 0; b < a->nblocks; b++) {
+    tsr_chunk *chunk = NULL;
+    int rc = tsr_gather(ctx->client, a->keys[b], timeout_ms, &chunk);
+    if (rc != 0) return rc;
+    int64_t idx[TSR_MAX_NDIM], shape[TSR_MAX_NDIM];
+    garray_index(a, b, idx);
+    garray_block_shape(a, idx, shape);
+    size_t expect = tsr_dtype_size(a->dtype);
+    for (int d = 0; d < a->ndim; d++) expect *= (size_t)shape[d];
+    if (chunk->dtype != a->dtype || chunk->nbytes != expect) {
+      tsr_chunk_destroy(&chunk);
+      return client_fail(TSR_ESHAPE, "compute: chunk '%s' has %zu bytes of %s, expected %zu of %s", a->keys[b],
+                         chunk ? chunk->nbytes : 0, gdtype_name(chunk ? chunk->dtype : 0), expect, gdtype_name(a->dtype));
+    }
+    place_block(a, b, chunk->data, dst);
+    tsr_chunk_destroy(&chunk);
+  }
+  return 0;
+}
+
+static size_t array_bytes(const tsr_array *a) { return (size_t)tsr_array_size(a) * tsr_dtype_size(a->dtype); }
+
+TSR_API int tsr_compute(tsr_array_ctx *ctx, const tsr_array *a, void *buf, size_t cap, int timeout_ms)
+{
+  if (ctx == NULL || a == NULL || buf == NULL) return client_fail(TSR_EINVAL, "compute: NULL argument");
+  if (cap < array_bytes(a))
+    return client_fail(TSR_ELIMIT, "compute: buffer of %zu bytes cannot hold %zu", cap, array_bytes(a));
+  tsr_future *f = NULL;
+  int rc = grun_submit(ctx, a->keys, a->nblocks, timeout_ms, &f);
+  if (rc == 0) rc = gather_all(ctx, a, buf, timeout_ms);
+  tsr_future_release(&f);
+  return rc;
+}
+
+TSR_API int tsr_compute_npy(tsr_array_ctx *ctx, const tsr_array *a, const char *path, int timeout_ms)
+{
+  if (path == NULL || a == NULL) return client_fail(TSR_EINVAL, "compute_npy: NULL argument");
+  size_t bytes = array_bytes(a);
+  char *buf = malloc(bytes ? bytes : 1);
+  if (buf == NULL) return client_fail(TSR_ENOMEM, "compute_npy: cannot allocate %zu bytes", bytes);
+  int rc = tsr_compute(ctx, a, buf, bytes, timeout_ms);
+  FILE *f = rc == 0 ? fopen(path, "wb") : NULL;
+  if (rc == 0 && f == NULL) rc = client_fail(TSR_EIO, "compute_npy: cannot create %s", path);
+  if (rc == 0) {
+    tsr_meta meta = {a->dtype, a->ndim, {0}};
+    memcpy(meta.shape, a->shape, sizeof meta.shape);
+    tsr_errbuf err = {{0}};
+    rc = tsr_npy_write_header(f, &meta, &err);
+    if (rc != 0) client_fail(rc, "compute_npy: %s", err.text);
+    else if (fwrite(buf, 1, bytes, f) != bytes) rc = client_fail(TSR_EIO, "compute_npy: short write to %s", path);
+  }
+  if (f != NULL && fclose(f) != 0 && rc == 0) rc = client_fail(TSR_EIO, "compute_npy: cannot close %s", path);
+  free(buf);
+  return rc;
+}
+
+TSR_API int tsr_persist(tsr_array_ctx *ctx, const tsr_array *a, int timeout_ms, tsr_array **out_p)
+{
+  if (ctx == NULL || a == NULL || out_p == NULL) return client_fail(TSR_EINVAL, "persist: NULL argument");
+  if (ctx->n_persisted == ctx->cap_persisted) {
+    size_t cap = ctx->cap_persisted ? 2 * ctx->cap_persisted : 8;
+    tsr_future **bigger = realloc(ctx->persisted, cap * sizeof *bigger);
+    if (bigger == NULL) return client_fail(TSR_ENOMEM, "persist: out of memory");
+    ctx->persisted = bigger;
+    ctx->cap_persisted = cap;
+  }
+  tsr_future *f = NULL;
+  int rc = grun_submit(ctx, a->keys, a->nblocks, timeout_ms, &f);
+  if (rc != 0) return rc;
+  ctx->persisted[ctx->n_persisted++] = f;
+  tsr_array *out = NULL;
+  rc = garray_new(ctx, "persist", a->dtype, a->ndim, a->shape, a->chunk, &out);
+  for (size_t b = 0; rc == 0 && b < a->nblocks; b++) {
+    free(out->keys[b]);
+    out->keys[b] = strdup(a->keys[b]);
+    rc = tsr_strmap_put(ctx->held, a->keys[b], strlen(a->keys[b]), 1);
+  }
+  if (rc != 0) return client_fail(rc, "persist: out of memory");
+  *out_p = out;
+  return 0;
+}

@@ -1,0 +1,107 @@
+/* tessera/array.h — chunked arrays over libtessera, like dask.array.
+ *
+ * An array is a grid of chunks; each chunk is one task of the cluster. The
+ * builders below only record tasks (nothing runs) in the array context;
+ * tsr_compute / tsr_persist submit the tasks an array needs and gather or
+ * keep the result. Chunks are regular per axis with a smaller last chunk,
+ * as in Dask: an axis of 10 with chunk 4 has chunks 4, 4, 2.
+ *
+ * Random arrays follow docs/random.md: their values depend only on the seed
+ * and the element's global index, never on the chunking.
+ *
+ * Ownership: arrays belong to their context and live until
+ * tsr_array_ctx_destroy (tsr_array_free drops one early). Builders never
+ * take ownership of their input arrays.
+ * Threading: a context and its arrays belong to one thread at a time.
+ * Errors: as in tessera.h; tsr_errmsg() says which argument was wrong. */
+#ifndef TESSERA_ARRAY_H
+#define TESSERA_ARRAY_H
+
+#include "tessera/tessera.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tsr_array_ctx tsr_array_ctx;
+typedef struct tsr_array tsr_array;
+
+/* The context records tasks for arrays computed through client (borrowed:
+ * the client must outlive the context). */
+int tsr_array_ctx_new(tsr_client *client, tsr_array_ctx **ctx_p);
+/* Releases persisted chunks and frees every array of the context. */
+void tsr_array_ctx_destroy(tsr_array_ctx **ctx_p);
+void tsr_array_free(tsr_array_ctx *ctx, tsr_array **array_p);
+
+/* ---------- metadata ---------- */
+tsr_dtype tsr_array_dtype(const tsr_array *a);
+int tsr_array_ndim(const tsr_array *a);
+/* Length of axis (0 <= axis < ndim). */
+int64_t tsr_array_dim(const tsr_array *a, int axis);
+/* Chunk size along axis (the regular size; the last may be smaller). */
+int64_t tsr_array_chunk(const tsr_array *a, int axis);
+/* Number of chunks along axis. */
+int64_t tsr_array_nchunks(const tsr_array *a, int axis);
+int64_t tsr_array_size(const tsr_array *a);    /* elements */
+/* Key of chunk at grid index idx (ndim entries); static until freed. */
+const char *tsr_array_chunk_key(const tsr_array *a, const int64_t *idx);
+
+/* ---------- creation ---------- */
+int tsr_random_uniform(tsr_array_ctx *ctx, uint64_t seed, tsr_dtype dtype, int ndim, const int64_t *shape,
+                       const int64_t *chunks, tsr_array **out_p);
+int tsr_random_normal(tsr_array_ctx *ctx, uint64_t seed, tsr_dtype dtype, int ndim, const int64_t *shape,
+                      const int64_t *chunks, tsr_array **out_p);
+/* Integers in [low, high) into an integer dtype; high - low <= 2^32. */
+int tsr_randint(tsr_array_ctx *ctx, uint64_t seed, int64_t low, int64_t high, tsr_dtype dtype, int ndim,
+                const int64_t *shape, const int64_t *chunks, tsr_array **out_p);
+int tsr_full(tsr_array_ctx *ctx, double value, tsr_dtype dtype, int ndim, const int64_t *shape,
+             const int64_t *chunks, tsr_array **out_p);
+/* Reads a .npy file (read on the workers, chunk by chunk; the file must be
+ * visible to them at the same path). The header is read here for shape and
+ * dtype. */
+int tsr_from_npy(tsr_array_ctx *ctx, const char *path, const int64_t *chunks, tsr_array **out_p);
+
+/* ---------- elementwise (same shape; chunks are unified by rechunking) ---------- */
+int tsr_add(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_array **out_p);
+int tsr_sub(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_array **out_p);
+int tsr_mul(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_array **out_p);
+int tsr_div(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_array **out_p);
+/* a * factor + offset */
+int tsr_scale(tsr_array_ctx *ctx, const tsr_array *a, double factor, double offset, tsr_array **out_p);
+int tsr_astype(tsr_array_ctx *ctx, const tsr_array *a, tsr_dtype dtype, tsr_array **out_p);
+/* Applies a named op chunk by chunk; params as for tsr_graph_add (may be
+ * NULL). The op must keep each chunk's shape; out_dtype is its dtype. */
+int tsr_map_blocks(tsr_array_ctx *ctx, const char *op, const tsr_args *params, const tsr_array *a,
+                   tsr_dtype out_dtype, tsr_array **out_p);
+
+/* ---------- structure ---------- */
+int tsr_transpose(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **out_p);
+/* Matrix product of 2-D arrays; partial products summed in a tree. Integer
+ * inputs are multiplied in double without materializing a float copy. */
+int tsr_matmul(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_array **out_p);
+/* Sum along axis, or over everything with axis = -1 (0-d result). Partial
+ * sums are combined split_every at a time (0: default 8). */
+int tsr_sum(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p);
+int tsr_mean(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p);
+int tsr_concatenate(tsr_array_ctx *ctx, const tsr_array *const *arrays, size_t n, int axis, tsr_array **out_p);
+/* New regular chunk sizes (ndim entries; -1 keeps an axis's chunks, 0 makes
+ * it one chunk). */
+int tsr_rechunk(tsr_array_ctx *ctx, const tsr_array *a, const int64_t *chunks, tsr_array **out_p);
+/* The sub-array [start, stop) along each axis (ndim entries each). */
+int tsr_slice(tsr_array_ctx *ctx, const tsr_array *a, const int64_t *start, const int64_t *stop,
+              tsr_array **out_p);
+
+/* ---------- running ---------- */
+/* Computes a and copies it, C order, into buf (cap bytes; must hold the
+ * whole array). timeout_ms -1: forever. */
+int tsr_compute(tsr_array_ctx *ctx, const tsr_array *a, void *buf, size_t cap, int timeout_ms);
+/* Computes a and writes it as a .npy file here (on the client's host). */
+int tsr_compute_npy(tsr_array_ctx *ctx, const tsr_array *a, const char *path, int timeout_ms);
+/* Computes a's chunks and keeps them on the workers; *out_p is a new array
+ * over the kept chunks (its tasks are not recomputed by later graphs). */
+int tsr_persist(tsr_array_ctx *ctx, const tsr_array *a, int timeout_ms, tsr_array **out_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
