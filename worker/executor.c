@@ -1,0 +1,276 @@
+/* The executor pool. Each thread: pop the most urgent task, run it with
+ * tsr_wtask_run(), push the task pointer to the main thread. OpenBLAS gets
+ * one thread per executor thread: the pool is the parallelism, and N pools
+ * of N BLAS threads would only fight over the cores. */
+#include "executor.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+/* OpenBLAS's own entry point; declared here to avoid pulling cblas.h (and
+ * its include path) into the worker for one function. */
+extern void openblas_set_num_threads(int num_threads);
+
+struct tsr_wexec {
+  tsr_wexec_opts opts;
+  char done_endpoint[TSR_MAX_ADDR_LEN];
+  char worker_name[TSR_MAX_NAME_LEN + 1];
+  tsr_wstore *store;
+  tsr_wqueue *queue;
+  pthread_t *threads;
+  int n_threads;           /* started */
+  atomic_uint running;
+  pthread_mutex_t exit_lock;
+  pthread_cond_t exit_cond;
+  int exited;              /* under exit_lock */
+};
+
+/* ---------- running one task ---------- */
+
+/* Gets input i from the store, or fetches it and keeps it as a replica. */
+static int resolve_input(tsr_wtask *task, size_t i, tsr_wstore *store, tsr_wfetcher *fetcher, tsr_chunk **chunk_p,
+                         tsr_errbuf *err)
+{
+  tsr_winput *in = &task->inputs[i];
+  if (tsr_wstore_get(store, in->key, chunk_p) == 0) return 0;
+  if (fetcher == NULL) return tsr_fail(err, TSR_ENOTFOUND, "'%s' is not in the store", in->key);
+  tsr_chunk_header hdr;
+  tsr_xfer_data data = {0};
+  int rc = tsr_wfetcher_get(fetcher, in->from, in->key, &hdr, &data, err);
+  if (rc != 0) return rc;
+  rc = tsr_chunk_new_xfer(store, in->key, &hdr.meta, &data, chunk_p);
+  if (rc != 0) {
+    tsr_xfer_data_release(&data);
+    return tsr_fail(err, rc, "out of memory");
+  }
+  in->fetched = true;
+  /* A stale epoch just means the copy is not kept; this task still uses it. */
+  tsr_wstore_put(store, *chunk_p, task->epoch, NULL);
+  TSR_DEBUG("task %s: fetched input '%s' (%zu bytes) from %s", task->key, in->key, (*chunk_p)->nbytes, in->from);
+  return 0;
+}
+
+static void release_inputs(tsr_chunk **chunks, size_t n)
+{
+  for (size_t i = 0; i < n; i++) tsr_chunk_unref(&chunks[i]);
+  free(chunks);
+}
+
+/* Formats "<op>: <message>" unless the kernel already led with its name. */
+static void set_erred(tsr_wtask *task, const char *text)
+{
+  size_t op_len = strlen(task->op_name);
+  task->status = TSR_WTASK_ERRED;
+  if (strncmp(text, task->op_name, op_len) == 0 && text[op_len] == ':')
+    snprintf(task->message, sizeof task->message, "%s", text);
+  else
+    snprintf(task->message, sizeof task->message, "%s: %s", task->op_name, text);
+}
+
+/* Stores the kernel's output under the task's key; sets the result. */
+static void keep_output(tsr_wtask *task, tsr_wstore *store, tsr_buf *out)
+{
+  tsr_chunk *chunk;
+  if (tsr_chunk_new_malloc(store, task->key, &out->meta, out->data, out->nbytes, &chunk) != 0) {
+    free(out->data);
+    set_erred(task, "out of memory storing the output");
+    return;
+  }
+  if (tsr_wstore_put(store, chunk, task->epoch, &task->cancelled) != 0) {
+    task->status = TSR_WTASK_CANCELLED;
+  } else {
+    task->status = TSR_WTASK_DONE;
+    task->out_meta = chunk->meta;
+    task->out_nbytes = chunk->nbytes;
+  }
+  tsr_chunk_unref(&chunk);
+}
+
+static void run_op(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunks)
+{
+  size_t n = task->n_inputs;
+  tsr_buf *in = n ? calloc(n, sizeof *in) : NULL;
+  if (n && in == NULL) {
+    set_erred(task, "out of memory");
+    return;
+  }
+  for (size_t i = 0; i < n; i++) in[i] = (tsr_buf){chunks[i]->meta, chunks[i]->data, chunks[i]->nbytes};
+  tsr_errbuf err = {{0}};
+  tsr_buf out = {0};
+  uint64_t t0 = tsr_now_us();
+  int rc = tsr_op_run_cpu(task->op, &task->params, in, (int)n, &out, &err);
+  task->duration_us = tsr_now_us() - t0;
+  free(in);
+  if (rc != 0) {
+    set_erred(task, err.text[0] ? err.text : tsr_strerror(rc));
+    return;
+  }
+  keep_output(task, store, &out);
+}
+
+void tsr_wtask_run(tsr_wtask *task, tsr_wstore *store, tsr_wfetcher *fetcher, const char *worker_name)
+{
+  if (atomic_load(&task->cancelled)) {
+    task->status = TSR_WTASK_CANCELLED;
+    return;
+  }
+  if (task->op == NULL) {
+    task->status = TSR_WTASK_ERRED;
+    snprintf(task->message, sizeof task->message, "unknown op '%s' on worker %s", task->op_name, worker_name);
+    return;
+  }
+  tsr_chunk **chunks = task->n_inputs ? calloc(task->n_inputs, sizeof *chunks) : NULL;
+  if (task->n_inputs && chunks == NULL) {
+    set_erred(task, "out of memory");
+    return;
+  }
+  for (size_t i = 0; i < task->n_inputs; i++) {
+    tsr_errbuf err = {{0}};
+    if (resolve_input(task, i, store, fetcher, &chunks[i], &err) != 0) {
+      TSR_WARN("task %s: input '%s' from %s is missing: %s", task->key, task->inputs[i].key,
+               task->inputs[i].from, err.text);
+      task->status = TSR_WTASK_MISSING;
+      task->missing_input = i;
+      release_inputs(chunks, task->n_inputs);
+      return;
+    }
+  }
+  run_op(task, store, chunks);
+  release_inputs(chunks, task->n_inputs);
+}
+
+/* ---------- the threads ---------- */
+
+static void thread_exited(tsr_wexec *exec)
+{
+  pthread_mutex_lock(&exec->exit_lock);
+  exec->exited++;
+  pthread_cond_broadcast(&exec->exit_cond);
+  pthread_mutex_unlock(&exec->exit_lock);
+}
+
+/* Hands a finished task to the main thread; frees it when the main thread
+ * is gone (shutdown), since nobody else would. */
+static void send_done(void *push, tsr_wtask *task)
+{
+  if (push != NULL && zmq_send(push, &task, sizeof task, ZMQ_DONTWAIT) == (int)sizeof task) return;
+  tsr_wtask_free(&task);
+}
+
+static void *thread_main(void *arg)
+{
+  tsr_wexec *exec = arg;
+  openblas_set_num_threads(1);
+  void *push = zmq_socket(exec->opts.zctx, ZMQ_PUSH);
+  if (push != NULL) {
+    tsr_net_socket_defaults(push);
+    if (zmq_connect(push, exec->done_endpoint) != 0) {
+      TSR_ERROR("executor: cannot connect %s: %s", exec->done_endpoint, zmq_strerror(zmq_errno()));
+      zmq_close(push);
+      push = NULL;
+    }
+  }
+  tsr_wfetcher fetcher;
+  tsr_wfetcher_init(&fetcher, exec->opts.zctx, exec->opts.fetch_timeout_ms);
+  tsr_wtask *task;
+  while ((task = tsr_wqueue_pop(exec->queue)) != NULL) {
+    atomic_fetch_add(&exec->running, 1);
+    tsr_wtask_run(task, exec->store, &fetcher, exec->worker_name);
+    atomic_fetch_sub(&exec->running, 1);
+    send_done(push, task);
+  }
+  tsr_wfetcher_close(&fetcher);
+  if (push != NULL) zmq_close(push);
+  thread_exited(exec);
+  return NULL;
+}
+
+static void exec_free(tsr_wexec *exec)
+{
+  tsr_wqueue_destroy(&exec->queue);
+  pthread_cond_destroy(&exec->exit_cond);
+  pthread_mutex_destroy(&exec->exit_lock);
+  free(exec->threads);
+  free(exec);
+}
+
+int tsr_wexec_start(const tsr_wexec_opts *opts, tsr_wstore *store, tsr_wexec **exec_p, tsr_errbuf *err)
+{
+  tsr_wexec *exec = calloc(1, sizeof *exec);
+  if (exec == NULL) return tsr_fail(err, TSR_ENOMEM, "out of memory");
+  exec->opts = *opts;
+  snprintf(exec->done_endpoint, sizeof exec->done_endpoint, "%s", opts->done_endpoint);
+  snprintf(exec->worker_name, sizeof exec->worker_name, "%s", opts->worker_name);
+  exec->opts.done_endpoint = exec->done_endpoint;
+  exec->opts.worker_name = exec->worker_name;
+  exec->store = store;
+  atomic_init(&exec->running, 0);
+  pthread_mutex_init(&exec->exit_lock, NULL);
+  pthread_cond_init(&exec->exit_cond, NULL);
+  exec->queue = tsr_wqueue_new();
+  exec->threads = calloc((size_t)(opts->threads > 0 ? opts->threads : 1), sizeof *exec->threads);
+  if (exec->queue == NULL || exec->threads == NULL) {
+    exec_free(exec);
+    return tsr_fail(err, TSR_ENOMEM, "out of memory");
+  }
+  for (int i = 0; i < opts->threads; i++) {
+    int rc = pthread_create(&exec->threads[i], NULL, thread_main, exec);
+    if (rc != 0) {
+      tsr_fail(err, TSR_EINTERNAL, "cannot start executor thread %d: %s", i, strerror(rc));
+      tsr_wexec_stop(&exec, -1);
+      return TSR_EINTERNAL;
+    }
+    exec->n_threads++;
+  }
+  *exec_p = exec;
+  return 0;
+}
+
+int tsr_wexec_submit(tsr_wexec *exec, tsr_wtask *task) { return tsr_wqueue_push(exec->queue, task); }
+unsigned tsr_wexec_running(const tsr_wexec *exec) { return atomic_load(&exec->running); }
+size_t tsr_wexec_queued(tsr_wexec *exec) { return tsr_wqueue_length(exec->queue); }
+
+/* Waits until every started thread has left its loop, at most timeout_ms
+ * (negative: forever). Returns true when they all have. */
+static bool wait_exited(tsr_wexec *exec, int timeout_ms)
+{
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += timeout_ms / 1000;
+  deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&exec->exit_lock);
+  int rc = 0;
+  while (exec->exited < exec->n_threads && rc != ETIMEDOUT) {
+    if (timeout_ms < 0)
+      pthread_cond_wait(&exec->exit_cond, &exec->exit_lock);
+    else
+      rc = pthread_cond_timedwait(&exec->exit_cond, &exec->exit_lock, &deadline);
+  }
+  bool all = exec->exited >= exec->n_threads;
+  pthread_mutex_unlock(&exec->exit_lock);
+  return all;
+}
+
+int tsr_wexec_stop(tsr_wexec **exec_p, int timeout_ms)
+{
+  if (exec_p == NULL || *exec_p == NULL) return 0;
+  tsr_wexec *exec = *exec_p;
+  *exec_p = NULL;
+  tsr_wqueue_close(exec->queue);
+  if (!wait_exited(exec, timeout_ms)) {
+    TSR_WARN("executor: %u task(s) still running at shutdown; not waiting for them", tsr_wexec_running(exec));
+    return TSR_ETIMEDOUT;
+  }
+  for (int i = 0; i < exec->n_threads; i++) pthread_join(exec->threads[i], NULL);
+  exec_free(exec);
+  return 0;
+}

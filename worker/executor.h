@@ -1,0 +1,59 @@
+/* worker/executor — the executor pool: N threads that take tasks from the
+ * priority queue, resolve their inputs (local store, else fetched from the
+ * `from` peer and kept in the store as a replica), run the op on the CPU,
+ * put the output in the store, and hand the finished task back to the main
+ * thread.
+ *
+ * Completions travel over inproc PUSH/PULL: each executor thread owns a
+ * PUSH socket connected to `done_endpoint` (which the main thread has
+ * bound as a PULL before starting the pool) and sends the task pointer as
+ * one frame of sizeof(tsr_wtask *) bytes. The executor never touches the
+ * scheduler socket; the main thread reports and frees the task.
+ *
+ * Threading: start/submit/stop from the main thread; the counters from any
+ * thread. */
+#ifndef TSR_WORKER_EXECUTOR_H
+#define TSR_WORKER_EXECUTOR_H
+
+#include <stdint.h>
+
+#include "fetch.h"
+#include "store.h"
+#include "task.h"
+
+typedef struct tsr_wexec tsr_wexec;
+
+typedef struct tsr_wexec_opts {
+  int threads;                 /* >= 1 */
+  void *zctx;                  /* the process's ZeroMQ context */
+  const char *done_endpoint;   /* inproc endpoint the main thread pulls from */
+  const char *worker_name;     /* named in "unknown op" messages */
+  int fetch_timeout_ms;        /* per input fetch */
+} tsr_wexec_opts;
+
+/* Starts the threads. 0, or TSR_ENOMEM / TSR_EINTERNAL with a message (no
+ * thread is left running then). The store must outlive the pool. */
+int tsr_wexec_start(const tsr_wexec_opts *opts, tsr_wstore *store, tsr_wexec **exec_p, tsr_errbuf *err);
+/* Queues a task (the pool takes it). 0 or TSR_ENOMEM (caller keeps it). */
+int tsr_wexec_submit(tsr_wexec *exec, tsr_wtask *task);
+/* Tasks executing right now / waiting in the queue. */
+unsigned tsr_wexec_running(const tsr_wexec *exec);
+size_t tsr_wexec_queued(tsr_wexec *exec);
+/* Stops taking tasks, waits up to timeout_ms for the running ones, then
+ * joins the threads and frees the pool (tasks still queued are freed
+ * unreported). Returns 0, or TSR_ETIMEDOUT when some thread is still busy:
+ * the pool is then abandoned (not freed), and the caller must not destroy
+ * the store or the ZeroMQ context; it should exit the process. Sets
+ * *exec_p to NULL either way. */
+int tsr_wexec_stop(tsr_wexec **exec_p, int timeout_ms);
+
+/* Runs one task to completion on the calling thread and fills its result
+ * fields (status, out_meta/out_nbytes/duration_us, message, missing_input).
+ * fetcher may be NULL: inputs not in the store are then missing. The
+ * output, on success, is in the store under task->key (unless the task was
+ * cancelled or its epoch is stale: status TSR_WTASK_CANCELLED). This is the
+ * body of every executor thread, exposed so tests can run tasks without
+ * threads or sockets. */
+void tsr_wtask_run(tsr_wtask *task, tsr_wstore *store, tsr_wfetcher *fetcher, const char *worker_name);
+
+#endif

@@ -1,0 +1,46 @@
+/* Fetching with a per-thread connection cache: an LRU of at most
+ * TSR_WFETCH_SLOTS DEALERs, one per peer address. */
+#include "fetch.h"
+
+#include <string.h>
+
+void tsr_wfetcher_init(tsr_wfetcher *f, void *zctx, int timeout_ms)
+{
+  memset(f, 0, sizeof *f);
+  f->zctx = zctx;
+  f->timeout_ms = timeout_ms;
+}
+
+void tsr_wfetcher_close(tsr_wfetcher *f)
+{
+  for (int i = 0; i < TSR_WFETCH_SLOTS; i++) tsr_xfer_close(&f->slot[i].conn);
+}
+
+/* Returns the slot connected to address, opening one (evicting the least
+ * recently used) when needed; -1 with err set when it cannot connect. */
+static int slot_for(tsr_wfetcher *f, const char *address, tsr_errbuf *err)
+{
+  int victim = 0;
+  for (int i = 0; i < TSR_WFETCH_SLOTS; i++) {
+    tsr_xfer_conn *conn = f->slot[i].conn;
+    if (conn != NULL && strcmp(tsr_xfer_address(conn), address) == 0) return i;
+    if (conn == NULL || (f->slot[victim].conn != NULL && f->slot[i].used < f->slot[victim].used)) victim = i;
+  }
+  tsr_xfer_close(&f->slot[victim].conn);
+  if (tsr_xfer_open(f->zctx, address, &f->slot[victim].conn, err) != 0) return -1;
+  return victim;
+}
+
+int tsr_wfetcher_get(tsr_wfetcher *f, const char *address, const char *key, tsr_chunk_header *hdr,
+                     tsr_xfer_data *out, tsr_errbuf *err)
+{
+  if (address[0] == '\0') return tsr_fail(err, TSR_ECONN, "no address to fetch '%s' from", key);
+  int i = slot_for(f, address, err);
+  if (i < 0) return TSR_ECONN;
+  f->slot[i].used = ++f->tick;
+  int rc = tsr_xfer_get(f->slot[i].conn, key, f->timeout_ms, hdr, out, err);
+  /* After a timeout the reply may still arrive; after a send/receive error
+   * the socket's state is unknown. Either way, start afresh next time. */
+  if (rc == TSR_ETIMEDOUT || rc == TSR_ECONN) tsr_xfer_close(&f->slot[i].conn);
+  return rc;
+}

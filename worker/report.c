@@ -1,0 +1,86 @@
+/* What the worker tells the scheduler (docs/protocol.md, "Worker ->
+ * scheduler"), each message appended to the iteration's outbound batch. */
+#include <unistd.h>
+
+#include "kernels.h"
+#include "worker_int.h"
+
+void tsr_report_hello(tsr_worker *w)
+{
+  msgpack_packer *pk = &w->out.pk;
+  tsr_wbuf_begin(&w->out, "hello", 10);
+  tsr_pack_kv_uint(pk, "proto", TSR_PROTOCOL_VERSION);
+  tsr_pack_kv_str(pk, "role", "worker");
+  tsr_pack_kv_str(pk, "name", w->opts.name);
+  tsr_pack_kv_uint(pk, "pid", (uint64_t)getpid());
+  tsr_pack_kv_uint(pk, "threads", (uint64_t)w->opts.threads);
+  tsr_pack_kv_uint(pk, "memory_limit", w->opts.memory_limit);
+  tsr_pack_kv_str(pk, "data_address", tsr_xfer_server_address(w->server));
+  tsr_pack_kv_str(pk, "device", "cpu");
+  tsr_pack_str(pk, "ops");
+  size_t n = tsr_op_count();
+  msgpack_pack_array(pk, n);
+  for (size_t i = 0; i < n; i++) tsr_pack_str(pk, tsr_op_at(i)->name);
+}
+
+void tsr_report_heartbeat(tsr_worker *w)
+{
+  msgpack_packer *pk = &w->out.pk;
+  tsr_wbuf_begin(&w->out, "heartbeat", 5);
+  tsr_pack_kv_uint(pk, "memory_used", tsr_wstore_bytes(w->store));
+  tsr_pack_kv_uint(pk, "tasks_running", w->exec ? tsr_wexec_running(w->exec) : 0);
+  tsr_pack_kv_uint(pk, "tasks_done", w->tasks_done);
+  tsr_pack_kv_uint(pk, "chunks", tsr_wstore_count(w->store));
+}
+
+static void report_done(tsr_worker *w, const tsr_wtask *task)
+{
+  msgpack_packer *pk = &w->out.pk;
+  tsr_wbuf_begin(&w->out, "task_done", 7);
+  tsr_pack_kv_uint(pk, "id", task->id);
+  tsr_pack_kv_str(pk, "key", task->key);
+  tsr_pack_kv_uint(pk, "nbytes", task->out_nbytes);
+  tsr_pack_meta(pk, &task->out_meta);
+  tsr_pack_kv_uint(pk, "duration_us", task->duration_us);
+}
+
+static void report_missing(tsr_worker *w, const tsr_wtask *task)
+{
+  const tsr_winput *in = &task->inputs[task->missing_input];
+  msgpack_packer *pk = &w->out.pk;
+  tsr_wbuf_begin(&w->out, "missing_input", 5);
+  tsr_pack_kv_uint(pk, "id", task->id);
+  tsr_pack_kv_str(pk, "key", task->key);
+  tsr_pack_kv_str(pk, "input", in->key);
+  tsr_pack_kv_str(pk, "from", in->from);
+}
+
+void tsr_report_task_erred(tsr_worker *w, uint64_t id, const char *key, const char *message)
+{
+  msgpack_packer *pk = &w->out.pk;
+  tsr_wbuf_begin(&w->out, "task_erred", 4);
+  tsr_pack_kv_uint(pk, "id", id);
+  tsr_pack_kv_str(pk, "key", key);
+  tsr_pack_kv_str(pk, "message", message);
+}
+
+void tsr_report_task(tsr_worker *w, const tsr_wtask *task)
+{
+  switch (task->status) {
+  case TSR_WTASK_DONE: report_done(w, task); break;
+  case TSR_WTASK_ERRED: tsr_report_task_erred(w, task->id, task->key, task->message); break;
+  case TSR_WTASK_MISSING: report_missing(w, task); break;
+  default: break;
+  }
+}
+
+void tsr_report_error(tsr_worker *w, int code, const char *message, const char *ref)
+{
+  msgpack_packer *pk = &w->out.pk;
+  tsr_wbuf_begin(&w->out, "error", ref ? 4 : 3);
+  tsr_pack_kv_int(pk, "code", code);
+  tsr_pack_kv_str(pk, "message", message);
+  if (ref) tsr_pack_kv_str(pk, "ref", ref);
+}
+
+void tsr_report_goodbye(tsr_worker *w) { tsr_wbuf_begin(&w->out, "goodbye", 1); }

@@ -1,0 +1,279 @@
+/* The chunk store: a tsr_strmap (key -> tsr_chunk *) behind one mutex, and
+ * refcounted chunks whose bytes are freed by the last reference, wherever it
+ * is dropped. The accounting counters are atomics so the last unref (maybe
+ * on ZeroMQ's I/O thread) never needs the store's lock. */
+#include "store.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wire/wire.h"
+
+struct tsr_wstore {
+  pthread_mutex_t lock;
+  tsr_strmap *map;          /* key -> tsr_chunk *, one reference each; under lock */
+  uint64_t epoch;           /* under lock */
+  uint64_t memory_limit;
+  atomic_uint_fast64_t bytes;
+  atomic_uint_fast64_t live;
+  atomic_bool warned_limit;
+};
+
+tsr_wstore *tsr_wstore_new(uint64_t memory_limit)
+{
+  tsr_wstore *store = calloc(1, sizeof *store);
+  if (store == NULL) return NULL;
+  store->map = tsr_strmap_new(1024);
+  if (store->map == NULL) {
+    free(store);
+    return NULL;
+  }
+  pthread_mutex_init(&store->lock, NULL);
+  store->epoch = 1;
+  store->memory_limit = memory_limit;
+  atomic_init(&store->bytes, 0);
+  atomic_init(&store->live, 0);
+  atomic_init(&store->warned_limit, false);
+  return store;
+}
+
+static void unref_entry(void *arg, const char *key, size_t key_len, uint64_t value)
+{
+  (void)arg, (void)key, (void)key_len;
+  tsr_chunk *chunk = (tsr_chunk *)(uintptr_t)value;
+  tsr_chunk_unref(&chunk);
+}
+
+void tsr_wstore_destroy(tsr_wstore **store_p)
+{
+  if (store_p == NULL || *store_p == NULL) return;
+  tsr_wstore *store = *store_p;
+  tsr_strmap_each(store->map, unref_entry, NULL);
+  tsr_strmap_destroy(&store->map);
+  uint64_t live = atomic_load(&store->live);
+  if (live != 0) TSR_ERROR("chunk store destroyed with %llu chunks still referenced", (unsigned long long)live);
+  pthread_mutex_destroy(&store->lock);
+  free(store);
+  *store_p = NULL;
+}
+
+/* Counts a new chunk in; warns once when the limit is first exceeded. */
+static void account_add(tsr_wstore *store, size_t nbytes)
+{
+  uint64_t now = atomic_fetch_add(&store->bytes, nbytes) + nbytes;
+  atomic_fetch_add(&store->live, 1);
+  if (store->memory_limit == 0 || now <= store->memory_limit) return;
+  if (atomic_exchange(&store->warned_limit, true)) return;
+  char held[32], limit[32];
+  TSR_WARN("chunk store holds %s, over the memory limit of %s (not enforced yet; logged once)",
+           tsr_format_bytes(now, held, sizeof held), tsr_format_bytes(store->memory_limit, limit, sizeof limit));
+}
+
+static int chunk_alloc(tsr_wstore *store, const char *key, const tsr_meta *meta, tsr_chunk **chunk_p)
+{
+  size_t key_len = strlen(key);
+  if (key_len == 0 || key_len > TSR_MAX_KEY_LEN) return TSR_EINVAL;
+  tsr_chunk *chunk = calloc(1, sizeof *chunk);
+  if (chunk == NULL) return TSR_ENOMEM;
+  chunk->key = malloc(key_len + 1);
+  if (chunk->key == NULL) {
+    free(chunk);
+    return TSR_ENOMEM;
+  }
+  memcpy(chunk->key, key, key_len + 1);
+  chunk->meta = *meta;
+  chunk->store = store;
+  atomic_init(&chunk->refs, 1);
+  *chunk_p = chunk;
+  return 0;
+}
+
+int tsr_chunk_new_malloc(tsr_wstore *store, const char *key, const tsr_meta *meta, void *data, size_t nbytes,
+                         tsr_chunk **chunk_p)
+{
+  tsr_chunk *chunk;
+  int rc = chunk_alloc(store, key, meta, &chunk);
+  if (rc != 0) return rc;
+  chunk->owner = TSR_CHUNK_MALLOC;
+  chunk->data = data;
+  chunk->nbytes = nbytes;
+  account_add(store, nbytes);
+  *chunk_p = chunk;
+  return 0;
+}
+
+int tsr_chunk_new_xfer(tsr_wstore *store, const char *key, const tsr_meta *meta, tsr_xfer_data *xfer,
+                       tsr_chunk **chunk_p)
+{
+  tsr_chunk *chunk;
+  int rc = chunk_alloc(store, key, meta, &chunk);
+  if (rc != 0) return rc;
+  chunk->owner = TSR_CHUNK_XFER;
+  chunk->xfer = *xfer;
+  chunk->data = xfer->data;
+  chunk->nbytes = xfer->nbytes;
+  chunk->replica = true;
+  memset(xfer, 0, sizeof *xfer);
+  account_add(store, chunk->nbytes);
+  *chunk_p = chunk;
+  return 0;
+}
+
+tsr_chunk *tsr_chunk_ref(tsr_chunk *chunk)
+{
+  atomic_fetch_add_explicit(&chunk->refs, 1, memory_order_relaxed);
+  return chunk;
+}
+
+void tsr_chunk_unref(tsr_chunk **chunk_p)
+{
+  if (chunk_p == NULL || *chunk_p == NULL) return;
+  tsr_chunk *chunk = *chunk_p;
+  *chunk_p = NULL;
+  /* acq_rel: the freeing thread must see every write made under the other
+   * references (the usual refcount pairing). */
+  if (atomic_fetch_sub_explicit(&chunk->refs, 1, memory_order_acq_rel) != 1) return;
+  tsr_wstore *store = chunk->store;
+  size_t nbytes = chunk->nbytes;
+  if (chunk->owner == TSR_CHUNK_XFER)
+    tsr_xfer_data_release(&chunk->xfer);
+  else
+    free(chunk->data);
+  free(chunk->key);
+  free(chunk);
+  atomic_fetch_sub(&store->bytes, nbytes);
+  atomic_fetch_sub(&store->live, 1);
+}
+
+/* Replaces the map's entry for chunk->key; the old chunk's reference is
+ * handed back in *old_p so it is dropped outside the lock. */
+static int map_replace(tsr_wstore *store, tsr_chunk *chunk, tsr_chunk **old_p)
+{
+  size_t len = strlen(chunk->key);
+  uint64_t value;
+  *old_p = tsr_strmap_get(store->map, chunk->key, len, &value) ? (tsr_chunk *)(uintptr_t)value : NULL;
+  int rc = tsr_strmap_put(store->map, chunk->key, len, (uint64_t)(uintptr_t)chunk);
+  if (rc != 0) *old_p = NULL;
+  return rc;
+}
+
+int tsr_wstore_put(tsr_wstore *store, tsr_chunk *chunk, uint64_t epoch, const atomic_bool *cancelled)
+{
+  tsr_chunk *old = NULL;
+  int rc;
+  tsr_chunk_ref(chunk);
+  pthread_mutex_lock(&store->lock);
+  if (epoch != store->epoch || (cancelled != NULL && atomic_load(cancelled)))
+    rc = TSR_ECANCELED;
+  else
+    rc = map_replace(store, chunk, &old);
+  pthread_mutex_unlock(&store->lock);
+  if (rc != 0) tsr_chunk_unref(&chunk);
+  tsr_chunk_unref(&old);
+  return rc;
+}
+
+int tsr_wstore_get(tsr_wstore *store, const char *key, tsr_chunk **chunk_p)
+{
+  uint64_t value;
+  pthread_mutex_lock(&store->lock);
+  bool found = tsr_strmap_get(store->map, key, strlen(key), &value);
+  tsr_chunk *chunk = found ? tsr_chunk_ref((tsr_chunk *)(uintptr_t)value) : NULL;
+  pthread_mutex_unlock(&store->lock);
+  if (!found) return TSR_ENOTFOUND;
+  *chunk_p = chunk;
+  return 0;
+}
+
+bool tsr_wstore_has(tsr_wstore *store, const char *key)
+{
+  uint64_t value;
+  pthread_mutex_lock(&store->lock);
+  bool found = tsr_strmap_get(store->map, key, strlen(key), &value);
+  pthread_mutex_unlock(&store->lock);
+  return found;
+}
+
+static bool del_if(tsr_wstore *store, const char *key, bool only_replica)
+{
+  size_t len = strlen(key);
+  uint64_t value;
+  tsr_chunk *chunk = NULL;
+  pthread_mutex_lock(&store->lock);
+  if (tsr_strmap_get(store->map, key, len, &value)) {
+    chunk = (tsr_chunk *)(uintptr_t)value;
+    if (only_replica && !chunk->replica)
+      chunk = NULL;
+    else
+      tsr_strmap_del(store->map, key, len);
+  }
+  pthread_mutex_unlock(&store->lock);
+  bool found = chunk != NULL;
+  tsr_chunk_unref(&chunk);
+  return found;
+}
+
+bool tsr_wstore_del(tsr_wstore *store, const char *key) { return del_if(store, key, false); }
+bool tsr_wstore_del_replica(tsr_wstore *store, const char *key) { return del_if(store, key, true); }
+
+uint64_t tsr_wstore_clear(tsr_wstore *store)
+{
+  /* Swap in an empty map and drop the old one's references outside the
+   * lock. Without memory for an empty map the worker cannot go on coherently
+   * (it would keep chunks the scheduler believes gone). */
+  tsr_strmap *old = tsr_strmap_new(1024);
+  if (old == NULL) {
+    TSR_ERROR("out of memory while clearing the chunk store");
+    abort();
+  }
+  pthread_mutex_lock(&store->lock);
+  tsr_strmap *swap = store->map;
+  store->map = old;
+  old = swap;
+  uint64_t epoch = ++store->epoch;
+  pthread_mutex_unlock(&store->lock);
+  tsr_strmap_each(old, unref_entry, NULL);
+  tsr_strmap_destroy(&old);
+  return epoch;
+}
+
+uint64_t tsr_wstore_epoch(tsr_wstore *store)
+{
+  pthread_mutex_lock(&store->lock);
+  uint64_t epoch = store->epoch;
+  pthread_mutex_unlock(&store->lock);
+  return epoch;
+}
+
+uint64_t tsr_wstore_bytes(const tsr_wstore *store) { return atomic_load(&store->bytes); }
+uint64_t tsr_wstore_live_chunks(const tsr_wstore *store) { return atomic_load(&store->live); }
+uint64_t tsr_wstore_memory_limit(const tsr_wstore *store) { return store->memory_limit; }
+
+size_t tsr_wstore_count(tsr_wstore *store)
+{
+  pthread_mutex_lock(&store->lock);
+  size_t n = tsr_strmap_count(store->map);
+  pthread_mutex_unlock(&store->lock);
+  return n;
+}
+
+/* ZeroMQ's free callback for served bytes: drops the server's reference. */
+static void xfer_release(void *data, void *hint)
+{
+  (void)data;
+  tsr_chunk *chunk = hint;
+  tsr_chunk_unref(&chunk);
+}
+
+int tsr_wstore_xfer_lookup(void *arg, const char *key, tsr_xfer_chunk *out)
+{
+  tsr_chunk *chunk;
+  if (tsr_wstore_get(arg, key, &chunk) != 0) return TSR_ENOTFOUND;
+  out->meta = chunk->meta;
+  out->data = chunk->data;
+  out->nbytes = chunk->nbytes;
+  out->release = xfer_release;
+  out->hint = chunk;
+  return 0;
+}

@@ -1,0 +1,112 @@
+/* worker/store — the worker's chunk store: key -> refcounted chunk.
+ *
+ * A chunk is immutable once created: its key, metadata and bytes never
+ * change, so any thread holding a reference may read it without a lock.
+ * Its lifetime is its reference count alone. The store's map holds one
+ * reference; every reader (a running task, the data-plane server while
+ * ZeroMQ sends the bytes) holds its own. Dropping a key from the map (free,
+ * replace, reconnect) therefore never frees bytes that are still being read:
+ * they go when the last reference does.
+ *
+ * Memory accounting counts every live chunk (in the map or not), because
+ * that is what the process really holds; `chunks` counts map entries.
+ *
+ * Epochs: the main thread bumps the epoch when it drops everything after a
+ * reconnect. A put carries the epoch its task was started under and is
+ * refused when it is stale, so a task that was running across a reconnect
+ * cannot leave a chunk the new scheduler session does not know about.
+ *
+ * Threading: every function may be called from any thread. A chunk's last
+ * unref may run on ZeroMQ's I/O thread (the xfer release callback): freeing
+ * a chunk therefore touches host memory and atomics only, never a lock of
+ * this store, never a ZeroMQ socket. The store must outlive its chunks:
+ * destroy it only after the ZeroMQ context is terminated and the executor
+ * threads are joined. */
+#ifndef TSR_WORKER_STORE_H
+#define TSR_WORKER_STORE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "net/net.h"
+#include "util/util.h"
+
+typedef struct tsr_wstore tsr_wstore;
+
+/* How a chunk's bytes are freed. */
+typedef enum {
+  TSR_CHUNK_MALLOC = 1,  /* free(data): kernel outputs */
+  TSR_CHUNK_XFER,        /* tsr_xfer_data_release(): bytes received from a peer */
+} tsr_chunk_owner;
+
+typedef struct tsr_chunk {
+  char *key;             /* NUL-terminated, owned */
+  tsr_meta meta;
+  void *data;            /* nbytes bytes, C order; may be NULL when nbytes is 0 */
+  size_t nbytes;
+  atomic_uint refs;
+  tsr_chunk_owner owner;
+  tsr_xfer_data xfer;    /* TSR_CHUNK_XFER only */
+  bool replica;          /* fetched from a peer, not computed here */
+  tsr_wstore *store;     /* for the byte accounting */
+} tsr_chunk;
+
+/* A store with an optional memory limit (0 = none; exceeding it is only
+ * logged, once, for now). NULL on ENOMEM. */
+tsr_wstore *tsr_wstore_new(uint64_t memory_limit);
+/* Drops the map's references and frees the store. NULL is a no-op. Chunks
+ * still referenced elsewhere at that point are a bug and are logged. */
+void tsr_wstore_destroy(tsr_wstore **store_p);
+
+/* Wraps kernel output (malloc'd, freed with free()). On success the chunk
+ * owns data and *chunk_p holds its one reference; on error the caller still
+ * owns data. 0, TSR_ENOMEM or TSR_EINVAL (key too long). */
+int tsr_chunk_new_malloc(tsr_wstore *store, const char *key, const tsr_meta *meta, void *data, size_t nbytes,
+                         tsr_chunk **chunk_p);
+/* Wraps received bytes. On success takes *xfer (zeroing it) and marks the
+ * chunk a replica; on error the caller still owns *xfer. */
+int tsr_chunk_new_xfer(tsr_wstore *store, const char *key, const tsr_meta *meta, tsr_xfer_data *xfer,
+                       tsr_chunk **chunk_p);
+/* Adds a reference; returns chunk. */
+tsr_chunk *tsr_chunk_ref(tsr_chunk *chunk);
+/* Drops the caller's reference and NULLs *chunk_p; frees at zero. NULL and
+ * *NULL are no-ops. Safe on any thread, lock-free. */
+void tsr_chunk_unref(tsr_chunk **chunk_p);
+
+/* Inserts chunk under its key with a new reference held by the map,
+ * replacing (and unreferencing) any chunk there before. Refused with
+ * TSR_ECANCELED, without touching the map, when epoch is not the store's
+ * current epoch or when *cancelled (may be NULL) is true at the moment of
+ * insertion; both are checked under the store's lock, so a concurrent
+ * tsr_wstore_clear() or a "cancel, then delete" sequence on another thread
+ * can never be overtaken. 0 on success, or TSR_ENOMEM. The caller keeps its
+ * own reference either way. */
+int tsr_wstore_put(tsr_wstore *store, tsr_chunk *chunk, uint64_t epoch, const atomic_bool *cancelled);
+/* Returns 0 and a new reference in *chunk_p, or TSR_ENOTFOUND. */
+int tsr_wstore_get(tsr_wstore *store, const char *key, tsr_chunk **chunk_p);
+bool tsr_wstore_has(tsr_wstore *store, const char *key);
+/* Drops key from the map (readers keep their references). Returns true when
+ * it was there. */
+bool tsr_wstore_del(tsr_wstore *store, const char *key);
+/* Same, but only when the chunk held under key is a replica. */
+bool tsr_wstore_del_replica(tsr_wstore *store, const char *key);
+/* Drops every key and starts a new epoch, which it returns. */
+uint64_t tsr_wstore_clear(tsr_wstore *store);
+uint64_t tsr_wstore_epoch(tsr_wstore *store);
+
+/* Bytes held by live chunks (in the map or still referenced elsewhere). */
+uint64_t tsr_wstore_bytes(const tsr_wstore *store);
+/* Number of keys in the map. */
+size_t tsr_wstore_count(tsr_wstore *store);
+/* Live chunk objects (in the map or not); for tests and leak checks. */
+uint64_t tsr_wstore_live_chunks(const tsr_wstore *store);
+uint64_t tsr_wstore_memory_limit(const tsr_wstore *store);
+
+/* The data-plane server's lookup (tsr_xfer_lookup_fn with arg = store):
+ * returns a new reference that the server drops through chunk->release,
+ * possibly on ZeroMQ's I/O thread. 0 or TSR_ENOTFOUND. */
+int tsr_wstore_xfer_lookup(void *store, const char *key, tsr_xfer_chunk *chunk);
+
+#endif

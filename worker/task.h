@@ -1,0 +1,93 @@
+/* worker/task — one `compute` of the scheduler as the worker holds it, its
+ * decoding from the wire, and the priority queue the executor threads take
+ * tasks from.
+ *
+ * Life of a task: the main thread decodes it (params included, so executor
+ * threads never see msgpack), pushes it into the queue and remembers it in
+ * its pending map; an executor thread pops it, runs it, fills the result
+ * fields and hands the pointer back to the main thread over its inproc
+ * PUSH socket; the main thread reports the result and frees the task. So a
+ * task is touched by one thread at a time, except `cancelled`, which the
+ * main thread may set while an executor thread runs it. */
+#ifndef TSR_WORKER_TASK_H
+#define TSR_WORKER_TASK_H
+
+#include <msgpack.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "util/util.h"
+#include "wire/wire.h"
+
+typedef struct tsr_winput {
+  char *key;              /* owned, NUL-terminated */
+  char *from;             /* data address of a holder; owned */
+  uint64_t nbytes;        /* as the scheduler announced it */
+  bool fetched;           /* set by the executor: fetched from `from`, not local */
+} tsr_winput;
+
+typedef enum {
+  TSR_WTASK_PENDING = 0,
+  TSR_WTASK_DONE,         /* out_meta, out_nbytes, duration_us valid */
+  TSR_WTASK_ERRED,        /* message valid */
+  TSR_WTASK_MISSING,      /* missing_input is the index of the input that could not be fetched */
+  TSR_WTASK_CANCELLED,    /* freed or dropped before it could report: say nothing */
+} tsr_wtask_status;
+
+#define TSR_WTASK_MSG_LEN (TSR_ERRMSG_LEN + TSR_MAX_NAME_LEN + 64)
+
+typedef struct tsr_wtask {
+  uint64_t id;
+  char *key;                            /* owned */
+  char op_name[TSR_MAX_NAME_LEN + 1];
+  const tsr_op_def *op;                 /* NULL when the registry has no such op */
+  tsr_params params;
+  tsr_winput *inputs;
+  size_t n_inputs;
+  int64_t priority;                     /* lower runs first */
+  uint64_t seq;                         /* arrival order: ties on priority */
+  uint64_t epoch;                       /* store epoch when it arrived */
+  atomic_bool cancelled;                /* set by the main thread */
+  /* Result, written by the executor thread that ran it. */
+  tsr_wtask_status status;
+  tsr_meta out_meta;
+  uint64_t out_nbytes;
+  uint64_t duration_us;
+  size_t missing_input;
+  char message[TSR_WTASK_MSG_LEN];
+} tsr_wtask;
+
+/* Decodes a `compute` map into a new task (params decoded, op looked up
+ * but not required to exist). 0, TSR_EPROTO or TSR_ENOMEM with a message
+ * naming the field. When it fails, tsr_wtask_ident() tells whether the
+ * message at least named a task that can be answered with task_erred. */
+int tsr_wtask_decode(const msgpack_object *map, tsr_wtask **task_p, tsr_errbuf *err);
+/* Reads `id` and `key` only (key copied into key_buf). 0 or TSR_EPROTO. */
+int tsr_wtask_ident(const msgpack_object *map, uint64_t *id_p, char key_buf[TSR_MAX_KEY_LEN + 1]);
+/* Frees a task; NULL and *NULL are no-ops. */
+void tsr_wtask_free(tsr_wtask **task_p);
+
+/* ---------- the priority queue ----------
+ * A binary heap on (priority, seq) behind a mutex and a condition variable.
+ * Any thread may push; executor threads block in pop. */
+typedef struct tsr_wqueue tsr_wqueue;
+
+tsr_wqueue *tsr_wqueue_new(void);                       /* NULL on ENOMEM */
+/* Frees the queue and any task still in it. NULL is a no-op. */
+void tsr_wqueue_destroy(tsr_wqueue **queue_p);
+/* Takes the task (assigning its seq). 0 or TSR_ENOMEM (caller keeps it). */
+int tsr_wqueue_push(tsr_wqueue *queue, tsr_wtask *task);
+/* Blocks until a task is available and returns it (caller owns it), or
+ * returns NULL once tsr_wqueue_close() was called. */
+tsr_wtask *tsr_wqueue_pop(tsr_wqueue *queue);
+/* Non-blocking pop; NULL when empty. */
+tsr_wtask *tsr_wqueue_trypop(tsr_wqueue *queue);
+/* Wakes every waiter; pops return NULL from now on. */
+void tsr_wqueue_close(tsr_wqueue *queue);
+size_t tsr_wqueue_length(tsr_wqueue *queue);
+
+#endif

@@ -1,0 +1,182 @@
+/* The worker's main thread: setup, the event loop, teardown.
+ *
+ * One zmq_poll over four things: the stop pipe (signals), the executor's
+ * completion PULL, the data-plane server's ROUTER and the scheduler DEALER
+ * (when connected), with the next link deadline (heartbeat, silence check,
+ * reconnect) as the timeout. Everything the iteration has to say to the
+ * scheduler is batched in w->out and sent as one frame at its end. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "worker_int.h"
+
+/* Where the data socket binds and which host it advertises. */
+static void data_endpoint(const tsr_worker_opts *opts, char *endpoint, size_t cap, char *advertise, size_t adv_cap)
+{
+  char ip[64];
+  bool have_ip = tsr_net_local_ip_for(opts->scheduler, ip, sizeof ip) == 0;
+  advertise[0] = '\0';
+  if (have_ip) snprintf(advertise, adv_cap, "%s", ip);
+  else if (gethostname(advertise, adv_cap) != 0) snprintf(advertise, adv_cap, "127.0.0.1");
+  if (opts->listen_data[0] != '\0')
+    snprintf(endpoint, cap, "%s", opts->listen_data);
+  else if (have_ip)
+    snprintf(endpoint, cap, "tcp://%s:0", ip);
+  else
+    snprintf(endpoint, cap, "tcp://0.0.0.0:0");
+}
+
+static int open_data_plane(tsr_worker *w)
+{
+  char endpoint[TSR_MAX_ADDR_LEN], advertise[TSR_MAX_NAME_LEN];
+  tsr_errbuf err = {{0}};
+  data_endpoint(&w->opts, endpoint, sizeof endpoint, advertise, sizeof advertise);
+  if (tsr_xfer_server_open(w->zctx, endpoint, advertise, &w->server, &err) != 0) {
+    TSR_ERROR("data socket: %s", err.text);
+    return TSR_ECONN;
+  }
+  TSR_INFO("serving chunks on %s", tsr_xfer_server_address(w->server));
+  return 0;
+}
+
+static int open_completions(tsr_worker *w)
+{
+  snprintf(w->done_endpoint, sizeof w->done_endpoint, "inproc://tsr-worker-done-%p", (void *)w);
+  w->pull = zmq_socket(w->zctx, ZMQ_PULL);
+  if (w->pull == NULL) return TSR_EINTERNAL;
+  tsr_net_socket_defaults(w->pull);
+  if (zmq_bind(w->pull, w->done_endpoint) != 0) {
+    TSR_ERROR("cannot bind %s: %s", w->done_endpoint, zmq_strerror(zmq_errno()));
+    return TSR_EINTERNAL;
+  }
+  return 0;
+}
+
+static int start_executor(tsr_worker *w)
+{
+  tsr_wexec_opts eo = {
+    .threads = w->opts.threads,
+    .zctx = w->zctx,
+    .done_endpoint = w->done_endpoint,
+    .worker_name = w->opts.name,
+    .fetch_timeout_ms = w->opts.fetch_timeout_ms,
+  };
+  tsr_errbuf err = {{0}};
+  if (tsr_wexec_start(&eo, w->store, &w->exec, &err) != 0) {
+    TSR_ERROR("executor: %s", err.text);
+    return TSR_EINTERNAL;
+  }
+  return 0;
+}
+
+static int worker_setup(tsr_worker *w, const tsr_worker_opts *opts)
+{
+  w->opts = *opts;
+  tsr_wbuf_init(&w->out);
+  w->zctx = zmq_ctx_new();
+  w->sched_ctx = zmq_ctx_new();
+  w->store = tsr_wstore_new(opts->memory_limit);
+  w->pending = tsr_strmap_new(1024);
+  w->needs = tsr_strmap_new(1024);
+  if (!w->zctx || !w->sched_ctx || !w->store || !w->pending || !w->needs) {
+    TSR_ERROR("out of memory starting the worker");
+    return TSR_ENOMEM;
+  }
+  int rc = open_data_plane(w);
+  if (rc == 0) rc = open_completions(w);
+  if (rc == 0) rc = start_executor(w);
+  w->beat_ms = opts->heartbeat_interval_ms;
+  return rc;
+}
+
+/* Takes every finished task the executor threads have pushed. */
+static void drain_completions(tsr_worker *w)
+{
+  tsr_wtask *task;
+  for (;;) {
+    int n = zmq_recv(w->pull, &task, sizeof task, ZMQ_DONTWAIT);
+    if (n < 0) return;
+    if (n == (int)sizeof task) tsr_worker_complete(w, task);
+  }
+}
+
+static void drain_pipe(int fd)
+{
+  char buf[64];
+  while (read(fd, buf, sizeof buf) > 0) {
+  }
+}
+
+static void loop_once(tsr_worker *w, int stop_fd)
+{
+  uint64_t now = tsr_now_ms();
+  tsr_link_tick(w, now);
+  tsr_link_flush(w);
+  uint64_t deadline = tsr_link_next_deadline(w);
+  long timeout = deadline > now ? (long)(deadline - now) : 0;
+  zmq_pollitem_t items[4] = {
+    {NULL, stop_fd, ZMQ_POLLIN, 0},
+    {w->pull, 0, ZMQ_POLLIN, 0},
+    {tsr_xfer_server_socket(w->server), 0, ZMQ_POLLIN, 0},
+    {w->sched, 0, ZMQ_POLLIN, 0},
+  };
+  int n_items = w->sched != NULL ? 4 : 3;
+  if (zmq_poll(items, n_items, timeout) < 0) {
+    if (zmq_errno() != EINTR) TSR_WARN("zmq_poll: %s", zmq_strerror(zmq_errno()));
+    return;
+  }
+  if (items[0].revents & ZMQ_POLLIN) {
+    drain_pipe(stop_fd);
+    TSR_INFO("stopping on signal");
+    w->stopping = true;
+  }
+  if (items[1].revents & ZMQ_POLLIN) drain_completions(w);
+  if (items[2].revents & ZMQ_POLLIN) tsr_xfer_server_serve(w->server, tsr_wstore_xfer_lookup, w->store);
+  if (n_items == 4 && (items[3].revents & ZMQ_POLLIN)) tsr_link_recv(w);
+  tsr_link_flush(w);
+}
+
+/* Frees everything. Returns false when an executor thread would not stop:
+ * then the store and the context must stay (that thread still uses them). */
+static bool worker_teardown(tsr_worker *w)
+{
+  tsr_link_goodbye(w);
+  /* Terminating the scheduler's own context waits (up to the linger) for
+   * the goodbye to leave. */
+  if (w->sched_ctx) zmq_ctx_term(w->sched_ctx);
+  w->sched_ctx = NULL;
+  if (w->exec != NULL && tsr_wexec_stop(&w->exec, 5000) != 0) return false;
+  if (w->pull) {
+    drain_completions(w);
+    zmq_close(w->pull);
+  }
+  tsr_xfer_server_close(&w->server);
+  /* Terminating the context runs the free callbacks of bytes still queued
+   * for sending, which drop their chunk references: before the store goes. */
+  if (w->zctx) zmq_ctx_term(w->zctx);
+  tsr_wstore_destroy(&w->store);
+  tsr_strmap_destroy(&w->pending);
+  tsr_strmap_destroy(&w->needs);
+  tsr_wbuf_free(&w->out);
+  return true;
+}
+
+int tsr_worker_run(const tsr_worker_opts *opts, int stop_fd)
+{
+  tsr_worker *w = calloc(1, sizeof *w);
+  if (w == NULL) return 1;
+  int code = 0;
+  if (worker_setup(w, opts) != 0) {
+    code = 1;
+    w->stopping = true;
+  }
+  while (!w->stopping) loop_once(w, stop_fd);
+  if (w->exit_code != 0) code = w->exit_code;
+  if (!worker_teardown(w)) _exit(code);
+  free(w);
+  TSR_INFO("stopped");
+  return code;
+}

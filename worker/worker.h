@@ -1,0 +1,31 @@
+/* worker/worker — the worker daemon's main thread: the scheduler link
+ * (hello, heartbeats, reconnects), the data-plane server, and the hand-off
+ * of compute messages to the executor pool. main.c parses the command line
+ * into tsr_worker_opts and calls tsr_worker_run(). */
+#ifndef TSR_WORKER_WORKER_H
+#define TSR_WORKER_WORKER_H
+
+#include <stdint.h>
+
+#include "net/net.h"
+#include "wire/wire.h"
+
+typedef struct tsr_worker_opts {
+  char scheduler[TSR_MAX_ADDR_LEN];     /* tcp://HOST:PORT of the scheduler's ROUTER */
+  char name[TSR_MAX_NAME_LEN + 1];      /* unique per worker */
+  char listen_data[TSR_MAX_ADDR_LEN];   /* "" = tcp://IP:0, IP the route to the scheduler */
+  int threads;                          /* executor threads, >= 1 */
+  uint64_t memory_limit;                /* bytes, 0 = none */
+  uint64_t heartbeat_interval_ms;
+  uint64_t heartbeat_timeout_ms;
+  int fetch_timeout_ms;
+} tsr_worker_opts;
+
+/* Runs the daemon until a byte arrives on stop_fd (a signal handler's
+ * self-pipe) or a fatal error. Returns the process exit status: 0 after a
+ * clean stop (goodbye sent), 1 on a fatal error (protocol version refused,
+ * data socket cannot be bound). Never returns when executor threads are
+ * stuck at shutdown: it then exits the process itself with that status. */
+int tsr_worker_run(const tsr_worker_opts *opts, int stop_fd);
+
+#endif

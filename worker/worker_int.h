@@ -1,0 +1,69 @@
+/* worker/worker_int — the main thread's state, shared by worker.c (setup,
+ * event loop, teardown), session.c (the scheduler link and its messages)
+ * and report.c (encoding what the worker sends). Main thread only. */
+#ifndef TSR_WORKER_INT_H
+#define TSR_WORKER_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "executor.h"
+#include "store.h"
+#include "task.h"
+#include "worker.h"
+
+/* The scheduler link: DOWN (no socket; retry at retry_at_ms) -> HELLO
+ * (hello sent, waiting for welcome) -> READY (welcomed). Silence for the
+ * heartbeat timeout, or "unknown peer", sends it back to DOWN. */
+typedef enum { TSR_LINK_DOWN = 0, TSR_LINK_HELLO, TSR_LINK_READY } tsr_link_state;
+
+typedef struct tsr_worker {
+  tsr_worker_opts opts;
+  void *zctx;                 /* data plane, inproc completions, executor fetches */
+  void *sched_ctx;            /* the scheduler DEALER only: its goodbye can be
+                                 flushed at exit even if an executor hangs */
+  tsr_xfer_server *server;
+  void *pull;                 /* completions from the executor threads */
+  char done_endpoint[64];
+  tsr_wstore *store;
+  tsr_wexec *exec;
+
+  /* scheduler link */
+  void *sched;
+  tsr_link_state link;
+  uint64_t link_gen;          /* bumped on every reset: stop handling an old frame */
+  uint64_t attempt;           /* connection attempts since the last welcome */
+  uint64_t last_heard_ms;     /* last frame from the scheduler (or hello time) */
+  uint64_t next_beat_ms;
+  uint64_t retry_at_ms;
+  uint64_t beat_ms;           /* effective heartbeat interval */
+  uint64_t peer_id;           /* the scheduler's id for us (welcome) */
+  tsr_wbuf out;               /* this iteration's outbound batch */
+
+  /* tasks handed to the executor and not yet reported (this epoch) */
+  tsr_strmap *pending;        /* key -> tsr_wtask * */
+  tsr_strmap *needs;          /* input key -> number of pending tasks reading it */
+  uint64_t tasks_done;
+
+  bool stopping;
+  int exit_code;
+} tsr_worker;
+
+/* session.c */
+void tsr_link_tick(tsr_worker *w, uint64_t now_ms);
+uint64_t tsr_link_next_deadline(const tsr_worker *w);
+void tsr_link_recv(tsr_worker *w);
+void tsr_link_flush(tsr_worker *w);
+void tsr_link_goodbye(tsr_worker *w);
+/* Completions from the executor: report and free. */
+void tsr_worker_complete(tsr_worker *w, tsr_wtask *task);
+
+/* report.c: each appends one message to w->out */
+void tsr_report_hello(tsr_worker *w);
+void tsr_report_heartbeat(tsr_worker *w);
+void tsr_report_task(tsr_worker *w, const tsr_wtask *task);
+void tsr_report_task_erred(tsr_worker *w, uint64_t id, const char *key, const char *message);
+void tsr_report_error(tsr_worker *w, int code, const char *message, const char *ref);
+void tsr_report_goodbye(tsr_worker *w);
+
+#endif
