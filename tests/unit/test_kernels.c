@@ -288,6 +288,13 @@ TEST(random_nd_and_scalar)
 
 /* ---------- elementwise ---------- */
 
+/* Runs a 2-input op on n-element 1-D arrays of dtype; out owned by caller. */
+static int run2(const char *op, tsr_dtype dt, int64_t n, void *a, void *b, tsr_buf *out, tsr_errbuf *err)
+{
+  tsr_buf in[2] = {buf_of(dt, 1, &n, a), buf_of(dt, 1, &n, b)};
+  return run(op, NULL, in, 2, out, err);
+}
+
 TEST(add_nary_and_wrap)
 {
   tsr_errbuf err;
@@ -298,23 +305,743 @@ TEST(add_nary_and_wrap)
   ASSERT_OK(run("add", NULL, in, 3, &out, &err));
   ASSERT_TRUE(((double *)out.data)[2] == 333.0);
   free(out.data);
+  ASSERT_OK(run("mul", NULL, in, 3, &out, &err));
+  ASSERT_TRUE(((double *)out.data)[1] == 8000.0);
+  free(out.data);
   int32_t x[3] = {INT32_MAX, -5, 7}, y[3] = {1, 5, -9};
-  tsr_buf iin[2] = {buf_of(TSR_I32, 1, shape, x), buf_of(TSR_I32, 1, shape, y)};
-  ASSERT_OK(run("add", NULL, iin, 2, &out, &err));
+  ASSERT_OK(run2("add", TSR_I32, 3, x, y, &out, &err));
   ASSERT_EQ(((int32_t *)out.data)[0], INT32_MIN);
   ASSERT_EQ(((int32_t *)out.data)[1], 0);
   ASSERT_EQ(((int32_t *)out.data)[2], -2);
   free(out.data);
+  uint8_t u[3] = {250, 3, 16}, v[3] = {10, 5, 16};
+  ASSERT_OK(run2("add", TSR_U8, 3, u, v, &out, &err));
+  ASSERT_EQ(((uint8_t *)out.data)[0], 4);
+  free(out.data);
+  ASSERT_OK(run2("sub", TSR_U8, 3, v, u, &out, &err));
+  ASSERT_EQ(((uint8_t *)out.data)[1], 2);
+  ASSERT_EQ(((uint8_t *)out.data)[0], 16);
+  free(out.data);
+  ASSERT_OK(run2("mul", TSR_U8, 3, u, v, &out, &err));
+  ASSERT_EQ(((uint8_t *)out.data)[2], 0);  /* 256 wraps */
+  free(out.data);
+  int64_t p[2] = {INT64_MAX, INT64_MIN}, q[2] = {2, -1};
+  ASSERT_OK(run2("mul", TSR_I64, 2, p, q, &out, &err));
+  ASSERT_EQ(((int64_t *)out.data)[0], -2);
+  ASSERT_EQ(((int64_t *)out.data)[1], INT64_MIN);
+  free(out.data);
+  ASSERT_OK(run2("sub", TSR_I64, 2, p, q, &out, &err));
+  ASSERT_EQ(((int64_t *)out.data)[0], INT64_MAX - 2);
+  ASSERT_EQ(((int64_t *)out.data)[1], INT64_MIN + 1);
+  free(out.data);
+  float f[2] = {1.5f, -2.0f}, g[2] = {0.25f, 4.0f};
+  ASSERT_OK(run2("sub", TSR_F32, 2, f, g, &out, &err));
+  ASSERT_TRUE(((float *)out.data)[0] == 1.25f && ((float *)out.data)[1] == -6.0f);
+  free(out.data);
+}
+
+/* Large enough to cross the n-ary tile size. */
+TEST(add_large_nary)
+{
+  enum { N = 10000 };
+  tsr_errbuf err;
+  tsr_buf out;
+  int64_t n = N;
+  int64_t *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b), *c = malloc(N * sizeof *c);
+  for (int i = 0; i < N; i++) a[i] = i, b[i] = 2 * i, c[i] = -7;
+  tsr_buf in[3] = {buf_of(TSR_I64, 1, &n, a), buf_of(TSR_I64, 1, &n, b), buf_of(TSR_I64, 1, &n, c)};
+  int rc = run("add", NULL, in, 3, &out, &err);
+  free(a), free(b), free(c);
+  ASSERT_OK(rc);
+  for (int i = 0; i < N; i++) ASSERT_EQ(((int64_t *)out.data)[i], 3 * i - 7);
+  free(out.data);
+}
+
+TEST(div_all_dtypes)
+{
+  tsr_errbuf err;
+  tsr_buf out;
+  int32_t a[3] = {7, -7, INT32_MIN}, b[3] = {2, 2, -1};
+  ASSERT_OK(run2("div", TSR_I32, 3, a, b, &out, &err));
+  ASSERT_EQ(((int32_t *)out.data)[0], 3);
+  ASSERT_EQ(((int32_t *)out.data)[1], -3);  /* truncates toward zero */
+  ASSERT_EQ(((int32_t *)out.data)[2], INT32_MIN);
+  free(out.data);
+  int64_t c[2] = {INT64_MIN, 9}, d[2] = {-1, -4};
+  ASSERT_OK(run2("div", TSR_I64, 2, c, d, &out, &err));
+  ASSERT_EQ(((int64_t *)out.data)[0], INT64_MIN);
+  ASSERT_EQ(((int64_t *)out.data)[1], -2);
+  free(out.data);
+  uint8_t u[2] = {200, 9}, v[2] = {7, 0};
+  ASSERT_EQ(run2("div", TSR_U8, 2, u, v, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "div: integer division by zero");
+  ASSERT_CONTAINS(err.text, "element 1");
+  int64_t z[2] = {0, 0};
+  ASSERT_EQ(run2("div", TSR_I64, 2, c, z, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "div:");
+  double x[3] = {1, -1, 0}, y[3] = {0, 0, 0};
+  ASSERT_OK(run2("div", TSR_F64, 3, x, y, &out, &err));
+  ASSERT_TRUE(isinf(((double *)out.data)[0]) && ((double *)out.data)[0] > 0);
+  ASSERT_TRUE(isinf(((double *)out.data)[1]) && ((double *)out.data)[1] < 0);
+  ASSERT_TRUE(isnan(((double *)out.data)[2]));
+  free(out.data);
+  float f[1] = {1}, g[1] = {4};
+  ASSERT_OK(run2("div", TSR_F32, 1, f, g, &out, &err));
+  ASSERT_TRUE(((float *)out.data)[0] == 0.25f);
+  free(out.data);
+}
+
+static int run1(const char *op, const tsr_params *p, tsr_dtype dt, int64_t n, void *a, tsr_buf *out, tsr_errbuf *err)
+{
+  tsr_buf in = buf_of(dt, 1, &n, a);
+  return run(op, p, &in, 1, out, err);
+}
+
+static void set_dtype(tsr_params *p, const char *dtype)
+{
+  tsr_params_clear(p);
+  tsr_params_add_str(p, "dtype", dtype, strlen(dtype));
+}
+
+TEST(astype_conversions)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  double x[7] = {300.0, -5.0, NAN, 3.9, -0.9, 1e300, -2.5};
+  set_dtype(&p, "u8");
+  ASSERT_OK(run1("astype", &p, TSR_F64, 7, x, &out, &err));
+  uint8_t want_u8[7] = {255, 0, 0, 3, 0, 255, 0};
+  ASSERT_TRUE(memcmp(out.data, want_u8, 7) == 0);
+  ASSERT_EQ(out.meta.dtype, TSR_U8);
+  free(out.data);
+  set_dtype(&p, "i32");
+  ASSERT_OK(run1("astype", &p, TSR_F64, 7, x, &out, &err));
+  int32_t want_i32[7] = {300, -5, 0, 3, 0, INT32_MAX, -2};
+  ASSERT_TRUE(memcmp(out.data, want_i32, sizeof want_i32) == 0);
+  free(out.data);
+  set_dtype(&p, "i64");
+  double big[2] = {-1e300, 9.3e18};
+  ASSERT_OK(run1("astype", &p, TSR_F64, 2, big, &out, &err));
+  ASSERT_EQ(((int64_t *)out.data)[0], INT64_MIN);
+  ASSERT_EQ(((int64_t *)out.data)[1], INT64_MAX);
+  free(out.data);
+  int64_t ints[3] = {257, -1, ((int64_t)1 << 40) + 3};
+  set_dtype(&p, "u8");
+  ASSERT_OK(run1("astype", &p, TSR_I64, 3, ints, &out, &err));
+  ASSERT_EQ(((uint8_t *)out.data)[0], 1);
+  ASSERT_EQ(((uint8_t *)out.data)[1], 255);
+  ASSERT_EQ(((uint8_t *)out.data)[2], 3);
+  free(out.data);
+  set_dtype(&p, "i32");
+  ASSERT_OK(run1("astype", &p, TSR_I64, 3, ints, &out, &err));
+  ASSERT_EQ(((int32_t *)out.data)[2], 3);
+  ASSERT_EQ(((int32_t *)out.data)[1], -1);
+  free(out.data);
+  set_dtype(&p, "f32");
+  ASSERT_OK(run1("astype", &p, TSR_I64, 3, ints, &out, &err));
+  ASSERT_TRUE(((float *)out.data)[0] == 257.0f);
+  free(out.data);
+  uint8_t u[2] = {0, 255};
+  set_dtype(&p, "f64");
+  ASSERT_OK(run1("astype", &p, TSR_U8, 2, u, &out, &err));
+  ASSERT_TRUE(((double *)out.data)[1] == 255.0);
+  free(out.data);
+  ASSERT_OK(run1("astype", &p, TSR_F64, 7, x, &out, &err));  /* same dtype: a copy */
+  ASSERT_TRUE(((double *)out.data)[3] == 3.9);
+  free(out.data);
+  set_dtype(&p, "f16");
+  ASSERT_EQ(run1("astype", &p, TSR_F64, 7, x, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "astype: unknown dtype 'f16'");
+  tsr_params_clear(&p);
+  ASSERT_EQ(run1("astype", &p, TSR_F64, 7, x, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "astype: missing parameter 'dtype'");
+}
+
+TEST(scale_and_full)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  double x[2] = {1.5, -2};
+  tsr_params_add_float(&p, "factor", 2.0);
+  tsr_params_add_float(&p, "offset", 1.0);
+  ASSERT_OK(run1("scale", &p, TSR_F64, 2, x, &out, &err));
+  ASSERT_TRUE(((double *)out.data)[0] == 4.0 && ((double *)out.data)[1] == -3.0);
+  free(out.data);
+  uint8_t u[2] = {100, 200};
+  ASSERT_OK(run1("scale", &p, TSR_U8, 2, u, &out, &err));
+  ASSERT_EQ(((uint8_t *)out.data)[0], 201);
+  ASSERT_EQ(((uint8_t *)out.data)[1], 255);  /* clamped like astype */
+  free(out.data);
+  tsr_params_clear(&p);
+  ASSERT_EQ(run1("scale", &p, TSR_F64, 2, x, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "scale: missing parameter 'factor'");
+
+  int64_t shape[2] = {2, 3};
+  tsr_params_add_ints(&p, "shape", shape, 2);
+  tsr_params_add_str(&p, "dtype", "i64", 3);
+  tsr_params_add_int(&p, "value", INT64_MAX - 1);
+  ASSERT_OK(run("full", &p, NULL, 0, &out, &err));
+  ASSERT_EQ(out.meta.ndim, 2);
+  ASSERT_EQ(((int64_t *)out.data)[5], INT64_MAX - 1);
+  free(out.data);
+  tsr_params_clear(&p);
+  tsr_params_add_ints(&p, "shape", shape, 2);
+  tsr_params_add_str(&p, "dtype", "u8", 2);
+  tsr_params_add_int(&p, "value", 300);
+  ASSERT_EQ(run("full", &p, NULL, 0, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "full: value 300 does not fit u8");
+  tsr_params_clear(&p);
+  tsr_params_add_ints(&p, "shape", shape, 2);
+  tsr_params_add_float(&p, "value", 0.5);
+  ASSERT_OK(run("full", &p, NULL, 0, &out, &err));
+  ASSERT_EQ(out.meta.dtype, TSR_F64);
+  ASSERT_TRUE(((double *)out.data)[4] == 0.5);
+  free(out.data);
+  tsr_params_clear(&p);
+}
+
+/* ---------- sum ---------- */
+
+/* Naive sum of a [A, B, C] f64-valued array (values i*0.5 - 3) over axis. */
+static double naive3(const int64_t *shape, int axis, int64_t o, int64_t j)
+{
+  double s = 0;
+  for (int64_t i0 = 0; i0 < shape[0]; i0++)
+    for (int64_t i1 = 0; i1 < shape[1]; i1++)
+      for (int64_t i2 = 0; i2 < shape[2]; i2++) {
+        int64_t keep[3] = {i0, i1, i2}, rest[2], k = 0;
+        for (int d = 0; d < 3; d++)
+          if (d != axis) rest[k++] = keep[d];
+        if (axis >= 0 && (rest[0] != o || rest[1] != j)) continue;
+        s += (double)((i0 * shape[1] + i1) * shape[2] + i2) * 0.5 - 3;
+      }
+  return s;
+}
+
+TEST(sum_axes)
+{
+  int64_t shape[3] = {3, 5, 1100}, count = 3 * 5 * 1100;
+  double *x = malloc((size_t)count * sizeof *x);
+  for (int64_t i = 0; i < count; i++) x[i] = (double)i * 0.5 - 3;
+  tsr_buf in = buf_of(TSR_F64, 3, shape, x);
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  for (int axis = 0; axis < 3; axis++) {
+    tsr_params_clear(&p);
+    tsr_params_add_int(&p, "axis", axis);
+    ASSERT_OK(run("sum", &p, &in, 1, &out, &err));
+    ASSERT_EQ(out.meta.ndim, 2);
+    int64_t rest[2], k = 0;
+    for (int d = 0; d < 3; d++)
+      if (d != axis) rest[k++] = shape[d];
+    ASSERT_EQ(out.meta.shape[0], rest[0]);
+    ASSERT_EQ(out.meta.shape[1], rest[1]);
+    for (int64_t o = 0; o < rest[0]; o += 2)
+      for (int64_t j = 0; j < rest[1]; j += 97)
+        ASSERT_NEAR(((double *)out.data)[o * rest[1] + j], naive3(shape, axis, o, j), 1e-12);
+    free(out.data);
+  }
+  tsr_params_clear(&p);
+  ASSERT_OK(run("sum", &p, &in, 1, &out, &err));
+  ASSERT_EQ(out.meta.ndim, 0);
+  ASSERT_EQ(out.meta.dtype, TSR_F64);
+  ASSERT_NEAR(*(double *)out.data, naive3(shape, -1, 0, 0), 1e-12);
+  free(out.data);
+  tsr_params_add_int(&p, "axis", 3);
+  ASSERT_EQ(run("sum", &p, &in, 1, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "sum: axis 3 is out of range for 3-d input");
+  free(x);
+}
+
+TEST(sum_dtypes)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  int64_t shape[2] = {2, 3};
+  uint8_t u[6] = {255, 255, 255, 1, 2, 3};
+  tsr_buf in = buf_of(TSR_U8, 2, shape, u);
+  ASSERT_OK(run("sum", &p, &in, 1, &out, &err));
+  ASSERT_EQ(out.meta.dtype, TSR_I64);
+  ASSERT_EQ(*(int64_t *)out.data, 771);
+  free(out.data);
+  tsr_params_add_int(&p, "axis", 1);
+  ASSERT_OK(run("sum", &p, &in, 1, &out, &err));
+  ASSERT_EQ(out.meta.ndim, 1);
+  ASSERT_EQ(((int64_t *)out.data)[0], 765);
+  ASSERT_EQ(((int64_t *)out.data)[1], 6);
+  free(out.data);
+  int32_t i32[6] = {INT32_MAX, INT32_MAX, 1, -1, -2, -3};
+  in = buf_of(TSR_I32, 2, shape, i32);
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "axis", 0);
+  ASSERT_OK(run("sum", &p, &in, 1, &out, &err));
+  ASSERT_EQ(((int64_t *)out.data)[0], (int64_t)INT32_MAX - 1);
+  ASSERT_EQ(((int64_t *)out.data)[1], (int64_t)INT32_MAX - 2);
+  free(out.data);
+  /* f32 keeps f32 but accumulates in double: 1e8 + 1 + 1 ... stays exact. */
+  float f[6] = {1e8f, 1, 1, 1, 1, -1e8f};
+  in = buf_of(TSR_F32, 2, shape, f);
+  tsr_params_clear(&p);
+  ASSERT_OK(run("sum", &p, &in, 1, &out, &err));
+  ASSERT_EQ(out.meta.dtype, TSR_F32);
+  ASSERT_TRUE(*(float *)out.data == 4.0f);
+  free(out.data);
+  double s = 2.5;
+  in = buf_of(TSR_F64, 0, NULL, &s);
+  ASSERT_OK(run("sum", &p, &in, 1, &out, &err));
+  ASSERT_TRUE(*(double *)out.data == 2.5);
+  free(out.data);
+  tsr_params_add_int(&p, "axis", 0);
+  ASSERT_EQ(run("sum", &p, &in, 1, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "0-d");
+  tsr_params_clear(&p);
+}
+
+/* ---------- matmul ---------- */
+
+/* C = op(A) op(B) naively; A is stored ar x ac, B br x bc. */
+static void naive_mm(const double *A, int64_t ar, int64_t ac, bool ta, const double *B, int64_t br, int64_t bc,
+                     bool tb, double *C)
+{
+  int64_t m = ta ? ac : ar, k = ta ? ar : ac, n = tb ? br : bc;
+  (void)br;
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double s = 0;
+      for (int64_t l = 0; l < k; l++) s += (ta ? A[l * ac + i] : A[i * ac + l]) * (tb ? B[j * bc + l] : B[l * bc + j]);
+      C[i * n + j] = s;
+    }
+}
+
+TEST(matmul_against_naive)
+{
+  enum { M = 37, K = 53, N = 29 };
+  double *a = malloc(M * K * sizeof *a), *b = malloc(K * N * sizeof *b), *want = malloc(M * N * sizeof *want);
+  for (int i = 0; i < M * K; i++) a[i] = sin(i * 0.37) + 0.1;
+  for (int i = 0; i < K * N; i++) b[i] = cos(i * 0.11) - 0.2;
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  for (int t = 0; t < 4; t++) {
+    bool ta = t & 1, tb = t & 2;
+    int64_t sa[2] = {ta ? K : M, ta ? M : K}, sb[2] = {tb ? N : K, tb ? K : N};
+    tsr_buf in[2] = {buf_of(TSR_F64, 2, sa, a), buf_of(TSR_F64, 2, sb, b)};
+    tsr_params_clear(&p);
+    tsr_params_add_bool(&p, "trans_a", ta);
+    tsr_params_add_bool(&p, "trans_b", tb);
+    ASSERT_OK(run("matmul", &p, in, 2, &out, &err));
+    ASSERT_EQ(out.meta.shape[0], M);
+    ASSERT_EQ(out.meta.shape[1], N);
+    naive_mm(a, sa[0], sa[1], ta, b, sb[0], sb[1], tb, want);
+    for (int i = 0; i < M * N; i++) ASSERT_NEAR(((double *)out.data)[i], want[i], 1e-12);
+    free(out.data);
+  }
+  /* f32 */
+  float fa[6] = {1, 2, 3, 4, 5, 6}, fb[6] = {1, 0, 0, 1, 1, 1};
+  int64_t s23[2] = {2, 3}, s32[2] = {3, 2};
+  tsr_buf fin[2] = {buf_of(TSR_F32, 2, s23, fa), buf_of(TSR_F32, 2, s32, fb)};
+  tsr_params_clear(&p);
+  ASSERT_OK(run("matmul", &p, fin, 2, &out, &err));
+  float fwant[4] = {4, 5, 10, 11};
+  ASSERT_TRUE(memcmp(out.data, fwant, sizeof fwant) == 0);
+  free(out.data);
+  /* k = 0 gives zeros */
+  int64_t s20[2] = {2, 0}, s02[2] = {0, 2};
+  tsr_buf zin[2] = {buf_of(TSR_F64, 2, s20, a), buf_of(TSR_F64, 2, s02, b)};
+  ASSERT_OK(run("matmul", &p, zin, 2, &out, &err));
+  ASSERT_TRUE(((double *)out.data)[3] == 0.0);
+  free(out.data);
+  free(a), free(b), free(want);
+}
+
+TEST(matmul_errors)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  double d[20] = {0};
+  float f[20] = {0};
+  int64_t s34[2] = {3, 4}, s52[2] = {5, 2}, s42[2] = {4, 2}, s4[1] = {4};
+  tsr_buf in[2] = {buf_of(TSR_F64, 2, s34, d), buf_of(TSR_F64, 2, s52, d)};
+  ASSERT_EQ(run("matmul", &p, in, 2, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "matmul: inner dimensions differ: f64[3,4] @ f64[5,2]");
+  in[1] = buf_of(TSR_F32, 2, s42, f);
+  ASSERT_EQ(run("matmul", &p, in, 2, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "f64[3,4] @ f32[4,2]");
+  in[1] = buf_of(TSR_F64, 1, s4, d);
+  ASSERT_EQ(run("matmul", &p, in, 2, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "2-D");
+  ASSERT_EQ(run("matmul", &p, in, 1, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "matmul: takes 2 inputs, got 1");
+  tsr_params_add_str(&p, "trans_a", "yes", 3);
+  in[1] = buf_of(TSR_F64, 2, s42, d);
+  ASSERT_EQ(run("matmul", &p, in, 2, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "matmul: parameter 'trans_a' must be a boolean");
+  tsr_params_clear(&p);
+}
+
+/* ---------- .npy ---------- */
+
+static char tmpdir[256];
+
+static const char *tmp_path(const char *name)
+{
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+  return path;
+}
+
+/* A hand-made .npy: version 1 or 2, the dict as given (padded), data. */
+static void write_raw_npy(const char *path, int version, const char *dict, const void *data, size_t len)
+{
+  FILE *f = fopen(path, "wb");
+  size_t pre = version == 1 ? 10 : 12, dl = strlen(dict), total = pre + dl + 1;
+  size_t hl = dl + 1 + (64 - total % 64) % 64;
+  unsigned char head[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', (unsigned char)version, 0,
+                            (unsigned char)hl, (unsigned char)(hl >> 8), 0, 0};
+  fwrite(head, 1, pre, f);
+  fwrite(dict, 1, dl, f);
+  for (size_t i = dl + 1; i < hl; i++) fputc(' ', f);
+  fputc('\n', f);
+  if (len) fwrite(data, 1, len, f);
+  fclose(f);
+}
+
+static void path_params(tsr_params *p, const char *path)
+{
+  tsr_params_clear(p);
+  tsr_params_add_str(p, "path", path, strlen(path));
+}
+
+TEST(npy_round_trip)
+{
+  static const tsr_dtype dtypes[] = {TSR_U8, TSR_I32, TSR_I64, TSR_F32, TSR_F64};
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out, back;
+  int64_t shape[3] = {4, 5, 6};
+  unsigned char data[4 * 5 * 6 * 8];
+  for (size_t i = 0; i < sizeof data; i++) data[i] = (unsigned char)(i * 7 + 1);
+  for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++) {
+    tsr_buf in = buf_of(dtypes[t], 3, shape, data);
+    path_params(&p, tmp_path("a.npy"));
+    ASSERT_OK(run("save_npy", &p, &in, 1, &out, &err));
+    ASSERT_EQ(out.meta.dtype, TSR_I64);
+    ASSERT_EQ(out.meta.ndim, 0);
+    int64_t written = *(int64_t *)out.data;
+    free(out.data);
+    FILE *f = fopen(tmp_path("a.npy"), "rb");
+    ASSERT_TRUE(f != NULL);
+    fseek(f, 0, SEEK_END);
+    ASSERT_EQ(ftell(f), written);
+    fclose(f);
+    ASSERT_OK(run("load_npy", &p, NULL, 0, &back, &err));
+    ASSERT_TRUE(tsr_meta_equal(&back.meta, &in.meta));
+    ASSERT_TRUE(memcmp(back.data, data, in.nbytes) == 0);
+    free(back.data);
+    /* A slice: rows 1..2, cols 2..4, all of the last dim; then a run that
+     * is not whole in the last dim either. */
+    int64_t off[3] = {1, 2, 0}, sl[3] = {2, 3, 6}, off2[3] = {3, 0, 1}, sl2[3] = {1, 5, 4};
+    for (int k = 0; k < 2; k++) {
+      const int64_t *o = k ? off2 : off, *s = k ? sl2 : sl;
+      path_params(&p, tmp_path("a.npy"));
+      tsr_params_add_ints(&p, "offset", o, 3);
+      tsr_params_add_ints(&p, "shape", s, 3);
+      ASSERT_OK(run("load_npy", &p, NULL, 0, &back, &err));
+      size_t es = tsr_dtype_size(dtypes[t]);
+      for (int64_t i = 0; i < s[0]; i++)
+        for (int64_t j = 0; j < s[1]; j++)
+          for (int64_t l = 0; l < s[2]; l++) {
+            int64_t src = ((o[0] + i) * 5 + o[1] + j) * 6 + o[2] + l, dst = (i * s[1] + j) * s[2] + l;
+            ASSERT_TRUE(memcmp((char *)back.data + dst * (int64_t)es, data + src * (int64_t)es, es) == 0);
+          }
+      free(back.data);
+    }
+  }
+  /* offset without shape: the rest of the array */
+  path_params(&p, tmp_path("a.npy"));
+  int64_t off[3] = {3, 1, 5};
+  tsr_params_add_ints(&p, "offset", off, 3);
+  ASSERT_OK(run("load_npy", &p, NULL, 0, &back, &err));
+  ASSERT_EQ(back.meta.shape[0], 1);
+  ASSERT_EQ(back.meta.shape[1], 4);
+  ASSERT_EQ(back.meta.shape[2], 1);
+  free(back.data);
+  tsr_params_clear(&p);
+}
+
+TEST(npy_versions_and_scalars)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  double d[3] = {1.5, 2.5, 3.5};
+  write_raw_npy(tmp_path("v2.npy"), 2, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", d, sizeof d);
+  path_params(&p, tmp_path("v2.npy"));
+  ASSERT_OK(run("load_npy", &p, NULL, 0, &out, &err));
+  ASSERT_EQ(out.meta.ndim, 1);
+  ASSERT_TRUE(((double *)out.data)[2] == 3.5);
+  free(out.data);
+  uint8_t u = 200;
+  write_raw_npy(tmp_path("u1.npy"), 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (), }", &u, 1);
+  path_params(&p, tmp_path("u1.npy"));
+  ASSERT_OK(run("load_npy", &p, NULL, 0, &out, &err));
+  ASSERT_EQ(out.meta.ndim, 0);
+  ASSERT_EQ(out.meta.dtype, TSR_U8);
+  ASSERT_EQ(*(uint8_t *)out.data, 200);
+  free(out.data);
+  tsr_params_clear(&p);
+}
+
+TEST(npy_errors)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  double d[6] = {0};
+  path_params(&p, tmp_path("missing.npy"));
+  ASSERT_EQ(run("load_npy", &p, NULL, 0, &out, &err), TSR_EIO);
+  ASSERT_CONTAINS(err.text, "load_npy:");
+  ASSERT_CONTAINS(err.text, "missing.npy");
+  ASSERT_CONTAINS(err.text, "No such file or directory");
+  write_raw_npy(tmp_path("fortran.npy"), 1, "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }", d, sizeof d);
+  path_params(&p, tmp_path("fortran.npy"));
+  ASSERT_EQ(run("load_npy", &p, NULL, 0, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "fortran.npy");
+  ASSERT_CONTAINS(err.text, "Fortran");
+  write_raw_npy(tmp_path("big.npy"), 1, "{'descr': '>f8', 'fortran_order': False, 'shape': (2, 3), }", d, sizeof d);
+  path_params(&p, tmp_path("big.npy"));
+  ASSERT_EQ(run("load_npy", &p, NULL, 0, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "big.npy");
+  ASSERT_CONTAINS(err.text, "'>f8'");
+  write_raw_npy(tmp_path("c16.npy"), 1, "{'descr': '<c16', 'fortran_order': False, 'shape': (3,), }", d, sizeof d);
+  path_params(&p, tmp_path("c16.npy"));
+  ASSERT_EQ(run("load_npy", &p, NULL, 0, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "'<c16'");
+  write_raw_npy(tmp_path("short.npy"), 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 4), }", d, sizeof d);
+  path_params(&p, tmp_path("short.npy"));
+  ASSERT_EQ(run("load_npy", &p, NULL, 0, &out, &err), TSR_EIO);
+  ASSERT_CONTAINS(err.text, "truncated");
+  write_raw_npy(tmp_path("ok.npy"), 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", d, sizeof d);
+  path_params(&p, tmp_path("ok.npy"));
+  int64_t off[2] = {1, 1}, sh[2] = {1, 3};
+  tsr_params_add_ints(&p, "offset", off, 2);
+  tsr_params_add_ints(&p, "shape", sh, 2);
+  ASSERT_EQ(run("load_npy", &p, NULL, 0, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "load_npy: slice [1,3] at offset [1,1] exceeds");
+  path_params(&p, tmp_path("ok.npy"));
+  tsr_params_add_ints(&p, "offset", off, 1);
+  ASSERT_EQ(run("load_npy", &p, NULL, 0, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "dimensions");
+  tsr_params_clear(&p);
+  ASSERT_EQ(run("load_npy", &p, NULL, 0, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "load_npy: missing parameter 'path'");
+  int64_t s2[1] = {2};
+  tsr_buf in = buf_of(TSR_F64, 1, s2, d);
+  path_params(&p, tmp_path("no/such/dir/x.npy"));
+  ASSERT_EQ(run("save_npy", &p, &in, 1, &out, &err), TSR_EIO);
+  ASSERT_CONTAINS(err.text, "save_npy: cannot create");
+  ASSERT_CONTAINS(err.text, "No such file or directory");
+  tsr_params_clear(&p);
+}
+
+/* ---------- errors common to many ops ---------- */
+
+TEST(shape_and_count_errors)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  double d[15] = {0};
+  int64_t s34[2] = {3, 4}, s35[2] = {3, 5};
+  tsr_buf in[3] = {buf_of(TSR_F64, 2, s35, d), buf_of(TSR_F64, 2, s34, d), buf_of(TSR_F64, 2, s35, d)};
+  ASSERT_EQ(run("add", &p, in, 2, &out, &err), TSR_ESHAPE);
+  ASSERT_STREQ(err.text, "add: input 1 is f64[3,4] but input 0 is f64[3,5]");
+  in[1] = buf_of(TSR_I64, 2, s35, d);
+  ASSERT_EQ(run("mul", &p, in, 2, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "mul: input 1 is i64[3,5] but input 0 is f64[3,5]");
+  ASSERT_EQ(run("add", &p, in, 1, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "add: takes at least 2 inputs, got 1");
+  in[1] = in[0];
+  ASSERT_EQ(run("sub", &p, in, 3, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "sub: takes 2 inputs, got 3");
+  ASSERT_EQ(run("random_uniform", &p, in, 1, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "random_uniform: takes 0 inputs, got 1");
+  /* bytes that do not match the meta */
+  in[0].nbytes = 8;
+  ASSERT_EQ(run("add", &p, in, 2, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "add: input 0 holds 8 bytes but f64[3,5] needs 120");
+  tsr_params_clear(&p);
+}
+
+TEST(random_param_errors)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  int64_t shape[2] = {3, 4}, global[2] = {3, 5}, off[2] = {0, 2};
+  tsr_params_add_ints(&p, "shape", shape, 2);
+  ASSERT_EQ(run("random_uniform", &p, NULL, 0, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "random_uniform: missing parameter 'seed'");
+  tsr_params_add_int(&p, "seed", 1);
+  tsr_params_add_ints(&p, "global_shape", global, 2);
+  tsr_params_add_ints(&p, "offset", off, 2);
+  ASSERT_EQ(run("random_normal", &p, NULL, 0, &out, &err), TSR_ESHAPE);
+  ASSERT_STREQ(err.text, "random_normal: chunk [3,4] at offset [0,2] exceeds global_shape [3,5]");
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "seed", 1);
+  tsr_params_add_ints(&p, "shape", shape, 2);
+  tsr_params_add_ints(&p, "global_shape", global, 1);
+  ASSERT_EQ(run("random_uniform", &p, NULL, 0, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "'global_shape' [3] has 1 dimensions but 'shape' has 2");
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "seed", 1);
+  tsr_params_add_ints(&p, "shape", shape, 2);
+  tsr_params_add_str(&p, "dtype", "i32", 3);
+  ASSERT_EQ(run("random_uniform", &p, NULL, 0, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "random_uniform: dtype must be f32 or f64, not i32");
+  tsr_params_clear(&p);
+  int64_t neg[2] = {3, -1};
+  tsr_params_add_int(&p, "seed", 1);
+  tsr_params_add_ints(&p, "shape", neg, 2);
+  ASSERT_EQ(run("random_uniform", &p, NULL, 0, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "random_uniform: 'shape' [3,-1] has a negative entry");
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "seed", 1);
+  tsr_params_add_ints(&p, "shape", shape, 2);
+  tsr_params_add_int(&p, "low", 5);
+  tsr_params_add_int(&p, "high", 3);
+  ASSERT_EQ(run("randint", &p, NULL, 0, &out, &err), TSR_EINVAL);
+  ASSERT_STREQ(err.text, "randint: high (3) must be greater than low (5)");
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "seed", 1);
+  tsr_params_add_ints(&p, "shape", shape, 2);
+  tsr_params_add_int(&p, "low", 0);
+  tsr_params_add_int(&p, "high", 257);
+  tsr_params_add_str(&p, "dtype", "u8", 2);
+  ASSERT_EQ(run("randint", &p, NULL, 0, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "randint: values in [0, 257) do not fit u8 (0..255)");
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "seed", 1);
+  tsr_params_add_ints(&p, "shape", shape, 2);
+  tsr_params_add_int(&p, "low", -1);
+  tsr_params_add_int(&p, "high", ((int64_t)1 << 32));
+  ASSERT_EQ(run("randint", &p, NULL, 0, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "randint: high - low (4294967297) must be at most 2^32");
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "seed", 1);
+  tsr_params_add_ints(&p, "shape", shape, 2);
+  tsr_params_add_int(&p, "low", 0);
+  tsr_params_add_float(&p, "high", 2.5);
+  ASSERT_EQ(run("randint", &p, NULL, 0, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "randint: parameter 'high' must be an integer");
+  tsr_params_clear(&p);
+}
+
+/* ---------- the registry ---------- */
+
+TEST(registry_and_test_ops)
+{
+  static const char *names[] = {"random_uniform", "random_normal", "randint", "full", "add", "mul", "sub", "div",
+                                "scale", "astype", "sum", "matmul", "load_npy", "save_npy", "noop"};
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  tsr_ops_init(false);
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    ASSERT_TRUE(tsr_op_find(names[i]) != NULL);
+    ASSERT_STREQ(tsr_op_find(names[i])->name, names[i]);
+  }
+  ASSERT_EQ(tsr_op_count(), sizeof names / sizeof names[0]);
+  ASSERT_TRUE(tsr_op_find("crash") == NULL && tsr_op_find("fail") == NULL && tsr_op_find("sleep") == NULL);
+  ASSERT_TRUE(tsr_op_find("nope") == NULL);
+  ASSERT_TRUE(tsr_op_at(tsr_op_count()) == NULL);
+  for (size_t i = 0; i < tsr_op_count(); i++) ASSERT_TRUE(!tsr_op_at(i)->test_only);
+  ASSERT_OK(run("noop", &p, NULL, 0, &out, &err));
+  ASSERT_EQ(out.meta.dtype, TSR_U8);
+  ASSERT_EQ(out.meta.ndim, 1);
+  ASSERT_EQ(out.meta.shape[0], 0);
+  ASSERT_EQ(out.nbytes, 0);
+  free(out.data);
+
+  tsr_ops_init(true);
+  tsr_ops_init(true);  /* idempotent */
+  ASSERT_EQ(tsr_op_count(), sizeof names / sizeof names[0] + 3);
+  ASSERT_TRUE(tsr_op_find("crash") != NULL && tsr_op_find("crash")->test_only);
+  tsr_params_add_str(&p, "message", "boom 42", 7);
+  ASSERT_EQ(run("fail", &p, NULL, 0, &out, &err), TSR_EINVAL);
+  ASSERT_STREQ(err.text, "boom 42");
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "ms", 20);
+  uint64_t t0 = tsr_now_ms();
+  ASSERT_OK(run("sleep", &p, NULL, 0, &out, &err));
+  ASSERT_TRUE(tsr_now_ms() - t0 >= 19);
+  ASSERT_EQ(*(int64_t *)out.data, 20);
+  ASSERT_EQ(out.meta.ndim, 0);
+  free(out.data);
+  tsr_params_clear(&p);
+  tsr_ops_init(false);
+  ASSERT_TRUE(tsr_op_find("sleep") == NULL);
+}
+
+/* run_cpu's output is 64-byte aligned, also for odd sizes. */
+TEST(output_alignment)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  int64_t shape[1] = {13};
+  tsr_params_add_ints(&p, "shape", shape, 1);
+  tsr_params_add_str(&p, "dtype", "u8", 2);
+  tsr_params_add_int(&p, "value", 7);
+  ASSERT_OK(run("full", &p, NULL, 0, &out, &err));
+  ASSERT_EQ((uintptr_t)out.data % 64, 0);
+  ASSERT_EQ(out.nbytes, 13);
+  ASSERT_EQ(((uint8_t *)out.data)[12], 7);
+  free(out.data);
+  tsr_params_clear(&p);
+}
+
+static void remove_tmpdir(void)
+{
+  static const char *files[] = {"a.npy", "v2.npy", "u1.npy", "fortran.npy", "big.npy", "c16.npy", "short.npy", "ok.npy"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) unlink(tmp_path(files[i]));
+  rmdir(tmpdir);
 }
 
 int main(void)
 {
   tsr_ops_init(false);
+  snprintf(tmpdir, sizeof tmpdir, "%s/tsr-kernels-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  if (mkdtemp(tmpdir) == NULL) {
+    perror("mkdtemp");
+    return 1;
+  }
   RUN(philox_known_answers);
   RUN(philox_simd_paths);
   RUN(random_chunking_independent);
   RUN(random_far_offsets);
   RUN(random_nd_and_scalar);
   RUN(add_nary_and_wrap);
+  RUN(add_large_nary);
+  RUN(div_all_dtypes);
+  RUN(astype_conversions);
+  RUN(scale_and_full);
+  RUN(sum_axes);
+  RUN(sum_dtypes);
+  RUN(matmul_against_naive);
+  RUN(matmul_errors);
+  RUN(npy_round_trip);
+  RUN(npy_versions_and_scalars);
+  RUN(npy_errors);
+  RUN(shape_and_count_errors);
+  RUN(random_param_errors);
+  RUN(registry_and_test_ops);
+  RUN(output_alignment);
+  remove_tmpdir();
   return kit_summary();
 }
