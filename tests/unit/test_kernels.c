@@ -511,7 +511,7 @@ static double naive3(const int64_t *shape, int axis, int64_t o, int64_t j)
   for (int64_t i0 = 0; i0 < shape[0]; i0++)
     for (int64_t i1 = 0; i1 < shape[1]; i1++)
       for (int64_t i2 = 0; i2 < shape[2]; i2++) {
-        int64_t keep[3] = {i0, i1, i2}, rest[2], k = 0;
+        int64_t keep[3] = {i0, i1, i2}, rest[3], k = 0;
         for (int d = 0; d < 3; d++)
           if (d != axis) rest[k++] = keep[d];
         if (axis >= 0 && (rest[0] != o || rest[1] != j)) continue;
@@ -552,8 +552,9 @@ TEST(sum_axes)
   free(out.data);
   tsr_params_add_int(&p, "axis", 3);
   ASSERT_EQ(run("sum", &p, &in, 1, &out, &err), TSR_EINVAL);
-  ASSERT_CONTAINS(err.text, "sum: axis 3 is out of range for 3-d input");
   free(x);
+  tsr_params_clear(&p);
+  ASSERT_CONTAINS(err.text, "sum: axis 3 is out of range for 3-d input");
 }
 
 TEST(sum_dtypes)
