@@ -43,17 +43,22 @@ typedef struct tsr_op_def {
 } tsr_op_def;
 
 /* Builds the registry; idempotent. test_ops adds the ops marked test_only
- * (crash, fail, sleep) that the integration tests use. */
+ * (crash, fail, sleep) that the integration tests use; a later call with
+ * false hides them again. The regular ops are findable even before the
+ * first call. Call before other threads use the registry. */
 void tsr_ops_init(bool test_ops);
 /* NULL when no op has that name. */
 const tsr_op_def *tsr_op_find(const char *name);
 size_t tsr_op_count(void);
 const tsr_op_def *tsr_op_at(size_t i);
 
-/* Runs an op end to end on the CPU: validates the input count, infers,
- * allocates the output (64-byte aligned, free with free()), runs. On
- * success *out is filled and owned by the caller. Convenience for tests and
- * the worker alike. */
+/* Runs an op end to end on the CPU: validates the input count and each
+ * input's nbytes against its meta, infers, allocates the output (64-byte
+ * aligned, never NULL even for 0 bytes, free with free()), runs. On
+ * success *out is filled and owned by the caller; on failure *out is
+ * untouched and nothing is left allocated. params may be NULL (no params);
+ * infer() and cpu() themselves always get a non-NULL params. Convenience
+ * for tests and the worker alike. */
 int tsr_op_run_cpu(const tsr_op_def *op, const tsr_params *params, const tsr_buf *in, int n_in, tsr_buf *out,
                    tsr_errbuf *err);
 

@@ -2,9 +2,10 @@
  * of random arrays whose values depend only on (seed, global element index
  * L), per docs/random.md.
  *
- * Speed: a chunk is walked row by row (a row is the last dimension, whose
- * elements are consecutive in L), so the hot loop has no per-element
- * division. Each row's word range is produced four words per Philox call
+ * Speed: a chunk is walked run by run (a row of the last dimension, or
+ * several whole rows, whose elements are consecutive in L), so the hot loop
+ * has no per-element division. Each run's words are produced four per
+ * Philox call — 8 or 16 calls at once with AVX2/AVX-512, philox_simd.c —
  * into a small stack buffer, which a tight loop then maps to values. */
 #include <string.h>
 
@@ -97,7 +98,7 @@ static void map_words(const gen *g, const uint32_t *w, size_t n, void *out)
   }
 }
 
-/* Fills n consecutive elements starting at global index L0. */
+/* Fills n elements with consecutive global indices from L0. */
 static void fill_row(const gen *g, uint64_t L0, size_t n, char *out)
 {
   uint32_t w[BATCH_WORDS];
@@ -111,22 +112,28 @@ static void fill_row(const gen *g, uint64_t L0, size_t n, char *out)
   }
 }
 
-/* Walks the chunk's rows; each starts at L0 = its global row-major index. */
+/* Walks the chunk's runs of consecutive L: a run is the last dimension,
+ * extended over the trailing dimensions the chunk spans whole (a chunk of
+ * full rows is one run). Each run starts at L0, its global row-major index. */
 static void fill_chunk(const gen *g, char *out)
 {
   const tsr_k_grid *gr = &g->grid;
-  int nd = gr->ndim;
-  int64_t row_len = nd > 0 ? gr->shape[nd - 1] : 1, rows = 1;
-  for (int d = 0; d + 1 < nd; d++) rows *= gr->shape[d];
-  if (row_len == 0 || rows == 0) return;
-  size_t row_bytes = (size_t)row_len * tsr_dtype_size(g->dtype);
+  int nd = gr->ndim, j = nd - 1;
+  while (j > 0 && gr->shape[j] == gr->global[j]) j--;
+  int64_t run = 1, runs = 1;
+  for (int d = 0; d < nd; d++) {
+    if (d < j) runs *= gr->shape[d];
+    else run *= gr->shape[d];
+  }
+  if (run == 0 || runs == 0) return;
+  size_t run_bytes = (size_t)run * tsr_dtype_size(g->dtype);
   int64_t idx[TSR_MAX_NDIM] = {0};
-  for (int64_t r = 0; r < rows; r++) {
+  for (int64_t r = 0; r < runs; r++) {
     uint64_t L0 = 0;
     for (int d = 0; d < nd; d++)
-      L0 = L0 * (uint64_t)gr->global[d] + (uint64_t)(gr->offset[d] + (d + 1 < nd ? idx[d] : 0));
-    fill_row(g, L0, (size_t)row_len, out + (size_t)r * row_bytes);
-    for (int d = nd - 2; d >= 0; d--) {
+      L0 = L0 * (uint64_t)gr->global[d] + (uint64_t)(gr->offset[d] + (d < j ? idx[d] : 0));
+    fill_row(g, L0, (size_t)run, out + (size_t)r * run_bytes);
+    for (int d = j - 1; d >= 0; d--) {
       if (++idx[d] < gr->shape[d]) break;
       idx[d] = 0;
     }

@@ -257,25 +257,35 @@ TEST(random_far_offsets)
   }
 }
 
-/* A 3-D chunk and a 0-d array follow the same L = row-major index rule. */
+/* 3-D chunks — partial in every dim, whole in the trailing ones (one run
+ * of consecutive L), whole in all — and a 0-d array follow the same
+ * L = row-major index rule. */
 TEST(random_nd_and_scalar)
 {
-  const rand_case *c = &rand_cases[1];
+  static const int64_t global[3] = {4, 5, 6};
+  static const int64_t shapes[4][3] = {{2, 3, 4}, {2, 3, 6}, {3, 5, 6}, {4, 5, 6}};
+  static const int64_t offs[4][3] = {{1, 2, 1}, {1, 2, 0}, {1, 0, 0}, {0, 0, 0}};
   tsr_params p = TSR_PARAMS_INIT;
   tsr_errbuf err;
   tsr_buf out;
-  int64_t global[3] = {4, 5, 6}, shape[3] = {2, 3, 4}, off[3] = {1, 2, 1};
-  rand_params(&p, c, 3, shape, global, off);
-  ASSERT_OK(run(c->op, &p, NULL, 0, &out, &err));
-  for (int64_t i = 0; i < 2; i++)
-    for (int64_t j = 0; j < 3; j++)
-      for (int64_t k = 0; k < 4; k++) {
-        double want;
-        uint64_t L = (uint64_t)(((off[0] + i) * 5 + off[1] + j) * 6 + off[2] + k);
-        ref_element(c->kind, c->dtype, rand_seed, 0, 0, L, &want);
-        ASSERT_TRUE(((double *)out.data)[(i * 3 + j) * 4 + k] == want);
-      }
-  free(out.data);
+  for (size_t c_i = 0; c_i < sizeof rand_cases / sizeof rand_cases[0]; c_i++)
+    for (int t = 0; t < 4; t++) {
+      const rand_case *c = &rand_cases[c_i];
+      const int64_t *shape = shapes[t], *off = offs[t];
+      size_t es = tsr_dtype_size(c->dtype);
+      rand_params(&p, c, 3, shape, global, off);
+      ASSERT_OK(run(c->op, &p, NULL, 0, &out, &err));
+      for (int64_t i = 0; i < shape[0]; i++)
+        for (int64_t j = 0; j < shape[1]; j++)
+          for (int64_t k = 0; k < shape[2]; k++) {
+            char want[8];
+            uint64_t L = (uint64_t)(((off[0] + i) * 5 + off[1] + j) * 6 + off[2] + k);
+            ref_element(c->kind, c->dtype, rand_seed, c->low, c->high, L, want);
+            ASSERT_TRUE(memcmp((char *)out.data + ((i * shape[1] + j) * shape[2] + k) * (int64_t)es, want, es) == 0);
+          }
+      free(out.data);
+    }
+  const rand_case *c = &rand_cases[1];
   rand_params(&p, c, 0, NULL, NULL, NULL);
   ASSERT_OK(run(c->op, &p, NULL, 0, &out, &err));
   ASSERT_EQ(out.meta.ndim, 0);
