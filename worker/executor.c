@@ -22,6 +22,7 @@ struct tsr_wexec {
   char worker_name[TSR_MAX_NAME_LEN + 1];
   tsr_wstore *store;
   tsr_wqueue *queue;
+  tsr_wfetch_group fetches;
   pthread_t *threads;
   int n_threads;           /* started */
   atomic_uint running;
@@ -32,13 +33,11 @@ struct tsr_wexec {
 
 /* ---------- running one task ---------- */
 
-/* Gets input i from the store, or fetches it and keeps it as a replica. */
-static int resolve_input(tsr_wtask *task, size_t i, tsr_wstore *store, tsr_wfetcher *fetcher, tsr_chunk **chunk_p,
-                         tsr_errbuf *err)
+/* Fetches input i from its `from` peer and keeps it as a replica. */
+static int fetch_input(tsr_wtask *task, size_t i, tsr_wstore *store, tsr_wfetcher *fetcher, tsr_chunk **chunk_p,
+                       tsr_errbuf *err)
 {
   tsr_winput *in = &task->inputs[i];
-  if (tsr_wstore_get(store, in->key, chunk_p) == 0) return 0;
-  if (fetcher == NULL) return tsr_fail(err, TSR_ENOTFOUND, "'%s' is not in the store", in->key);
   tsr_chunk_header hdr;
   tsr_xfer_data data = {0};
   int rc = tsr_wfetcher_get(fetcher, in->from, in->key, &hdr, &data, err);
@@ -55,6 +54,23 @@ static int resolve_input(tsr_wtask *task, size_t i, tsr_wstore *store, tsr_wfetc
   return 0;
 }
 
+/* Gets input i from the store, or from its peer. When another thread is
+ * already fetching the same key, waits for it and takes its copy. */
+static int resolve_input(tsr_wtask *task, size_t i, tsr_wstore *store, tsr_wfetcher *fetcher, tsr_chunk **chunk_p,
+                         tsr_errbuf *err)
+{
+  const char *key = task->inputs[i].key;
+  for (;;) {
+    if (tsr_wstore_get(store, key, chunk_p) == 0) return 0;
+    if (fetcher == NULL) return tsr_fail(err, TSR_ENOTFOUND, "'%s' is not in the store", key);
+    if (fetcher->group == NULL) return fetch_input(task, i, store, fetcher, chunk_p, err);
+    if (tsr_wfetch_claim(fetcher->group, key)) break;
+  }
+  int rc = fetch_input(task, i, store, fetcher, chunk_p, err);
+  tsr_wfetch_release(fetcher->group, key);
+  return rc;
+}
+
 static void release_inputs(tsr_chunk **chunks, size_t n)
 {
   for (size_t i = 0; i < n; i++) tsr_chunk_unref(&chunks[i]);
@@ -65,11 +81,10 @@ static void release_inputs(tsr_chunk **chunks, size_t n)
 static void set_erred(tsr_wtask *task, const char *text)
 {
   size_t op_len = strlen(task->op_name);
-  task->status = TSR_WTASK_ERRED;
   if (strncmp(text, task->op_name, op_len) == 0 && text[op_len] == ':')
-    snprintf(task->message, sizeof task->message, "%s", text);
+    tsr_wtask_erred(task, "%s", text);
   else
-    snprintf(task->message, sizeof task->message, "%s: %s", task->op_name, text);
+    tsr_wtask_erred(task, "%s: %s", task->op_name, text);
 }
 
 /* Stores the kernel's output under the task's key; sets the result. */
@@ -120,8 +135,7 @@ void tsr_wtask_run(tsr_wtask *task, tsr_wstore *store, tsr_wfetcher *fetcher, co
     return;
   }
   if (task->op == NULL) {
-    task->status = TSR_WTASK_ERRED;
-    snprintf(task->message, sizeof task->message, "unknown op '%s' on worker %s", task->op_name, worker_name);
+    tsr_wtask_erred(task, "unknown op '%s' on worker %s", task->op_name, worker_name);
     return;
   }
   tsr_chunk **chunks = task->n_inputs ? calloc(task->n_inputs, sizeof *chunks) : NULL;
@@ -177,6 +191,7 @@ static void *thread_main(void *arg)
   }
   tsr_wfetcher fetcher;
   tsr_wfetcher_init(&fetcher, exec->opts.zctx, exec->opts.fetch_timeout_ms);
+  fetcher.group = &exec->fetches;
   tsr_wtask *task;
   while ((task = tsr_wqueue_pop(exec->queue)) != NULL) {
     atomic_fetch_add(&exec->running, 1);
@@ -193,6 +208,7 @@ static void *thread_main(void *arg)
 static void exec_free(tsr_wexec *exec)
 {
   tsr_wqueue_destroy(&exec->queue);
+  tsr_wfetch_group_destroy(&exec->fetches);
   pthread_cond_destroy(&exec->exit_cond);
   pthread_mutex_destroy(&exec->exit_lock);
   free(exec->threads);
@@ -214,7 +230,7 @@ int tsr_wexec_start(const tsr_wexec_opts *opts, tsr_wstore *store, tsr_wexec **e
   pthread_cond_init(&exec->exit_cond, NULL);
   exec->queue = tsr_wqueue_new();
   exec->threads = calloc((size_t)(opts->threads > 0 ? opts->threads : 1), sizeof *exec->threads);
-  if (exec->queue == NULL || exec->threads == NULL) {
+  if (exec->queue == NULL || exec->threads == NULL || tsr_wfetch_group_init(&exec->fetches) != 0) {
     exec_free(exec);
     return tsr_fail(err, TSR_ENOMEM, "out of memory");
   }

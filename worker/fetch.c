@@ -4,6 +4,47 @@
 
 #include <string.h>
 
+int tsr_wfetch_group_init(tsr_wfetch_group *g)
+{
+  g->inflight = tsr_strmap_new(64);
+  if (g->inflight == NULL) return TSR_ENOMEM;
+  pthread_mutex_init(&g->lock, NULL);
+  pthread_cond_init(&g->done, NULL);
+  return 0;
+}
+
+void tsr_wfetch_group_destroy(tsr_wfetch_group *g)
+{
+  if (g->inflight == NULL) return;
+  tsr_strmap_destroy(&g->inflight);
+  pthread_cond_destroy(&g->done);
+  pthread_mutex_destroy(&g->lock);
+}
+
+bool tsr_wfetch_claim(tsr_wfetch_group *g, const char *key)
+{
+  size_t len = strlen(key);
+  uint64_t v;
+  pthread_mutex_lock(&g->lock);
+  bool waited = false;
+  while (tsr_strmap_get(g->inflight, key, len, &v)) {
+    pthread_cond_wait(&g->done, &g->lock);
+    waited = true;
+  }
+  /* Out of memory for the entry: fetch anyway, uncoordinated. */
+  if (!waited) tsr_strmap_put(g->inflight, key, len, 1);
+  pthread_mutex_unlock(&g->lock);
+  return !waited;
+}
+
+void tsr_wfetch_release(tsr_wfetch_group *g, const char *key)
+{
+  pthread_mutex_lock(&g->lock);
+  tsr_strmap_del(g->inflight, key, strlen(key));
+  pthread_cond_broadcast(&g->done);
+  pthread_mutex_unlock(&g->lock);
+}
+
 void tsr_wfetcher_init(tsr_wfetcher *f, void *zctx, int timeout_ms)
 {
   memset(f, 0, sizeof *f);

@@ -6,15 +6,37 @@
 #ifndef TSR_WORKER_FETCH_H
 #define TSR_WORKER_FETCH_H
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "net/net.h"
 
 #define TSR_WFETCH_SLOTS 8
 
+/* Keys being fetched right now, shared by the executor threads of one
+ * worker: a second thread that needs a key already on its way waits for
+ * that fetch instead of moving the same bytes twice. */
+typedef struct tsr_wfetch_group {
+  pthread_mutex_t lock;
+  pthread_cond_t done;
+  tsr_strmap *inflight;    /* key -> 1; under lock */
+} tsr_wfetch_group;
+
+/* 0 or TSR_ENOMEM. */
+int tsr_wfetch_group_init(tsr_wfetch_group *g);
+void tsr_wfetch_group_destroy(tsr_wfetch_group *g);
+/* Returns true when the caller now owns the fetch of key (it must call
+ * tsr_wfetch_release() afterwards, whatever the outcome); false after
+ * waiting for another thread's fetch of key to end: look in the store
+ * again, then claim again if it is still not there. */
+bool tsr_wfetch_claim(tsr_wfetch_group *g, const char *key);
+void tsr_wfetch_release(tsr_wfetch_group *g, const char *key);
+
 typedef struct tsr_wfetcher {
   void *zctx;
   int timeout_ms;
+  tsr_wfetch_group *group;   /* may be NULL: no coordination */
   uint64_t tick;
   struct {
     tsr_xfer_conn *conn;

@@ -68,7 +68,9 @@ void tsr_report_task(tsr_worker *w, const tsr_wtask *task)
 {
   switch (task->status) {
   case TSR_WTASK_DONE: report_done(w, task); break;
-  case TSR_WTASK_ERRED: tsr_report_task_erred(w, task->id, task->key, task->message); break;
+  case TSR_WTASK_ERRED:
+    tsr_report_task_erred(w, task->id, task->key, task->message ? task->message : "failed (out of memory)");
+    break;
   case TSR_WTASK_MISSING: report_missing(w, task); break;
   default: break;
   }

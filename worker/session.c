@@ -258,7 +258,7 @@ static void on_compute(tsr_worker *w, const msgpack_object *map)
     return;
   }
   if (task->op == NULL) {
-    char message[TSR_WTASK_MSG_LEN];
+    char message[TSR_MAX_NAME_LEN * 2 + 64];
     snprintf(message, sizeof message, "unknown op '%s' on worker %s", task->op_name, w->opts.name);
     TSR_WARN("task %s: %s", task->key, message);
     tsr_report_task_erred(w, task->id, task->key, message);
@@ -386,7 +386,8 @@ void tsr_worker_complete(tsr_worker *w, tsr_wtask *task)
       TSR_DEBUG("task %s (id %llu): done in %llu us", task->key, (unsigned long long)task->id,
                 (unsigned long long)task->duration_us);
     } else if (task->status == TSR_WTASK_ERRED) {
-      TSR_WARN("task %s (id %llu) erred: %s", task->key, (unsigned long long)task->id, task->message);
+      TSR_WARN("task %s (id %llu) erred: %s", task->key, (unsigned long long)task->id,
+               task->message ? task->message : "(no message)");
     }
     tsr_report_task(w, task);
   }

@@ -1,6 +1,8 @@
 /* Tasks: decoding a `compute` message, and the executor's priority queue. */
 #include "task.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,7 +75,10 @@ static int decode_body(const msgpack_object *map, tsr_wtask *task, tsr_errbuf *e
   if (rc == 0) rc = tsr_wire_str(map, "key", TSR_MAX_KEY_LEN, &key, &key_len, err);
   if (rc == 0 && key_len == 0) rc = tsr_fail(err, TSR_EPROTO, "field 'key' must not be empty");
   if (rc == 0 && (task->key = dup_n(key, key_len)) == NULL) rc = TSR_ENOMEM;
-  if (rc == 0) rc = tsr_wire_strcpy(map, "task_op", task->op_name, sizeof task->op_name, err);
+  const char *op;
+  size_t op_len;
+  if (rc == 0) rc = tsr_wire_str(map, "task_op", TSR_MAX_NAME_LEN, &op, &op_len, err);
+  if (rc == 0 && (task->op_name = dup_n(op, op_len)) == NULL) rc = TSR_ENOMEM;
   if (rc == 0) rc = tsr_wire_opt_int(map, "priority", 0, &task->priority, err);
   if (rc == 0) rc = tsr_wire_params(tsr_wire_field(map, "params"), &task->params, err);
   if (rc == 0) rc = decode_inputs(map, task, err);
@@ -96,6 +101,18 @@ int tsr_wtask_decode(const msgpack_object *map, tsr_wtask **task_p, tsr_errbuf *
   return 0;
 }
 
+void tsr_wtask_erred(tsr_wtask *task, const char *fmt, ...)
+{
+  char text[TSR_ERRMSG_LEN + TSR_MAX_NAME_LEN + 64];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  free(task->message);
+  task->message = strdup(text);
+  task->status = TSR_WTASK_ERRED;
+}
+
 void tsr_wtask_free(tsr_wtask **task_p)
 {
   if (task_p == NULL || *task_p == NULL) return;
@@ -106,6 +123,8 @@ void tsr_wtask_free(tsr_wtask **task_p)
   }
   free(task->inputs);
   tsr_params_clear(&task->params);
+  free(task->message);
+  free(task->op_name);
   free(task->key);
   free(task);
   *task_p = NULL;

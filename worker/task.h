@@ -38,12 +38,10 @@ typedef enum {
   TSR_WTASK_CANCELLED,    /* freed or dropped before it could report: say nothing */
 } tsr_wtask_status;
 
-#define TSR_WTASK_MSG_LEN (TSR_ERRMSG_LEN + TSR_MAX_NAME_LEN + 64)
-
 typedef struct tsr_wtask {
   uint64_t id;
   char *key;                            /* owned */
-  char op_name[TSR_MAX_NAME_LEN + 1];
+  char *op_name;                        /* owned */
   const tsr_op_def *op;                 /* NULL when the registry has no such op */
   tsr_params params;
   tsr_winput *inputs;
@@ -58,7 +56,7 @@ typedef struct tsr_wtask {
   uint64_t out_nbytes;
   uint64_t duration_us;
   size_t missing_input;
-  char message[TSR_WTASK_MSG_LEN];
+  char *message;                        /* ERRED: owned, NULL when out of memory */
 } tsr_wtask;
 
 /* Decodes a `compute` map into a new task (params decoded, op looked up
@@ -68,6 +66,8 @@ typedef struct tsr_wtask {
 int tsr_wtask_decode(const msgpack_object *map, tsr_wtask **task_p, tsr_errbuf *err);
 /* Reads `id` and `key` only (key copied into key_buf). 0 or TSR_EPROTO. */
 int tsr_wtask_ident(const msgpack_object *map, uint64_t *id_p, char key_buf[TSR_MAX_KEY_LEN + 1]);
+/* Marks the task erred with a formatted message (replacing any before). */
+void tsr_wtask_erred(tsr_wtask *task, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Frees a task; NULL and *NULL are no-ops. */
 void tsr_wtask_free(tsr_wtask **task_p);
 

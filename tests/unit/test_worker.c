@@ -81,7 +81,7 @@ static tsr_wtask *new_task(const char *key, const char *op, tsr_wstore *store)
 {
   tsr_wtask *t = calloc(1, sizeof *t);
   t->key = strdup(key);
-  snprintf(t->op_name, sizeof t->op_name, "%s", op);
+  t->op_name = strdup(op);
   t->op = tsr_op_find(op);
   t->epoch = tsr_wstore_epoch(store);
   atomic_init(&t->cancelled, false);
@@ -607,6 +607,39 @@ TEST(pool_fetches_inputs_from_a_peer)
   tsr_wstore_destroy(&src);
 }
 
+TEST(pool_fetches_a_shared_input_once)
+{
+  pool_fixture f;
+  ASSERT_OK(pool_open(&f, 4));
+  tsr_wstore *src = tsr_wstore_new(0);
+  tsr_wtask *x = uniform_task("x", 100000, 3, src);
+  tsr_wtask_run(x, src, NULL, "peer");
+  tsr_wtask_free(&x);
+  tsr_xfer_server *srv = NULL;
+  tsr_errbuf err = {{0}};
+  ASSERT_OK(tsr_xfer_server_open(f.zctx, "tcp://127.0.0.1:0", NULL, &srv, &err));
+  for (int i = 0; i < 4; i++) {
+    char key[8];
+    snprintf(key, sizeof key, "s%d", i);
+    tsr_wtask *s = new_task(key, "sum", f.store);
+    add_input(s, "x", tsr_xfer_server_address(srv));
+    ASSERT_OK(tsr_wexec_submit(f.exec, s));
+  }
+  int fetched = 0;
+  for (int i = 0; i < 4; i++) {
+    tsr_wtask *s = pool_next(&f, srv, src, 10000);
+    ASSERT_TRUE(s != NULL);
+    ASSERT_EQ(s->status, TSR_WTASK_DONE);
+    fetched += s->inputs[0].fetched;
+    tsr_wtask_free(&s);
+  }
+  ASSERT_EQ(fetched, 1);
+  ASSERT_EQ(tsr_xfer_server_bytes(srv), 800000);
+  tsr_xfer_server_close(&srv);
+  pool_close(&f);
+  tsr_wstore_destroy(&src);
+}
+
 int main(void)
 {
   tsr_log_set_level(TSR_LOG_ERROR);
@@ -626,5 +659,6 @@ int main(void)
   RUN(pool_runs_in_priority_order);
   RUN(pool_many_threads_many_tasks);
   RUN(pool_fetches_inputs_from_a_peer);
+  RUN(pool_fetches_a_shared_input_once);
   return kit_summary();
 }

@@ -100,6 +100,22 @@ static int sched_open(void)
   return tsr_net_bind(S.router, "tcp://127.0.0.1:0", NULL, S.addr, sizeof S.addr, NULL);
 }
 
+/* Closes the scheduler's socket (its address stays in S.addr) ... */
+static void sched_unbind(void)
+{
+  zmq_close(S.router);
+  S.router = NULL;
+}
+
+/* ... and binds a new one on the same address. */
+static int sched_rebind(void)
+{
+  S.router = zmq_socket(S.ctx, ZMQ_ROUTER);
+  tsr_net_socket_defaults(S.router);
+  char out[TSR_MAX_ADDR_LEN];
+  return tsr_net_bind(S.router, S.addr, NULL, out, sizeof out, NULL);
+}
+
 static void dump_log(const wproc *w)
 {
   FILE *f = fopen(w->log, "r");
@@ -127,7 +143,7 @@ static void sched_close(int failed)
       msg_free(m);
     }
   }
-  zmq_close(S.router);
+  if (S.router) zmq_close(S.router);
   zmq_ctx_term(S.ctx);
   memset(&S, 0, sizeof S);
 }
@@ -220,6 +236,11 @@ static void pump(int ms)
   uint64_t end = tsr_now_ms() + (uint64_t)ms;
   for (;;) {
     uint64_t now = tsr_now_ms();
+    if (S.router == NULL) {
+      usleep(1000 * (useconds_t)(now < end ? (end - now < 20 ? end - now : 20) : 0));
+      if (tsr_now_ms() >= end) return;
+      continue;
+    }
     zmq_pollitem_t item = {S.router, 0, ZMQ_POLLIN, 0};
     if (zmq_poll(&item, 1, now < end ? (long)(end - now) : 0) <= 0) return;
     tsr_frames fr;
@@ -388,6 +409,43 @@ static int wait_exit(wproc *w, int ms)
 
 static bool alive(wproc *w) { return w->pid > 0 && waitpid(w->pid, NULL, WNOHANG) == 0; }
 
+/* True when w's log holds a sanitizer report. */
+static bool log_has_sanitizer_report(const wproc *w)
+{
+  FILE *f = fopen(w->log, "r");
+  if (f == NULL) return false;
+  char line[4096];
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f))
+    found = strstr(line, "Sanitizer") != NULL || strstr(line, "runtime error:") != NULL;
+  fclose(f);
+  return found;
+}
+
+/* Stops every worker still running with SIGTERM and checks that each
+ * exited 0 (under ASan that includes the leak check) and logged no
+ * sanitizer report. 0 when all is well. */
+static int stop_all(void)
+{
+  int bad = 0;
+  for (int i = 0; i < S.nw; i++) {
+    wproc *w = &S.w[i];
+    if (w->pid > 0) {
+      kill(w->pid, SIGTERM);
+      int status = wait_exit(w, 10000);
+      if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "  worker %s: exit status %d after SIGTERM\n", w->name, status);
+        bad++;
+      }
+    }
+    if (log_has_sanitizer_report(w)) {
+      fprintf(stderr, "  worker %s: sanitizer report in its log\n", w->name);
+      bad++;
+    }
+  }
+  return bad;
+}
+
 /* ---------- the tests ---------- */
 
 TEST(hello_then_heartbeats)
@@ -443,6 +501,7 @@ TEST(hello_then_heartbeats)
   int beats = 0;
   while ((m = expect(w, "heartbeat", 0)) != NULL) beats++, msg_free(m);
   ASSERT_TRUE(beats >= 3);
+  ASSERT_OK(stop_all());
 }
 
 TEST(compute_then_fetch_result)
@@ -499,6 +558,7 @@ TEST(compute_then_fetch_result)
   ASSERT_EQ(m_uint(m, "tasks_done"), 2);
   ASSERT_TRUE(m_uint(m, "memory_used") >= 8008);
   msg_free(m);
+  ASSERT_OK(stop_all());
 }
 
 TEST(worker_to_worker_and_missing_input)
@@ -531,6 +591,8 @@ TEST(worker_to_worker_and_missing_input)
   free(x);
   free(s);
   ASSERT_NEAR(got, want, 1e-12);
+  /* B kept its copy of x only while a task of its own needed it. */
+  ASSERT_EQ(fetch(b->data_addr, "x", &h, NULL), TSR_ENOTFOUND);
 
   /* The input's holder does not have it: missing_input, naming it. */
   input ghost = {"nokey", a->data_addr, 8};
@@ -544,6 +606,7 @@ TEST(worker_to_worker_and_missing_input)
   ASSERT_STREQ(m_str(m, "from", buf, sizeof buf), a->data_addr);
   msg_free(m);
   ASSERT_EQ(fetch(b->data_addr, "m", &h, NULL), TSR_ENOTFOUND);
+  ASSERT_OK(stop_all());
 }
 
 TEST(task_erred_unknown_op_and_shape_mismatch)
@@ -583,6 +646,7 @@ TEST(task_erred_unknown_op_and_shape_mismatch)
   ASSERT_TRUE(m != NULL);
   ASSERT_STREQ(m_str(m, "message", buf, sizeof buf), "fail: on purpose");
   msg_free(m);
+  ASSERT_OK(stop_all());
 }
 
 TEST(free_then_fetch_is_not_found)
@@ -619,6 +683,7 @@ TEST(free_then_fetch_is_not_found)
   }
   ASSERT_EQ(chunks, 0);
   ASSERT_EQ(fetch(w->data_addr, "x", &h, NULL), TSR_ENOTFOUND);
+  ASSERT_OK(stop_all());
 }
 
 TEST(malformed_messages_do_not_kill_the_worker)
@@ -689,6 +754,7 @@ TEST(malformed_messages_do_not_kill_the_worker)
   ASSERT_EQ(m_uint(m, "id"), 2);
   msg_free(m);
   ASSERT_EQ(w->hellos, 1);
+  ASSERT_OK(stop_all());
 }
 
 TEST(sleep_keeps_a_thread_busy_while_heartbeats_flow)
@@ -721,6 +787,62 @@ TEST(sleep_keeps_a_thread_busy_while_heartbeats_flow)
     }
     msg_free(m);
   }
+  ASSERT_OK(stop_all());
+}
+
+TEST(free_cancels_a_queued_task)
+{
+  ASSERT_OK(sched_open());
+  wproc *w = spawn("w1", "--threads", "1", (char *)NULL);
+  ASSERT_OK(hello_welcome(w, 1, 100));
+  compute(w, 1, "zz", "sleep", 0, NULL, 0, "ms", 'i', (int64_t)500, (char *)NULL);
+  compute(w, 2, "q", "random_uniform", 0, NULL, 0, "seed", 'i', (int64_t)1, "shape", 'I', (int64_t)10,
+          (char *)NULL);
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "free", 2);
+  tsr_pack_str(&wb.pk, "keys");
+  msgpack_pack_array(&wb.pk, 1);
+  tsr_pack_str(&wb.pk, "q");
+  send_wbuf(w, &wb);
+  msg *m = expect(w, "task_done", 5000);
+  ASSERT_TRUE(m != NULL);
+  char buf[64];
+  ASSERT_STREQ(m_str(m, "key", buf, sizeof buf), "zz");
+  msg_free(m);
+  m = expect(w, "task_done", 700);
+  ASSERT_TRUE(m == NULL);
+  tsr_chunk_header h;
+  ASSERT_EQ(fetch(w->data_addr, "q", &h, NULL), TSR_ENOTFOUND);
+  discard(w, "heartbeat");
+  m = expect(w, "heartbeat", 1000);
+  ASSERT_TRUE(m != NULL);
+  ASSERT_EQ(m_uint(m, "chunks"), 1);
+  ASSERT_EQ(m_uint(m, "tasks_done"), 1);
+  msg_free(m);
+  /* The same key computed again afterwards runs normally. */
+  compute(w, 2, "q", "random_uniform", 0, NULL, 0, "seed", 'i', (int64_t)1, "shape", 'I', (int64_t)10,
+          (char *)NULL);
+  m = expect(w, "task_done", 5000);
+  ASSERT_TRUE(m != NULL);
+  ASSERT_STREQ(m_str(m, "key", buf, sizeof buf), "q");
+  msg_free(m);
+  ASSERT_OK(stop_all());
+}
+
+TEST(worker_started_before_its_scheduler)
+{
+  ASSERT_OK(sched_open());
+  sched_unbind();
+  wproc *w = spawn("early", (char *)NULL);
+  pump(1500);
+  ASSERT_TRUE(alive(w));
+  ASSERT_OK(sched_rebind());
+  ASSERT_OK(hello_welcome(w, 1, 100));
+  msg *m = expect(w, "heartbeat", 3000);
+  ASSERT_TRUE(m != NULL);
+  msg_free(m);
+  ASSERT_OK(stop_all());
 }
 
 TEST(sigterm_says_goodbye_and_exits_0)
@@ -737,6 +859,7 @@ TEST(sigterm_says_goodbye_and_exits_0)
   ASSERT_TRUE(status != -1);
   ASSERT_TRUE(WIFEXITED(status));
   ASSERT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_OK(stop_all());
 }
 
 TEST(silence_then_hello_again)
@@ -763,6 +886,7 @@ TEST(silence_then_hello_again)
   tsr_chunk_header h;
   ASSERT_EQ(fetch(w->data_addr, "x", &h, NULL), TSR_ENOTFOUND);
   ASSERT_TRUE(alive(w));
+  ASSERT_OK(stop_all());
 }
 
 TEST(unknown_peer_then_hello_again_and_version_error_is_fatal)
@@ -784,6 +908,7 @@ TEST(unknown_peer_then_hello_again_and_version_error_is_fatal)
   ASSERT_TRUE(status != -1);
   ASSERT_TRUE(WIFEXITED(status));
   ASSERT_EQ(WEXITSTATUS(status), 1);
+  ASSERT_OK(stop_all());
 }
 
 TEST(command_line)
@@ -801,6 +926,7 @@ TEST(command_line)
   w = spawn("w-bad3", "--no-such-flag", "1", (char *)NULL);
   status = wait_exit(w, 5000);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+  ASSERT_OK(stop_all());
 }
 
 #define RUNW(name)                  \
@@ -824,6 +950,8 @@ int main(int argc, char **argv)
   RUNW(free_then_fetch_is_not_found);
   RUNW(malformed_messages_do_not_kill_the_worker);
   RUNW(sleep_keeps_a_thread_busy_while_heartbeats_flow);
+  RUNW(free_cancels_a_queued_task);
+  RUNW(worker_started_before_its_scheduler);
   RUNW(sigterm_says_goodbye_and_exits_0);
   RUNW(silence_then_hello_again);
   RUNW(unknown_peer_then_hello_again_and_version_error_is_fatal);
