@@ -15,3 +15,16 @@ target_include_directories(test_client_proto PRIVATE ${TSR_TESTS_DIR})
 target_link_libraries(test_client_proto PRIVATE tessera tsr_common)
 add_test(NAME integration.client_proto COMMAND test_client_proto)
 set_tests_properties(integration.client_proto PROPERTIES LABELS integration TIMEOUT 120)
+
+# The installed package: find_package(Tessera) and pkg-config consumers.
+add_test(NAME unit.client_install
+  COMMAND ${CMAKE_COMMAND} -DBUILD_DIR=${PROJECT_BINARY_DIR} -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/client-install-test
+          -DC_COMPILER=${CMAKE_C_COMPILER} -DGENERATOR=${CMAKE_GENERATOR}
+          -P ${PROJECT_SOURCE_DIR}/cmake/TesseraInstallTest.cmake)
+set_tests_properties(unit.client_install PROPERTIES LABELS unit TIMEOUT 300)
+
+# libtessera.so exports exactly the functions of the public headers.
+add_test(NAME unit.client_exports
+  COMMAND ${CMAKE_COMMAND} -DLIB=$<TARGET_FILE:tessera> -DNM=${CMAKE_NM} "-DWANT=${TSR_CLIENT_EXPORTS}"
+          -P ${PROJECT_SOURCE_DIR}/cmake/TesseraExportsTest.cmake)
+set_tests_properties(unit.client_exports PROPERTIES LABELS unit TIMEOUT 60)
