@@ -1,0 +1,385 @@
+/* Inbound control messages: frame validation, dispatch by peer role and
+ * op, and the handlers of worker and client messages (hello and departures
+ * are in peers.c).
+ *
+ * A frame is validated as a whole first (tsr_reader_init: no allocation
+ * from declared sizes); a frame that fails is answered with one `error`.
+ * Each message of a valid frame is then handled on its own: a malformed
+ * message (missing field, wrong type, unknown op, before hello) gets an
+ * `error` naming the problem with `ref` = its op, one log line naming the
+ * peer, and nothing else changes. The state is settled after every
+ * message, so each message sees a consistent state. */
+#include "sched.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct msgctx {
+  sched_state *st;
+  uint32_t p;
+  const msgpack_object *map;
+  const char *op;
+  const char *raw;        /* this message's bytes within the frame */
+  size_t raw_len;
+  tsr_errbuf err;
+} msgctx;
+
+static void reject(msgctx *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void reject(msgctx *m, int code, const char *fmt, ...)
+{
+  char text[TSR_ERRMSG_LEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  char label[TSR_MAX_NAME_LEN + 32];
+  TSR_WARN("rejected '%s' from %s: %s", m->op, sched_peer_label(m->st, m->p, label, sizeof label), text);
+  sched_send_error(m->st, m->p, code, m->op[0] == '(' ? NULL : m->op, "%s", text);
+}
+
+/* ---------- worker messages ---------- */
+
+static void on_worker_heartbeat(msgctx *m)
+{
+  sched_worker *w = &m->st->workers[m->st->peers[m->p].index];
+  uint64_t used, running, done, chunks;
+  int rc = tsr_wire_opt_uint(m->map, "memory_used", w->memory_used, &used, &m->err);
+  if (rc == 0) rc = tsr_wire_opt_uint(m->map, "tasks_running", w->tasks_running, &running, &m->err);
+  if (rc == 0) rc = tsr_wire_opt_uint(m->map, "tasks_done", w->tasks_done, &done, &m->err);
+  if (rc == 0) rc = tsr_wire_opt_uint(m->map, "chunks", w->chunks, &chunks, &m->err);
+  if (rc != 0) {
+    reject(m, rc, "%s", m->err.text);
+    return;
+  }
+  w->memory_used = used;
+  w->tasks_running = running;
+  w->tasks_done = done;
+  w->chunks = chunks;
+}
+
+/* Decodes id and key and checks the task is PROCESSING on this worker.
+ * Returns the task id, or SCHED_NONE after rejecting / logging. */
+static uint32_t reported_task(msgctx *m)
+{
+  sched_state *st = m->st;
+  uint64_t id;
+  const char *key;
+  size_t klen;
+  int rc = tsr_wire_uint(m->map, "id", &id, &m->err);
+  if (rc == 0) rc = tsr_wire_str(m->map, "key", TSR_MAX_KEY_LEN, &key, &klen, &m->err);
+  if (rc != 0) {
+    reject(m, rc, "%s", m->err.text);
+    return SCHED_NONE;
+  }
+  uint32_t w = st->peers[m->p].index;
+  const sched_task *t = id < st->ntasks ? &st->tasks[id] : NULL;
+  if (t == NULL || t->state != TS_PROCESSING || t->processing_on != w || t->key_len != klen ||
+      memcmp(t->key, key, klen) != 0) {
+    TSR_INFO("ignoring stale %s for task %llu '%.*s' from worker '%s'", m->op, (unsigned long long)id,
+             (int)(klen > 128 ? 128 : klen), key, st->workers[w].name);
+    return SCHED_NONE;
+  }
+  return (uint32_t)id;
+}
+
+static void on_task_done(msgctx *m)
+{
+  uint64_t nbytes, duration;
+  tsr_meta meta;
+  int rc = tsr_wire_uint(m->map, "nbytes", &nbytes, &m->err);
+  if (rc == 0) rc = tsr_wire_meta(m->map, &meta, &m->err);
+  if (rc == 0) rc = tsr_wire_opt_uint(m->map, "duration_us", 0, &duration, &m->err);
+  if (rc != 0) {
+    reject(m, TSR_EPROTO, "%s", m->err.text);
+    return;
+  }
+  uint32_t id = reported_task(m);
+  if (id == SCHED_NONE) return;
+  sched_tr_done(m->st, id, (uint16_t)m->st->peers[m->p].index, nbytes, &meta);
+}
+
+static void on_task_erred(msgctx *m)
+{
+  const char *msg;
+  size_t len;
+  int rc = tsr_wire_str(m->map, "message", TSR_MAX_TEXT_LEN, &msg, &len, &m->err);
+  if (rc != 0) {
+    reject(m, rc, "%s", m->err.text);
+    return;
+  }
+  uint32_t id = reported_task(m);
+  if (id == SCHED_NONE) return;
+  TSR_INFO("task '%s' failed on worker '%s': %.*s", m->st->tasks[id].key,
+           m->st->workers[m->st->peers[m->p].index].name, (int)(len > 300 ? 300 : len), msg);
+  sched_tr_erred(m->st, id, msg, len);
+}
+
+static void on_missing_input(msgctx *m)
+{
+  sched_state *st = m->st;
+  const char *input, *from;
+  size_t ilen, flen;
+  int rc = tsr_wire_str(m->map, "input", TSR_MAX_KEY_LEN, &input, &ilen, &m->err);
+  if (rc == 0) rc = tsr_wire_str(m->map, "from", TSR_MAX_NAME_LEN, &from, &flen, &m->err);
+  if (rc != 0) {
+    reject(m, rc, "%s", m->err.text);
+    return;
+  }
+  uint32_t id = reported_task(m);
+  if (id == SCHED_NONE) return;
+  uint32_t x = sched_task_find(st, input, ilen);
+  const sched_task *t = &st->tasks[id];
+  bool is_input = false;
+  for (uint32_t i = 0; x != SCHED_NONE && i < t->ndeps && !is_input; i++) is_input = t->deps[i] == x;
+  if (!is_input) {
+    TSR_WARN("worker '%s' reported input '%.*s' of task '%s' missing, but it is not an input; re-running the task",
+             st->workers[st->peers[m->p].index].name, (int)(ilen > 128 ? 128 : ilen), input, t->key);
+    x = SCHED_NONE;
+  }
+  sched_tr_missing_input(st, id, x, from, flen);
+}
+
+/* ---------- client messages ---------- */
+
+static sched_pending *find_pending(sched_client *c, uint64_t graph)
+{
+  for (uint32_t i = 0; i < c->npending; i++)
+    if (c->pending[i].graph_id == graph) return &c->pending[i];
+  return NULL;
+}
+
+static void drop_pending(sched_client *c, sched_pending *pd)
+{
+  for (uint32_t k = 0; k < pd->nparts; k++) free(pd->parts[k].bytes);
+  free(pd->parts);
+  *pd = c->pending[--c->npending];
+}
+
+#define SCHED_MAX_PENDING_BYTES (8ull << 30)
+
+/* A part with `more`: kept as bytes until the last part arrives. */
+static int keep_part(msgctx *m, sched_client *c, uint64_t graph)
+{
+  sched_pending *pd = find_pending(c, graph);
+  if (pd == NULL) {
+    if (sched_grow((void **)&c->pending, &c->cap_pending, c->npending + 1, sizeof *c->pending) != 0) return TSR_ENOMEM;
+    pd = &c->pending[c->npending++];
+    memset(pd, 0, sizeof *pd);
+    pd->graph_id = graph;
+  }
+  if (pd->bytes + m->raw_len > SCHED_MAX_PENDING_BYTES)
+    return tsr_fail(&m->err, TSR_ELIMIT, "graph %llu exceeds %llu bytes over its parts", (unsigned long long)graph,
+                    SCHED_MAX_PENDING_BYTES);
+  char *copy = malloc(m->raw_len ? m->raw_len : 1);
+  if (copy == NULL || sched_grow((void **)&pd->parts, &pd->cap, pd->nparts + 1, sizeof *pd->parts) != 0) {
+    free(copy);
+    return TSR_ENOMEM;
+  }
+  memcpy(copy, m->raw, m->raw_len);
+  pd->parts[pd->nparts++] = (sched_pending_part){copy, m->raw_len};
+  pd->bytes += m->raw_len;
+  return 0;
+}
+
+/* The last part: every kept part is decoded again, then the whole graph
+ * is validated and admitted at once. */
+static int submit_all(msgctx *m, uint32_t ci, uint64_t graph)
+{
+  sched_client *c = &m->st->clients[ci];
+  sched_pending *pd = find_pending(c, graph);
+  uint32_t nparts = pd ? pd->nparts : 0;
+  msgpack_unpacked *unp = calloc(nparts ? nparts : 1, sizeof *unp);
+  const msgpack_object **maps = calloc(nparts + 1, sizeof *maps);
+  int rc = unp && maps ? 0 : tsr_fail(&m->err, TSR_ENOMEM, "out of memory");
+  for (uint32_t k = 0; rc == 0 && k < nparts; k++) {
+    size_t off = 0;
+    msgpack_unpacked_init(&unp[k]);
+    /* these bytes passed tsr_wire_validate when they arrived */
+    if (msgpack_unpack_next(&unp[k], pd->parts[k].bytes, pd->parts[k].len, &off) != MSGPACK_UNPACK_SUCCESS)
+      rc = tsr_fail(&m->err, TSR_EINTERNAL, "part %u of graph %llu cannot be decoded again", k, (unsigned long long)graph);
+    maps[k] = &unp[k].data;
+  }
+  maps[nparts] = m->map;
+  if (rc == 0) rc = sched_submit_maps(m->st, ci, graph, maps, nparts + 1, &m->err);
+  for (uint32_t k = 0; unp && k < nparts; k++) msgpack_unpacked_destroy(&unp[k]);
+  free(unp);
+  free(maps);
+  c = &m->st->clients[ci];
+  if ((pd = find_pending(c, graph)) != NULL) drop_pending(c, pd);
+  return rc;
+}
+
+static void on_submit(msgctx *m)
+{
+  sched_state *st = m->st;
+  uint32_t ci = st->peers[m->p].index;
+  uint64_t graph;
+  bool more = false;
+  const msgpack_object *items;
+  size_t n;
+  int rc = tsr_wire_uint(m->map, "graph", &graph, &m->err);
+  if (rc != 0) {
+    reject(m, rc, "%s", m->err.text);
+    return;
+  }
+  rc = tsr_wire_opt_bool(m->map, "more", false, &more, &m->err);
+  if (rc == 0) rc = tsr_wire_array(m->map, "tasks", TSR_MAX_BATCH_TASKS, &items, &n, &m->err);
+  if (rc == 0) rc = more ? keep_part(m, &st->clients[ci], graph) : submit_all(m, ci, graph);
+  if (rc == 0 && more) return;
+  tsr_wbuf *wb = sched_out(st, m->p);
+  if (rc >= 0) {
+    TSR_INFO("client '%s' submitted graph %llu: %d new tasks (%u in the scheduler)", st->clients[ci].name,
+             (unsigned long long)graph, rc, st->nlive);
+    tsr_wbuf_begin(wb, "submitted", 3);
+    tsr_pack_kv_uint(&wb->pk, "graph", graph);
+    tsr_pack_kv_uint(&wb->pk, "tasks", (uint64_t)rc);
+    return;
+  }
+  if (more) {
+    sched_pending *pd = find_pending(&st->clients[ci], graph);
+    if (pd != NULL) drop_pending(&st->clients[ci], pd);
+  }
+  TSR_WARN("rejected graph %llu from client '%s': %s: %s", (unsigned long long)graph, st->clients[ci].name,
+           tsr_err_name(rc), m->err.text);
+  tsr_wbuf_begin(wb, "submit_error", 4);
+  tsr_pack_kv_uint(&wb->pk, "graph", graph);
+  tsr_pack_kv_int(&wb->pk, "code", rc);
+  tsr_pack_kv_str(&wb->pk, "message", m->err.text);
+}
+
+static void on_release(msgctx *m)
+{
+  sched_state *st = m->st;
+  const msgpack_object *keys;
+  size_t n;
+  int rc = tsr_wire_array(m->map, "keys", UINT32_MAX, &keys, &n, &m->err);
+  if (rc != 0) {
+    reject(m, rc, "%s", m->err.text);
+    return;
+  }
+  uint32_t ci = st->peers[m->p].index;
+  for (size_t i = 0; i < n; i++) {
+    const char *key;
+    size_t len;
+    if (tsr_obj_str(&keys[i], TSR_MAX_KEY_LEN, &key, &len, NULL) != 0) {
+      reject(m, TSR_EPROTO, "field 'keys' must hold key strings (entry %zu is not one)", i);
+      return;
+    }
+    uint32_t id = sched_task_find(st, key, len);
+    if (id != SCHED_NONE) sched_tr_unwant(st, ci, id);
+  }
+}
+
+static void on_status(msgctx *m)
+{
+  uint64_t req;
+  int rc = tsr_wire_uint(m->map, "req", &req, &m->err);
+  if (rc != 0) {
+    reject(m, rc, "%s", m->err.text);
+    return;
+  }
+  sched_emit_status(m->st, m->p, req);
+}
+
+/* ---------- dispatch ---------- */
+
+typedef struct route {
+  const char *op;
+  uint8_t role;
+  void (*fn)(msgctx *m);
+} route;
+
+static void on_goodbye(msgctx *m) { sched_peer_drop(m->st, m->p, "said goodbye"); }
+
+static const route routes[] = {
+  {"task_done", PEER_WORKER, on_task_done},   {"task_erred", PEER_WORKER, on_task_erred},
+  {"missing_input", PEER_WORKER, on_missing_input}, {"heartbeat", PEER_WORKER, on_worker_heartbeat},
+  {"goodbye", PEER_WORKER, on_goodbye},       {"submit", PEER_CLIENT, on_submit},
+  {"release", PEER_CLIENT, on_release},       {"status", PEER_CLIENT, on_status},
+  {"goodbye", PEER_CLIENT, on_goodbye},       {"heartbeat", PEER_CLIENT, NULL},
+};
+
+static void dispatch(msgctx *m)
+{
+  sched_peer *peer = &m->st->peers[m->p];
+  char label[TSR_MAX_NAME_LEN + 32];
+  if (strcmp(m->op, "error") == 0) {
+    /* never answer an error with an error: two peers could ping-pong */
+    const char *text = "";
+    size_t len = 0;
+    tsr_wire_str(m->map, "message", TSR_MAX_TEXT_LEN, &text, &len, NULL);
+    TSR_WARN("%s reported an error: %.*s", sched_peer_label(m->st, m->p, label, sizeof label), (int)(len > 300 ? 300 : len), text);
+    return;
+  }
+  if (strcmp(m->op, "hello") == 0) {
+    sched_peer_hello(m->st, m->p, m->map);
+    return;
+  }
+  if (peer->role == PEER_NONE) {
+    if (peer->was_gone) reject(m, TSR_ENOTFOUND, "unknown peer");
+    else reject(m, TSR_EPROTO, "say hello first");
+    return;
+  }
+  bool other_role = false;
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+    if (strcmp(routes[i].op, m->op) != 0) continue;
+    if (routes[i].role != peer->role) {
+      other_role = true;
+      continue;
+    }
+    if (routes[i].fn != NULL) routes[i].fn(m);
+    return;
+  }
+  if (other_role) reject(m, TSR_EPROTO, "op '%s' is not valid from a %s", m->op, peer->role == PEER_WORKER ? "worker" : "client");
+  else reject(m, TSR_EPROTO, "unknown message op '%s'", m->op);
+}
+
+static uint32_t peer_for(sched_state *st, const void *identity, size_t id_len, uint64_t now_ms)
+{
+  uint32_t p = sched_peer_find(st, identity, id_len);
+  if (p == SCHED_NONE) p = sched_peer_add(st, identity, id_len, now_ms);
+  if (p == SCHED_NONE) TSR_WARN("dropping a message from a peer that cannot be tracked (identity of %zu bytes)", id_len);
+  else st->peers[p].last_seen_ms = now_ms;
+  return p;
+}
+
+void sched_handle_frame(sched_state *st, const void *identity, size_t id_len, const void *data, size_t len,
+                        uint64_t now_ms)
+{
+  msgctx m = {.st = st, .op = "(frame)"};
+  m.p = peer_for(st, identity, id_len, now_ms);
+  if (m.p == SCHED_NONE) return;
+  tsr_reader rd;
+  if (tsr_reader_init(&rd, data, len, &m.err) != 0) {
+    reject(&m, TSR_EPROTO, "%s", m.err.text);
+    tsr_reader_done(&rd);
+    return;
+  }
+  for (;;) {
+    char op[TSR_MAX_NAME_LEN + 1];
+    size_t start = rd.offset;
+    int rc = tsr_reader_next(&rd, &m.map, op, &m.err);
+    if (rc == 0) break;
+    m.op = rc > 0 ? op : "(message)";
+    if (rc < 0) {
+      reject(&m, TSR_EPROTO, "%s", m.err.text);
+      if (rd.offset <= start) break;
+      continue;
+    }
+    m.raw = (const char *)data + start;
+    m.raw_len = rd.offset - start;
+    dispatch(&m);
+    sched_settle(st);
+    if (!st->peers[m.p].in_use) break;  /* it said goodbye */
+  }
+  tsr_reader_done(&rd);
+}
+
+void sched_handle_bad_frame(sched_state *st, const void *identity, size_t id_len, int nframes, uint64_t now_ms)
+{
+  msgctx m = {.st = st, .op = "(frame)"};
+  m.p = peer_for(st, identity, id_len, now_ms);
+  if (m.p != SCHED_NONE) reject(&m, TSR_EPROTO, "a control message must be exactly one frame (got %d)", nframes);
+}

@@ -1,0 +1,178 @@
+/* The event loop: one ROUTER socket, one thread, no locks.
+ *
+ * Each iteration: wait in zmq_poll until a message arrives or the next
+ * timer is due; receive without blocking until EAGAIN, at most
+ * MAX_FRAMES_PER_ITERATION frames so timers stay fair under load; run the
+ * timers (heartbeats to every peer, timeouts); run the placement pass
+ * once; then flush every peer's outbox as one frame. The once-per-
+ * iteration flush is the batching that lets a burst of task_done reports
+ * turn into one `compute` frame per worker and one `key_done` frame per
+ * client instead of one frame per message. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <zmq.h>
+
+#include "net/net.h"
+#include "sched.h"
+
+#define MAX_FRAMES_PER_ITERATION 10000
+#define ZERO_COPY_BYTES (64u << 10)
+
+static void free_buffer(void *data, void *hint)
+{
+  (void)hint;
+  free(data);  /* runs on ZeroMQ's I/O thread: free() is thread-safe */
+}
+
+static void send_outbox(void *sock, sched_peer *peer)
+{
+  tsr_wbuf *wb = &peer->out;
+  if (zmq_send(sock, peer->identity, peer->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+    TSR_WARN("cannot send to a peer: %s", zmq_strerror(zmq_errno()));
+    tsr_wbuf_reset(wb);
+    return;
+  }
+  if (wb->sbuf.size < ZERO_COPY_BYTES) {
+    if (zmq_send(sock, wb->sbuf.data, wb->sbuf.size, ZMQ_DONTWAIT) < 0)
+      TSR_WARN("cannot send to a peer: %s", zmq_strerror(zmq_errno()));
+    tsr_wbuf_reset(wb);
+    return;
+  }
+  /* Big batches (a million key_done) are handed over without a copy. */
+  size_t len;
+  char *data = tsr_wbuf_release(wb, &len);
+  zmq_msg_t msg;
+  if (zmq_msg_init_data(&msg, data, len, free_buffer, NULL) != 0) {
+    free(data);
+    return;
+  }
+  if (zmq_msg_send(&msg, sock, ZMQ_DONTWAIT) < 0) {
+    TSR_WARN("cannot send %zu bytes to a peer: %s", len, zmq_strerror(zmq_errno()));
+    zmq_msg_close(&msg);
+  }
+}
+
+static void flush(void *sock, sched_state *st)
+{
+  for (uint32_t i = 0; i < st->ndirty; i++) {
+    sched_peer *peer = &st->peers[st->dirty[i]];
+    if (!peer->in_use || !peer->dirty) continue;
+    peer->dirty = false;
+    if (peer->out.sbuf.size > 0) send_outbox(sock, peer);
+  }
+  st->ndirty = 0;
+}
+
+/* Receives what is waiting; returns the number of frames handled. */
+static int drain(void *sock, sched_state *st)
+{
+  int n;
+  for (n = 0; n < MAX_FRAMES_PER_ITERATION; n++) {
+    tsr_frames fr;
+    int count = tsr_frames_recv(sock, &fr, ZMQ_DONTWAIT);
+    if (count < 0) {
+      if (errno != EAGAIN && errno != EINTR) TSR_ERROR("receive failed: %s", zmq_strerror(errno));
+      break;
+    }
+    uint64_t now = tsr_now_ms();
+    if (count == 2 && !fr.truncated)
+      sched_handle_frame(st, tsr_frame_data(&fr, 0), tsr_frame_size(&fr, 0), tsr_frame_data(&fr, 1),
+                         tsr_frame_size(&fr, 1), now);
+    else if (count >= 1)
+      sched_handle_bad_frame(st, tsr_frame_data(&fr, 0), tsr_frame_size(&fr, 0), fr.truncated ? TSR_NET_MAX_FRAMES : count - 1, now);
+    tsr_frames_close(&fr);
+  }
+  return n;
+}
+
+static int write_address_file(const char *path, const char *address)
+{
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (f == NULL) return TSR_EIO;
+  int ok = fprintf(f, "%s\n", address) > 0;
+  ok = fclose(f) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    remove(tmp);
+    return TSR_EIO;
+  }
+  return 0;
+}
+
+static int open_socket(void *ctx, const sched_loop_opts *opts, void **sock_p)
+{
+  void *sock = zmq_socket(ctx, ZMQ_ROUTER);
+  if (sock == NULL) {
+    TSR_ERROR("cannot create the ROUTER socket: %s", zmq_strerror(zmq_errno()));
+    return TSR_ECONN;
+  }
+  tsr_net_socket_defaults(sock);
+  int mandatory = 0;  /* a departed peer's messages are dropped, never block */
+  zmq_setsockopt(sock, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof mandatory);
+  char address[TSR_MAX_ADDR_LEN];
+  tsr_errbuf err;
+  if (tsr_net_bind(sock, opts->listen, "127.0.0.1", address, sizeof address, &err) != 0) {
+    TSR_ERROR("%s", err.text);
+    zmq_close(sock);
+    return TSR_ECONN;
+  }
+  if (opts->address_file != NULL && write_address_file(opts->address_file, address) != 0) {
+    TSR_ERROR("cannot write the address file %s", opts->address_file);
+    zmq_close(sock);
+    return TSR_EIO;
+  }
+  TSR_INFO("listening on %s (heartbeat every %llu ms, timeout %llu ms)", address,
+           (unsigned long long)opts->cfg.heartbeat_ms, (unsigned long long)opts->cfg.timeout_ms);
+  *sock_p = sock;
+  return 0;
+}
+
+static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
+{
+  uint64_t hb_ms = st->cfg.heartbeat_ms ? st->cfg.heartbeat_ms : 1000;
+  uint64_t check_ms = (st->cfg.timeout_ms < hb_ms ? st->cfg.timeout_ms : hb_ms) / 4;
+  if (check_ms < 10) check_ms = 10;
+  uint64_t now = tsr_now_ms(), next_hb = now + hb_ms, next_check = now + check_ms;
+  bool busy = false;
+  while (!*stop) {
+    now = tsr_now_ms();
+    uint64_t due = next_hb < next_check ? next_hb : next_check;
+    long timeout = busy ? 0 : (due > now ? (long)(due - now) : 0);
+    zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
+    int rc = zmq_poll(&item, 1, timeout);
+    if (*stop) break;
+    if (rc < 0 && zmq_errno() != EINTR) TSR_ERROR("poll failed: %s", zmq_strerror(zmq_errno()));
+    busy = rc > 0 && drain(sock, st) == MAX_FRAMES_PER_ITERATION;
+    now = tsr_now_ms();
+    if (now >= next_hb) {
+      sched_emit_heartbeats(st);
+      next_hb = now + hb_ms;
+    }
+    if (now >= next_check) {
+      sched_check_timeouts(st, now);
+      next_check = now + check_ms;
+    }
+    sched_place_pass(st);
+    flush(sock, st);
+  }
+}
+
+int sched_run(const sched_loop_opts *opts, volatile sig_atomic_t *stop)
+{
+  void *ctx = zmq_ctx_new();
+  if (ctx == NULL) return TSR_ENOMEM;
+  void *sock = NULL;
+  int rc = open_socket(ctx, opts, &sock);
+  sched_state *st = rc == 0 ? sched_state_new(&opts->cfg) : NULL;
+  if (rc == 0 && st == NULL) rc = TSR_ENOMEM;
+  if (rc == 0) {
+    run_loop(sock, st, stop);
+    TSR_INFO("shutting down: %u workers, %u clients, %u tasks", st->nworkers_alive, st->nclients_alive, st->nlive);
+  }
+  sched_state_destroy(&st);
+  if (sock != NULL) zmq_close(sock);
+  zmq_ctx_term(ctx);
+  return rc;
+}

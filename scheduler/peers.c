@@ -1,0 +1,233 @@
+/* Peers: hello (registration as a worker or a client), departures
+ * (goodbye, heartbeat timeout, a second hello on the same identity) and
+ * what follows from them. A worker's departure reschedules what it was
+ * running and recomputes what only it held; a client's departure releases
+ * everything it wanted. Connects and departures are logged at info. */
+#include "sched.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct worker_hello {
+  char name[TSR_MAX_NAME_LEN + 1];
+  char address[TSR_MAX_NAME_LEN + 1];
+  char device[TSR_MAX_NAME_LEN + 1];
+  uint64_t pid, threads, memory_limit;
+  const msgpack_object *ops;
+  size_t nops;
+} worker_hello;
+
+static int opt_strcpy(const msgpack_object *map, const char *key, const char *fallback, char *buf, size_t cap,
+                      tsr_errbuf *err)
+{
+  if (tsr_wire_field(map, key) != NULL) return tsr_wire_strcpy(map, key, buf, cap, err);
+  snprintf(buf, cap, "%s", fallback);
+  return 0;
+}
+
+static int parse_worker_hello(const msgpack_object *map, worker_hello *h, tsr_errbuf *err)
+{
+  int rc = tsr_wire_strcpy(map, "name", h->name, sizeof h->name, err);
+  if (rc == 0) rc = tsr_wire_uint(map, "threads", &h->threads, err);
+  if (rc == 0) rc = tsr_wire_strcpy(map, "data_address", h->address, sizeof h->address, err);
+  if (rc == 0) rc = tsr_wire_array(map, "ops", SCHED_MAX_OPS, &h->ops, &h->nops, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "pid", 0, &h->pid, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "memory_limit", 0, &h->memory_limit, err);
+  if (rc == 0) rc = opt_strcpy(map, "device", "cpu", h->device, sizeof h->device, err);
+  for (size_t i = 0; rc == 0 && i < h->nops; i++) {
+    const char *s;
+    size_t len;
+    if (tsr_obj_str(&h->ops[i], TSR_MAX_NAME_LEN, &s, &len, NULL) != 0 || len == 0)
+      rc = tsr_fail(err, TSR_EPROTO, "field 'ops' must hold op names (entry %zu is not one)", i);
+  }
+  if (rc == 0 && h->threads > 1u << 20) rc = tsr_fail(err, TSR_EPROTO, "field 'threads' is implausible (%llu)", (unsigned long long)h->threads);
+  return rc;
+}
+
+static void send_welcome(sched_state *st, uint32_t p, uint64_t id)
+{
+  tsr_wbuf *wb = sched_out(st, p);
+  tsr_wbuf_begin(wb, "welcome", 4);
+  tsr_pack_kv_uint(&wb->pk, "proto", TSR_PROTOCOL_VERSION);
+  tsr_pack_kv_uint(&wb->pk, "id", id);
+  tsr_pack_kv_uint(&wb->pk, "heartbeat_ms", st->cfg.heartbeat_ms);
+}
+
+/* The advertised ops as a bitset over interned op ids. */
+static int set_ops(sched_state *st, sched_worker *w, const worker_hello *h)
+{
+  /* intern first: the bitset must cover every id handed out */
+  for (size_t i = 0; i < h->nops; i++) {
+    int rc = sched_op_intern(st, h->ops[i].via.str.ptr, h->ops[i].via.str.size);
+    if (rc < 0) return rc;
+  }
+  w->nopbits = st->nops;
+  w->opbits = calloc((st->nops + 63) / 64 + 1, sizeof *w->opbits);
+  if (w->opbits == NULL) return TSR_ENOMEM;
+  for (size_t i = 0; i < h->nops; i++) {
+    uint32_t o = (uint32_t)sched_op_find(st, h->ops[i].via.str.ptr, h->ops[i].via.str.size);
+    if (sched_worker_has_op(w, o)) continue;
+    w->opbits[o / 64] |= 1ull << (o % 64);
+    st->ops[o].nworkers++;
+  }
+  return 0;
+}
+
+static void worker_gone(sched_state *st, uint32_t w, const char *why)
+{
+  sched_worker *wk = &st->workers[w];
+  wk->alive = false;
+  st->nworkers_alive--;
+  for (uint32_t o = 0; o < st->nops; o++)
+    if (sched_worker_has_op(wk, o) && st->ops[o].nworkers > 0) st->ops[o].nworkers--;
+  uint32_t rescheduled, lost;
+  sched_tr_worker_lost(st, (uint16_t)w, &rescheduled, &lost);
+  sched_settle(st);
+  wk->freebuf.size = 0;
+  wk->nfree = 0;
+  TSR_INFO("worker '%s' (%s) left: %s; %u tasks rescheduled, %u results lost; %u workers remain", wk->name,
+           wk->address, why, rescheduled, lost, st->nworkers_alive);
+}
+
+static void client_gone(sched_state *st, uint32_t c, const char *why)
+{
+  sched_client *cl = &st->clients[c];
+  sched_idset wants = cl->wants;
+  memset(&cl->wants, 0, sizeof cl->wants);
+  for (uint32_t i = 0; i < wants.cap; i++) {
+    uint32_t id = wants.slots[i];
+    if (id >= SCHED_NONE - 1) continue;
+    st->tasks[id].nwanted--;
+    sched_recheck(st, id);
+  }
+  sched_idset_free(&wants);
+  for (uint32_t g = 0; g < st->ngraphs; g++)
+    if (st->graphs[g] != NULL && st->graphs[g]->client == c) st->graphs[g]->client = SCHED_NONE;
+  for (uint32_t k = 0; k < cl->npending; k++) {
+    for (uint32_t j = 0; j < cl->pending[k].nparts; j++) free(cl->pending[k].parts[j].bytes);
+    free(cl->pending[k].parts);
+  }
+  cl->npending = 0;
+  cl->alive = false;
+  st->nclients_alive--;
+  sched_settle(st);
+  TSR_INFO("client '%s' left: %s; released %u keys; %u tasks remain", cl->name, why, wants.count, st->nlive);
+}
+
+static void unregister(sched_state *st, uint32_t p, const char *why)
+{
+  sched_peer *peer = &st->peers[p];
+  if (peer->role == PEER_WORKER) worker_gone(st, peer->index, why);
+  else if (peer->role == PEER_CLIENT) client_gone(st, peer->index, why);
+  st->peers[p].role = PEER_NONE;
+}
+
+void sched_peer_drop(sched_state *st, uint32_t p, const char *why)
+{
+  bool welcomed = st->peers[p].role != PEER_NONE;
+  unregister(st, p, why);
+  sched_peer_remove(st, p, welcomed);
+}
+
+static void hello_worker(sched_state *st, uint32_t p, const msgpack_object *map)
+{
+  worker_hello h;
+  tsr_errbuf err;
+  char label[TSR_MAX_NAME_LEN + 32];
+  if (parse_worker_hello(map, &h, &err) != 0) {
+    TSR_WARN("rejected 'hello' from %s: %s", sched_peer_label(st, p, label, sizeof label), err.text);
+    sched_send_error(st, p, TSR_EPROTO, "hello", "%s", err.text);
+    return;
+  }
+  unregister(st, p, "said hello again");
+  uint32_t w = sched_worker_alloc(st, p);
+  if (w == SCHED_NONE) {
+    sched_send_error(st, p, TSR_ELIMIT, "hello", "cannot register another worker");
+    return;
+  }
+  sched_worker *wk = &st->workers[w];
+  memcpy(wk->name, h.name, sizeof wk->name);
+  memcpy(wk->address, h.address, sizeof wk->address);
+  memcpy(wk->device, h.device, sizeof wk->device);
+  wk->threads = h.threads ? (uint32_t)h.threads : 1;
+  wk->pid = h.pid;
+  wk->memory_limit = h.memory_limit;
+  wk->peer_id = ++st->next_peer_id;
+  if (set_ops(st, wk, &h) != 0) {
+    TSR_WARN("worker '%s' advertised ops that cannot be registered (limit %d)", h.name, SCHED_MAX_OPS);
+  }
+  st->peers[p].role = PEER_WORKER;
+  st->peers[p].index = w;
+  send_welcome(st, p, wk->peer_id);
+  char mem[32];
+  TSR_INFO("worker '%s' connected: data %s, %u threads, device %s, %zu ops, memory limit %s; %u workers", wk->name,
+           wk->address, wk->threads, wk->device, h.nops,
+           wk->memory_limit ? tsr_format_bytes(wk->memory_limit, mem, sizeof mem) : "none", st->nworkers_alive);
+}
+
+static void hello_client(sched_state *st, uint32_t p, const msgpack_object *map)
+{
+  char name[TSR_MAX_NAME_LEN + 1], label[TSR_MAX_NAME_LEN + 32];
+  tsr_errbuf err;
+  if (tsr_wire_strcpy(map, "name", name, sizeof name, &err) != 0) {
+    TSR_WARN("rejected 'hello' from %s: %s", sched_peer_label(st, p, label, sizeof label), err.text);
+    sched_send_error(st, p, TSR_EPROTO, "hello", "%s", err.text);
+    return;
+  }
+  unregister(st, p, "said hello again");
+  uint32_t c = sched_client_alloc(st, p);
+  if (c == SCHED_NONE) {
+    sched_send_error(st, p, TSR_ENOMEM, "hello", "cannot register another client");
+    return;
+  }
+  sched_client *cl = &st->clients[c];
+  memcpy(cl->name, name, sizeof cl->name);
+  cl->peer_id = ++st->next_peer_id;
+  st->peers[p].role = PEER_CLIENT;
+  st->peers[p].index = c;
+  send_welcome(st, p, cl->peer_id);
+  TSR_INFO("client '%s' connected; %u clients", cl->name, st->nclients_alive);
+}
+
+void sched_peer_hello(sched_state *st, uint32_t p, const msgpack_object *map)
+{
+  tsr_errbuf err;
+  char label[TSR_MAX_NAME_LEN + 32];
+  uint64_t proto;
+  const char *role;
+  size_t rlen;
+  int rc = tsr_wire_uint(map, "proto", &proto, &err);
+  if (rc == 0 && proto != TSR_PROTOCOL_VERSION) {
+    TSR_WARN("rejected 'hello' from %s: protocol version %llu, this scheduler speaks %d",
+             sched_peer_label(st, p, label, sizeof label), (unsigned long long)proto, TSR_PROTOCOL_VERSION);
+    sched_send_error(st, p, TSR_EVERSION, "hello",
+                     "protocol version %llu is not supported: this scheduler speaks protocol version %d",
+                     (unsigned long long)proto, TSR_PROTOCOL_VERSION);
+    return;
+  }
+  if (rc == 0) rc = tsr_wire_str(map, "role", 16, &role, &rlen, &err);
+  if (rc == 0 && rlen == 6 && memcmp(role, "worker", 6) == 0) hello_worker(st, p, map);
+  else if (rc == 0 && rlen == 6 && memcmp(role, "client", 6) == 0) hello_client(st, p, map);
+  else {
+    if (rc == 0) tsr_fail(&err, TSR_EPROTO, "field 'role' must be \"worker\" or \"client\"");
+    TSR_WARN("rejected 'hello' from %s: %s", sched_peer_label(st, p, label, sizeof label), err.text);
+    sched_send_error(st, p, TSR_EPROTO, "hello", "%s", err.text);
+  }
+}
+
+void sched_check_timeouts(sched_state *st, uint64_t now_ms)
+{
+  for (uint32_t p = 0; p < st->npeers_slots; p++) {
+    sched_peer *peer = &st->peers[p];
+    if (!peer->in_use || now_ms < peer->last_seen_ms || now_ms - peer->last_seen_ms <= st->cfg.timeout_ms) continue;
+    if (peer->role == PEER_NONE) {
+      sched_peer_remove(st, p, false);
+      continue;
+    }
+    char why[96];
+    snprintf(why, sizeof why, "silent for %.1f s (heartbeat timeout %.1f s)", (double)(now_ms - peer->last_seen_ms) / 1e3,
+             (double)st->cfg.timeout_ms / 1e3);
+    sched_peer_drop(st, p, why);
+  }
+}

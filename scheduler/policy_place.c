@@ -1,0 +1,114 @@
+/* Placement policy: which worker runs a runnable task, and the pass that
+ * hands runnable tasks to workers once per loop iteration.
+ *
+ * Choice for one task, among live workers that advertised its op
+ * (resource fit) and have a free slot:
+ *   1. the worker already holding the most bytes of its inputs (locality:
+ *      those bytes need not move),
+ *   2. then the least occupied (tasks in flight / threads),
+ *   3. then the lowest worker index (deterministic).
+ * A worker has threads x SCHED_SLOTS_PER_THREAD slots, so its executor has
+ * the next task at hand when one finishes; everything beyond stays QUEUED
+ * here, in per-op heaps ordered by priority, so late-arriving urgent work
+ * is not stuck behind a deep worker-side queue.
+ *
+ * Cost: O(inputs + workers) per placed task; the pass is O(ops) per placed
+ * task to pick the most urgent runnable task over the op heaps. */
+#include "sched.h"
+
+uint32_t sched_worker_free_slots(const sched_worker *w)
+{
+  uint64_t slots = (uint64_t)(w->threads ? w->threads : 1) * SCHED_SLOTS_PER_THREAD;
+  return w->nprocessing >= slots ? 0 : (uint32_t)(slots - w->nprocessing);
+}
+
+/* a is less occupied than b: nproc_a / threads_a < nproc_b / threads_b */
+static bool less_busy(const sched_worker *a, const sched_worker *b)
+{
+  uint64_t ta = a->threads ? a->threads : 1, tb = b->threads ? b->threads : 1;
+  return (uint64_t)a->nprocessing * tb < (uint64_t)b->nprocessing * ta;
+}
+
+uint16_t sched_policy_place(sched_state *st, uint32_t id)
+{
+  const sched_task *t = &st->tasks[id];
+  uint32_t ntouched = 0;
+  for (uint32_t i = 0; i < t->ndeps; i++) {
+    const sched_task *d = &st->tasks[t->deps[i]];
+    if (d->who_has == SCHED_NO_WORKER) continue;
+    if (st->loc_bytes[d->who_has] == 0) st->loc_touched[ntouched++] = d->who_has;
+    /* +1 so that a zero-byte input still counts as "held here" */
+    st->loc_bytes[d->who_has] += d->nbytes + 1;
+    if (ntouched == st->nworkers_slots) break;
+  }
+  uint16_t best = SCHED_NO_WORKER;
+  uint64_t best_bytes = 0;
+  for (uint32_t w = 0; w < st->nworkers_slots; w++) {
+    const sched_worker *wk = &st->workers[w];
+    if (!wk->alive || !sched_worker_has_op(wk, t->op) || sched_worker_free_slots(wk) == 0) continue;
+    uint64_t bytes = st->loc_bytes[w];
+    if (best == SCHED_NO_WORKER || bytes > best_bytes ||
+        (bytes == best_bytes && less_busy(wk, &st->workers[best]))) {
+      best = (uint16_t)w;
+      best_bytes = bytes;
+    }
+  }
+  for (uint32_t i = 0; i < ntouched; i++) st->loc_bytes[st->loc_touched[i]] = 0;
+  return best;
+}
+
+/* Free slots per op over live workers: the pass stops looking at an op
+ * whose workers are all busy. */
+static void count_op_slots(sched_state *st)
+{
+  for (uint32_t o = 0; o < st->nops; o++) st->ops[o].free_slots = 0;
+  for (uint32_t w = 0; w < st->nworkers_slots; w++) {
+    const sched_worker *wk = &st->workers[w];
+    uint32_t slots = wk->alive ? sched_worker_free_slots(wk) : 0;
+    if (slots == 0) continue;
+    for (uint32_t o = 0; o < st->nops; o++)
+      if (sched_worker_has_op(wk, o)) st->ops[o].free_slots += slots;
+  }
+}
+
+/* The most urgent runnable task over the ops that still have a free slot. */
+static uint32_t most_urgent(const sched_state *st)
+{
+  uint32_t best = SCHED_NONE;
+  for (uint32_t o = 0; o < st->nops; o++) {
+    if (st->ops[o].free_slots == 0) continue;
+    uint32_t id = sched_queue_peek(st, o);
+    if (id == SCHED_NONE) continue;
+    if (best == SCHED_NONE || st->tasks[id].priority < st->tasks[best].priority ||
+        (st->tasks[id].priority == st->tasks[best].priority && id < best))
+      best = id;
+  }
+  return best;
+}
+
+uint32_t sched_place_pass(sched_state *st)
+{
+  /* Frees first: a key freed and recomputed on the same worker in one
+   * iteration must see `free` before its new `compute`. */
+  sched_flush_frees(st);
+  uint32_t placed = 0;
+  if (st->count_by_state[TS_READY] + st->count_by_state[TS_QUEUED] > 0 && st->nworkers_alive > 0) {
+    count_op_slots(st);
+    for (;;) {
+      uint32_t id = most_urgent(st);
+      if (id == SCHED_NONE) break;
+      uint16_t w = sched_policy_place(st, id);
+      if (w == SCHED_NO_WORKER) {
+        st->ops[st->tasks[id].op].free_slots = 0;  /* cannot happen; never spin */
+        continue;
+      }
+      sched_tr_dispatch(st, id, w);
+      placed++;
+      const sched_worker *wk = &st->workers[w];
+      for (uint32_t o = 0; o < st->nops; o++)
+        if (sched_worker_has_op(wk, o) && st->ops[o].free_slots > 0) st->ops[o].free_slots--;
+    }
+  }
+  sched_tr_mark_queued(st);
+  return placed;
+}

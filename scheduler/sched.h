@@ -1,0 +1,151 @@
+/* scheduler/sched.h — the internal interfaces between the scheduler's files:
+ *
+ *   state.c        containers (state.h)
+ *   heap.c         per-op queues of runnable tasks
+ *   transitions.c  the task state machine: every state change
+ *   policy_order.c priorities from graph order
+ *   policy_place.c which worker runs a ready task; the placement pass
+ *   policy_release.c when a task's result or record may go
+ *   submit.c       graph validation and admission
+ *   outbound.c     messages the scheduler originates (compute, key_*)
+ *   handlers.c     decoding and dispatch of inbound messages
+ *   peers.c        hello, departures, heartbeats and timeouts
+ *   loop.c         the ZeroMQ event loop
+ *
+ * Everything runs on the event loop's thread. Functions that change task
+ * states leave follow-up work on st->work; callers finish an event with
+ * sched_settle() so the state is consistent before the next message. */
+#ifndef TSR_SCHED_SCHED_H
+#define TSR_SCHED_SCHED_H
+
+#include <signal.h>
+
+#include "state.h"
+
+/* ---------- heap.c ---------- */
+int sched_queue_push(sched_state *st, uint32_t id);       /* 0 or TSR_ENOMEM */
+void sched_queue_remove(sched_state *st, uint32_t id);    /* no-op when not queued */
+uint32_t sched_queue_peek(const sched_state *st, uint32_t op); /* SCHED_NONE when empty */
+
+/* ---------- policy_release.c ---------- */
+/* True while a client wants the task or an active dependent needs it. */
+bool sched_needed(const sched_task *t);
+/* True when a task record may be forgotten: nobody wants it, no dependent
+ * record refers to it, and it is not running. */
+bool sched_forgettable(const sched_task *t);
+/* True when a result in memory may be freed on its worker. */
+bool sched_releasable(const sched_task *t);
+
+/* ---------- transitions.c ---------- */
+/* Queues a task for re-examination by sched_settle(). */
+void sched_recheck(sched_state *st, uint32_t id);
+/* Runs the re-examinations queued by transitions until none are left:
+ * results nobody needs are freed, unneeded records forgotten, waiting
+ * tasks whose inputs are all in memory become READY. Iterative. */
+void sched_settle(sched_state *st);
+/* NEW -> WAITING (or ERRED when an input already failed). Submit only. */
+void sched_tr_admit(sched_state *st, uint32_t id);
+/* NEW -> forgotten: a rejected submit's tasks. */
+void sched_tr_discard_new(sched_state *st, uint32_t id);
+/* READY/QUEUED -> PROCESSING on worker w; emits the `compute`. */
+void sched_tr_dispatch(sched_state *st, uint32_t id, uint16_t w);
+/* READY -> QUEUED for every task still READY after a placement pass. */
+void sched_tr_mark_queued(sched_state *st);
+/* PROCESSING -> MEMORY (task_done from w, already verified). */
+void sched_tr_done(sched_state *st, uint32_t id, uint16_t w, uint64_t nbytes, const tsr_meta *meta);
+/* PROCESSING -> ERRED (task_erred), and every dependent with it. */
+void sched_tr_erred(sched_state *st, uint32_t id, const char *message, size_t len);
+/* PROCESSING -> WAITING because input `input` could not be fetched from
+ * `from`; the input is marked lost there and recomputed. */
+void sched_tr_missing_input(sched_state *st, uint32_t id, uint32_t input, const char *from, size_t from_len);
+/* Everything worker w was running or holding, after it died. The worker
+ * must already be marked dead. Returns counts for the log line. */
+void sched_tr_worker_lost(sched_state *st, uint16_t w, uint32_t *rescheduled_p, uint32_t *lost_p);
+/* A client starts / stops wanting a task. */
+void sched_tr_want(sched_state *st, uint32_t client, uint32_t id);
+void sched_tr_unwant(sched_state *st, uint32_t client, uint32_t id);
+
+/* ---------- policy_order.c ---------- */
+/* Gives the n NEW tasks `ids` (in submission order) priorities base,
+ * base+1, ... in a depth-first post-order from the graph's sinks, visiting
+ * inputs in listed order: one branch finishes before the next starts. Only
+ * NEW tasks are numbered; their `dependents` must be set. Writes the tasks
+ * in priority order to order_out (n entries; a topological order). 0 or
+ * TSR_ENOMEM. Iterative: safe for chains of any depth. */
+int sched_policy_order(sched_state *st, const uint32_t *ids, uint32_t n, int64_t base, uint32_t *order_out);
+
+/* ---------- policy_place.c ---------- */
+/* Free slots of worker w: threads x SCHED_SLOTS_PER_THREAD minus in flight. */
+uint32_t sched_worker_free_slots(const sched_worker *w);
+/* Chooses a worker for task id among live workers that advertise its op
+ * and have a free slot: most input bytes held, then least occupancy
+ * (in flight / threads), then lowest index. SCHED_NO_WORKER when none.
+ * Writes only the scratch arrays of st. */
+uint16_t sched_policy_place(sched_state *st, uint32_t id);
+/* The placement pass, once per loop iteration: sends queued frees, then
+ * dispatches runnable tasks by priority while workers have free slots;
+ * what remains is QUEUED. Returns the number dispatched. */
+uint32_t sched_place_pass(sched_state *st);
+
+/* ---------- submit.c ---------- */
+typedef struct sched_strref {
+  const char *s;
+  uint32_t len;
+} sched_strref;
+
+typedef struct sched_task_spec {
+  sched_strref key;
+  sched_strref op;
+  const void *params;        /* msgpack map bytes, NULL/0 for none */
+  uint32_t params_len;
+  const sched_strref *inputs;
+  uint32_t ninputs;
+} sched_task_spec;
+
+/* Validates a whole graph and admits it for client (slot) under graph_id.
+ * wants == NULL means "every task of the graph without dependents".
+ * Returns the number of new tasks, or a negative TSR_E* with err naming
+ * the key(s) (EUNKNOWNOP, ECYCLE, EMISSING, EEXIST, ENOTFOUND, EPROTO,
+ * ELIMIT, ENOMEM); on error nothing of the graph is kept. */
+int sched_graph_add(sched_state *st, uint32_t client, uint64_t graph_id, const sched_task_spec *specs, uint32_t n,
+                    const sched_strref *wants, uint32_t nwants, tsr_errbuf *err);
+/* Decodes the `tasks` arrays of the given submit message maps into specs
+ * and calls sched_graph_add. Same returns. */
+int sched_submit_maps(sched_state *st, uint32_t client, uint64_t graph_id, const msgpack_object *const *maps,
+                      uint32_t nmaps, tsr_errbuf *err);
+
+/* ---------- outbound.c ---------- */
+void sched_emit_compute(sched_state *st, uint32_t id, uint16_t w);
+void sched_notify_done(sched_state *st, uint32_t id, uint32_t only_client);   /* SCHED_NONE: all */
+void sched_notify_erred(sched_state *st, uint32_t id, uint32_t only_client);
+void sched_notify_lost(sched_state *st, uint32_t id);
+/* The text a client sees for an erred task. */
+void sched_error_text(const sched_state *st, uint32_t id, char *buf, size_t cap);
+void sched_emit_status(sched_state *st, uint32_t peer, uint64_t req);
+void sched_emit_heartbeats(sched_state *st);
+
+/* ---------- handlers.c / peers.c ---------- */
+/* Handles one inbound control frame from the ROUTER identity. */
+void sched_handle_frame(sched_state *st, const void *identity, size_t id_len, const void *data, size_t len,
+                        uint64_t now_ms);
+/* Answers a ROUTER message that is not exactly identity + one frame. */
+void sched_handle_bad_frame(sched_state *st, const void *identity, size_t id_len, int nframes, uint64_t now_ms);
+/* hello from peer p (role NONE or a re-hello). */
+void sched_peer_hello(sched_state *st, uint32_t p, const msgpack_object *map);
+/* Removes a worker or client and everything that follows from it. */
+void sched_peer_drop(sched_state *st, uint32_t p, const char *why);
+/* Drops peers silent for longer than the timeout. */
+void sched_check_timeouts(sched_state *st, uint64_t now_ms);
+
+/* ---------- loop.c ---------- */
+typedef struct sched_loop_opts {
+  const char *listen;
+  const char *address_file;    /* NULL: none */
+  sched_config cfg;
+} sched_loop_opts;
+
+/* Runs the daemon until *stop becomes nonzero. 0 on a clean stop, or a
+ * negative TSR_E* (bind failure) after logging it. */
+int sched_run(const sched_loop_opts *opts, volatile sig_atomic_t *stop);
+
+#endif

@@ -1,0 +1,348 @@
+/* scheduler/state.h — the scheduler's whole state, in flat arrays indexed by
+ * small integers, and the functions every part of the daemon shares.
+ *
+ * Ownership and lifetimes (the invariants the rest of the daemon relies on):
+ * - A task id (uint32) names a slot of st->tasks. A forgotten task's slot
+ *   goes to a free list and is reused; its `gen` is bumped so that stale
+ *   references held in dependents lists can be recognised (sched_edge).
+ * - A task's key, params bytes, dependency list and the dependents found in
+ *   its own graph live in the arena of the graph that first defined it
+ *   (sched_graph). That graph record lives as long as any of its tasks, so
+ *   those pointers never dangle. Dependents added by later graphs and the
+ *   error of an erred task live out of line in sched_task_ext.
+ * - A task record is kept while a client wants it or while any dependent
+ *   record is alive (so a lost result can be recomputed from the graph).
+ *   Hence a live task's dependency ids are always valid.
+ * - Workers, clients and peers are slots in arrays too; ids of departed ones
+ *   are reused, and every reference to a departed worker is cleared when it
+ *   leaves (sched_worker_lost scans the tasks).
+ * - The state is owned by one thread: the event loop. No locks.
+ *
+ * Nothing here touches sockets: outbound messages are appended to per-peer
+ * tsr_wbuf outboxes which loop.c flushes once per loop iteration. That is
+ * what lets tests drive the state, the policies and the handlers without
+ * ZeroMQ sockets. */
+#ifndef TSR_SCHED_STATE_H
+#define TSR_SCHED_STATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/util.h"
+#include "wire/wire.h"
+
+#define SCHED_NONE UINT32_MAX        /* "no task / no graph" */
+#define SCHED_NO_WORKER UINT16_MAX   /* "no worker" */
+#define SCHED_MAX_WORKERS 65000      /* worker ids are uint16 */
+#define SCHED_MAX_OPS 65000          /* op ids are uint16 */
+#define SCHED_MAX_SUSPICION 3        /* a task that killed this many workers errs */
+#define SCHED_SLOTS_PER_THREAD 2     /* tasks in flight per worker thread */
+
+/* Task states. See transitions.c for the machine. NEW is the short-lived
+ * state of a task created by a submit that is still being validated. */
+typedef enum sched_tstate {
+  TS_FREE = 0,
+  TS_NEW,
+  TS_WAITING,
+  TS_READY,
+  TS_QUEUED,
+  TS_PROCESSING,
+  TS_MEMORY,
+  TS_RELEASED,
+  TS_ERRED,
+  TS_LOST,
+  TS_COUNT
+} sched_tstate;
+
+const char *sched_tstate_name(int state);
+
+/* A reference to a dependent: the id plus the generation of its slot, so a
+ * dependent that was forgotten (and whose id may have been reused) is
+ * skipped instead of followed. */
+typedef struct sched_edge {
+  uint32_t id;
+  uint32_t gen;
+} sched_edge;
+
+/* A failure shared by the task that failed and every dependent it took
+ * down: one copy of the message however deep the graph (a 10^6 chain must
+ * not hold 10^6 nested "dependency failed" strings). */
+typedef struct sched_error {
+  uint32_t refs;
+  uint32_t key_len;
+  char *key;       /* the task that failed first */
+  char *message;   /* its message */
+} sched_error;
+
+/* Out-of-line, rarely needed parts of a task. */
+typedef struct sched_task_ext {
+  sched_edge *xdeps;   /* dependents added by later graphs (malloc'd) */
+  uint32_t nx, capx;
+  sched_error *error;  /* only for erred tasks */
+} sched_task_ext;
+
+typedef struct sched_task {
+  const char *key;            /* in the owner graph's arena, NUL-terminated */
+  const uint8_t *params;      /* msgpack map bytes in the arena, or NULL */
+  const uint32_t *deps;       /* dependency ids, in listed order (duplicates kept) */
+  const sched_edge *dependents; /* dependents from the owner graph (arena) */
+  sched_task_ext *ext;        /* NULL unless needed */
+  int64_t priority;           /* lower runs first */
+  uint64_t nbytes;            /* result size, once computed */
+  int64_t shape[TSR_MAX_NDIM];
+  uint32_t params_len;
+  uint32_t ndeps;
+  uint32_t ndependents;       /* entries in `dependents` */
+  uint32_t nlive_dependents;  /* dependent records alive (arena + ext) */
+  uint32_t nwaiting_deps;     /* deps not in memory (meaningful while WAITING) */
+  uint32_t nneeded;           /* dependents (with multiplicity) that are active */
+  uint32_t nwanted;           /* clients that want this key */
+  uint32_t gen;               /* slot generation */
+  uint32_t heap_pos;          /* position in its op's queue, SCHED_NONE if not queued */
+  uint32_t graph;             /* owner graph (status counts, arena) */
+  uint16_t key_len;
+  uint16_t op;
+  uint16_t who_has;           /* worker holding the result, or SCHED_NO_WORKER */
+  uint16_t processing_on;     /* worker computing it, or SCHED_NO_WORKER */
+  uint8_t state;
+  uint8_t suspicion;          /* workers that died while it ran */
+  uint8_t dtype;
+  uint8_t ndim;
+} sched_task;
+
+/* A bump allocator made of chained blocks: pointers into it are stable. */
+typedef struct sched_arena_block sched_arena_block;
+typedef struct sched_arena {
+  sched_arena_block *head;
+  size_t used_total;
+} sched_arena;
+
+void *sched_arena_alloc(sched_arena *arena, size_t size, size_t align);  /* NULL on ENOMEM */
+void sched_arena_free(sched_arena *arena);
+
+/* A graph as submitted by one client. */
+typedef struct sched_graph {
+  uint64_t graph_id;          /* the client's number */
+  uint32_t client;            /* client slot, or SCHED_NONE once it left */
+  uint32_t ntasks;            /* live tasks owned */
+  uint32_t ndone;             /* owned tasks in memory or released */
+  uint32_t nerred;
+  char client_name[TSR_MAX_NAME_LEN + 1];
+  sched_arena arena;
+  bool pinned;                /* being admitted: not freed at ntasks == 0 */
+} sched_graph;
+
+/* A uint32 hash set (open addressing), used for a client's wanted ids. */
+typedef struct sched_idset {
+  uint32_t *slots;            /* SCHED_NONE = empty, SCHED_NONE-1 = tombstone */
+  uint32_t cap, count, tombs;
+} sched_idset;
+
+bool sched_idset_has(const sched_idset *set, uint32_t id);
+int sched_idset_add(sched_idset *set, uint32_t id);      /* 1 added, 0 present, TSR_ENOMEM */
+bool sched_idset_del(sched_idset *set, uint32_t id);
+void sched_idset_free(sched_idset *set);
+
+typedef struct sched_worker {
+  bool alive;
+  uint32_t peer;
+  uint64_t peer_id;           /* the number sent in welcome */
+  char name[TSR_MAX_NAME_LEN + 1];
+  char address[TSR_MAX_NAME_LEN + 1];
+  char device[TSR_MAX_NAME_LEN + 1];
+  uint32_t threads;
+  uint64_t pid;
+  uint64_t memory_limit;
+  uint64_t memory_used, tasks_running, tasks_done, chunks;  /* from heartbeats */
+  uint32_t nprocessing;       /* tasks sent and not reported back */
+  uint64_t bytes_held;        /* sum of nbytes of results it holds */
+  uint64_t *opbits;           /* bitset over op ids advertised */
+  uint32_t nopbits;
+  /* keys to `free`, packed as msgpack strings, sent once per iteration */
+  msgpack_sbuffer freebuf;
+  uint32_t nfree;
+} sched_worker;
+
+typedef struct sched_pending_part {
+  char *bytes;                /* one `submit` message, re-read at the last part */
+  size_t len;
+} sched_pending_part;
+
+typedef struct sched_pending {
+  uint64_t graph_id;
+  sched_pending_part *parts;
+  uint32_t nparts, cap;
+  size_t bytes;
+} sched_pending;
+
+typedef struct sched_client {
+  bool alive;
+  uint32_t peer;
+  uint64_t peer_id;
+  char name[TSR_MAX_NAME_LEN + 1];
+  sched_idset wants;
+  sched_pending *pending;     /* multi-part submits in progress */
+  uint32_t npending, cap_pending;
+} sched_client;
+
+enum { PEER_NONE = 0, PEER_WORKER, PEER_CLIENT };
+
+#define SCHED_MAX_IDENTITY 255
+
+typedef struct sched_peer {
+  bool in_use;
+  uint8_t role;               /* PEER_* */
+  uint8_t id_len;
+  bool dirty;                 /* has output queued this iteration */
+  bool was_gone;              /* its identity belonged to a peer we dropped */
+  uint32_t index;             /* worker or client slot */
+  uint64_t last_seen_ms;
+  unsigned char identity[SCHED_MAX_IDENTITY];
+  tsr_wbuf out;
+} sched_peer;
+
+/* The queued tasks of one op, a binary min-heap on (priority, id). */
+typedef struct sched_heap {
+  uint32_t *ids;
+  uint32_t n, cap;
+} sched_heap;
+
+typedef struct sched_op {
+  char *name;
+  uint32_t nworkers;          /* live workers advertising it */
+  sched_heap queue;           /* READY and QUEUED tasks of this op */
+  uint32_t free_slots;        /* scratch of the placement pass */
+} sched_op;
+
+typedef struct sched_config {
+  uint64_t heartbeat_ms;
+  uint64_t timeout_ms;
+} sched_config;
+
+typedef struct sched_state {
+  sched_config cfg;
+
+  sched_task *tasks;
+  uint32_t ntasks;            /* slots ever used (high-water mark) */
+  uint32_t cap_tasks;
+  uint32_t free_head;         /* free list threaded through heap_pos */
+  uint32_t nlive;             /* tasks in the scheduler (status tasks_total) */
+  uint32_t count_by_state[TS_COUNT];
+  tsr_strmap *keys;           /* key -> task id */
+  int64_t next_priority;
+
+  sched_op *ops;
+  uint32_t nops, cap_ops;
+  tsr_strmap *op_index;       /* op name -> op id */
+
+  sched_graph **graphs;
+  uint32_t ngraphs, cap_graphs;
+
+  sched_worker *workers;
+  uint32_t nworkers_slots, cap_workers, nworkers_alive;
+  sched_client *clients;
+  uint32_t nclients_slots, cap_clients, nclients_alive;
+
+  sched_peer *peers;
+  uint32_t npeers_slots, cap_peers;
+  tsr_strmap *peer_index;     /* identity -> peer slot */
+  tsr_strmap *gone;           /* identities of peers we dropped */
+  uint32_t *dirty;            /* peers with output this iteration */
+  uint32_t ndirty, cap_dirty;
+  uint64_t next_peer_id;
+
+  /* work lists of the transition engine */
+  uint32_t *work;             /* tasks to re-examine */
+  uint32_t nwork, cap_work;
+  uint32_t *ready;            /* tasks that became READY since the last pass */
+  uint32_t nready, cap_ready;
+  uint32_t *stack;            /* the error cascade's explicit stack */
+  uint32_t nstack, cap_stack;
+
+  /* scratch of the placement policy */
+  uint64_t *loc_bytes;        /* per worker */
+  uint16_t *loc_touched;
+  msgpack_sbuffer scratch;
+
+  /* counters for logs and benchmarks */
+  uint64_t tasks_computed, tasks_sent;
+} sched_state;
+
+/* ---------- lifetime ---------- */
+/* Returns a new empty state, or NULL on ENOMEM. */
+sched_state *sched_state_new(const sched_config *cfg);
+/* Frees everything; NULL is a no-op; sets *st_p to NULL. */
+void sched_state_destroy(sched_state **st_p);
+/* Approximate heap bytes held by the state (for the memory report). */
+size_t sched_state_bytes(const sched_state *st);
+
+/* ---------- growable arrays ---------- */
+/* Ensures *arr has room for `need` elements of `elem` bytes; 0 or TSR_ENOMEM. */
+int sched_grow(void **arr, uint32_t *cap, uint32_t need, size_t elem);
+
+/* ---------- tasks ---------- */
+/* Allocates a task slot in state NEW (all counters zero). Returns the id,
+ * or SCHED_NONE on ENOMEM / when the id space is exhausted. */
+uint32_t sched_task_alloc(sched_state *st);
+/* Returns the slot to the free list; the key must already be unmapped. */
+void sched_task_free(sched_state *st, uint32_t id);
+/* Returns the ext record, allocating it; NULL on ENOMEM. */
+sched_task_ext *sched_task_ext_get(sched_state *st, uint32_t id);
+/* Looks up a key; SCHED_NONE when unknown. */
+uint32_t sched_task_find(const sched_state *st, const char *key, size_t len);
+static inline bool sched_edge_live(const sched_state *st, sched_edge e)
+{
+  return e.id < st->ntasks && st->tasks[e.id].gen == e.gen && st->tasks[e.id].state != TS_FREE;
+}
+/* Appends a dependent added by a later graph. 0 or TSR_ENOMEM. */
+int sched_task_add_dependent(sched_state *st, uint32_t id, uint32_t dependent);
+
+/* ---------- errors ---------- */
+sched_error *sched_error_new(const char *key, size_t key_len, const char *message, size_t msg_len);
+void sched_error_unref(sched_error *e);
+
+/* ---------- ops ---------- */
+/* Interns an op name; returns the op id or a negative TSR_E*. */
+int sched_op_intern(sched_state *st, const char *name, size_t len);
+/* Returns the op id or -1 when the name was never seen. */
+int sched_op_find(const sched_state *st, const char *name, size_t len);
+static inline bool sched_worker_has_op(const sched_worker *w, uint32_t op)
+{
+  return op < w->nopbits && (w->opbits[op / 64] >> (op % 64)) & 1u;
+}
+
+/* ---------- graphs ---------- */
+/* Creates a graph record; returns its index or SCHED_NONE on ENOMEM. */
+uint32_t sched_graph_new(sched_state *st, uint32_t client, uint64_t graph_id, const char *client_name);
+/* Frees a graph record (its arena included). Tasks must no longer use it. */
+void sched_graph_free(sched_state *st, uint32_t g);
+/* Finds the live graph (client, graph_id); SCHED_NONE when absent. */
+uint32_t sched_graph_find(const sched_state *st, uint32_t client, uint64_t graph_id);
+
+/* ---------- peers, workers, clients ---------- */
+/* Finds a peer by ROUTER identity; SCHED_NONE when unknown. */
+uint32_t sched_peer_find(const sched_state *st, const void *identity, size_t len);
+/* Adds a peer (role NONE) for identity; SCHED_NONE on ENOMEM/limit. */
+uint32_t sched_peer_add(sched_state *st, const void *identity, size_t len, uint64_t now_ms);
+/* Removes a peer record; with remember, its identity is kept (bounded) so
+ * that if it speaks again it is told "unknown peer" and says hello again. */
+void sched_peer_remove(sched_state *st, uint32_t peer, bool remember);
+/* The outbox of a peer, marked dirty so the loop flushes it. */
+tsr_wbuf *sched_out(sched_state *st, uint32_t peer);
+/* Appends an `error` message to a peer's outbox. */
+void sched_send_error(sched_state *st, uint32_t peer, int code, const char *ref, const char *fmt, ...)
+  __attribute__((format(printf, 5, 6)));
+/* Queues `free` of key on worker w (sent at the next flush). */
+void sched_queue_free(sched_state *st, uint16_t w, const char *key, size_t len);
+/* Moves every worker's queued frees into its outbox as one `free` message. */
+void sched_flush_frees(sched_state *st);
+
+/* Allocates a worker / client slot bound to peer; SCHED_NONE on ENOMEM. */
+uint32_t sched_worker_alloc(sched_state *st, uint32_t peer);
+uint32_t sched_client_alloc(sched_state *st, uint32_t peer);
+/* Human name of a peer for log lines ("worker 'w1'", "client 'c'", or the
+ * identity in hex for an unwelcomed peer). Returns buf. */
+const char *sched_peer_label(const sched_state *st, uint32_t peer, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,408 @@
+/* scheduler/transitions.c — the task state machine. Every change of a
+ * task's `state` field happens in this file, through set_state().
+ *
+ *   NEW ──admit──> WAITING ──inputs in memory──> READY ──no free slot──> QUEUED
+ *                    ^  ^                          │                       │
+ *                    │  │                          └──────dispatch─────────┤
+ *                    │  │                                                  v
+ *                    │  └──worker died (suspicion < 3) / missing_input── PROCESSING
+ *                    │                                                     │ │
+ *                    │                                          task_done  │ │ task_erred, an input
+ *                    │                                                     v v failed, 3 workers died
+ *                    │        LOST <──holder died / unfetchable── MEMORY   ERRED ──> (forgotten)
+ *                    │          │                                   │
+ *                    ├─needed───┘ (else RELEASED)       nobody needs│it: `free`
+ *                    │                                              v
+ *                    └──────────────needed again─────────────── RELEASED ──> (forgotten)
+ *
+ *   waiting    some input is not in memory (nwaiting_deps > 0)
+ *   ready      all inputs in memory; in its op's queue, to be placed this iteration
+ *   queued     ready, but no worker had a free slot; stays in its op's queue
+ *   processing sent to a worker in a `compute` (processing_on)
+ *   memory     the result is on a worker (who_has)
+ *   released   no result; the record stays while dependent records exist
+ *   erred      failed, an input failed, or it was running on 3 workers that died
+ *   lost       its holder died; immediately WAITING if needed, else RELEASED
+ *   (forgotten) the slot goes to the free list and the key is unmapped
+ *
+ * Derived counters, kept exact by set_state():
+ *   nneeded        dependents (with multiplicity) in an active state
+ *                  (waiting, ready, queued, processing)
+ *   nwaiting_deps  inputs (with multiplicity) not in memory, for WAITING tasks
+ *   nlive_dependents  dependent records alive (maintained by forget())
+ * A task whose counters change is queued on st->work; sched_settle() then
+ * applies the rules of examine() until nothing changes. All loops are
+ * iterative (explicit work lists), so graph depth never grows the C stack.
+ *
+ * Events from outside (task_done, a worker's death, a client's release)
+ * are the sched_tr_* functions; the handlers call sched_settle() after. */
+#include "sched.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static inline bool active(int s)
+{
+  return s == TS_WAITING || s == TS_READY || s == TS_QUEUED || s == TS_PROCESSING;
+}
+
+static inline int counts_done(int s) { return s == TS_MEMORY || s == TS_RELEASED; }
+
+void sched_recheck(sched_state *st, uint32_t id)
+{
+  if (sched_grow((void **)&st->work, &st->cap_work, st->nwork + 1, sizeof *st->work) != 0) {
+    TSR_ERROR("out of memory queueing task %u for re-examination", id);
+    return;
+  }
+  st->work[st->nwork++] = id;
+}
+
+/* Each live dependent of id (same-graph ones from the arena, later graphs'
+ * from ext), with multiplicity. fn may change states but not add edges. */
+typedef void (*dependent_fn)(sched_state *st, uint32_t dependent, void *arg);
+
+static void each_dependent(sched_state *st, uint32_t id, dependent_fn fn, void *arg)
+{
+  const sched_task *t = &st->tasks[id];
+  for (uint32_t i = 0; i < t->ndependents; i++)
+    if (sched_edge_live(st, t->dependents[i])) fn(st, t->dependents[i].id, arg);
+  if (t->ext != NULL)
+    for (uint32_t i = 0; i < t->ext->nx; i++)
+      if (sched_edge_live(st, t->ext->xdeps[i])) fn(st, t->ext->xdeps[i].id, arg);
+}
+
+static void needed_changed(sched_state *st, const sched_task *t, bool entering)
+{
+  for (uint32_t i = 0; i < t->ndeps; i++) {
+    sched_task *d = &st->tasks[t->deps[i]];
+    if (entering ? d->nneeded++ == 0 : --d->nneeded == 0) sched_recheck(st, t->deps[i]);
+  }
+}
+
+static void set_state(sched_state *st, uint32_t id, int to);
+
+static void input_arrived(sched_state *st, uint32_t dependent, void *arg)
+{
+  (void)arg;
+  sched_task *d = &st->tasks[dependent];
+  if (d->state == TS_WAITING && d->nwaiting_deps > 0 && --d->nwaiting_deps == 0) sched_recheck(st, dependent);
+}
+
+static void input_departed(sched_state *st, uint32_t dependent, void *arg)
+{
+  (void)arg;
+  sched_task *d = &st->tasks[dependent];
+  if (d->state == TS_READY || d->state == TS_QUEUED) {
+    /* Every input was in memory a moment ago, so only this one is missing;
+     * counting one per edge keeps a task that lists an input twice exact. */
+    sched_queue_remove(st, dependent);
+    set_state(st, dependent, TS_WAITING);
+    d->nwaiting_deps = 0;
+  }
+  if (d->state == TS_WAITING) d->nwaiting_deps++;
+}
+
+/* The one place a task's state field is written. */
+static void set_state(sched_state *st, uint32_t id, int to)
+{
+  sched_task *t = &st->tasks[id];
+  int from = t->state;
+  if (from == to) return;
+  st->count_by_state[from]--;
+  st->count_by_state[to]++;
+  t->state = (uint8_t)to;
+  if (t->graph != SCHED_NONE) {
+    sched_graph *g = st->graphs[t->graph];
+    g->ndone += (uint32_t)(counts_done(to) - counts_done(from));
+    g->nerred += (uint32_t)((to == TS_ERRED) - (from == TS_ERRED));
+  }
+  if (active(from) != active(to)) needed_changed(st, t, active(to));
+  if ((from == TS_MEMORY) != (to == TS_MEMORY)) each_dependent(st, id, to == TS_MEMORY ? input_arrived : input_departed, NULL);
+  TSR_DEBUG("task '%s': %s -> %s", t->key, sched_tstate_name(from), sched_tstate_name(to));
+}
+
+static void push_stack(sched_state *st, uint32_t id)
+{
+  if (sched_grow((void **)&st->stack, &st->cap_stack, st->nstack + 1, sizeof *st->stack) != 0) {
+    TSR_ERROR("out of memory propagating a failure to task %u", id);
+    return;
+  }
+  st->stack[st->nstack++] = id;
+}
+
+static void push_if_pending(sched_state *st, uint32_t dependent, void *arg)
+{
+  (void)arg;
+  int s = st->tasks[dependent].state;
+  if (s == TS_WAITING || s == TS_READY || s == TS_QUEUED) push_stack(st, dependent);
+}
+
+/* root -> ERRED with error e, then every pending dependent, transitively.
+ * A dependent already running keeps running (its inputs were fetched). */
+static void err_cascade(sched_state *st, uint32_t root, sched_error *e)
+{
+  push_stack(st, root);
+  while (st->nstack > 0) {
+    uint32_t id = st->stack[--st->nstack];
+    sched_task *t = &st->tasks[id];
+    if (t->state == TS_ERRED || t->state == TS_FREE || (t->state == TS_PROCESSING && id != root)) continue;
+    if (t->state == TS_READY || t->state == TS_QUEUED) sched_queue_remove(st, id);
+    sched_task_ext *ext = sched_task_ext_get(st, id);
+    if (ext != NULL && e != NULL) {
+      sched_error_unref(ext->error);
+      ext->error = e;
+      e->refs++;
+    }
+    set_state(st, id, TS_ERRED);
+    if (t->nwanted > 0) sched_notify_erred(st, id, SCHED_NONE);
+    each_dependent(st, id, push_if_pending, NULL);
+    sched_recheck(st, id);
+  }
+}
+
+/* -> WAITING, counting inputs not in memory; -> ERRED if one failed. */
+static void enter_waiting(sched_state *st, uint32_t id)
+{
+  sched_task *t = &st->tasks[id];
+  uint32_t missing = 0;
+  for (uint32_t i = 0; i < t->ndeps; i++) {
+    const sched_task *d = &st->tasks[t->deps[i]];
+    if (d->state == TS_ERRED) {
+      sched_error *e = d->ext ? d->ext->error : NULL;
+      err_cascade(st, id, e);
+      return;
+    }
+    missing += d->state != TS_MEMORY;
+  }
+  set_state(st, id, TS_WAITING);
+  t->nwaiting_deps = missing;
+  sched_recheck(st, id);
+}
+
+static void make_ready(sched_state *st, uint32_t id)
+{
+  if (sched_queue_push(st, id) != 0 ||
+      sched_grow((void **)&st->ready, &st->cap_ready, st->nready + 1, sizeof *st->ready) != 0) {
+    sched_queue_remove(st, id);
+    TSR_ERROR("out of memory queueing task '%s'; it stays waiting", st->tasks[id].key);
+    return;
+  }
+  set_state(st, id, TS_READY);
+  st->ready[st->nready++] = id;
+}
+
+static void release_record(sched_state *st, uint32_t id)
+{
+  set_state(st, id, TS_RELEASED);
+  sched_recheck(st, id);
+}
+
+static void free_result(sched_state *st, uint32_t id)
+{
+  sched_task *t = &st->tasks[id];
+  if (t->who_has != SCHED_NO_WORKER) {
+    sched_worker *w = &st->workers[t->who_has];
+    sched_queue_free(st, t->who_has, t->key, t->key_len);
+    w->bytes_held -= t->nbytes <= w->bytes_held ? t->nbytes : w->bytes_held;
+    t->who_has = SCHED_NO_WORKER;
+  }
+  release_record(st, id);
+}
+
+static void forget(sched_state *st, uint32_t id)
+{
+  sched_task *t = &st->tasks[id];
+  TSR_DEBUG("task '%s': forgotten", t->key);
+  tsr_strmap_del(st->keys, t->key, t->key_len);
+  for (uint32_t i = 0; i < t->ndeps; i++) {
+    st->tasks[t->deps[i]].nlive_dependents--;
+    sched_recheck(st, t->deps[i]);
+  }
+  if (t->graph != SCHED_NONE) {
+    sched_graph *g = st->graphs[t->graph];
+    g->ndone -= (uint32_t)counts_done(t->state);
+    g->nerred -= (uint32_t)(t->state == TS_ERRED);
+    if (--g->ntasks == 0 && !g->pinned) sched_graph_free(st, t->graph);
+  }
+  sched_task_free(st, id);
+}
+
+/* The rules a task is re-examined against when its counters changed. */
+static void examine(sched_state *st, uint32_t id)
+{
+  sched_task *t = &st->tasks[id];
+  switch (t->state) {
+  case TS_WAITING:
+    if (!sched_needed(t)) release_record(st, id);
+    else if (t->nwaiting_deps == 0) make_ready(st, id);
+    return;
+  case TS_READY:
+  case TS_QUEUED:
+    if (!sched_needed(t)) {
+      sched_queue_remove(st, id);
+      release_record(st, id);
+    }
+    return;
+  case TS_MEMORY:
+    if (sched_releasable(t)) free_result(st, id);
+    return;
+  case TS_LOST:
+    if (sched_needed(t)) enter_waiting(st, id);
+    else release_record(st, id);
+    return;
+  case TS_RELEASED:
+    if (sched_needed(t)) enter_waiting(st, id);
+    else if (sched_forgettable(t)) forget(st, id);
+    return;
+  case TS_ERRED:
+    if (sched_forgettable(t)) forget(st, id);
+    return;
+  default: return;
+  }
+}
+
+void sched_settle(sched_state *st)
+{
+  while (st->nwork > 0) {
+    uint32_t id = st->work[--st->nwork];
+    if (id < st->ntasks) examine(st, id);
+  }
+}
+
+/* ---------- events ---------- */
+
+void sched_tr_admit(sched_state *st, uint32_t id) { enter_waiting(st, id); }
+
+void sched_tr_discard_new(sched_state *st, uint32_t id)
+{
+  sched_task *t = &st->tasks[id];
+  if (t->key != NULL) tsr_strmap_del(st->keys, t->key, t->key_len);
+  t->graph = SCHED_NONE;
+  sched_task_free(st, id);
+}
+
+void sched_tr_dispatch(sched_state *st, uint32_t id, uint16_t w)
+{
+  sched_task *t = &st->tasks[id];
+  sched_queue_remove(st, id);
+  set_state(st, id, TS_PROCESSING);
+  t->processing_on = w;
+  st->workers[w].nprocessing++;
+  st->tasks_sent++;
+  sched_emit_compute(st, id, w);
+}
+
+void sched_tr_mark_queued(sched_state *st)
+{
+  for (uint32_t i = 0; i < st->nready; i++)
+    if (st->tasks[st->ready[i]].state == TS_READY) set_state(st, st->ready[i], TS_QUEUED);
+  st->nready = 0;
+}
+
+static void stop_processing(sched_state *st, sched_task *t)
+{
+  if (t->processing_on != SCHED_NO_WORKER && st->workers[t->processing_on].nprocessing > 0)
+    st->workers[t->processing_on].nprocessing--;
+  t->processing_on = SCHED_NO_WORKER;
+}
+
+void sched_tr_done(sched_state *st, uint32_t id, uint16_t w, uint64_t nbytes, const tsr_meta *meta)
+{
+  sched_task *t = &st->tasks[id];
+  stop_processing(st, t);
+  t->who_has = w;
+  t->nbytes = nbytes;
+  t->dtype = (uint8_t)meta->dtype;
+  t->ndim = (uint8_t)meta->ndim;
+  memcpy(t->shape, meta->shape, sizeof t->shape);
+  st->workers[w].bytes_held += nbytes;
+  st->tasks_computed++;
+  set_state(st, id, TS_MEMORY);
+  if (t->nwanted > 0) sched_notify_done(st, id, SCHED_NONE);
+  sched_recheck(st, id);
+}
+
+void sched_tr_erred(sched_state *st, uint32_t id, const char *message, size_t len)
+{
+  sched_task *t = &st->tasks[id];
+  stop_processing(st, t);
+  sched_error *e = sched_error_new(t->key, t->key_len, message, len);
+  err_cascade(st, id, e);
+  sched_error_unref(e);
+}
+
+/* MEMORY -> LOST: the holder died or cannot serve it. */
+static void lose_result(sched_state *st, uint32_t id)
+{
+  sched_task *t = &st->tasks[id];
+  t->who_has = SCHED_NO_WORKER;
+  set_state(st, id, TS_LOST);
+  if (t->nwanted > 0) sched_notify_lost(st, id);
+  sched_recheck(st, id);
+}
+
+void sched_tr_missing_input(sched_state *st, uint32_t id, uint32_t input, const char *from, size_t from_len)
+{
+  sched_task *t = &st->tasks[id];
+  stop_processing(st, t);
+  sched_task *x = input != SCHED_NONE ? &st->tasks[input] : NULL;
+  if (x != NULL && x->state == TS_MEMORY && x->who_has != SCHED_NO_WORKER) {
+    sched_worker *h = &st->workers[x->who_has];
+    if (strlen(h->address) == from_len && memcmp(h->address, from, from_len) == 0) {
+      TSR_INFO("input '%s' of task '%s' could not be fetched from worker '%s'; recomputing it", x->key, t->key,
+               h->name);
+      /* The holder may still list it: make it drop its copy too. */
+      sched_queue_free(st, x->who_has, x->key, x->key_len);
+      h->bytes_held -= x->nbytes <= h->bytes_held ? x->nbytes : h->bytes_held;
+      lose_result(st, input);
+    }
+  }
+  enter_waiting(st, id);
+}
+
+void sched_tr_worker_lost(sched_state *st, uint16_t w, uint32_t *rescheduled_p, uint32_t *lost_p)
+{
+  uint32_t rescheduled = 0, lost = 0;
+  const char *name = st->workers[w].name;
+  for (uint32_t id = 0; id < st->ntasks; id++) {
+    sched_task *t = &st->tasks[id];
+    if (t->state == TS_PROCESSING && t->processing_on == w) {
+      t->processing_on = SCHED_NO_WORKER;
+      rescheduled++;
+      if (!sched_needed(t)) {
+        release_record(st, id);
+      } else if (++t->suspicion >= SCHED_MAX_SUSPICION) {
+        char msg[TSR_MAX_KEY_LEN + TSR_MAX_NAME_LEN + 96];
+        int n = snprintf(msg, sizeof msg, "task '%s' was running on %d workers that died (last: %s)", t->key,
+                         (int)t->suspicion, name);
+        TSR_WARN("%s", msg);
+        sched_error *e = sched_error_new(t->key, t->key_len, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+        err_cascade(st, id, e);
+        sched_error_unref(e);
+      } else {
+        enter_waiting(st, id);
+      }
+    } else if (t->state == TS_MEMORY && t->who_has == w) {
+      lost++;
+      lose_result(st, id);
+    }
+  }
+  st->workers[w].nprocessing = 0;
+  st->workers[w].bytes_held = 0;
+  *rescheduled_p = rescheduled;
+  *lost_p = lost;
+}
+
+void sched_tr_want(sched_state *st, uint32_t client, uint32_t id)
+{
+  if (sched_idset_add(&st->clients[client].wants, id) != 1) return;
+  st->tasks[id].nwanted++;
+  sched_recheck(st, id);
+}
+
+void sched_tr_unwant(sched_state *st, uint32_t client, uint32_t id)
+{
+  if (!sched_idset_del(&st->clients[client].wants, id)) return;
+  st->tasks[id].nwanted--;
+  sched_recheck(st, id);
+}

@@ -1,0 +1,10 @@
+# Scheduler tests. unit.scheduler: state, transitions and policies linked
+# from tsr_sched, no sockets. integration.scheduler_proto: the real
+# tessera-scheduler binary driven over ZeroMQ by fake workers and clients.
+add_executable(test_scheduler_proto ${TSR_TESTS_DIR}/unit/test_scheduler_proto.c)
+target_include_directories(test_scheduler_proto PRIVATE ${TSR_TESTS_DIR})
+target_link_libraries(test_scheduler_proto PRIVATE tsr_common)
+target_compile_definitions(test_scheduler_proto PRIVATE TSR_SCHED_BIN="$<TARGET_FILE:tessera-scheduler>")
+add_dependencies(test_scheduler_proto tessera-scheduler)
+add_test(NAME integration.scheduler_proto COMMAND test_scheduler_proto)
+set_tests_properties(integration.scheduler_proto PROPERTIES LABELS integration TIMEOUT 120)
