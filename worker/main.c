@@ -2,6 +2,7 @@
  * Flags are those of docs/development.md; a bad flag exits 2. */
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +132,19 @@ static int parse_args(int argc, char **argv, tsr_worker_opts *o)
   return 0;
 }
 
+/* "tcp://HOST:PORT" (or ipc://PATH). Only the syntax: a host that does not
+ * resolve yet is retried at run time, like one that does not answer. */
+static bool valid_endpoint(const char *addr)
+{
+  if (strncmp(addr, "ipc://", 6) == 0) return addr[6] != '\0';
+  if (strncmp(addr, "tcp://", 6) != 0) return false;
+  const char *colon = strrchr(addr + 6, ':');
+  if (colon == NULL || colon == addr + 6 || colon[1] == '\0') return false;
+  if (strcmp(colon + 1, "*") == 0) return true;
+  int64_t port;
+  return tsr_parse_i64(colon + 1, &port) == 0 && port >= 0 && port <= 65535;
+}
+
 static void default_opts(tsr_worker_opts *o)
 {
   memset(o, 0, sizeof *o);
@@ -168,6 +182,9 @@ int main(int argc, char **argv)
     fprintf(stderr, "tessera-worker: --scheduler ADDR (or env TESSERA_SCHEDULER) is required (see --help)\n");
     return 2;
   }
+  if (!valid_endpoint(opts.scheduler)) return bad("--scheduler", opts.scheduler, "expected tcp://HOST:PORT");
+  if (opts.listen_data[0] != '\0' && !valid_endpoint(opts.listen_data))
+    return bad("--listen-data", opts.listen_data, "expected tcp://IP:PORT (port 0 picks a free one)");
   if (opts.name[0] == '\0') {
     char host[128] = "worker";
     gethostname(host, sizeof host - 1);

@@ -82,7 +82,7 @@ typedef struct wproc {
   msg *head, *tail;
 } wproc;
 
-#define MAX_WORKERS 4
+#define MAX_WORKERS 8
 static struct {
   void *ctx;
   void *router;
@@ -152,6 +152,10 @@ static void sched_close(int failed)
  * (NULL-terminated). */
 static wproc *spawn(const char *name, ...)
 {
+  if (S.nw == MAX_WORKERS) {
+    fprintf(stderr, "test bug: more than %d workers in one test\n", MAX_WORKERS);
+    abort();
+  }
   wproc *w = &S.w[S.nw++];
   snprintf(w->name, sizeof w->name, "%s", name);
   snprintf(w->log, sizeof w->log, "/tmp/test_worker_proto.%d.%s.log", (int)getpid(), name);
@@ -921,6 +925,9 @@ TEST(command_line)
   status = wait_exit(w, 5000);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2);
   w = spawn("w-bad2", "--heartbeat-timeout", "soon", (char *)NULL);
+  status = wait_exit(w, 5000);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+  w = spawn("w-bad4", "--scheduler", "tcp//typo:1", (char *)NULL);
   status = wait_exit(w, 5000);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2);
   w = spawn("w-bad3", "--no-such-flag", "1", (char *)NULL);
