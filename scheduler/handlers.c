@@ -228,15 +228,13 @@ static void on_submit(msgctx *m)
   if (rc == 0) rc = tsr_wire_array(m->map, "tasks", TSR_MAX_BATCH_TASKS, &items, &n, &m->err);
   if (rc == 0) rc = more ? keep_part(m, &st->clients[ci], graph) : submit_all(m, ci, graph);
   if (rc == 0 && more) return;
-  tsr_wbuf *wb = sched_out(st, m->p);
   if (rc >= 0) {
+    /* sched_graph_add already queued `submitted` (before any key_done) */
     TSR_INFO("client '%s' submitted graph %llu: %d new tasks (%u in the scheduler)", st->clients[ci].name,
              (unsigned long long)graph, rc, st->nlive);
-    tsr_wbuf_begin(wb, "submitted", 3);
-    tsr_pack_kv_uint(&wb->pk, "graph", graph);
-    tsr_pack_kv_uint(&wb->pk, "tasks", (uint64_t)rc);
     return;
   }
+  tsr_wbuf *wb = sched_out(st, m->p);
   if (more) {
     sched_pending *pd = find_pending(&st->clients[ci], graph);
     if (pd != NULL) drop_pending(&st->clients[ci], pd);

@@ -102,7 +102,8 @@ typedef struct sched_task_spec {
   uint32_t ninputs;
 } sched_task_spec;
 
-/* Validates a whole graph and admits it for client (slot) under graph_id.
+/* Validates a whole graph and admits it for client (slot) under graph_id;
+ * on success queues `submitted` to the client before any key_done.
  * wants == NULL means "every task of the graph without dependents".
  * Returns the number of new tasks, or a negative TSR_E* with err naming
  * the key(s) (EUNKNOWNOP, ECYCLE, EMISSING, EEXIST, ENOTFOUND, EPROTO,

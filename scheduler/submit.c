@@ -292,7 +292,8 @@ static int resolve_wants(admit *a, const sched_strref *wants, uint32_t nwants, u
   return 0;
 }
 
-/* Everything validated: link to existing inputs, order, want, admit. */
+/* Everything validated: reply `submitted`, link to existing inputs,
+ * order, want, admit. */
 static void commit(admit *a, uint32_t client, const uint32_t *want_ids, uint32_t nwant, uint32_t *order)
 {
   sched_state *st = a->st;
@@ -304,6 +305,13 @@ static void commit(admit *a, uint32_t client, const uint32_t *want_ids, uint32_t
     for (uint32_t j = 0; j < t->ndeps; j++)
       if (st->tasks[t->deps[j]].state != TS_NEW && sched_task_add_dependent(st, t->deps[j], id) != 0)
         TSR_ERROR("out of memory linking task '%s' to its input", t->key);
+  }
+  /* The client hears `submitted` before any key_done of this graph. */
+  if (client != SCHED_NONE) {
+    tsr_wbuf *wb = sched_out(st, st->clients[client].peer);
+    tsr_wbuf_begin(wb, "submitted", 3);
+    tsr_pack_kv_uint(&wb->pk, "graph", a->graph_id);
+    tsr_pack_kv_uint(&wb->pk, "tasks", a->nfresh);
   }
   sched_policy_order(st, a->fresh, a->nfresh, st->next_priority, order);
   st->next_priority += a->nfresh;

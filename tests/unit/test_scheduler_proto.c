@@ -162,7 +162,7 @@ static void send_wbuf(peer_t *p, tsr_wbuf *wb)
   tsr_wbuf_free(wb);
 }
 
-__attribute__((unused)) static void send_raw(peer_t *p, const void *data, size_t len) { zmq_send(p->sock, data, len, 0); }
+static void send_raw(peer_t *p, const void *data, size_t len) { zmq_send(p->sock, data, len, 0); }
 
 static void send_heartbeats(void)
 {
@@ -368,7 +368,7 @@ static void task_done(peer_t *w, const msgpack_object *compute)
   send_wbuf(w, &wb);
 }
 
-__attribute__((unused)) static void simple_msg(peer_t *p, const char *op)
+static void simple_msg(peer_t *p, const char *op)
 {
   tsr_wbuf wb;
   tsr_wbuf_init(&wb);
@@ -392,7 +392,7 @@ static int64_t status_total(peer_t *c)
 
 /* Answers computes until the client sees key `want` done. Records the
  * order of computed keys into order (space separated). */
-__attribute__((unused)) static bool serve_until_done(peer_t *w, peer_t *c, const char *want, char *order, size_t cap)
+static bool serve_until_done(peer_t *w, peer_t *c, const char *want, char *order, size_t cap)
 {
   uint64_t deadline = tsr_now_ms() + 5000;
   if (order) order[0] = '\0';
@@ -535,6 +535,401 @@ static void body_diamond(daemon_t *d)
 
 TEST(diamond_computed_in_dependency_order) { WITH_DAEMON(body_diamond, ); }
 
+
+static bool expect_error(peer_t *p, int code, const char *needle, const char *ref)
+{
+  const msgpack_object *m = next_msg(p, "error", 3000);
+  char text[1024], r[64];
+  if (m == NULL) {
+    fprintf(stderr, "  no error reply (wanted \"%s\")\n", needle);
+    return false;
+  }
+  str_field(m, "message", text, sizeof text);
+  str_field(m, "ref", r, sizeof r);
+  bool ok = int_field(m, "code") == code && strstr(text, needle) != NULL && (ref == NULL || strcmp(r, ref) == 0);
+  if (!ok) fprintf(stderr, "  error %lld \"%s\" ref '%s', wanted %d \"%s\"\n", (long long)int_field(m, "code"), text, r, code, needle);
+  return ok;
+}
+
+static void connect_client(peer_t *c, daemon_t *d, const char *name)
+{
+  peer_open(c, d->address, name);
+  hello_client(c, name, TSR_PROTOCOL_VERSION);
+  if (expect_welcome(c)) c->heartbeat = true;
+}
+
+static void connect_worker(peer_t *w, daemon_t *d, const char *name, const char *data, int threads)
+{
+  peer_open(w, d->address, name);
+  hello_worker(w, name, data, threads, OPS);
+  if (expect_welcome(w)) w->heartbeat = true;
+}
+
+static void body_malformed(daemon_t *d)
+{
+  connect_client(&C1, d, "c1");
+  /* random bytes (0xc1 is never valid msgpack) */
+  const unsigned char junk[] = {0xc1, 0x17, 0x99, 0x00, 0xff, 0x42};
+  send_raw(&C1, junk, sizeof junk);
+  ASSERT_TRUE(expect_error(&C1, TSR_EPROTO, "msgpack", NULL));
+  /* a map that declares two pairs and stops after one key */
+  const unsigned char truncated[] = {0x82, 0xa2, 'o', 'p', 0xa6, 's', 't', 'a', 't', 'u', 's', 0xa3, 'r', 'e'};
+  send_raw(&C1, truncated, sizeof truncated);
+  ASSERT_TRUE(expect_error(&C1, TSR_EPROTO, "truncated", NULL));
+  /* a map without op, then a valid status in the same frame */
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  msgpack_pack_map(&wb.pk, 1);
+  tsr_pack_kv_int(&wb.pk, "x", 1);
+  tsr_wbuf_begin(&wb, "status", 2);
+  tsr_pack_kv_uint(&wb.pk, "req", 5);
+  send_wbuf(&C1, &wb);
+  ASSERT_TRUE(expect_error(&C1, TSR_EPROTO, "'op'", NULL));
+  const msgpack_object *m = next_msg(&C1, "status_reply", 3000);
+  ASSERT_TRUE(m != NULL && int_field(m, "req") == 5);
+  /* wrong field types */
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "status", 2);
+  tsr_pack_kv_str(&wb.pk, "req", "soon");
+  send_wbuf(&C1, &wb);
+  ASSERT_TRUE(expect_error(&C1, TSR_EPROTO, "'req'", "status"));
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "submit", 3);
+  tsr_pack_kv_str(&wb.pk, "graph", "one");
+  tsr_pack_kv_int(&wb.pk, "tasks", 3);
+  send_wbuf(&C1, &wb);
+  ASSERT_TRUE(expect_error(&C1, TSR_EPROTO, "'graph'", "submit"));
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "submit", 3);
+  tsr_pack_kv_uint(&wb.pk, "graph", 9);
+  tsr_pack_str(&wb.pk, "tasks");
+  msgpack_pack_array(&wb.pk, 1);
+  msgpack_pack_map(&wb.pk, 2);
+  tsr_pack_kv_int(&wb.pk, "key", 12);
+  tsr_pack_kv_str(&wb.pk, "op", "noop");
+  send_wbuf(&C1, &wb);
+  m = next_msg(&C1, "submit_error", 3000);
+  ASSERT_TRUE(m != NULL);
+  ASSERT_EQ(int_field(m, "code"), TSR_EPROTO);
+  char text[512];
+  ASSERT_CONTAINS(str_field(m, "message", text, sizeof text), "'key'");
+  /* unknown op; an op of the other role */
+  simple_msg(&C1, "frobnicate");
+  ASSERT_TRUE(expect_error(&C1, TSR_EPROTO, "unknown message op 'frobnicate'", "frobnicate"));
+  simple_msg(&C1, "task_done");
+  ASSERT_TRUE(expect_error(&C1, TSR_EPROTO, "not valid from a client", "task_done"));
+  /* two frames in one message */
+  zmq_send(C1.sock, "a", 1, ZMQ_SNDMORE);
+  zmq_send(C1.sock, "b", 1, 0);
+  ASSERT_TRUE(expect_error(&C1, TSR_EPROTO, "one frame", NULL));
+  /* before hello */
+  peer_open(&C2, d->address, "c2");
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "status", 2);
+  tsr_pack_kv_uint(&wb.pk, "req", 1);
+  send_wbuf(&C2, &wb);
+  ASSERT_TRUE(expect_error(&C2, TSR_EPROTO, "say hello first", "status"));
+  send_raw(&C2, junk, sizeof junk);
+  ASSERT_TRUE(expect_error(&C2, TSR_EPROTO, "msgpack", NULL));
+  /* a hello with a wrong role and one with a wrong field type */
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "hello", 4);
+  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
+  tsr_pack_kv_str(&wb.pk, "role", "tourist");
+  tsr_pack_kv_str(&wb.pk, "name", "x");
+  send_wbuf(&C2, &wb);
+  ASSERT_TRUE(expect_error(&C2, TSR_EPROTO, "role", "hello"));
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "hello", 4);
+  tsr_pack_kv_str(&wb.pk, "proto", "1");
+  tsr_pack_kv_str(&wb.pk, "role", "client");
+  tsr_pack_kv_str(&wb.pk, "name", "x");
+  send_wbuf(&C2, &wb);
+  ASSERT_TRUE(expect_error(&C2, TSR_EPROTO, "'proto'", "hello"));
+  /* a worker reporting a task it was never given: ignored, no reply */
+  connect_worker(&W1, d, "w1", "tcp://127.0.0.1:7101", 2);
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "task_done", 7);
+  tsr_pack_kv_uint(&wb.pk, "id", 123456);
+  tsr_pack_kv_str(&wb.pk, "key", "ghost");
+  tsr_pack_kv_uint(&wb.pk, "nbytes", 8);
+  tsr_meta meta = {.dtype = TSR_F64, .ndim = 0};
+  tsr_pack_meta(&wb.pk, &meta);
+  tsr_pack_kv_uint(&wb.pk, "duration_us", 1);
+  send_wbuf(&W1, &wb);
+  /* still serving everyone */
+  ASSERT_EQ(status_total(&C1), 0);
+  hello_client(&C2, "c2", TSR_PROTOCOL_VERSION);
+  ASSERT_TRUE(expect_welcome(&C2));
+  ASSERT_EQ(status_total(&C2), 0);
+  ASSERT_EQ(drain_quiet(&W1, 100), 0);
+}
+
+TEST(malformed_messages_get_errors_and_the_daemon_keeps_serving) { WITH_DAEMON(body_malformed, ); }
+
+static bool expect_submit_error(peer_t *c, uint64_t graph, int code, const char *n1, const char *n2)
+{
+  const msgpack_object *m = next_msg(c, NULL, 3000);
+  char op[32], text[1024];
+  if (m == NULL || strcmp(str_field(m, "op", op, sizeof op), "submit_error") != 0) {
+    fprintf(stderr, "  wanted submit_error, got %s\n", m ? op : "nothing");
+    return false;
+  }
+  str_field(m, "message", text, sizeof text);
+  bool ok = int_field(m, "graph") == (int64_t)graph && int_field(m, "code") == code && strstr(text, n1) &&
+            (n2 == NULL || strstr(text, n2));
+  if (!ok) fprintf(stderr, "  submit_error %lld \"%s\"\n", (long long)int_field(m, "code"), text);
+  return ok;
+}
+
+static void body_submit_errors(daemon_t *d)
+{
+  connect_worker(&W1, d, "w1", "tcp://127.0.0.1:7201", 2);
+  connect_client(&C1, d, "c1");
+  const char *const cycle[] = {"r:random_uniform", "x:add:r,y", "y:scale:x", NULL};
+  submit(&C1, 1, cycle, NULL, false);
+  ASSERT_TRUE(expect_submit_error(&C1, 1, TSR_ECYCLE, "'x'", "'y'"));
+  const char *const self[] = {"s:scale:s", NULL};
+  submit(&C1, 2, self, NULL, false);
+  ASSERT_TRUE(expect_submit_error(&C1, 2, TSR_ECYCLE, "'s'", NULL));
+  const char *const missing[] = {"m:scale:nope", NULL};
+  submit(&C1, 3, missing, NULL, false);
+  ASSERT_TRUE(expect_submit_error(&C1, 3, TSR_EMISSING, "'nope'", "'m'"));
+  const char *const unknown[] = {"u:frob", NULL};
+  submit(&C1, 4, unknown, NULL, false);
+  ASSERT_TRUE(expect_submit_error(&C1, 4, TSR_EUNKNOWNOP, "'frob'", "'u'"));
+  const char *const wanted[] = {"k:random_uniform", NULL};
+  const char *const wants[] = {"zzz", NULL};
+  submit(&C1, 5, wanted, wants, false);
+  ASSERT_TRUE(expect_submit_error(&C1, 5, TSR_ENOTFOUND, "'zzz'", NULL));
+  const char *const twice[] = {"k:random_uniform", "k:noop", NULL};
+  submit(&C1, 6, twice, NULL, false);
+  ASSERT_TRUE(expect_submit_error(&C1, 6, TSR_EEXIST, "'k'", NULL));
+  /* nothing of the rejected graphs was kept */
+  ASSERT_EQ(status_total(&C1), 0);
+  /* an accepted graph, then a different definition of its key, then an identical one */
+  submit(&C1, 7, wanted, NULL, false);
+  const msgpack_object *m = next_msg(&C1, "submitted", 3000);
+  ASSERT_TRUE(m != NULL && int_field(m, "tasks") == 1);
+  const char *const other[] = {"k:noop", NULL};
+  submit(&C1, 8, other, NULL, false);
+  ASSERT_TRUE(expect_submit_error(&C1, 8, TSR_EEXIST, "'k'", "op"));
+  const char *const other2[] = {"j:random_uniform", "k:scale:j", NULL};
+  submit(&C1, 9, other2, NULL, false);
+  ASSERT_TRUE(expect_submit_error(&C1, 9, TSR_EEXIST, "'k'", NULL));
+  ASSERT_EQ(status_total(&C1), 1);
+  const char *const same[] = {"k:random_uniform", "k2:scale:k", NULL};
+  submit(&C1, 10, same, NULL, false);
+  m = next_msg(&C1, "submitted", 3000);
+  ASSERT_TRUE(m != NULL && int_field(m, "tasks") == 1);
+  /* the same graph number twice */
+  submit(&C1, 10, same, NULL, false);
+  ASSERT_TRUE(expect_submit_error(&C1, 10, TSR_EEXIST, "graph 10", NULL));
+  ASSERT_EQ(status_total(&C1), 2);
+}
+
+TEST(submit_errors_name_the_keys_and_keep_nothing) { WITH_DAEMON(body_submit_errors, ); }
+
+static void body_worker_timeout(daemon_t *d)
+{
+  connect_worker(&W1, d, "w1", "tcp://127.0.0.1:7301", 1);
+  connect_worker(&W2, d, "w2", "tcp://127.0.0.1:7302", 1);
+  connect_client(&C1, d, "c1");
+  W1.heartbeat = false;  /* w1 will die silently */
+  const char *const g[] = {"t:random_uniform", NULL};
+  submit(&C1, 1, g, NULL, false);
+  ASSERT_TRUE(next_msg(&C1, "submitted", 3000) != NULL);
+  const msgpack_object *m = next_msg(&W1, "compute", 3000);
+  ASSERT_TRUE(m != NULL);
+  char key[64];
+  ASSERT_STREQ(str_field(m, "key", key, sizeof key), "t");
+  /* w1 never answers: after the 1 s timeout t goes to w2 */
+  uint64_t t0 = tsr_now_ms();
+  m = next_msg(&W2, "compute", 5000);
+  ASSERT_TRUE(m != NULL);
+  ASSERT_STREQ(str_field(m, "key", key, sizeof key), "t");
+  ASSERT_TRUE(tsr_now_ms() - t0 >= 500);
+  task_done(&W2, m);
+  m = next_msg(&C1, "key_done", 3000);
+  ASSERT_TRUE(m != NULL);
+  const msgpack_object *where = tsr_wire_field(m, "where");
+  ASSERT_TRUE(where && where->type == MSGPACK_OBJECT_ARRAY && where->via.array.size == 1);
+  ASSERT_EQ(where->via.array.ptr[0].via.str.size, strlen("tcp://127.0.0.1:7302"));
+  /* w1 speaks again: it is told it is unknown, says hello, is back */
+  simple_msg(&W1, "heartbeat");
+  ASSERT_TRUE(expect_error(&W1, TSR_ENOTFOUND, "unknown peer", "heartbeat"));
+  hello_worker(&W1, "w1", "tcp://127.0.0.1:7301", 1, OPS);
+  ASSERT_TRUE(expect_welcome(&W1));
+  W1.heartbeat = true;
+  /* now w2, holding t, dies: the client hears key_lost and t is recomputed on w1 */
+  W2.heartbeat = false;
+  m = next_msg(&C1, "key_lost", 5000);
+  ASSERT_TRUE(m != NULL);
+  ASSERT_STREQ(str_field(m, "key", key, sizeof key), "t");
+  m = next_msg(&W1, "compute", 3000);
+  ASSERT_TRUE(m != NULL);
+  ASSERT_STREQ(str_field(m, "key", key, sizeof key), "t");
+  task_done(&W1, m);
+  ASSERT_TRUE(next_msg(&C1, "key_done", 3000) != NULL);
+}
+
+TEST(worker_timeout_reschedules_and_recomputes)
+{
+  WITH_DAEMON(body_worker_timeout, "--heartbeat-timeout", "1s", "--heartbeat-interval", "200ms", );
+}
+
+static void body_goodbye(daemon_t *d)
+{
+  connect_worker(&W1, d, "w1", "tcp://127.0.0.1:7401", 2);
+  connect_client(&C1, d, "c1");
+  const char *const g[] = {"a:random_uniform", "b:scale:a", NULL};
+  submit(&C1, 1, g, NULL, false);
+  char order[256];
+  ASSERT_TRUE(serve_until_done(&W1, &C1, "b", order, sizeof order));
+  ASSERT_STREQ(order, "a b");
+  for (int i = 0; i < 20 && W1.freed < 1; i++) next_msg(&W1, "free", 100);
+  ASSERT_EQ(W1.freed, 1);  /* a, once b was done */
+  simple_msg(&C1, "goodbye");
+  const msgpack_object *m = next_msg(&W1, "free", 3000);
+  ASSERT_TRUE(m != NULL);
+  const msgpack_object *keys = tsr_wire_field(m, "keys");
+  ASSERT_TRUE(keys && keys->via.array.size == 1 && keys->via.array.ptr[0].via.str.size == 1 &&
+              keys->via.array.ptr[0].via.str.ptr[0] == 'b');
+  connect_client(&C2, d, "c2");
+  ASSERT_EQ(status_total(&C2), 0);
+}
+
+TEST(client_goodbye_frees_its_keys) { WITH_DAEMON(body_goodbye, ); }
+
+static void body_release_and_status(daemon_t *d)
+{
+  connect_worker(&W1, d, "w1", "tcp://127.0.0.1:7501", 4);
+  connect_client(&C1, d, "c1");
+  connect_client(&C2, d, "c2");
+  const char *const g[] = {"a:random_uniform", "b:scale:a", "c:scale:a", NULL};
+  submit(&C1, 1, g, NULL, false);
+  ASSERT_TRUE(serve_until_done(&W1, &C1, "c", NULL, 0));
+  ASSERT_TRUE(serve_until_done(&W1, &C1, "b", NULL, 0));
+  /* c2 shares b: key_done at once since it is in memory */
+  const char *const g2[] = {"a:random_uniform", "b:scale:a", NULL};
+  submit(&C2, 1, g2, NULL, false);
+  const msgpack_object *m = next_msg(&C2, "submitted", 3000);
+  ASSERT_TRUE(m != NULL && int_field(m, "tasks") == 0);
+  m = next_msg(&C2, "key_done", 3000);
+  char key[16];
+  ASSERT_TRUE(m != NULL);
+  ASSERT_STREQ(str_field(m, "key", key, sizeof key), "b");
+  ASSERT_EQ(status_total(&C1), 3);
+  /* c1 releases b and c: c is freed, b stays for c2 */
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "release", 2);
+  tsr_pack_str(&wb.pk, "keys");
+  msgpack_pack_array(&wb.pk, 3);
+  tsr_pack_str(&wb.pk, "b");
+  tsr_pack_str(&wb.pk, "c");
+  tsr_pack_str(&wb.pk, "never-heard-of-it");
+  send_wbuf(&C1, &wb);
+  int before = W1.freed;
+  for (int i = 0; i < 20 && W1.freed < before + 1; i++) next_msg(&W1, "free", 100);
+  ASSERT_EQ(W1.freed, before + 1);
+  ASSERT_EQ(status_total(&C1), 2);  /* b and its input a */
+  /* status lists the worker and the graphs */
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "status", 2);
+  tsr_pack_kv_uint(&wb.pk, "req", 77);
+  send_wbuf(&C2, &wb);
+  m = next_msg(&C2, "status_reply", 3000);
+  ASSERT_TRUE(m != NULL);
+  const msgpack_object *workers = tsr_wire_field(m, "workers");
+  ASSERT_TRUE(workers && workers->via.array.size == 1);
+  char name[32];
+  ASSERT_STREQ(str_field(&workers->via.array.ptr[0], "name", name, sizeof name), "w1");
+  ASSERT_EQ(int_field(&workers->via.array.ptr[0], "threads"), 4);
+  const msgpack_object *graphs = tsr_wire_field(m, "graphs");
+  ASSERT_TRUE(graphs && graphs->via.array.size == 1);
+  ASSERT_STREQ(str_field(&graphs->via.array.ptr[0], "client", name, sizeof name), "c1");
+  ASSERT_EQ(int_field(&graphs->via.array.ptr[0], "tasks_total"), 2);
+  ASSERT_EQ(int_field(&graphs->via.array.ptr[0], "tasks_done"), 2);
+  simple_msg(&C2, "goodbye");
+  ASSERT_TRUE(next_msg(&W1, "free", 3000) != NULL);
+  ASSERT_EQ(status_total(&C1), 0);
+}
+
+TEST(release_shared_keys_and_status) { WITH_DAEMON(body_release_and_status, ); }
+
+static void body_erred(daemon_t *d)
+{
+  connect_worker(&W1, d, "w1", "tcp://127.0.0.1:7601", 2);
+  connect_client(&C1, d, "c1");
+  const char *const g[] = {"a:fail", "b:scale:a", "c:scale:b", "z:random_uniform", NULL};
+  submit(&C1, 1, g, NULL, false);
+  const msgpack_object *m = next_msg(&W1, "compute", 3000);
+  ASSERT_TRUE(m != NULL);
+  char key[64], text[512];
+  if (strcmp(str_field(m, "key", key, sizeof key), "z") == 0) {
+    task_done(&W1, m);
+    m = next_msg(&W1, "compute", 3000);
+    ASSERT_TRUE(m != NULL);
+  }
+  ASSERT_STREQ(str_field(m, "key", key, sizeof key), "a");
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "task_erred", 4);
+  tsr_pack_kv_uint(&wb.pk, "id", (uint64_t)int_field(m, "id"));
+  tsr_pack_kv_str(&wb.pk, "key", "a");
+  tsr_pack_kv_str(&wb.pk, "message", "boom");
+  send_wbuf(&W1, &wb);
+  m = next_msg(&C1, "key_erred", 3000);
+  ASSERT_TRUE(m != NULL);
+  ASSERT_STREQ(str_field(m, "key", key, sizeof key), "c");
+  ASSERT_STREQ(str_field(m, "message", text, sizeof text), "dependency 'a' failed: boom");
+  /* a second graph on top of the failure errs at once */
+  const char *const g2[] = {"e:scale:b", NULL};
+  submit(&C1, 2, g2, NULL, false);
+  ASSERT_TRUE(next_msg(&C1, "submitted", 3000) != NULL);
+  m = next_msg(&C1, "key_erred", 3000);
+  ASSERT_TRUE(m != NULL);
+  ASSERT_STREQ(str_field(m, "key", key, sizeof key), "e");
+}
+
+TEST(a_failure_propagates_to_dependents) { WITH_DAEMON(body_erred, ); }
+
+static void body_multipart_and_missing_input(daemon_t *d)
+{
+  connect_worker(&W1, d, "w1", "tcp://127.0.0.1:7701", 1);
+  connect_client(&C1, d, "c1");
+  const char *const p1[] = {"b:scale:a", NULL};  /* forward reference to the next part */
+  const char *const p2[] = {"a:random_uniform", NULL};
+  submit(&C1, 1, p1, NULL, true);
+  ASSERT_EQ(drain_quiet(&W1, 100), 0);
+  submit(&C1, 1, p2, NULL, false);
+  const msgpack_object *m = next_msg(&C1, "submitted", 3000);
+  ASSERT_TRUE(m != NULL && int_field(m, "tasks") == 2);
+  m = next_msg(&W1, "compute", 3000);
+  char key[64];
+  ASSERT_TRUE(m != NULL);
+  ASSERT_STREQ(str_field(m, "key", key, sizeof key), "a");
+  task_done(&W1, m);
+  m = next_msg(&W1, "compute", 3000);
+  ASSERT_TRUE(m != NULL);
+  ASSERT_STREQ(str_field(m, "key", key, sizeof key), "b");
+  /* the worker cannot fetch a: a is recomputed, then b re-sent */
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "missing_input", 5);
+  tsr_pack_kv_uint(&wb.pk, "id", (uint64_t)int_field(m, "id"));
+  tsr_pack_kv_str(&wb.pk, "key", "b");
+  tsr_pack_kv_str(&wb.pk, "input", "a");
+  tsr_pack_kv_str(&wb.pk, "from", "tcp://127.0.0.1:7701");
+  send_wbuf(&W1, &wb);
+  char order[64];
+  ASSERT_TRUE(serve_until_done(&W1, &C1, "b", order, sizeof order));
+  ASSERT_STREQ(order, "a b");
+}
+
+TEST(multipart_submit_and_missing_input) { WITH_DAEMON(body_multipart_and_missing_input, ); }
+
 int main(int argc, char **argv)
 {
   if (argc > 1) sched_bin = argv[1];
@@ -542,6 +937,13 @@ int main(int argc, char **argv)
   zctx = zmq_ctx_new();
   RUN(hello_version_mismatch);
   RUN(diamond_computed_in_dependency_order);
+  RUN(malformed_messages_get_errors_and_the_daemon_keeps_serving);
+  RUN(submit_errors_name_the_keys_and_keep_nothing);
+  RUN(worker_timeout_reschedules_and_recomputes);
+  RUN(client_goodbye_frees_its_keys);
+  RUN(release_shared_keys_and_status);
+  RUN(a_failure_propagates_to_dependents);
+  RUN(multipart_submit_and_missing_input);
   zmq_ctx_term(zctx);
   return kit_summary();
 }
