@@ -94,7 +94,9 @@ TSR_API int tsr_submit(tsr_client *client, tsr_graph **graph_p, tsr_future **fut
   tsr_future *f = NULL;
   int rc = new_future(*graph_p, &f, &wants);
   if (rc != 0) return rc;
-  if (f->n == 0) {
+  /* No wanted key in a non-empty graph means every task has a dependent:
+   * a cycle, which the scheduler names (TSR_ECYCLE) better than we could. */
+  if (f->n == 0 && tsr_graph_size(*graph_p) == 0) {
     free(wants);
     future_free(f);
     return client_fail(TSR_EINVAL, "tsr_submit: the graph is empty and wants no key");

@@ -241,22 +241,23 @@ static void pack_task(msgpack_packer *pk, const gtask *t)
 }
 
 /* One submit message with tasks [first, first+count); the last part carries
- * `wants` (always explicit, so the client and the scheduler agree on it). */
+ * `wants` (explicit, so the client and the scheduler agree on it; left out
+ * only when empty, i.e. for a cyclic graph the scheduler will refuse). */
 static out_frame *encode_part(const tsr_graph *g, uint64_t graph_id, size_t first, size_t count, bool last,
                               const char **wants, size_t n_wants)
 {
   tsr_wbuf wb;
   tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "submit", 4);
+  tsr_wbuf_begin(&wb, "submit", last && n_wants == 0 ? 3 : 4);
   tsr_pack_kv_uint(&wb.pk, "graph", graph_id);
   tsr_pack_str(&wb.pk, "tasks");
   msgpack_pack_array(&wb.pk, count);
   for (size_t i = first; i < first + count; i++) pack_task(&wb.pk, &g->tasks[i]);
-  if (last) {
+  if (last && n_wants > 0) {
     tsr_pack_str(&wb.pk, "wants");
     msgpack_pack_array(&wb.pk, n_wants);
     for (size_t i = 0; i < n_wants; i++) tsr_pack_str(&wb.pk, wants[i]);
-  } else {
+  } else if (!last) {
     tsr_pack_kv_bool(&wb.pk, "more", true);
   }
   out_frame *f = client_frame_from(&wb);

@@ -6,7 +6,7 @@
  * status_reply, silence → TSR_ECONN).
  *
  * The fake decides how to answer a graph by the op of its first task:
- * "bogus" → submit_error, "fail" → key_erred, "hang" → submitted only,
+ * "bogus" → submit_error (unknown op), "cyc" → submit_error (cycle), "fail" → key_erred, "hang" → submitted only,
  * "moved" → key_done at a worker that does not hold the key, then 300 ms
  * later key_lost and key_done at the right one; anything else →
  * submitted and key_done at worker B (which serves every key as 4 f64). */
@@ -139,11 +139,12 @@ static void on_submit(fake *f, const void *id, size_t id_len, const msgpack_obje
   snprintf(first_op, sizeof first_op, "%s", op);
   pthread_mutex_unlock(&f->mu);
   if (p.more) return;
-  if (strcmp(first_op, "bogus") == 0) {
+  if (strcmp(first_op, "bogus") == 0 || strcmp(first_op, "cyc") == 0) {
+    bool cyc = strcmp(first_op, "cyc") == 0;
     tsr_wbuf_begin(wb, "submit_error", 4);
     tsr_pack_kv_uint(&wb->pk, "graph", p.graph);
-    tsr_pack_kv_int(&wb->pk, "code", TSR_EUNKNOWNOP);
-    tsr_pack_kv_str(&wb->pk, "message", "unknown op 'bogus'");
+    tsr_pack_kv_int(&wb->pk, "code", cyc ? TSR_ECYCLE : TSR_EUNKNOWNOP);
+    tsr_pack_kv_str(&wb->pk, "message", cyc ? "cycle through 'a'" : "unknown op 'bogus'");
     send_to(f, id, id_len, wb);
     return;
   }
@@ -481,6 +482,35 @@ TEST(submit_error_maps_code_and_message)
   ASSERT_EQ(tsr_gather(C, "b", 100, &ch), TSR_ENOTFOUND);
 }
 
+/* A cycle leaves no task without dependents: the client must still send
+ * the graph (without `wants`) and let the scheduler name the cycle. */
+TEST(cyclic_graph_is_left_to_the_scheduler)
+{
+  tsr_graph *g = NULL;
+  ASSERT_OK(tsr_graph_new(&g));
+  const char *ina = "b", *inb = "a";
+  ASSERT_OK(tsr_graph_add(g, "a", "cyc", NULL, 0, &ina, 1));
+  ASSERT_OK(tsr_graph_add(g, "b", "cyc", NULL, 0, &inb, 1));
+  pthread_mutex_lock(&F.mu);
+  int before = F.n_parts;
+  pthread_mutex_unlock(&F.mu);
+  tsr_future *fut = NULL;
+  ASSERT_EQ(tsr_submit(C, &g, &fut), TSR_ECYCLE);
+  ASSERT_CONTAINS(tsr_errmsg(), "cycle");
+  pthread_mutex_lock(&F.mu);
+  part_seen p = F.parts[before];
+  int parts = F.n_parts - before;
+  pthread_mutex_unlock(&F.mu);
+  ASSERT_EQ(parts, 1);
+  ASSERT_TRUE(!p.has_wants && !p.more);
+  ASSERT_EQ(p.tasks, 2);
+  tsr_graph_destroy(&g);
+  /* An empty graph is refused here. */
+  ASSERT_OK(tsr_graph_new(&g));
+  ASSERT_EQ(tsr_submit(C, &g, &fut), TSR_EINVAL);
+  tsr_graph_destroy(&g);
+}
+
 TEST(key_erred_fails_the_future)
 {
   tsr_graph *g = NULL;
@@ -658,6 +688,7 @@ int main(void)
   if (C != NULL) {
     RUN(big_submit_arrives_in_parts_then_gather);
     RUN(submit_error_maps_code_and_message);
+    RUN(cyclic_graph_is_left_to_the_scheduler);
     RUN(key_erred_fails_the_future);
     RUN(gather_follows_a_lost_key);
     RUN(wait_times_out_while_pending);
