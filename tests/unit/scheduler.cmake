@@ -8,3 +8,9 @@ target_compile_definitions(test_scheduler_proto PRIVATE TSR_SCHED_BIN="$<TARGET_
 add_dependencies(test_scheduler_proto tessera-scheduler)
 add_test(NAME integration.scheduler_proto COMMAND test_scheduler_proto)
 set_tests_properties(integration.scheduler_proto PROPERTIES LABELS integration TIMEOUT 120)
+
+add_executable(test_scheduler ${TSR_TESTS_DIR}/unit/test_scheduler.c)
+target_include_directories(test_scheduler PRIVATE ${TSR_TESTS_DIR})
+target_link_libraries(test_scheduler PRIVATE tsr_sched)
+add_test(NAME unit.scheduler COMMAND test_scheduler)
+set_tests_properties(unit.scheduler PROPERTIES LABELS unit TIMEOUT 120)

@@ -1,0 +1,513 @@
+/* Unit tests of the scheduler's state, transitions and policies, linked
+ * from tsr_sched without sockets: synthetic states (a chain, a fan-in
+ * tree, a diamond, two graphs, workers with different ops and holdings)
+ * built through the same entry points the daemon uses (hello frames,
+ * sched_graph_add, sched_place_pass, sched_tr_*), then orders, choices and
+ * states asserted. Also a 10^6-task memory and ingest measurement. */
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kit.h"
+#include "sched.h"
+
+static uint64_t now_ms = 1000;
+
+static sched_state *new_state(void)
+{
+  sched_config cfg = {.heartbeat_ms = 1000, .timeout_ms = 10000};
+  return sched_state_new(&cfg);
+}
+
+static uint32_t peer_index(sched_state *st, const char *name)
+{
+  uint32_t p = sched_peer_find(st, name, strlen(name));
+  return p == SCHED_NONE ? SCHED_NONE : st->peers[p].index;
+}
+
+static void feed(sched_state *st, const char *identity, tsr_wbuf *wb)
+{
+  sched_handle_frame(st, identity, strlen(identity), wb->sbuf.data, wb->sbuf.size, now_ms);
+  tsr_wbuf_free(wb);
+}
+
+/* ops: space-separated names */
+static uint16_t add_worker(sched_state *st, const char *name, int threads, const char *ops)
+{
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", ops);
+  const char *names[32];
+  int n = 0;
+  for (char *s = strtok(buf, " "); s && n < 32; s = strtok(NULL, " ")) names[n++] = s;
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "hello", 7);
+  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
+  tsr_pack_kv_str(&wb.pk, "role", "worker");
+  tsr_pack_kv_str(&wb.pk, "name", name);
+  tsr_pack_kv_uint(&wb.pk, "threads", (uint64_t)threads);
+  char addr[64];
+  snprintf(addr, sizeof addr, "tcp://%s:1", name);
+  tsr_pack_kv_str(&wb.pk, "data_address", addr);
+  tsr_pack_str(&wb.pk, "ops");
+  msgpack_pack_array(&wb.pk, (size_t)n);
+  for (int i = 0; i < n; i++) tsr_pack_str(&wb.pk, names[i]);
+  feed(st, name, &wb);
+  return (uint16_t)peer_index(st, name);
+}
+
+static uint32_t add_client(sched_state *st, const char *name)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "hello", 4);
+  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
+  tsr_pack_kv_str(&wb.pk, "role", "client");
+  tsr_pack_kv_str(&wb.pk, "name", name);
+  feed(st, name, &wb);
+  return peer_index(st, name);
+}
+
+/* Submits tasks written "key:op:in1,in2" (NULL-terminated list). */
+static int add_graph(sched_state *st, uint32_t client, uint64_t gid, const char *const *tasks, const char *const *wants,
+                     tsr_errbuf *err)
+{
+  int n = 0, nw = 0;
+  while (tasks[n]) n++;
+  while (wants && wants[nw]) nw++;
+  sched_task_spec *specs = calloc((size_t)n + 1, sizeof *specs);
+  sched_strref *refs = calloc((size_t)n * 8 + 1, sizeof *refs);
+  char **bufs = calloc((size_t)n + 1, sizeof *bufs);
+  sched_strref wrefs[64];
+  int nr = 0;
+  for (int i = 0; i < n; i++) {
+    char *b = bufs[i] = strdup(tasks[i]);
+    char *op = strchr(b, ':');
+    *op++ = '\0';
+    char *in = strchr(op, ':');
+    if (in) *in++ = '\0';
+    specs[i].key = (sched_strref){b, (uint32_t)strlen(b)};
+    specs[i].op = (sched_strref){op, (uint32_t)strlen(op)};
+    specs[i].inputs = refs + nr;
+    for (char *s = in ? strtok(in, ",") : NULL; s; s = strtok(NULL, ",")) {
+      refs[nr++] = (sched_strref){s, (uint32_t)strlen(s)};
+      specs[i].ninputs++;
+    }
+  }
+  for (int i = 0; i < nw; i++) wrefs[i] = (sched_strref){wants[i], (uint32_t)strlen(wants[i])};
+  int rc = sched_graph_add(st, client, gid, specs, (uint32_t)n, wants ? wrefs : NULL, (uint32_t)nw, err);
+  for (int i = 0; i < n; i++) free(bufs[i]);
+  free(bufs);
+  free(refs);
+  free(specs);
+  return rc;
+}
+
+static uint32_t id_of(sched_state *st, const char *key) { return sched_task_find(st, key, strlen(key)); }
+static int state_of(sched_state *st, const char *key)
+{
+  uint32_t id = id_of(st, key);
+  return id == SCHED_NONE ? -1 : st->tasks[id].state;
+}
+static int64_t prio(sched_state *st, const char *key) { return st->tasks[id_of(st, key)].priority; }
+
+static void done(sched_state *st, const char *key, uint64_t nbytes)
+{
+  uint32_t id = id_of(st, key);
+  tsr_meta meta = {.dtype = TSR_F64, .ndim = 1, .shape = {(int64_t)nbytes / 8}};
+  sched_tr_done(st, id, st->tasks[id].processing_on, nbytes, &meta);
+  sched_settle(st);
+}
+
+/* Keys in priority order, space separated. */
+static const char *order_of(sched_state *st, const char *const *keys, char *buf, size_t cap)
+{
+  const char *sorted[64];
+  int n = 0;
+  while (keys[n]) sorted[n] = keys[n], n++;
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && prio(st, sorted[j]) < prio(st, sorted[j - 1]); j--) {
+      const char *t = sorted[j];
+      sorted[j] = sorted[j - 1];
+      sorted[j - 1] = t;
+    }
+  buf[0] = '\0';
+  for (int i = 0; i < n; i++) snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", i ? " " : "", sorted[i]);
+  return buf;
+}
+
+static void drop_outboxes(sched_state *st)
+{
+  for (uint32_t p = 0; p < st->npeers_slots; p++)
+    if (st->peers[p].in_use) tsr_wbuf_reset(&st->peers[p].out);
+}
+
+/* ---------- ordering ---------- */
+
+TEST(order_chain_runs_inputs_first)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  const char *const g[] = {"d:x:c", "c:x:b", "b:x:a", "a:x", NULL};
+  tsr_errbuf err;
+  ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 4);
+  char buf[128];
+  const char *const keys[] = {"a", "b", "c", "d", NULL};
+  ASSERT_STREQ(order_of(st, keys, buf, sizeof buf), "a b c d");
+  sched_state_destroy(&st);
+}
+
+TEST(order_fan_in_tree_finishes_one_branch_first)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  const char *const g[] = {"l0:x", "l1:x", "l2:x", "l3:x", "m0:add:l0,l1", "m1:add:l2,l3", "r:add:m0,m1", NULL};
+  tsr_errbuf err;
+  ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 7);
+  char buf[128];
+  const char *const keys[] = {"l0", "l1", "l2", "l3", "m0", "m1", "r", NULL};
+  ASSERT_STREQ(order_of(st, keys, buf, sizeof buf), "l0 l1 m0 l2 l3 m1 r");
+  sched_state_destroy(&st);
+}
+
+TEST(order_diamond_and_two_sinks_in_submission_order)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  const char *const g[] = {"s2:x:c", "d:add:b,c", "a:x", "b:x:a", "c:x:a", NULL};
+  tsr_errbuf err;
+  ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 5);
+  char buf[128];
+  const char *const keys[] = {"a", "b", "c", "d", "s2", NULL};
+  /* sinks in submission order: s2 first (with its inputs c, a), then d */
+  ASSERT_STREQ(order_of(st, keys, buf, sizeof buf), "a c s2 b d");
+  sched_state_destroy(&st);
+}
+
+TEST(order_earlier_graphs_first)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  const char *const g1[] = {"a:x", "b:x:a", NULL};
+  const char *const g2[] = {"p:x", "q:x:p,b", NULL};
+  tsr_errbuf err;
+  ASSERT_EQ(add_graph(st, c, 1, g1, NULL, &err), 2);
+  ASSERT_EQ(add_graph(st, c, 2, g2, NULL, &err), 2);
+  ASSERT_TRUE(prio(st, "b") < prio(st, "p"));
+  ASSERT_TRUE(prio(st, "p") < prio(st, "q"));
+  sched_state_destroy(&st);
+}
+
+/* ---------- validation ---------- */
+
+TEST(rejections_keep_nothing)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  tsr_errbuf err;
+  const char *const cyc[] = {"a:x:c", "b:x:a", "c:x:b", "z:x", NULL};
+  ASSERT_EQ(add_graph(st, c, 1, cyc, NULL, &err), TSR_ECYCLE);
+  ASSERT_CONTAINS(err.text, "'a'");
+  ASSERT_EQ(st->nlive, 0);
+  ASSERT_EQ(tsr_strmap_count(st->keys), 0);
+  const char *const miss[] = {"a:x:nope", NULL};
+  ASSERT_EQ(add_graph(st, c, 2, miss, NULL, &err), TSR_EMISSING);
+  ASSERT_CONTAINS(err.text, "'nope'");
+  const char *const ok[] = {"a:x", "b:y:a", NULL};
+  ASSERT_EQ(add_graph(st, c, 3, ok, NULL, &err), 2);
+  const char *const diff[] = {"b:y", NULL};
+  ASSERT_EQ(add_graph(st, c, 4, diff, NULL, &err), TSR_EEXIST);
+  ASSERT_CONTAINS(err.text, "inputs");
+  const char *const same[] = {"a:x", "b:y:a", "e:z:b", NULL};
+  ASSERT_EQ(add_graph(st, c, 5, same, NULL, &err), 1);
+  ASSERT_EQ(st->nlive, 3);
+  /* unknown op only counts once a worker is connected */
+  add_worker(st, "w", 1, "x y");
+  const char *const unk[] = {"f:z", NULL};
+  ASSERT_EQ(add_graph(st, c, 6, unk, NULL, &err), TSR_EUNKNOWNOP);
+  ASSERT_CONTAINS(err.text, "'z'");
+  ASSERT_EQ(st->nlive, 3);
+  sched_state_destroy(&st);
+}
+
+/* ---------- placement ---------- */
+
+TEST(place_fits_ops_then_locality_then_occupancy)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  uint16_t w0 = add_worker(st, "w0", 1, "load x");
+  uint16_t w1 = add_worker(st, "w1", 2, "load x y");
+  uint16_t w2 = add_worker(st, "w2", 1, "load y");
+  tsr_errbuf err;
+  const char *const g[] = {"a:load", "b:load", "c:load", NULL};
+  ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 3);
+  /* three idle workers: least occupied, ties by index */
+  ASSERT_EQ(sched_place_pass(st), 3);
+  ASSERT_EQ(st->tasks[id_of(st, "a")].processing_on, w0);
+  ASSERT_EQ(st->tasks[id_of(st, "b")].processing_on, w1);
+  ASSERT_EQ(st->tasks[id_of(st, "c")].processing_on, w2);
+  done(st, "a", 100);
+  done(st, "b", 10);
+  done(st, "c", 1000);
+  drop_outboxes(st);
+  /* y runs only on w1 or w2; w2 holds the most input bytes */
+  const char *const g2[] = {"p:y:a,b,c", "q:x:a,b", "r:x", NULL};
+  ASSERT_EQ(add_graph(st, c, 2, g2, NULL, &err), 3);
+  ASSERT_EQ(sched_policy_place(st, id_of(st, "p")), w2);
+  /* x: w0 holds a (100 B) against w1's b (10 B) */
+  ASSERT_EQ(sched_policy_place(st, id_of(st, "q")), w0);
+  /* r has no inputs: w1 has 2 threads, 0 in flight = least occupied with w0; w0 by index */
+  ASSERT_EQ(sched_policy_place(st, id_of(st, "r")), w0);
+  st->workers[w0].nprocessing = 1;
+  ASSERT_EQ(sched_policy_place(st, id_of(st, "r")), w1);
+  /* a full worker is not a candidate, whatever it holds */
+  st->workers[w2].nprocessing = 2;
+  ASSERT_EQ(sched_policy_place(st, id_of(st, "p")), w1);
+  st->workers[w1].nprocessing = 4;
+  ASSERT_EQ(sched_policy_place(st, id_of(st, "p")), SCHED_NO_WORKER);
+  st->workers[w0].nprocessing = st->workers[w1].nprocessing = st->workers[w2].nprocessing = 0;
+  sched_state_destroy(&st);
+}
+
+TEST(queue_holds_the_rest_in_priority_order)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  uint16_t w = add_worker(st, "w", 1, "x");
+  const char *const g[] = {"t0:x", "t1:x", "t2:x", "t3:x", "t4:x", NULL};
+  tsr_errbuf err;
+  ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 5);
+  ASSERT_EQ(sched_place_pass(st), 2);  /* 1 thread x 2 slots */
+  ASSERT_EQ(state_of(st, "t0"), TS_PROCESSING);
+  ASSERT_EQ(state_of(st, "t1"), TS_PROCESSING);
+  ASSERT_EQ(state_of(st, "t2"), TS_QUEUED);
+  ASSERT_EQ(st->workers[w].nprocessing, 2);
+  done(st, "t1", 8);
+  ASSERT_EQ(sched_place_pass(st), 1);
+  ASSERT_EQ(state_of(st, "t2"), TS_PROCESSING);
+  ASSERT_EQ(state_of(st, "t3"), TS_QUEUED);
+  sched_state_destroy(&st);
+}
+
+/* ---------- release and forgetting ---------- */
+
+TEST(results_freed_when_unneeded_and_graph_forgotten)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  add_worker(st, "w", 4, "x");
+  const char *const g[] = {"a:x", "b:x:a", "c:x:b", NULL};
+  tsr_errbuf err;
+  ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 3);
+  sched_place_pass(st);
+  done(st, "a", 8);
+  ASSERT_EQ(state_of(st, "a"), TS_MEMORY);
+  sched_place_pass(st);
+  done(st, "b", 8);
+  ASSERT_EQ(state_of(st, "a"), TS_RELEASED);  /* b no longer needs it */
+  sched_place_pass(st);
+  done(st, "c", 8);
+  ASSERT_EQ(state_of(st, "b"), TS_RELEASED);
+  ASSERT_EQ(state_of(st, "c"), TS_MEMORY);
+  ASSERT_EQ(st->graphs[st->tasks[id_of(st, "c")].graph]->ndone, 3);
+  sched_tr_unwant(st, c, id_of(st, "c"));
+  sched_settle(st);
+  ASSERT_EQ(st->nlive, 0);
+  ASSERT_EQ(tsr_strmap_count(st->keys), 0);
+  ASSERT_EQ(st->ngraphs, 0);
+  /* the slots are reused */
+  const char *const g2[] = {"z:x", NULL};
+  ASSERT_EQ(add_graph(st, c, 2, g2, NULL, &err), 1);
+  ASSERT_EQ(st->ntasks, 3);
+  sched_state_destroy(&st);
+}
+
+TEST(client_loss_drops_pending_tasks)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  add_worker(st, "w", 1, "x");
+  const char *const g[] = {"a0:x", "a1:x", "a2:x", "a3:x", "s:x:a0,a1,a2,a3", NULL};
+  tsr_errbuf err;
+  ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 5);
+  sched_place_pass(st);
+  ASSERT_EQ(st->count_by_state[TS_PROCESSING], 2);
+  sched_peer_drop(st, sched_peer_find(st, "c", 1), "test");
+  /* queued and waiting tasks are gone; running ones wait for their report */
+  ASSERT_EQ(st->nlive, 2);
+  done(st, "a0", 8);
+  done(st, "a1", 8);
+  ASSERT_EQ(st->nlive, 0);
+  sched_state_destroy(&st);
+}
+
+/* ---------- failures ---------- */
+
+TEST(worker_loss_recomputes_released_inputs)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  uint16_t w0 = add_worker(st, "w0", 1, "x");
+  const char *const g[] = {"a:x", "b:x:a", NULL};
+  tsr_errbuf err;
+  ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 2);
+  sched_place_pass(st);
+  done(st, "a", 8);
+  sched_place_pass(st);
+  done(st, "b", 8);
+  ASSERT_EQ(state_of(st, "a"), TS_RELEASED);
+  uint16_t w1 = add_worker(st, "w1", 1, "x");
+  const char *const g2[] = {"c:x:b", NULL};
+  ASSERT_EQ(add_graph(st, c, 2, g2, NULL, &err), 1);
+  ASSERT_EQ(sched_place_pass(st), 1);
+  ASSERT_EQ(st->tasks[id_of(st, "c")].processing_on, w0);  /* where b is */
+  sched_peer_drop(st, sched_peer_find(st, "w0", 2), "test");
+  /* c goes back, b is lost and needed again, so its released input a too */
+  ASSERT_EQ(state_of(st, "b"), TS_WAITING);
+  ASSERT_EQ(state_of(st, "a"), TS_READY);
+  ASSERT_EQ(state_of(st, "c"), TS_WAITING);
+  ASSERT_EQ(st->tasks[id_of(st, "c")].suspicion, 1);
+  ASSERT_EQ(sched_place_pass(st), 1);
+  ASSERT_EQ(st->tasks[id_of(st, "a")].processing_on, w1);
+  done(st, "a", 8);
+  sched_place_pass(st);
+  done(st, "b", 8);
+  sched_place_pass(st);
+  done(st, "c", 8);
+  ASSERT_EQ(state_of(st, "c"), TS_MEMORY);
+  ASSERT_EQ(state_of(st, "b"), TS_MEMORY);  /* still wanted by graph 1 */
+  sched_state_destroy(&st);
+}
+
+TEST(three_dead_workers_err_the_task)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  const char *const g[] = {"k:x", "d:x:k", NULL};
+  tsr_errbuf err;
+  ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 2);
+  char name[8];
+  for (int i = 0; i < 3; i++) {
+    snprintf(name, sizeof name, "w%d", i);
+    add_worker(st, name, 1, "x");
+    ASSERT_EQ(sched_place_pass(st), 1);
+    sched_peer_drop(st, sched_peer_find(st, name, strlen(name)), "test");
+  }
+  ASSERT_EQ(state_of(st, "k"), TS_ERRED);
+  ASSERT_EQ(state_of(st, "d"), TS_ERRED);
+  char text[512];
+  sched_error_text(st, id_of(st, "d"), text, sizeof text);
+  ASSERT_CONTAINS(text, "dependency 'k' failed: task 'k' was running on 3 workers that died (last: w2)");
+  sched_state_destroy(&st);
+}
+
+/* ---------- containers ---------- */
+
+TEST(idset_and_heap)
+{
+  sched_idset set = {0};
+  for (uint32_t i = 0; i < 10000; i++) ASSERT_EQ(sched_idset_add(&set, i * 7), 1);
+  ASSERT_EQ(sched_idset_add(&set, 14), 0);
+  for (uint32_t i = 0; i < 10000; i += 2) ASSERT_TRUE(sched_idset_del(&set, i * 7));
+  for (uint32_t i = 0; i < 10000; i++) ASSERT_EQ(sched_idset_has(&set, i * 7), i % 2 == 1);
+  sched_idset_free(&set);
+  /* heap: random priorities come out sorted, removals keep it valid */
+  sched_state *st = new_state();
+  ASSERT_TRUE(sched_op_intern(st, "x", 1) == 0);
+  srand(7);
+  for (int i = 0; i < 2000; i++) {
+    uint32_t id = sched_task_alloc(st);
+    st->tasks[id].priority = rand() % 500;
+    st->tasks[id].op = 0;
+    ASSERT_OK(sched_queue_push(st, id));
+  }
+  for (uint32_t id = 0; id < 2000; id += 3) sched_queue_remove(st, id);
+  int64_t last = -1;
+  uint32_t n = 0;
+  for (uint32_t id; (id = sched_queue_peek(st, 0)) != SCHED_NONE; n++) {
+    ASSERT_TRUE(st->tasks[id].priority >= last);
+    ASSERT_TRUE(id % 3 != 0);
+    last = st->tasks[id].priority;
+    sched_queue_remove(st, id);
+  }
+  ASSERT_EQ(n, 2000 - 667);
+  sched_state_destroy(&st);
+}
+
+/* ---------- scale ---------- */
+
+static int add_big_graph(sched_state *st, uint32_t c, uint64_t gid, uint32_t n, bool chain, double *secs_p)
+{
+  sched_task_spec *specs = calloc(n, sizeof *specs);
+  sched_strref *refs = calloc(n, sizeof *refs);
+  char *keys = malloc((size_t)n * 16);
+  for (uint32_t i = 0; i < n; i++) {
+    char *k = keys + (size_t)i * 16;
+    int len = snprintf(k, 16, "t-%u", i);
+    specs[i].key = (sched_strref){k, (uint32_t)len};
+    specs[i].op = (sched_strref){"x", 1};
+    if (chain && i > 0) {
+      refs[i] = specs[i - 1].key;
+      specs[i].inputs = &refs[i];
+      specs[i].ninputs = 1;
+    }
+  }
+  tsr_errbuf err;
+  uint64_t t0 = tsr_now_ns();
+  int rc = sched_graph_add(st, c, gid, specs, n, NULL, 0, &err);
+  *secs_p = (double)(tsr_now_ns() - t0) / 1e9;
+  free(specs);
+  free(refs);
+  free(keys);
+  return rc;
+}
+
+/* Heap bytes in use (malloc'd, including mmap'd blocks). */
+static size_t heap_bytes(void)
+{
+  struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+}
+
+TEST(million_task_graphs_memory_and_admission)
+{
+  const uint32_t n = 1000000;
+  for (int chain = 0; chain < 2; chain++) {
+    size_t heap0 = heap_bytes();
+    sched_state *st = new_state();
+    uint32_t c = add_client(st, "c");
+    double secs;
+    ASSERT_EQ(add_big_graph(st, c, 1, n, chain, &secs), (int)n);
+    size_t per_task = (heap_bytes() - heap0) / n;
+    fprintf(stderr, "  %s of %u tasks: admitted in %.3f s, %zu bytes of scheduler heap per task\n",
+            chain ? "chain" : "independent graph", n, secs, per_task);
+    ASSERT_EQ(st->nlive, n);
+    ASSERT_TRUE(per_task < 1024);
+    /* release everything: the scheduler forgets it all (iteratively) */
+    sched_peer_drop(st, sched_peer_find(st, "c", 1), "test");
+    ASSERT_EQ(st->nlive, 0);
+    ASSERT_EQ(tsr_strmap_count(st->keys), 0);
+    sched_state_destroy(&st);
+  }
+}
+
+int main(void)
+{
+  tsr_log_set_level(TSR_LOG_WARN);
+  RUN(order_chain_runs_inputs_first);
+  RUN(order_fan_in_tree_finishes_one_branch_first);
+  RUN(order_diamond_and_two_sinks_in_submission_order);
+  RUN(order_earlier_graphs_first);
+  RUN(rejections_keep_nothing);
+  RUN(place_fits_ops_then_locality_then_occupancy);
+  RUN(queue_holds_the_rest_in_priority_order);
+  RUN(results_freed_when_unneeded_and_graph_forgotten);
+  RUN(client_loss_drops_pending_tasks);
+  RUN(worker_loss_recomputes_released_inputs);
+  RUN(three_dead_workers_err_the_task);
+  RUN(idset_and_heap);
+  RUN(million_task_graphs_memory_and_admission);
+  return kit_summary();
+}
