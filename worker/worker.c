@@ -110,11 +110,11 @@ static void drain_pipe(int fd)
   }
 }
 
+/* One iteration: wait for the next event or deadline, handle what is
+ * ready, run the link's timers, and send the iteration's batch once. */
 static void loop_once(tsr_worker *w, int stop_fd)
 {
   uint64_t now = tsr_now_ms();
-  tsr_link_tick(w, now);
-  tsr_link_flush(w);
   uint64_t deadline = tsr_link_next_deadline(w);
   long timeout = deadline > now ? (long)(deadline - now) : 0;
   zmq_pollitem_t items[4] = {
@@ -124,18 +124,19 @@ static void loop_once(tsr_worker *w, int stop_fd)
     {w->sched, 0, ZMQ_POLLIN, 0},
   };
   int n_items = w->sched != NULL ? 4 : 3;
-  if (zmq_poll(items, n_items, timeout) < 0) {
-    if (zmq_errno() != EINTR) TSR_WARN("zmq_poll: %s", zmq_strerror(zmq_errno()));
-    return;
+  int ready = zmq_poll(items, n_items, timeout);
+  if (ready < 0 && zmq_errno() != EINTR) TSR_WARN("zmq_poll: %s", zmq_strerror(zmq_errno()));
+  if (ready > 0) {
+    if (items[0].revents & ZMQ_POLLIN) {
+      drain_pipe(stop_fd);
+      TSR_INFO("stopping on signal");
+      w->stopping = true;
+    }
+    if (items[1].revents & ZMQ_POLLIN) drain_completions(w);
+    if (items[2].revents & ZMQ_POLLIN) tsr_xfer_server_serve(w->server, tsr_wstore_xfer_lookup, w->store);
+    if (n_items == 4 && (items[3].revents & ZMQ_POLLIN)) tsr_link_recv(w);
   }
-  if (items[0].revents & ZMQ_POLLIN) {
-    drain_pipe(stop_fd);
-    TSR_INFO("stopping on signal");
-    w->stopping = true;
-  }
-  if (items[1].revents & ZMQ_POLLIN) drain_completions(w);
-  if (items[2].revents & ZMQ_POLLIN) tsr_xfer_server_serve(w->server, tsr_wstore_xfer_lookup, w->store);
-  if (n_items == 4 && (items[3].revents & ZMQ_POLLIN)) tsr_link_recv(w);
+  tsr_link_tick(w, tsr_now_ms());
   tsr_link_flush(w);
 }
 
