@@ -17,8 +17,11 @@
 
 const char *cluster_bin(const char *name)
 {
-  static char path[1024];
-  snprintf(path, sizeof path, "%s/%s", TSR_BIN_DIR, name);
+  /* A ring of buffers: one argv may name several binaries. */
+  static char paths[8][1024];
+  static int next;
+  char *path = paths[next++ % 8];
+  snprintf(path, 1024, "%s/%s", TSR_BIN_DIR, name);
   return path;
 }
 

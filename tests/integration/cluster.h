@@ -23,7 +23,8 @@ typedef struct cluster {
   const char *worker_args[CLUSTER_MAX_ARGS];
 } cluster;
 
-/* Path of a binary in the build's bin dir ("tessera-worker"). Static buffer. */
+/* Path of a binary in the build's bin dir ("tessera-worker"), in one of 8
+ * rotating static buffers. */
 const char *cluster_bin(const char *name);
 /* Starts a scheduler with extra args (NULL-terminated list, may be NULL)
  * and waits for its address file. 0 or -1 (message on stderr). */
