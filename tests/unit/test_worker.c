@@ -640,6 +640,32 @@ TEST(pool_fetches_a_shared_input_once)
   tsr_wstore_destroy(&src);
 }
 
+TEST(fetcher_closes_a_timed_out_connection)
+{
+  void *zctx = zmq_ctx_new();
+  /* A peer that accepts requests and never answers. */
+  void *mute = zmq_socket(zctx, ZMQ_ROUTER);
+  tsr_net_socket_defaults(mute);
+  char addr[TSR_MAX_ADDR_LEN];
+  ASSERT_OK(tsr_net_bind(mute, "tcp://127.0.0.1:0", NULL, addr, sizeof addr, NULL));
+  tsr_wfetcher f;
+  tsr_wfetcher_init(&f, zctx, 200);
+  tsr_chunk_header hdr;
+  tsr_xfer_data data = {0};
+  tsr_errbuf err = {{0}};
+  uint64_t t0 = tsr_now_ms();
+  ASSERT_EQ(tsr_wfetcher_get(&f, addr, "k", &hdr, &data, &err), TSR_ETIMEDOUT);
+  ASSERT_TRUE(tsr_now_ms() - t0 >= 150);
+  int open_conns = 0;
+  for (int i = 0; i < TSR_WFETCH_SLOTS; i++) open_conns += f.slot[i].conn != NULL;
+  ASSERT_EQ(open_conns, 0);
+  /* An empty address fails at once, without a connection. */
+  ASSERT_EQ(tsr_wfetcher_get(&f, "", "k", &hdr, &data, &err), TSR_ECONN);
+  tsr_wfetcher_close(&f);
+  zmq_close(mute);
+  zmq_ctx_term(zctx);
+}
+
 int main(void)
 {
   tsr_log_set_level(TSR_LOG_ERROR);
@@ -660,5 +686,6 @@ int main(void)
   RUN(pool_many_threads_many_tasks);
   RUN(pool_fetches_inputs_from_a_peer);
   RUN(pool_fetches_a_shared_input_once);
+  RUN(fetcher_closes_a_timed_out_connection);
   return kit_summary();
 }
