@@ -17,9 +17,15 @@ add_test(NAME integration.client_proto COMMAND test_client_proto)
 set_tests_properties(integration.client_proto PROPERTIES LABELS integration TIMEOUT 120)
 
 # The installed package: find_package(Tessera) and pkg-config consumers.
+# A sanitized build installs instrumented objects: consumers then need the
+# sanitizer runtime too.
+set(TSR_CONSUMER_FLAGS "")
+if(TSR_SANITIZE)
+  set(TSR_CONSUMER_FLAGS "-fsanitize=address,undefined")
+endif()
 add_test(NAME unit.client_install
   COMMAND ${CMAKE_COMMAND} -DBUILD_DIR=${PROJECT_BINARY_DIR} -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/client-install-test
-          -DC_COMPILER=${CMAKE_C_COMPILER} -DGENERATOR=${CMAKE_GENERATOR}
+          -DC_COMPILER=${CMAKE_C_COMPILER} -DGENERATOR=${CMAKE_GENERATOR} "-DCONSUMER_FLAGS=${TSR_CONSUMER_FLAGS}"
           -P ${PROJECT_SOURCE_DIR}/cmake/TesseraInstallTest.cmake)
 set_tests_properties(unit.client_install PROPERTIES LABELS unit TIMEOUT 300)
 
