@@ -13,7 +13,9 @@ static const tsr_op_def *const regular_ops[] = {
   &tsr_op_random_uniform, &tsr_op_random_normal, &tsr_op_randint, &tsr_op_full,
   &tsr_op_add,            &tsr_op_mul,           &tsr_op_sub,     &tsr_op_div,
   &tsr_op_scale,          &tsr_op_astype,        &tsr_op_sum,     &tsr_op_matmul,
-  &tsr_op_load_npy,       &tsr_op_save_npy,      &tsr_op_noop,
+  &tsr_op_load_npy,       &tsr_op_save_npy,      &tsr_op_noop,    &tsr_op_transpose,
+  &tsr_op_slice,          &tsr_op_assemble,      &tsr_op_view,    &tsr_op_qr,
+  &tsr_op_svd,            &tsr_op_bmul,          &tsr_op_signs,   &tsr_op_matmul_random,
 };
 static const tsr_op_def *const test_ops[] = {&tsr_op_crash, &tsr_op_fail, &tsr_op_sleep};
 

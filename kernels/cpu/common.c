@@ -170,3 +170,69 @@ void tsr_k_load_f64(tsr_dtype dt, const void *src, size_t n, double *t)
   else
     memcpy(t, src, n * sizeof *t);
 }
+
+bool tsr_k_is_float(tsr_dtype dt)
+{
+  return dt == TSR_F32 || dt == TSR_F64;
+}
+
+void tsr_k_to_float(tsr_dtype to, tsr_dtype from, const void *src, size_t n, void *dst)
+{
+  if (to == TSR_F64) {
+    tsr_k_load_f64(from, src, n, dst);
+    return;
+  }
+  float *o = dst;
+  if (from == TSR_U8)
+    for (size_t i = 0; i < n; i++) o[i] = ((const uint8_t *)src)[i];
+  else if (from == TSR_I32)
+    for (size_t i = 0; i < n; i++) o[i] = (float)((const int32_t *)src)[i];
+  else if (from == TSR_I64)
+    for (size_t i = 0; i < n; i++) o[i] = (float)((const int64_t *)src)[i];
+  else if (from == TSR_F32)
+    memcpy(o, src, n * sizeof *o);
+  else
+    for (size_t i = 0; i < n; i++) o[i] = (float)((const double *)src)[i];
+}
+
+void tsr_k_copy_block(size_t es, int nd, const int64_t *block, const void *src, const int64_t *src_shape,
+                      const int64_t *src_start, void *dst, const int64_t *dst_shape, const int64_t *dst_start)
+{
+  /* A run spans the last dim plus the trailing dims whole in all three. */
+  int j = nd - 1;
+  while (j > 0 && block[j] == src_shape[j] && block[j] == dst_shape[j]) j--;
+  size_t run = es, runs = 1;
+  for (int d = 0; d < nd; d++) {
+    if (block[d] == 0) return;
+    if (d < j) runs *= (size_t)block[d];
+    else run *= (size_t)block[d];
+  }
+  int64_t idx[TSR_MAX_NDIM] = {0};
+  for (size_t r = 0; r < runs; r++) {
+    size_t s = 0, t = 0;  /* element offsets of the run's start */
+    for (int d = 0; d < nd; d++) {
+      int64_t i = d < j ? idx[d] : 0;
+      s = s * (size_t)src_shape[d] + (size_t)(src_start[d] + i);
+      t = t * (size_t)dst_shape[d] + (size_t)(dst_start[d] + i);
+    }
+    memcpy((char *)dst + t * es, (const char *)src + s * es, run);
+    for (int d = j - 1; d >= 0; d--) {
+      if (++idx[d] < block[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+void tsr_k_store_f64(tsr_dtype dt, const double *t, size_t n, void *dst)
+{
+  if (dt == TSR_U8)
+    for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = tsr_k_f2u8(t[i]);
+  else if (dt == TSR_I32)
+    for (size_t i = 0; i < n; i++) ((int32_t *)dst)[i] = tsr_k_f2i32(t[i]);
+  else if (dt == TSR_I64)
+    for (size_t i = 0; i < n; i++) ((int64_t *)dst)[i] = tsr_k_f2i64(t[i]);
+  else if (dt == TSR_F32)
+    for (size_t i = 0; i < n; i++) ((float *)dst)[i] = (float)t[i];
+  else
+    memcpy(dst, t, n * sizeof *t);
+}

@@ -32,21 +32,6 @@ static void store_i64(tsr_dtype dt, const int64_t *t, size_t n, void *dst)
     for (size_t i = 0; i < n; i++) ((double *)dst)[i] = (double)t[i];
 }
 
-/* double values into dtype: truncating and clamping for integers. */
-static void store_f64(tsr_dtype dt, const double *t, size_t n, void *dst)
-{
-  if (dt == TSR_U8)
-    for (size_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = tsr_k_f2u8(t[i]);
-  else if (dt == TSR_I32)
-    for (size_t i = 0; i < n; i++) ((int32_t *)dst)[i] = tsr_k_f2i32(t[i]);
-  else if (dt == TSR_I64)
-    for (size_t i = 0; i < n; i++) ((int64_t *)dst)[i] = tsr_k_f2i64(t[i]);
-  else if (dt == TSR_F32)
-    for (size_t i = 0; i < n; i++) ((float *)dst)[i] = (float)t[i];
-  else
-    memcpy(dst, t, n * sizeof *t);
-}
-
 static bool is_int(tsr_dtype dt)
 {
   return dt == TSR_U8 || dt == TSR_I32 || dt == TSR_I64;
@@ -90,7 +75,7 @@ static int astype_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *ou
     } else {
       double t[TILE];
       tsr_k_load_f64(from, src, m, t);
-      store_f64(to, t, m, dst);
+      tsr_k_store_f64(to, t, m, dst);
     }
   }
   return 0;
@@ -125,7 +110,7 @@ static int scale_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out
     size_t m = count - at < TILE ? count - at : TILE;
     tsr_k_load_f64(dt, (const char *)in[0].data + at * es, m, t);
     for (size_t i = 0; i < m; i++) t[i] = t[i] * factor + offset;
-    store_f64(dt, t, m, (char *)out->data + at * es);
+    tsr_k_store_f64(dt, t, m, (char *)out->data + at * es);
   }
   return 0;
 }

@@ -24,6 +24,26 @@ typedef struct npy_slice {
   tsr_meta meta;                /* the slice: the output chunk */
 } npy_slice;
 
+/* The graph may say what it expects of the file (the client read the
+ * header when it built the graph): `global_shape` and `dtype`, optional.
+ * A mismatch means the file changed since. */
+static int check_expected(const tsr_params *p, const npy_slice *s, tsr_errbuf *err)
+{
+  const tsr_meta *fm = &s->file.meta;
+  tsr_dtype dt;
+  int rc = tsr_k_dtype_param("load_npy", p, fm->dtype, &dt, err);
+  if (rc != 0) return rc;
+  tsr_meta want = *fm;
+  want.dtype = dt;
+  if (tsr_params_find(p, "global_shape") != NULL &&
+      (rc = tsr_k_shape_param("load_npy", p, "global_shape", want.shape, &want.ndim, err)) != 0)
+    return rc;
+  if (!tsr_meta_equal(&want, fm))
+    return tsr_fail(err, TSR_ESHAPE, "load_npy: %s holds %s but the graph expects %s (did the file change?)", s->path,
+                    tsr_k_str(fm).s, tsr_k_str(&want).s);
+  return 0;
+}
+
 /* Header, size check and the slice params. Every message names the file. */
 static int slice_parse(const tsr_params *p, npy_slice *s, tsr_errbuf *err)
 {
@@ -39,6 +59,7 @@ static int slice_parse(const tsr_params *p, npy_slice *s, tsr_errbuf *err)
   if ((uint64_t)st.st_size < need)
     return tsr_fail(err, TSR_EIO, "load_npy: %s is truncated: %s needs %llu bytes, the file has %lld", s->path,
                     tsr_k_str(fm).s, (unsigned long long)need, (long long)st.st_size);
+  if ((rc = check_expected(p, s, err)) != 0) return rc;
   int64_t shape[TSR_MAX_NDIM];
   int n_off = fm->ndim, n_shape = fm->ndim;
   if (tsr_params_find(p, "offset") && (rc = tsr_k_shape_param("load_npy", p, "offset", s->offset, &n_off, err)))

@@ -28,6 +28,15 @@ extern const tsr_op_def tsr_op_matmul;
 extern const tsr_op_def tsr_op_load_npy;
 extern const tsr_op_def tsr_op_save_npy;
 extern const tsr_op_def tsr_op_noop;
+extern const tsr_op_def tsr_op_transpose;
+extern const tsr_op_def tsr_op_slice;
+extern const tsr_op_def tsr_op_assemble;
+extern const tsr_op_def tsr_op_view;
+extern const tsr_op_def tsr_op_qr;
+extern const tsr_op_def tsr_op_svd;
+extern const tsr_op_def tsr_op_bmul;
+extern const tsr_op_def tsr_op_signs;
+extern const tsr_op_def tsr_op_matmul_random;
 /* Test-only (test_only = true). */
 extern const tsr_op_def tsr_op_crash;
 extern const tsr_op_def tsr_op_fail;
@@ -89,6 +98,41 @@ int64_t tsr_k_f2i64(double x);
  * or as double (any dtype; exact except i64 beyond 2^53). */
 void tsr_k_load_i64(tsr_dtype dt, const void *src, size_t n, int64_t *t);
 void tsr_k_load_f64(tsr_dtype dt, const void *src, size_t n, double *t);
+/* Stores n doubles into dtype at dst like astype from f64 (integers
+ * truncate and clamp, NaN → 0). */
+void tsr_k_store_f64(tsr_dtype dt, const double *t, size_t n, void *dst);
+
+/* Converts n elements of any dtype at src to the float dtype `to` (f32 or
+ * f64) at dst, as C converts each value (i64 → f32 rounds once). */
+void tsr_k_to_float(tsr_dtype to, tsr_dtype from, const void *src, size_t n, void *dst);
+bool tsr_k_is_float(tsr_dtype dt);
+
+/* Copies an N-D block of extent block[0..nd) of es-byte elements from the
+ * C-order array src (shape src_shape) at src_start to the C-order array dst
+ * (shape dst_shape) at dst_start. Callers checked the bounds. */
+void tsr_k_copy_block(size_t es, int nd, const int64_t *block, const void *src, const int64_t *src_shape,
+                      const int64_t *src_start, void *dst, const int64_t *dst_shape, const int64_t *dst_start);
+
+/* C = op(A)·op(B) + beta·C in dt (f32 or f64) through CBLAS, row-major;
+ * every dimension is > 0 and fits int (callers check). */
+void tsr_k_gemm(tsr_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
+
+/* A random op's chunk, parsed (random.c): dist is "random_uniform",
+ * "random_normal" or "randint". tsr_k_gen_fill writes the chunk described
+ * by g->grid; callers may narrow grid.shape/offset to a sub-block of it
+ * (matmul_random generates row panels this way). */
+typedef enum { TSR_K_GEN_UNIFORM, TSR_K_GEN_NORMAL, TSR_K_GEN_RANDINT } tsr_k_gen_kind;
+typedef struct tsr_k_gen {
+  tsr_k_gen_kind kind;
+  tsr_dtype dtype;
+  uint64_t seed;
+  int64_t low;     /* randint only */
+  uint64_t range;  /* randint only: high - low, 1..2^32 */
+  tsr_k_grid grid;
+} tsr_k_gen;
+int tsr_k_gen_parse(const char *dist, const tsr_params *params, tsr_k_gen *g, tsr_errbuf *err);
+void tsr_k_gen_fill(const tsr_k_gen *g, void *out);
 
 /* SIMD Philox (philox_simd.c): writes blocks b0, b0+1, ... of seed's word
  * stream (4 words each, stream order) into out for a prefix of the n

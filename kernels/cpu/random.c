@@ -12,17 +12,6 @@
 #include "../philox.h"
 #include "ops.h"
 
-typedef enum { GEN_UNIFORM, GEN_NORMAL, GEN_RANDINT } gen_kind;
-
-typedef struct gen {
-  gen_kind kind;
-  tsr_dtype dtype;
-  uint64_t seed;
-  int64_t low;     /* randint only */
-  uint64_t range;  /* randint only: high - low, 1..2^32 */
-  tsr_k_grid grid;
-} gen;
-
 /* Words per stack batch; a multiple of 4 (blocks) and of 2 (f64 pairs). */
 #define BATCH_WORDS 1024
 
@@ -61,18 +50,18 @@ static void philox_words(uint64_t seed, uint64_t w0, size_t n, uint32_t *out)
 }
 
 /* Maps a batch of words to n values of g's kind and dtype at out. */
-static void map_words(const gen *g, const uint32_t *w, size_t n, void *out)
+static void map_words(const tsr_k_gen *g, const uint32_t *w, size_t n, void *out)
 {
-  if (g->kind == GEN_UNIFORM && g->dtype == TSR_F32) {
+  if (g->kind == TSR_K_GEN_UNIFORM && g->dtype == TSR_F32) {
     float *o = out;
     for (size_t i = 0; i < n; i++) o[i] = tsr_u01_f32(w[i]);
-  } else if (g->kind == GEN_UNIFORM) {
+  } else if (g->kind == TSR_K_GEN_UNIFORM) {
     double *o = out;
     for (size_t i = 0; i < n; i++) o[i] = tsr_u01_f64(w[2 * i], w[2 * i + 1]);
-  } else if (g->kind == GEN_NORMAL && g->dtype == TSR_F32) {
+  } else if (g->kind == TSR_K_GEN_NORMAL && g->dtype == TSR_F32) {
     float *o = out;
     for (size_t i = 0; i < n; i++) o[i] = (float)tsr_normal_f64(w + 4 * i);
-  } else if (g->kind == GEN_NORMAL) {
+  } else if (g->kind == TSR_K_GEN_NORMAL) {
     double *o = out;
     for (size_t i = 0; i < n; i++) o[i] = tsr_normal_f64(w + 4 * i);
   } else if (g->range == (uint64_t)1 << 32) {
@@ -99,10 +88,10 @@ static void map_words(const gen *g, const uint32_t *w, size_t n, void *out)
 }
 
 /* Fills n elements with consecutive global indices from L0. */
-static void fill_row(const gen *g, uint64_t L0, size_t n, char *out)
+static void fill_row(const tsr_k_gen *g, uint64_t L0, size_t n, char *out)
 {
   uint32_t w[BATCH_WORDS];
-  size_t per = g->kind == GEN_NORMAL ? 4 : (g->kind == GEN_UNIFORM && g->dtype == TSR_F64) ? 2 : 1;
+  size_t per = g->kind == TSR_K_GEN_NORMAL ? 4 : (g->kind == TSR_K_GEN_UNIFORM && g->dtype == TSR_F64) ? 2 : 1;
   size_t esize = tsr_dtype_size(g->dtype), step = BATCH_WORDS / per;
   for (size_t done = 0; done < n; done += step) {
     size_t m = n - done < step ? n - done : step;
@@ -115,7 +104,7 @@ static void fill_row(const gen *g, uint64_t L0, size_t n, char *out)
 /* Walks the chunk's runs of consecutive L: a run is the last dimension,
  * extended over the trailing dimensions the chunk spans whole (a chunk of
  * full rows is one run). Each run starts at L0, its global row-major index. */
-static void fill_chunk(const gen *g, char *out)
+static void fill_chunk(const tsr_k_gen *g, char *out)
 {
   const tsr_k_grid *gr = &g->grid;
   int nd = gr->ndim, j = nd - 1;
@@ -157,7 +146,7 @@ static int get_seed(const char *op, const tsr_params *params, uint64_t *seed_p, 
 }
 
 /* Uniform and normal: seed, dtype f32/f64 and the grid. */
-static int parse_real(const char *op, gen_kind kind, const tsr_params *params, gen *g, tsr_errbuf *err)
+static int parse_real(const char *op, tsr_k_gen_kind kind, const tsr_params *params, tsr_k_gen *g, tsr_errbuf *err)
 {
   memset(g, 0, sizeof *g);
   g->kind = kind;
@@ -187,11 +176,11 @@ static int check_randint_range(int64_t low, int64_t high, tsr_dtype dtype, tsr_e
   return 0;
 }
 
-static int parse_randint(const tsr_params *params, gen *g, tsr_errbuf *err)
+static int parse_randint(const tsr_params *params, tsr_k_gen *g, tsr_errbuf *err)
 {
   int64_t high;
   memset(g, 0, sizeof *g);
-  g->kind = GEN_RANDINT;
+  g->kind = TSR_K_GEN_RANDINT;
   int rc = get_seed("randint", params, &g->seed, err);
   if (rc == 0) rc = need_int("randint", params, "low", &g->low, err);
   if (rc == 0) rc = need_int("randint", params, "high", &high, err);
@@ -205,16 +194,23 @@ static int parse_randint(const tsr_params *params, gen *g, tsr_errbuf *err)
   return tsr_k_grid_parse("randint", params, &g->grid, err);
 }
 
-static int parse_gen(const char *op, const tsr_params *params, gen *g, tsr_errbuf *err)
+int tsr_k_gen_parse(const char *dist, const tsr_params *params, tsr_k_gen *g, tsr_errbuf *err)
 {
-  if (strcmp(op, "randint") == 0) return parse_randint(params, g, err);
-  return parse_real(op, strcmp(op, "random_normal") == 0 ? GEN_NORMAL : GEN_UNIFORM, params, g, err);
+  if (strcmp(dist, "randint") == 0) return parse_randint(params, g, err);
+  if (strcmp(dist, "random_normal") == 0) return parse_real(dist, TSR_K_GEN_NORMAL, params, g, err);
+  if (strcmp(dist, "random_uniform") == 0) return parse_real(dist, TSR_K_GEN_UNIFORM, params, g, err);
+  return tsr_fail(err, TSR_EINVAL, "unknown random dist '%s' (random_uniform, random_normal or randint)", dist);
+}
+
+void tsr_k_gen_fill(const tsr_k_gen *g, void *out)
+{
+  fill_chunk(g, out);
 }
 
 static int gen_infer(const char *op, const tsr_params *params, tsr_meta *out, tsr_errbuf *err)
 {
-  gen g;
-  int rc = parse_gen(op, params, &g, err);
+  tsr_k_gen g;
+  int rc = tsr_k_gen_parse(op, params, &g, err);
   if (rc != 0) return rc;
   tsr_k_meta_set(out, g.dtype, g.grid.ndim, g.grid.shape);
   return 0;
@@ -222,8 +218,8 @@ static int gen_infer(const char *op, const tsr_params *params, tsr_meta *out, ts
 
 static int gen_cpu(const char *op, const tsr_params *params, tsr_buf *out, tsr_errbuf *err)
 {
-  gen g;
-  int rc = parse_gen(op, params, &g, err);
+  tsr_k_gen g;
+  int rc = tsr_k_gen_parse(op, params, &g, err);
   if (rc != 0) return rc;
   tsr_meta want;
   tsr_k_meta_set(&want, g.dtype, g.grid.ndim, g.grid.shape);

@@ -958,7 +958,9 @@ TEST(random_param_errors)
 TEST(registry_and_test_ops)
 {
   static const char *names[] = {"random_uniform", "random_normal", "randint", "full", "add", "mul", "sub", "div",
-                                "scale", "astype", "sum", "matmul", "load_npy", "save_npy", "noop"};
+                                "scale", "astype", "sum", "matmul", "load_npy", "save_npy", "noop",
+                                "transpose", "slice", "assemble", "view", "qr", "svd", "bmul", "signs",
+                                "matmul_random"};
   tsr_params p = TSR_PARAMS_INIT;
   tsr_errbuf err;
   tsr_buf out;

@@ -1,0 +1,161 @@
+/* kernels/cpu/matmul_random.c — matmul_random: a product with a random
+ * chunk X that is never stored whole. X is described by a random op's
+ * params (`dist` names the op; seed, dtype, shape, global_shape, offset,
+ * low, high as for it) and generated a row panel at a time, with exactly
+ * the values the random op would give; B is input 0.
+ *
+ *   side "xb":  X @ B    X [r, c], B [c, n] → [r, n]   (panels are C's rows)
+ *   side "xtb": Xᵀ @ B   X [r, c], B [r, n] → [c, n]   (panels accumulate)
+ *   side "bx":  B @ X    B [m, r], X [r, c] → [m, c]   (panels accumulate)
+ *   side "btx": Bᵀ @ X   B [r, m], X [r, c] → [m, c]   (panels accumulate)
+ *
+ * dtype: B's when B is float, else X's when X is float, else f64; two
+ * float dtypes must match (as for matmul). An integer X panel is converted
+ * to that dtype after generation; an integer B is converted whole (B is the
+ * small operand here). Panels hold about PANEL_BYTES of X, so memory stays
+ * bounded whatever X's size; the panel height depends only on X's shape,
+ * so results are deterministic. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+#define PANEL_BYTES ((size_t)8 << 20)
+
+typedef enum { SIDE_XB, SIDE_XTB, SIDE_BX, SIDE_BTX } mr_side;
+
+typedef struct mr_plan {
+  mr_side side;
+  tsr_k_gen x;
+  tsr_dtype dtype;  /* of the product */
+  int64_t m, n;     /* output shape */
+} mr_plan;
+
+static int mr_side_param(const tsr_params *p, mr_side *side_p, tsr_errbuf *err)
+{
+  static const char *names[] = {"xb", "xtb", "bx", "btx"};
+  const char *side;
+  int rc = tsr_params_get_str(p, "side", &side, err);
+  if (rc != 0) return tsr_k_param_fail("matmul_random", rc, err);
+  for (int i = 0; i < 4; i++)
+    if (strcmp(side, names[i]) == 0) {
+      *side_p = (mr_side)i;
+      return 0;
+    }
+  return tsr_fail(err, TSR_EINVAL, "matmul_random: side '%s' is not one of xb, xtb, bx, btx", side);
+}
+
+/* Parses side, dist and X, and checks B against X. */
+static int mr_plan_make(const tsr_params *p, const tsr_meta *b, mr_plan *pl, tsr_errbuf *err)
+{
+  const char *dist;
+  int rc = mr_side_param(p, &pl->side, err);
+  if (rc == 0 && (rc = tsr_params_get_str(p, "dist", &dist, err)) != 0) rc = tsr_k_param_fail("matmul_random", rc, err);
+  if (rc == 0 && (rc = tsr_k_gen_parse(dist, p, &pl->x, err)) != 0) rc = tsr_k_param_fail("matmul_random", rc, err);
+  if (rc != 0) return rc;
+  tsr_meta xm;
+  tsr_k_meta_set(&xm, pl->x.dtype, pl->x.grid.ndim, pl->x.grid.shape);
+  if (xm.ndim != 2 || b->ndim != 2)
+    return tsr_fail(err, TSR_ESHAPE, "matmul_random: X %s and B %s must be 2-D", tsr_k_str(&xm).s, tsr_k_str(b).s);
+  bool fx = tsr_k_is_float(xm.dtype), fb = tsr_k_is_float(b->dtype);
+  if (fx && fb && xm.dtype != b->dtype)
+    return tsr_fail(err, TSR_ESHAPE, "matmul_random: X is %s but B is %s (float dtypes must match)",
+                    tsr_k_str(&xm).s, tsr_k_str(b).s);
+  pl->dtype = fb ? b->dtype : fx ? xm.dtype : TSR_F64;
+  int64_t r = xm.shape[0], c = xm.shape[1];
+  bool x_left = pl->side == SIDE_XB || pl->side == SIDE_XTB;
+  int64_t x_inner = pl->side == SIDE_XB ? c : r, b_inner = pl->side == SIDE_BX ? b->shape[1] : b->shape[0];
+  if (x_inner != b_inner)
+    return tsr_fail(err, TSR_ESHAPE, "matmul_random: inner dimensions differ: %s%s @ %s", tsr_k_str(x_left ? &xm : b).s,
+                    pl->side == SIDE_XTB || pl->side == SIDE_BTX ? ".T" : "", tsr_k_str(x_left ? b : &xm).s);
+  pl->m = pl->side == SIDE_XB ? r : pl->side == SIDE_XTB ? c : pl->side == SIDE_BX ? b->shape[0] : b->shape[1];
+  pl->n = x_left ? b->shape[1] : c;
+  if (r > INT_MAX || c > INT_MAX || b->shape[0] > INT_MAX || b->shape[1] > INT_MAX)
+    return tsr_fail(err, TSR_ESHAPE, "matmul_random: a dimension of X %s or B %s exceeds BLAS's int range",
+                    tsr_k_str(&xm).s, tsr_k_str(b).s);
+  return 0;
+}
+
+static int mr_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  mr_plan pl;
+  if (n != 1) return tsr_fail(err, TSR_EINVAL, "matmul_random: takes 1 input, got %d", n);
+  int rc = mr_plan_make(p, &in[0], &pl, err);
+  if (rc != 0) return rc;
+  int64_t shape[2] = {pl.m, pl.n};
+  tsr_k_meta_set(out, pl.dtype, 2, shape);
+  return 0;
+}
+
+/* Rows [r0, r0+w) of X into xp (in the product dtype; raw is scratch for
+ * an X of another dtype). */
+static void mr_panel(const mr_plan *pl, int64_t r0, int64_t w, void *raw, void *xp)
+{
+  tsr_k_gen g = pl->x;
+  g.grid.offset[0] += r0;
+  g.grid.shape[0] = w;
+  if (g.dtype == pl->dtype) {
+    tsr_k_gen_fill(&g, xp);
+    return;
+  }
+  tsr_k_gen_fill(&g, raw);
+  tsr_k_to_float(pl->dtype, g.dtype, raw, (size_t)(w * g.grid.shape[1]), xp);
+}
+
+/* One panel's contribution to C; beta 0 on the first accumulating panel. */
+static void mr_gemm(const mr_plan *pl, const void *xp, int64_t r0, int64_t w, const tsr_meta *bm, const char *b,
+                    char *c)
+{
+  int64_t xc = pl->x.grid.shape[1], bc = bm->shape[1];
+  size_t es = tsr_dtype_size(pl->dtype);
+  double beta = r0 == 0 ? 0.0 : 1.0;
+  switch (pl->side) {
+  case SIDE_XB:
+    tsr_k_gemm(pl->dtype, false, false, w, pl->n, xc, xp, xc, b, bc, 0.0, c + (size_t)(r0 * pl->n) * es, pl->n);
+    break;
+  case SIDE_XTB:
+    tsr_k_gemm(pl->dtype, true, false, pl->m, pl->n, w, xp, xc, b + (size_t)(r0 * bc) * es, bc, beta, c, pl->n);
+    break;
+  case SIDE_BX:
+    tsr_k_gemm(pl->dtype, false, false, pl->m, pl->n, w, b + (size_t)r0 * es, bc, xp, xc, beta, c, pl->n);
+    break;
+  case SIDE_BTX:
+    tsr_k_gemm(pl->dtype, true, false, pl->m, pl->n, w, b + (size_t)(r0 * bc) * es, bc, xp, xc, beta, c, pl->n);
+    break;
+  }
+}
+
+static int mr_cpu(const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *out, tsr_errbuf *err)
+{
+  (void)n_in;
+  mr_plan pl;
+  int rc = mr_plan_make(p, &in[0].meta, &pl, err);
+  if (rc != 0) return rc;
+  int64_t xr = pl.x.grid.shape[0], xc = pl.x.grid.shape[1];
+  size_t es = tsr_dtype_size(pl.dtype), bcount = (size_t)tsr_meta_count(&in[0].meta);
+  if (xr == 0 || xc == 0 || bcount == 0) {
+    memset(out->data, 0, out->nbytes);  /* an empty inner dimension sums to 0 */
+    return 0;
+  }
+  int64_t rows = (int64_t)(PANEL_BYTES / ((size_t)xc * es));
+  rows = rows < 1 ? 1 : rows > xr ? xr : rows;
+  size_t panel = (size_t)(rows * xc);
+  void *xp = malloc(panel * es), *raw = pl.x.dtype != pl.dtype ? malloc(panel * tsr_dtype_size(pl.x.dtype)) : NULL;
+  void *bconv = in[0].meta.dtype != pl.dtype ? malloc(bcount * es) : NULL;
+  if (xp == NULL || (pl.x.dtype != pl.dtype && raw == NULL) || (in[0].meta.dtype != pl.dtype && bconv == NULL)) {
+    free(xp), free(raw), free(bconv);
+    return tsr_fail(err, TSR_ENOMEM, "matmul_random: out of memory for a %lld-row panel", (long long)rows);
+  }
+  if (bconv != NULL) tsr_k_to_float(pl.dtype, in[0].meta.dtype, in[0].data, bcount, bconv);
+  const char *b = bconv != NULL ? bconv : in[0].data;
+  for (int64_t r0 = 0; r0 < xr; r0 += rows) {
+    int64_t w = xr - r0 < rows ? xr - r0 : rows;
+    mr_panel(&pl, r0, w, raw, xp);
+    mr_gemm(&pl, xp, r0, w, &in[0].meta, b, out->data);
+  }
+  free(xp), free(raw), free(bconv);
+  return 0;
+}
+
+const tsr_op_def tsr_op_matmul_random = {"matmul_random", 1, 1, mr_infer, mr_cpu, false};

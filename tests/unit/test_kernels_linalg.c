@@ -1,0 +1,462 @@
+/* Unit tests of kernels/, second part: the ops the array graphs build on —
+ * transpose, slice, assemble, view, qr, svd, bmul, signs, matmul with
+ * integer inputs and matmul_random (checked against the random op's chunk
+ * multiplied by plain matmul). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "kit.h"
+
+/* ---------- helpers ---------- */
+
+static tsr_buf buf_of(tsr_dtype dtype, int ndim, const int64_t *shape, void *data)
+{
+  tsr_buf b;
+  memset(&b, 0, sizeof b);
+  b.meta.dtype = dtype;
+  b.meta.ndim = ndim;
+  for (int d = 0; d < ndim; d++) b.meta.shape[d] = shape[d];
+  b.data = data;
+  b.nbytes = (size_t)tsr_meta_nbytes(&b.meta);
+  return b;
+}
+
+static int run(const char *name, const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *out, tsr_errbuf *err)
+{
+  const tsr_op_def *op = tsr_op_find(name);
+  if (op == NULL) return tsr_fail(err, TSR_EUNKNOWNOP, "no op %s", name);
+  memset(out, 0, sizeof *out);
+  err->text[0] = '\0';
+  return tsr_op_run_cpu(op, p, in, n_in, out, err);
+}
+
+/* Element i of a buffer of dtype as double. */
+static double at(const tsr_buf *b, int64_t i)
+{
+  switch (b->meta.dtype) {
+  case TSR_U8: return ((const uint8_t *)b->data)[i];
+  case TSR_I32: return ((const int32_t *)b->data)[i];
+  case TSR_I64: return (double)((const int64_t *)b->data)[i];
+  case TSR_F32: return ((const float *)b->data)[i];
+  default: return ((const double *)b->data)[i];
+  }
+}
+
+static double *filled(int64_t n, double scale)
+{
+  double *x = malloc((size_t)n * sizeof *x);
+  for (int64_t i = 0; i < n; i++) x[i] = sin((double)i * 0.731 + scale) * scale;
+  return x;
+}
+
+/* ---------- layout ---------- */
+
+TEST(transpose_all_sizes)
+{
+  tsr_errbuf err;
+  tsr_buf out;
+  int64_t shape[2] = {37, 70};
+  unsigned char data[37 * 70 * 8];
+  for (size_t i = 0; i < sizeof data; i++) data[i] = (unsigned char)(i * 13 + 5);
+  static const tsr_dtype dts[] = {TSR_U8, TSR_I32, TSR_F64};
+  for (int t = 0; t < 3; t++) {
+    tsr_buf in = buf_of(dts[t], 2, shape, data);
+    size_t es = tsr_dtype_size(dts[t]);
+    ASSERT_OK(run("transpose", NULL, &in, 1, &out, &err));
+    ASSERT_EQ(out.meta.shape[0], 70);
+    ASSERT_EQ(out.meta.shape[1], 37);
+    for (int64_t r = 0; r < 37; r++)
+      for (int64_t c = 0; c < 70; c++)
+        ASSERT_TRUE(memcmp((char *)out.data + (c * 37 + r) * (int64_t)es, data + (r * 70 + c) * (int64_t)es, es) == 0);
+    free(out.data);
+  }
+  int64_t s1[1] = {4};
+  tsr_buf v = buf_of(TSR_F64, 1, s1, data);
+  ASSERT_EQ(run("transpose", NULL, &v, 1, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "transpose: input must be 2-D, got f64[4]");
+}
+
+TEST(slice_and_view)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  int64_t shape[3] = {4, 5, 6}, start[3] = {1, 0, 2}, stop[3] = {3, 5, 5};
+  int32_t x[120];
+  for (int i = 0; i < 120; i++) x[i] = i;
+  tsr_buf in = buf_of(TSR_I32, 3, shape, x);
+  tsr_params_add_ints(&p, "start", start, 3);
+  tsr_params_add_ints(&p, "stop", stop, 3);
+  ASSERT_OK(run("slice", &p, &in, 1, &out, &err));
+  ASSERT_EQ(out.meta.shape[0], 2);
+  ASSERT_EQ(out.meta.shape[1], 5);
+  ASSERT_EQ(out.meta.shape[2], 3);
+  for (int64_t i = 0; i < 2; i++)
+    for (int64_t j = 0; j < 5; j++)
+      for (int64_t k = 0; k < 3; k++)
+        ASSERT_EQ(((int32_t *)out.data)[(i * 5 + j) * 3 + k], ((1 + i) * 5 + j) * 6 + 2 + k);
+  free(out.data);
+  tsr_params_clear(&p);
+  int64_t bad[3] = {0, 0, 7};
+  tsr_params_add_ints(&p, "start", start, 3);
+  tsr_params_add_ints(&p, "stop", bad, 3);
+  ASSERT_EQ(run("slice", &p, &in, 1, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "slice: [[1,0,2], [0,0,7]) is not inside i32[4,5,6]");
+  tsr_params_clear(&p);
+  tsr_params_add_ints(&p, "start", start, 2);
+  tsr_params_add_ints(&p, "stop", stop, 3);
+  ASSERT_EQ(run("slice", &p, &in, 1, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "one entry per axis");
+
+  int64_t vshape[2] = {3, 7};
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "offset", 50);
+  tsr_params_add_ints(&p, "shape", vshape, 2);
+  ASSERT_OK(run("view", &p, &in, 1, &out, &err));
+  ASSERT_EQ(out.meta.ndim, 2);
+  ASSERT_EQ(((int32_t *)out.data)[20], 70);
+  free(out.data);
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "offset", 100);
+  tsr_params_add_ints(&p, "shape", vshape, 2);
+  ASSERT_EQ(run("view", &p, &in, 1, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "view: elements [100, +[3,7]) are not inside i32[4,5,6] (120 elements)");
+  tsr_params_clear(&p);
+}
+
+/* A 7x9 array cut into a 3x2 grid of irregular pieces and put back. */
+TEST(assemble_pieces)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  int64_t rows[4] = {0, 3, 4, 7}, cols[3] = {0, 5, 9};
+  double whole[63], pieces[6][63];
+  tsr_buf in[6];
+  for (int i = 0; i < 63; i++) whole[i] = i * 1.5;
+  for (int a = 0; a < 3; a++)
+    for (int b = 0; b < 2; b++) {
+      int64_t shape[2] = {rows[a + 1] - rows[a], cols[b + 1] - cols[b]};
+      for (int64_t r = 0; r < shape[0]; r++)
+        for (int64_t c = 0; c < shape[1]; c++) pieces[a * 2 + b][r * shape[1] + c] = whole[(rows[a] + r) * 9 + cols[b] + c];
+      in[a * 2 + b] = buf_of(TSR_F64, 2, shape, pieces[a * 2 + b]);
+    }
+  int64_t grid[2] = {3, 2};
+  tsr_params_add_ints(&p, "grid", grid, 2);
+  ASSERT_OK(run("assemble", &p, in, 6, &out, &err));
+  ASSERT_EQ(out.meta.shape[0], 7);
+  ASSERT_EQ(out.meta.shape[1], 9);
+  ASSERT_TRUE(memcmp(out.data, whole, sizeof whole) == 0);
+  free(out.data);
+  ASSERT_EQ(run("assemble", &p, in, 5, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "assemble: grid [3,2] does not fit 5 pieces");
+  int64_t odd[2] = {3, 4};
+  tsr_buf keep = in[3];
+  in[3] = buf_of(TSR_F64, 2, odd, pieces[3]);
+  ASSERT_EQ(run("assemble", &p, in, 6, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "assemble: piece 3 is f64[3,4] but its grid slot along axis 0 is 1 wide");
+  in[3] = keep;
+  in[2].meta.dtype = TSR_I64;
+  ASSERT_EQ(run("assemble", &p, in, 6, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "assemble: piece 2 is i64[1,5] but piece 0 is f64[3,5]");
+  tsr_params_clear(&p);
+}
+
+/* ---------- qr, svd ---------- */
+
+static void check_qr(int64_t m, int64_t n, tsr_dtype dt, double tol)
+{
+  tsr_errbuf err;
+  tsr_buf out;
+  double *a = filled(m * n, 1.3);
+  float *af = malloc((size_t)(m * n) * sizeof *af);
+  for (int64_t i = 0; i < m * n; i++) af[i] = (float)a[i];
+  int64_t shape[2] = {m, n};
+  tsr_buf in = buf_of(dt, 2, shape, dt == TSR_F32 ? (void *)af : (void *)a);
+  if (dt == TSR_F32)
+    for (int64_t i = 0; i < m * n; i++) a[i] = af[i];
+  ASSERT_OK(run("qr", NULL, &in, 1, &out, &err));
+  ASSERT_EQ(out.meta.dtype, dt);
+  ASSERT_EQ(out.meta.shape[0], m + n);
+  ASSERT_EQ(out.meta.shape[1], n);
+  for (int64_t i = 0; i < m; i++)  /* A = Q R */
+    for (int64_t j = 0; j < n; j++) {
+      double s = 0;
+      for (int64_t l = 0; l < n; l++) s += at(&out, i * n + l) * at(&out, (m + l) * n + j);
+      ASSERT_NEAR(s, a[i * n + j], tol);
+    }
+  for (int64_t i = 0; i < n; i++)  /* R upper triangular */
+    for (int64_t j = 0; j < i; j++) ASSERT_TRUE(at(&out, (m + i) * n + j) == 0.0);
+  int64_t r = m < n ? m : n;
+  for (int64_t i = 0; i < r; i++)  /* Q's first r columns orthonormal */
+    for (int64_t j = 0; j < r; j++) {
+      double s = 0;
+      for (int64_t l = 0; l < m; l++) s += at(&out, l * n + i) * at(&out, l * n + j);
+      ASSERT_NEAR(s, i == j ? 1.0 : 0.0, tol);
+    }
+  free(out.data);
+  free(a);
+  free(af);
+}
+
+TEST(qr_shapes)
+{
+  check_qr(40, 7, TSR_F64, 1e-12);
+  check_qr(7, 7, TSR_F64, 1e-12);
+  check_qr(3, 7, TSR_F64, 1e-12);  /* short and fat: zero padding */
+  check_qr(30, 5, TSR_F32, 1e-5);
+  tsr_errbuf err;
+  tsr_buf out;
+  int64_t shape[2] = {3, 2};
+  uint8_t u[6] = {1, 2, 3, 4, 5, 7};
+  tsr_buf in = buf_of(TSR_U8, 2, shape, u);
+  ASSERT_OK(run("qr", NULL, &in, 1, &out, &err));
+  ASSERT_EQ(out.meta.dtype, TSR_F64);
+  double s = at(&out, 2 * 2 + 0) * at(&out, 3 * 2 + 1) + at(&out, 2 * 2 + 1) * at(&out, 4 * 2 + 1);
+  ASSERT_NEAR(s, 7.0, 1e-12);  /* A[2][1] = Q[2,:] . R[:,1] */
+  free(out.data);
+}
+
+static void check_svd(int64_t m, int64_t n)
+{
+  tsr_errbuf err;
+  tsr_buf out;
+  double *a = filled(m * n, 0.7);
+  int64_t shape[2] = {m, n}, r = m < n ? m : n;
+  tsr_buf in = buf_of(TSR_F64, 2, shape, a);
+  ASSERT_OK(run("svd", NULL, &in, 1, &out, &err));
+  ASSERT_EQ(out.meta.ndim, 1);
+  ASSERT_EQ(out.meta.shape[0], m * r + r + r * n);
+  const double *u = out.data, *s = u + m * r, *vt = s + r;
+  for (int64_t i = 1; i < r; i++) ASSERT_TRUE(s[i - 1] >= s[i]);
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double x = 0;
+      for (int64_t l = 0; l < r; l++) x += u[i * r + l] * s[l] * vt[l * n + j];
+      ASSERT_NEAR(x, a[i * n + j], 1e-12);
+    }
+  free(out.data);
+  free(a);
+}
+
+TEST(svd_shapes)
+{
+  check_svd(30, 6);
+  check_svd(6, 30);
+  check_svd(9, 9);
+  tsr_errbuf err;
+  tsr_buf out;
+  int64_t s3[3] = {2, 2, 2};
+  double d[8] = {0};
+  tsr_buf in = buf_of(TSR_F64, 3, s3, d);
+  ASSERT_EQ(run("svd", NULL, &in, 1, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "svd: input must be 2-D, got f64[2,2,2]");
+}
+
+/* ---------- bmul, signs ---------- */
+
+TEST(bmul_and_signs)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  int64_t s23[2] = {2, 3}, s3[1] = {3}, s2[1] = {2};
+  double m[6] = {1, 2, 3, 4, 5, 6}, cols[3] = {10, -1, 0.5};
+  int64_t rowv[2] = {-2, 3};
+  tsr_buf in[2] = {buf_of(TSR_F64, 2, s23, m), buf_of(TSR_F64, 1, s3, cols)};
+  tsr_params_add_int(&p, "axis", 1);
+  ASSERT_OK(run("bmul", &p, in, 2, &out, &err));
+  double want1[6] = {10, -2, 1.5, 40, -5, 3};
+  ASSERT_TRUE(memcmp(out.data, want1, sizeof want1) == 0);
+  free(out.data);
+  ASSERT_EQ(run("bmul", &p, (tsr_buf[]){in[0], buf_of(TSR_I64, 1, s2, rowv)}, 2, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "bmul: axis 1 needs a vector of 3 (the columns of f64[2,3]), got i64[2]");
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "axis", 0);
+  in[1] = buf_of(TSR_I64, 1, s2, rowv);
+  ASSERT_OK(run("bmul", &p, in, 2, &out, &err));
+  double want0[6] = {-2, -4, -6, 12, 15, 18};
+  ASSERT_TRUE(memcmp(out.data, want0, sizeof want0) == 0);
+  free(out.data);
+  tsr_params_clear(&p);
+  ASSERT_EQ(run("bmul", &p, in, 2, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "bmul: missing parameter 'axis'");
+
+  double x[5] = {-0.0, 2, -3, NAN, 0};
+  int64_t s5[1] = {5};
+  tsr_buf sx = buf_of(TSR_F64, 1, s5, x);
+  ASSERT_OK(run("signs", NULL, &sx, 1, &out, &err));
+  double wants[5] = {1, 1, -1, -1, 1};
+  ASSERT_TRUE(memcmp(out.data, wants, sizeof wants) == 0);
+  free(out.data);
+  int32_t xi[3] = {-5, 0, 7};
+  tsr_buf si = buf_of(TSR_I32, 1, s3, xi);
+  ASSERT_OK(run("signs", NULL, &si, 1, &out, &err));
+  ASSERT_EQ(((int32_t *)out.data)[0], -1);
+  ASSERT_EQ(((int32_t *)out.data)[1], 1);
+  free(out.data);
+}
+
+/* ---------- matmul with integer inputs ---------- */
+
+TEST(matmul_integer_inputs)
+{
+  enum { M = 1000, K = 5000, N = 2 };
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  uint8_t *a = malloc(M * K);
+  double *b = filled(K * N, 1.0);
+  for (int i = 0; i < M * K; i++) a[i] = (uint8_t)(i * 7 % 251);
+  int64_t sa[2] = {M, K}, sb[2] = {K, N};
+  tsr_buf in[2] = {buf_of(TSR_U8, 2, sa, a), buf_of(TSR_F64, 2, sb, b)};
+  ASSERT_OK(run("matmul", &p, in, 2, &out, &err));  /* several k-panels */
+  ASSERT_EQ(out.meta.dtype, TSR_F64);
+  for (int i = 0; i < M; i += 97)
+    for (int j = 0; j < N; j++) {
+      double s = 0;
+      for (int l = 0; l < K; l++) s += a[i * K + l] * b[l * N + j];
+      ASSERT_NEAR(((double *)out.data)[i * N + j], s, 1e-12);
+    }
+  free(out.data);
+  /* both integer, transposed: i32ᵀ @ i64ᵀ → f64 */
+  int32_t x[6] = {1, 2, 3, 4, 5, 6};
+  int64_t y[6] = {1, -1, 2, 0, 3, 1}, s32[2] = {3, 2}, s23[2] = {2, 3};
+  tsr_buf iin[2] = {buf_of(TSR_I32, 2, s32, x), buf_of(TSR_I64, 2, s23, y)};
+  tsr_params_add_bool(&p, "trans_a", true);
+  tsr_params_add_bool(&p, "trans_b", true);
+  ASSERT_OK(run("matmul", &p, iin, 2, &out, &err));
+  ASSERT_EQ(out.meta.dtype, TSR_F64);
+  /* xᵀ = [[1,3,5],[2,4,6]], yᵀ = [[1,0],[-1,3],[2,1]] */
+  double want[4] = {8, 14, 10, 18};
+  for (int i = 0; i < 4; i++) ASSERT_NEAR(((double *)out.data)[i], want[i], 0);
+  free(out.data);
+  tsr_params_clear(&p);
+  free(a);
+  free(b);
+}
+
+/* ---------- matmul_random ---------- */
+
+typedef struct mr_case {
+  const char *dist, *dtype;
+  tsr_dtype b_dtype;
+} mr_case;
+
+static void x_params(tsr_params *p, const mr_case *c, const int64_t *shape, const int64_t *global, const int64_t *off)
+{
+  tsr_params_add_int(p, "seed", 99);
+  tsr_params_add_str(p, "dtype", c->dtype, strlen(c->dtype));
+  tsr_params_add_ints(p, "shape", shape, 2);
+  tsr_params_add_ints(p, "global_shape", global, 2);
+  tsr_params_add_ints(p, "offset", off, 2);
+  if (strcmp(c->dist, "randint") == 0) {
+    tsr_params_add_int(p, "low", 0);
+    tsr_params_add_int(p, "high", 10);
+  }
+}
+
+/* matmul_random(side) against matmul(random chunk, B) with trans flags. */
+static const char *mr_check(const mr_case *c, const char *side)
+{
+  static char why[TSR_ERRMSG_LEN + 64];
+  int64_t xs[2] = {120, 20000}, global[2] = {300, 30000}, off[2] = {77, 5000};
+  bool x_left = side[0] == 'x', x_t = strcmp(side, "xtb") == 0, b_t = strcmp(side, "btx") == 0;
+  int64_t inner = strcmp(side, "xb") == 0 ? xs[1] : xs[0];
+  int64_t bs[2] = {x_left || b_t ? inner : 3, x_left || b_t ? 3 : inner};
+  tsr_params p = TSR_PARAMS_INIT, mp = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf x, got, want;
+  size_t bn = (size_t)(bs[0] * bs[1]);
+  double *bd = filled((int64_t)bn, 0.9);
+  float *bf = malloc(bn * sizeof *bf);
+  for (size_t i = 0; i < bn; i++) bf[i] = (float)bd[i];
+  tsr_buf b = buf_of(c->b_dtype, 2, bs, c->b_dtype == TSR_F32 ? (void *)bf : (void *)bd);
+  const char *bad = NULL;
+  x_params(&p, c, xs, global, off);
+  if (run(c->dist, &p, NULL, 0, &x, &err) != 0) bad = "random op failed";
+  tsr_params_add_str(&p, "side", side, strlen(side));
+  tsr_params_add_str(&p, "dist", c->dist, strlen(c->dist));
+  if (!bad && run("matmul_random", &p, &b, 1, &got, &err) != 0) bad = "matmul_random failed";
+  tsr_params_add_bool(&mp, x_left ? "trans_a" : "trans_b", x_t);
+  tsr_params_add_bool(&mp, x_left ? "trans_b" : "trans_a", b_t);
+  tsr_buf pair[2] = {x_left ? x : b, x_left ? b : x};
+  if (!bad && run("matmul", &mp, pair, 2, &want, &err) != 0) bad = "matmul failed";
+  if (!bad && !tsr_meta_equal(&got.meta, &want.meta)) bad = "metas differ";
+  double tol = got.meta.dtype == TSR_F32 ? 1e-4 : 1e-11;
+  for (int64_t i = 0; !bad && i < tsr_meta_count(&got.meta); i++) {
+    double g = at(&got, i), w = at(&want, i);
+    if (!(fabs(g - w) <= tol * (fabs(w) > 1 ? fabs(w) : 1))) bad = "values differ";
+  }
+  if (bad) {
+    snprintf(why, sizeof why, "%s %s %s: %s (%s)", c->dist, c->dtype, side, bad, err.text);
+  } else {
+    free(got.data), free(want.data);
+  }
+  if (x.data) free(x.data);
+  free(bd), free(bf);
+  tsr_params_clear(&p), tsr_params_clear(&mp);
+  return bad ? why : NULL;
+}
+
+TEST(matmul_random_matches_materialized)
+{
+  static const mr_case cases[] = {
+    {"random_uniform", "f64", TSR_F64}, {"random_normal", "f32", TSR_F32}, {"randint", "u8", TSR_F64},
+    {"randint", "i64", TSR_I32},
+  };
+  static const char *sides[] = {"xb", "xtb", "bx", "btx"};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    for (int s = 0; s < 4; s++) {
+      const char *bad = mr_check(&cases[c], sides[s]);
+      if (bad) KIT_FAIL_("%s", bad);
+    }
+}
+
+TEST(matmul_random_errors)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  mr_case c = {"random_uniform", "f64", TSR_F64};
+  int64_t xs[2] = {4, 5}, bs[2] = {4, 2};
+  double b[8] = {0};
+  tsr_buf in = buf_of(TSR_F64, 2, bs, b);
+  x_params(&p, &c, xs, xs, (int64_t[]){0, 0});
+  tsr_params_add_str(&p, "side", "xb", 2);
+  tsr_params_add_str(&p, "dist", "random_uniform", 14);
+  ASSERT_EQ(run("matmul_random", &p, &in, 1, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "matmul_random: inner dimensions differ: f64[4,5] @ f64[4,2]");
+  tsr_params_clear(&p);
+  x_params(&p, &c, xs, xs, (int64_t[]){0, 0});
+  tsr_params_add_str(&p, "side", "xtb", 3);
+  tsr_params_add_str(&p, "dist", "random_unicorn", 14);
+  ASSERT_EQ(run("matmul_random", &p, &in, 1, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "matmul_random: unknown random dist 'random_unicorn'");
+  tsr_params_clear(&p);
+  x_params(&p, &c, xs, xs, (int64_t[]){0, 0});
+  tsr_params_add_str(&p, "side", "xx", 2);
+  tsr_params_add_str(&p, "dist", "random_uniform", 14);
+  ASSERT_EQ(run("matmul_random", &p, &in, 1, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "matmul_random: side 'xx' is not one of xb, xtb, bx, btx");
+  tsr_params_clear(&p);
+}
+
+int main(void)
+{
+  tsr_ops_init(false);
+  RUN(transpose_all_sizes);
+  RUN(slice_and_view);
+  RUN(assemble_pieces);
+  RUN(qr_shapes);
+  RUN(svd_shapes);
+  RUN(bmul_and_signs);
+  RUN(matmul_integer_inputs);
+  RUN(matmul_random_matches_materialized);
+  RUN(matmul_random_errors);
+  return kit_summary();
+}
