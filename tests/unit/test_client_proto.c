@@ -214,7 +214,16 @@ static void on_message(fake *f, const void *id, size_t id_len, const char *op, c
     copy_str(map, "name", f->hello_name, sizeof f->hello_name);
     copy_str(map, "role", f->hello_role, sizeof f->hello_role);
     tsr_wire_uint(map, "proto", &f->hello_proto, NULL);
+    bool refuse = strcmp(f->hello_name, "from-the-future") == 0;
     pthread_mutex_unlock(&f->mu);
+    if (refuse) {   /* what a scheduler of another protocol version says */
+      tsr_wbuf_begin(wb, "error", 4);
+      tsr_pack_kv_int(&wb->pk, "code", TSR_EVERSION);
+      tsr_pack_kv_str(&wb->pk, "message", "protocol 1 is not this scheduler's 2");
+      tsr_pack_kv_str(&wb->pk, "ref", "hello");
+      send_to(f, id, id_len, wb);
+      return;
+    }
     tsr_wbuf_begin(wb, "welcome", 4);
     tsr_pack_kv_uint(&wb->pk, "proto", 1);
     tsr_pack_kv_uint(&wb->pk, "id", 42);
@@ -658,6 +667,17 @@ TEST(open_times_out_when_no_welcome)
   fake_stop(&s);
 }
 
+TEST(version_mismatch_refuses_the_open)
+{
+  fake s;
+  ASSERT_EQ(fake_start(&s, 100), 0);
+  tsr_client *c = NULL;
+  ASSERT_EQ(open_client(&s, &c, "from-the-future"), TSR_EVERSION);
+  ASSERT_CONTAINS(tsr_errmsg(), "protocol 1 is not this scheduler's 2");
+  ASSERT_TRUE(c == NULL);
+  fake_stop(&s);
+}
+
 static int log_lines;
 static void count_log(void *arg, int level, const char *line)
 {
@@ -699,6 +719,7 @@ int main(void)
   fake_stop(&F);
   RUN(silence_means_connection_lost);
   RUN(open_times_out_when_no_welcome);
+  RUN(version_mismatch_refuses_the_open);
   RUN(log_callback_receives_lines);
   return kit_summary();
 }
