@@ -25,8 +25,9 @@ static int bmul_check(const tsr_params *p, const tsr_meta *in, int n, int64_t *a
                     tsr_k_str(&in[0]).s, tsr_k_str(&in[1]).s);
   int64_t want = in[0].shape[*axis_p == 1 ? 1 : 0];
   if (in[1].shape[0] != want)
-    return tsr_fail(err, TSR_ESHAPE, "bmul: axis %lld needs a vector of %lld (the %s of %s), got %s", (long long)*axis_p,
-                    (long long)want, *axis_p == 1 ? "columns" : "rows", tsr_k_str(&in[0]).s, tsr_k_str(&in[1]).s);
+    return tsr_fail(err, TSR_ESHAPE, "bmul: axis %lld needs a vector of %lld (the %s of %s), got %s",
+                    (long long)*axis_p, (long long)want, *axis_p == 1 ? "columns" : "rows", tsr_k_str(&in[0]).s,
+                    tsr_k_str(&in[1]).s);
   return 0;
 }
 

@@ -124,7 +124,8 @@ static int matmul_cpu(const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf 
   size_t os = tsr_dtype_size(d.dtype), per_k = (size_t)((conv_a ? d.m : 0) + (conv_b ? d.n : 0)) * os;
   int64_t kp = !conv_a && !conv_b ? d.k : (int64_t)(PANEL_BYTES / per_k);
   kp = kp < 1 ? 1 : kp > d.k ? d.k : kp;
-  void *buf_a = conv_a ? malloc((size_t)(kp * d.m) * os) : NULL, *buf_b = conv_b ? malloc((size_t)(kp * d.n) * os) : NULL;
+  void *buf_a = conv_a ? malloc((size_t)(kp * d.m) * os) : NULL;
+  void *buf_b = conv_b ? malloc((size_t)(kp * d.n) * os) : NULL;
   if ((conv_a && buf_a == NULL) || (conv_b && buf_b == NULL)) {
     free(buf_a), free(buf_b);
     return tsr_fail(err, TSR_ENOMEM, "matmul: out of memory for a %lld-wide conversion panel", (long long)kp);

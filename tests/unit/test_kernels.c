@@ -845,6 +845,21 @@ TEST(npy_errors)
   ASSERT_EQ(run("load_npy", &p, NULL, 0, &out, &err), TSR_ESHAPE);
   ASSERT_CONTAINS(err.text, "load_npy: slice [1,3] at offset [1,1] exceeds");
   path_params(&p, tmp_path("ok.npy"));
+  int64_t gs[2] = {2, 4};
+  tsr_params_add_ints(&p, "global_shape", gs, 2);
+  ASSERT_EQ(run("load_npy", &p, NULL, 0, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "holds f64[2,3] but the graph expects f64[2,4] (did the file change?)");
+  path_params(&p, tmp_path("ok.npy"));
+  tsr_params_add_str(&p, "dtype", "f32", 3);
+  ASSERT_EQ(run("load_npy", &p, NULL, 0, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "but the graph expects f32[2,3]");
+  path_params(&p, tmp_path("ok.npy"));
+  gs[1] = 3;
+  tsr_params_add_ints(&p, "global_shape", gs, 2);
+  tsr_params_add_str(&p, "dtype", "f64", 3);
+  ASSERT_OK(run("load_npy", &p, NULL, 0, &out, &err));
+  free(out.data);
+  path_params(&p, tmp_path("ok.npy"));
   tsr_params_add_ints(&p, "offset", off, 1);
   ASSERT_EQ(run("load_npy", &p, NULL, 0, &out, &err), TSR_ESHAPE);
   ASSERT_CONTAINS(err.text, "dimensions");
@@ -1021,7 +1036,8 @@ TEST(output_alignment)
 
 static void remove_tmpdir(void)
 {
-  static const char *files[] = {"a.npy", "v2.npy", "u1.npy", "fortran.npy", "big.npy", "c16.npy", "short.npy", "ok.npy"};
+  static const char *files[] = {"a.npy",   "v2.npy",  "u1.npy",    "fortran.npy",
+                                "big.npy", "c16.npy", "short.npy", "ok.npy"};
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) unlink(tmp_path(files[i]));
   rmdir(tmpdir);
 }

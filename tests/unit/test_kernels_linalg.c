@@ -142,7 +142,8 @@ TEST(assemble_pieces)
     for (int b = 0; b < 2; b++) {
       int64_t shape[2] = {rows[a + 1] - rows[a], cols[b + 1] - cols[b]};
       for (int64_t r = 0; r < shape[0]; r++)
-        for (int64_t c = 0; c < shape[1]; c++) pieces[a * 2 + b][r * shape[1] + c] = whole[(rows[a] + r) * 9 + cols[b] + c];
+        for (int64_t c = 0; c < shape[1]; c++)
+          pieces[a * 2 + b][r * shape[1] + c] = whole[(rows[a] + r) * 9 + cols[b] + c];
       in[a * 2 + b] = buf_of(TSR_F64, 2, shape, pieces[a * 2 + b]);
     }
   int64_t grid[2] = {3, 2};
