@@ -44,9 +44,15 @@ const char *tsr_errmsg(void);
 
 typedef void (*tsr_log_fn)(void *arg, int level, const char *line);
 
+/* The scheduler counts as lost after 10 heartbeat periods of silence (the
+ * period its welcome announces), or after the duration in the environment
+ * variable TESSERA_HEARTBEAT_TIMEOUT ("1500ms") when set; waits of that
+ * session then return TSR_ECONN. The log callback runs on API threads and
+ * on the client's I/O thread, possibly with the client's lock held: it must
+ * not call libtessera functions on the same client. */
 typedef struct tsr_client_opts {
   const char *name;         /* shown by `tessera status`; NULL: "client-PID" */
-  int connect_timeout_ms;   /* how long tsr_client_open waits for the scheduler */
+  int connect_timeout_ms;   /* how long tsr_client_open waits for the scheduler (0: 10 s; < 0: forever) */
   int heartbeat_ms;         /* heartbeat period; the scheduler may override */
   tsr_log_fn log;           /* NULL: the library logs nothing */
   void *log_arg;
@@ -61,7 +67,8 @@ typedef struct tsr_client_opts {
  * TSR_EVERSION (protocol mismatch). On success the caller owns *client_p. */
 int tsr_client_open(tsr_client **client_p, const char *address, const tsr_client_opts *opts);
 /* Releases every future's keys, says goodbye and closes. NULL is a no-op.
- * No other thread may be using the client. */
+ * No other thread may be using the client. Futures may outlive it: waiting
+ * on one then returns TSR_ECLOSED, and it must still be released. */
 void tsr_client_close(tsr_client *client);
 /* The scheduler address this client connected to. Static for the client's life. */
 const char *tsr_client_address(const tsr_client *client);
@@ -128,7 +135,7 @@ void tsr_future_release(tsr_future **future_p);
 
 /* ---------- gathering ---------- */
 
-/* A gathered chunk: host bytes in C order. */
+/* A gathered chunk: host bytes in C order, data aligned to 64 bytes. */
 typedef struct tsr_chunk {
   tsr_dtype dtype;
   int ndim;
@@ -178,7 +185,8 @@ typedef struct tsr_cluster_info {
 /* Asks the scheduler for its workers and graphs in flight. */
 int tsr_cluster_info_get(tsr_client *client, int timeout_ms, tsr_cluster_info **info_p);
 void tsr_cluster_info_destroy(tsr_cluster_info **info_p);
-/* Waits until at least n workers are connected. 0 or TSR_ETIMEDOUT. */
+/* Waits until at least n workers are connected. 0 or TSR_ETIMEDOUT
+ * (also TSR_ECONN / TSR_ECLOSED when the scheduler is lost / the client closed). */
 int tsr_wait_for_workers(tsr_client *client, size_t n, int timeout_ms);
 
 #ifdef __cplusplus
