@@ -124,6 +124,7 @@ struct tsr_client {
   uint32_t hb_ms;
   uint32_t hb_timeout_ms;
   bool stop;
+  bool rehello;             /* the scheduler forgot us: say hello again now */
   int close_linger_ms;      /* how long a queued goodbye may take to leave */
   size_t handles;           /* 1 for the open client + 1 per live future */
   out_frame *out_head, *out_tail;

@@ -62,6 +62,10 @@ void client_session_lost_locked(tsr_client *c, int rc, const char *why)
   if (c->state == CONN_CLOSED) return;
   c->epoch++;
   c->state = CONN_LOST;
+  /* Frames still queued belong to the lost session: a submit whose caller
+   * now gets TSR_ECONN must not reach the next one. */
+  client_free_chain(c->out_head);
+  c->out_head = c->out_tail = NULL;
   snprintf(c->lost_msg, sizeof c->lost_msg, "%s", why);
   for (pending_submit *p = c->submits; p != NULL; p = p->next) {
     p->done = true;
@@ -165,8 +169,11 @@ static int on_error(tsr_client *c, const msgpack_object *map, tsr_errbuf *err)
     c->open_rc = sane_code(code);
     snprintf(c->open_msg, sizeof c->open_msg, "%s", msg);
     c->state = CONN_LOST;
-  } else if (code == TSR_ENOTFOUND && len == 12 && memcmp(text, "unknown peer", 12) == 0) {
-    client_session_lost_locked(c, TSR_ECONN, "the scheduler no longer knows this client");
+  } else if ((code == TSR_ENOTFOUND && len == 12 && memcmp(text, "unknown peer", 12) == 0) ||
+             (code == TSR_EPROTO && len == 15 && memcmp(text, "say hello first", 15) == 0)) {
+    /* A restarted scheduler (or one that timed us out) does not know us. */
+    if (c->state == CONN_UP) client_session_lost_locked(c, TSR_ECONN, "the scheduler no longer knows this client");
+    c->rehello = true;
   } else if (is && ref_len == 6 && memcmp(ref, "submit", 6) == 0 && c->submits != NULL) {
     pending_submit *p = c->submits;
     while (p->next != NULL) p = p->next;   /* the oldest is at the tail */
@@ -262,7 +269,14 @@ static void keep_time(tsr_client *c, io_clock *clk)
     client_log(c, TSR_LOG_WARN, "lost the scheduler at %s: %s", c->address, why);
     client_session_lost_locked(c, TSR_ECONN, why);
   }
+  bool rehello = c->rehello;
+  c->rehello = false;
+  if (rehello) state = c->state;
   pthread_mutex_unlock(&c->mu);
+  if (rehello) {
+    reconnect(c, clk);
+    return;
+  }
   if (state == CONN_UP && !silent && now - clk->last_sent_ms >= hb) {
     send_heartbeat(c);
     clk->last_sent_ms = now;

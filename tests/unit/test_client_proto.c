@@ -44,6 +44,7 @@ typedef struct fake {
   pthread_t thread;
   atomic_int stop;
   atomic_int silent;           /* no heartbeats, no answers */
+  atomic_int forget;           /* answer the next heartbeat with "unknown peer" */
   uint64_t hb_ms;
   pthread_mutex_t mu;
   /* --- recorded under mu --- */
@@ -233,6 +234,13 @@ static void on_message(fake *f, const void *id, size_t id_len, const char *op, c
     pthread_mutex_lock(&f->mu);
     f->heartbeats++;
     pthread_mutex_unlock(&f->mu);
+    if (atomic_exchange(&f->forget, 0)) {   /* as a restarted scheduler would */
+      tsr_wbuf_begin(wb, "error", 4);
+      tsr_pack_kv_int(&wb->pk, "code", TSR_ENOTFOUND);
+      tsr_pack_kv_str(&wb->pk, "message", "unknown peer");
+      tsr_pack_kv_str(&wb->pk, "ref", "heartbeat");
+      send_to(f, id, id_len, wb);
+    }
   } else if (strcmp(op, "submit") == 0) {
     on_submit(f, id, id_len, map, wb);
   } else if (strcmp(op, "release") == 0) {
@@ -654,6 +662,43 @@ TEST(silence_means_connection_lost)
   fake_stop(&s);
 }
 
+/* "unknown peer" (a restarted scheduler): the session ends at once, the
+ * client says hello again without waiting for the heartbeat timeout. */
+TEST(unknown_peer_means_hello_again)
+{
+  fake s;
+  ASSERT_EQ(fake_start(&s, 100), 0);
+  setenv("TESSERA_HEARTBEAT_TIMEOUT", "60s", 1);   /* silence must not be what saves us */
+  tsr_client *c = NULL;
+  int rc = open_client(&s, &c, "forgotten");
+  unsetenv("TESSERA_HEARTBEAT_TIMEOUT");
+  ASSERT_OK(rc);
+  tsr_graph *g = NULL;
+  ASSERT_OK(tsr_graph_new(&g));
+  ASSERT_OK(tsr_graph_add(g, "h", "hang", NULL, 0, NULL, 0));
+  tsr_future *fut = NULL;
+  ASSERT_OK(tsr_submit(c, &g, &fut));
+  atomic_store(&s.forget, 1);
+  uint64_t t0 = tsr_now_ms();
+  ASSERT_EQ(tsr_future_wait(fut, 5000), TSR_ECONN);
+  ASSERT_CONTAINS(tsr_errmsg(), "no longer knows");
+  ASSERT_TRUE(tsr_now_ms() - t0 < 2000);
+  EVENTUALLY(&s, s.hellos == 2, 3000);
+  pthread_mutex_lock(&s.mu);
+  int hellos = s.hellos;
+  pthread_mutex_unlock(&s.mu);
+  ASSERT_EQ(hellos, 2);
+  tsr_cluster_info *info = NULL;
+  rc = TSR_ECONN;
+  for (int i = 0; i < 100 && rc == TSR_ECONN; i++)
+    if ((rc = tsr_cluster_info_get(c, 1000, &info)) == TSR_ECONN) usleep(20000);
+  ASSERT_OK(rc);
+  tsr_cluster_info_destroy(&info);
+  tsr_future_release(&fut);
+  tsr_client_close(c);
+  fake_stop(&s);
+}
+
 TEST(open_times_out_when_no_welcome)
 {
   fake s;
@@ -718,6 +763,7 @@ int main(void)
   tsr_client_close(C);
   fake_stop(&F);
   RUN(silence_means_connection_lost);
+  RUN(unknown_peer_means_hello_again);
   RUN(open_times_out_when_no_welcome);
   RUN(version_mismatch_refuses_the_open);
   RUN(log_callback_receives_lines);
