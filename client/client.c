@@ -172,8 +172,6 @@ static tsr_client *client_alloc(const tsr_client_opts *opts)
   return c;
 }
 
-/* The `hello` that opens every session. */
-out_frame *client_hello_frame(tsr_client *c);
 out_frame *client_hello_frame(tsr_client *c)
 {
   tsr_wbuf wb;
@@ -187,9 +185,8 @@ out_frame *client_hello_frame(tsr_client *c)
   return f;
 }
 
-/* Creates the DEALER and connects it (connecting is asynchronous in
- * ZeroMQ: an unreachable scheduler shows up as a missing welcome). */
-int client_socket_open(tsr_client *c);
+/* Connecting is asynchronous in ZeroMQ: an unreachable scheduler shows up
+ * as a missing welcome, not as an error here. */
 int client_socket_open(tsr_client *c)
 {
   c->sock = zmq_socket(c->zctx, ZMQ_DEALER);

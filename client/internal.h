@@ -92,10 +92,6 @@ typedef struct pending_status {
 
 typedef enum { CONN_CONNECTING = 0, CONN_UP, CONN_LOST, CONN_CLOSED } conn_state;
 
-typedef struct xfer_slot {
-  tsr_xfer_conn *conn;
-} xfer_slot;
-
 struct tsr_client {
   char address[TSR_MAX_ADDR_LEN];
   char name[TSR_MAX_NAME_LEN + 1];
@@ -172,6 +168,12 @@ void client_free(tsr_client *c);
  * with this thread's message set. Caller holds mu. */
 int client_check_up_locked(tsr_client *c);
 
+/* The `hello` that opens every session; NULL on ENOMEM. */
+out_frame *client_hello_frame(tsr_client *c);
+/* Creates c->sock (a DEALER) and connects it to c->address; 0 or
+ * TSR_EINVAL / TSR_ECONN with this thread's message set. */
+int client_socket_open(tsr_client *c);
+
 /* ---------- io.c ---------- */
 void *client_io_main(void *arg);
 /* Marks the session lost: fails pending submits/statuses, bumps epoch. Caller holds mu. */
@@ -191,8 +193,8 @@ int keys_on_erred_locked(tsr_client *c, const msgpack_object *map, tsr_errbuf *e
 int keys_on_lost_locked(tsr_client *c, const msgpack_object *map, tsr_errbuf *err);
 
 /* ---------- graph.c ---------- */
-/* Encodes the graph as submit parts (a chain of frames) for graph id; fills
- * the wanted keys (*wants_p, *n_wants_p, borrowed from the graph). */
+/* Encodes the graph as submit parts of at most CLIENT_SUBMIT_PART_TASKS
+ * tasks (a chain of frames, ownership to the caller) for graph id. */
 int graph_encode(const tsr_graph *graph, uint64_t graph_id, out_frame **chain_p, tsr_errbuf *err);
 /* The wanted keys: the marked ones, or every task with no dependents. The
  * array is malloc'd; its strings are borrowed from the graph. */

@@ -17,9 +17,6 @@
 
 #include "internal.h"
 
-out_frame *client_hello_frame(tsr_client *c);
-int client_socket_open(tsr_client *c);
-
 typedef struct io_clock {
   uint64_t last_heard_ms;
   uint64_t last_sent_ms;
