@@ -1,6 +1,7 @@
 /* Elementwise builders: one task per block. Operands must have the same
  * shape; when their chunks differ the second is rechunked to the first's. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "graphs.h"
