@@ -88,12 +88,11 @@ sched_state *sched_state_new(const sched_config *cfg)
   if (st == NULL) return NULL;
   st->cfg = *cfg;
   st->free_head = SCHED_NONE;
-  st->keys = tsr_strmap_new(1024);
   st->op_index = tsr_strmap_new(64);
   st->peer_index = tsr_strmap_new(64);
   st->gone = tsr_strmap_new(64);
   msgpack_sbuffer_init(&st->scratch);
-  if (st->keys == NULL || st->op_index == NULL || st->peer_index == NULL || st->gone == NULL) {
+  if (st->op_index == NULL || st->peer_index == NULL || st->gone == NULL) {
     sched_state_destroy(&st);
     return NULL;
   }
@@ -147,7 +146,7 @@ void sched_state_destroy(sched_state **st_p)
   free(st->loc_bytes);
   free(st->loc_touched);
   msgpack_sbuffer_destroy(&st->scratch);
-  tsr_strmap_destroy(&st->keys);
+  sched_keyidx_free(&st->keyidx);
   tsr_strmap_destroy(&st->op_index);
   tsr_strmap_destroy(&st->peer_index);
   tsr_strmap_destroy(&st->gone);
@@ -157,7 +156,7 @@ void sched_state_destroy(sched_state **st_p)
 
 size_t sched_state_bytes(const sched_state *st)
 {
-  size_t n = sizeof *st + (size_t)st->cap_tasks * sizeof(sched_task);
+  size_t n = sizeof *st + (size_t)st->cap_tasks * sizeof(sched_task) + (size_t)st->keyidx.cap * 8;
   for (uint32_t g = 0; g < st->ngraphs; g++)
     if (st->graphs[g] != NULL) n += sizeof(sched_graph) + arena_bytes(&st->graphs[g]->arena);
   for (uint32_t o = 0; o < st->nops; o++) n += st->ops[o].queue.cap * sizeof(uint32_t);
@@ -216,13 +215,6 @@ sched_task_ext *sched_task_ext_get(sched_state *st, uint32_t id)
   sched_task *t = &st->tasks[id];
   if (t->ext == NULL) t->ext = calloc(1, sizeof *t->ext);
   return t->ext;
-}
-
-uint32_t sched_task_find(const sched_state *st, const char *key, size_t len)
-{
-  uint64_t v;
-  if (!tsr_strmap_get(st->keys, key, len, &v)) return SCHED_NONE;
-  return (uint32_t)v;
 }
 
 int sched_task_add_dependent(sched_state *st, uint32_t id, uint32_t dependent)

@@ -111,6 +111,13 @@ typedef struct sched_task {
   uint8_t ndim;
 } sched_task;
 
+/* key -> task id: open addressing over {hash, id} slots; the keys are the
+ * tasks' own (keyidx.c). */
+typedef struct sched_keyidx {
+  uint64_t *slots;
+  uint32_t cap, count;
+} sched_keyidx;
+
 /* A bump allocator made of chained blocks: pointers into it are stable. */
 typedef struct sched_arena_block sched_arena_block;
 typedef struct sched_arena {
@@ -229,7 +236,7 @@ typedef struct sched_state {
   uint32_t free_head;         /* free list threaded through heap_pos */
   uint32_t nlive;             /* tasks in the scheduler (status tasks_total) */
   uint32_t count_by_state[TS_COUNT];
-  tsr_strmap *keys;           /* key -> task id */
+  sched_keyidx keyidx;        /* key -> task id (keyidx.c) */
   int64_t next_priority;
 
   sched_op *ops;
@@ -291,6 +298,11 @@ void sched_task_free(sched_state *st, uint32_t id);
 sched_task_ext *sched_task_ext_get(sched_state *st, uint32_t id);
 /* Looks up a key; SCHED_NONE when unknown. */
 uint32_t sched_task_find(const sched_state *st, const char *key, size_t len);
+/* Adds task id (its key must be set and not yet indexed). 0 or TSR_ENOMEM. */
+int sched_task_index(sched_state *st, uint32_t id);
+/* Removes task id's key from the index (no-op when absent). */
+void sched_task_unindex(sched_state *st, uint32_t id);
+void sched_keyidx_free(sched_keyidx *ix);
 static inline bool sched_edge_live(const sched_state *st, sched_edge e)
 {
   return e.id < st->ntasks && st->tasks[e.id].gen == e.gen && st->tasks[e.id].state != TS_FREE;

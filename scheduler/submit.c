@@ -92,7 +92,7 @@ static int create_task(admit *a, uint32_t i)
   a->spec_of[a->nfresh] = i;
   a->fresh[a->nfresh++] = id;
   a->local[i] = id;
-  if (tsr_strmap_put(st->keys, key, s->key.len, id) != 0) {
+  if (sched_task_index(st, id) != 0) {
     t->key = NULL;  /* not mapped: the rollback must not unmap it */
     return tsr_fail(a->err, TSR_ENOMEM, "out of memory admitting task '%s'", key);
   }

@@ -213,7 +213,7 @@ static void forget(sched_state *st, uint32_t id)
 {
   sched_task *t = &st->tasks[id];
   TSR_DEBUG("task '%s': forgotten", t->key);
-  tsr_strmap_del(st->keys, t->key, t->key_len);
+  sched_task_unindex(st, id);
   for (uint32_t i = 0; i < t->ndeps; i++) {
     st->tasks[t->deps[i]].nlive_dependents--;
     sched_recheck(st, t->deps[i]);
@@ -263,10 +263,14 @@ static void examine(sched_state *st, uint32_t id)
 
 void sched_settle(sched_state *st)
 {
-  while (st->nwork > 0) {
-    uint32_t id = st->work[--st->nwork];
+  /* First in, first out: tasks re-examined in the order they were queued,
+   * so a graph admitted in priority order enters the op heaps in priority
+   * order (each push then stops at once instead of sifting to the root). */
+  for (uint32_t i = 0; i < st->nwork; i++) {
+    uint32_t id = st->work[i];
     if (id < st->ntasks) examine(st, id);
   }
+  st->nwork = 0;
 }
 
 /* ---------- events ---------- */
@@ -276,7 +280,7 @@ void sched_tr_admit(sched_state *st, uint32_t id) { enter_waiting(st, id); }
 void sched_tr_discard_new(sched_state *st, uint32_t id)
 {
   sched_task *t = &st->tasks[id];
-  if (t->key != NULL) tsr_strmap_del(st->keys, t->key, t->key_len);
+  if (t->key != NULL) sched_task_unindex(st, id);
   t->graph = SCHED_NONE;
   sched_task_free(st, id);
 }

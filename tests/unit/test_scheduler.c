@@ -210,7 +210,7 @@ TEST(rejections_keep_nothing)
   ASSERT_EQ(add_graph(st, c, 1, cyc, NULL, &err), TSR_ECYCLE);
   ASSERT_CONTAINS(err.text, "'a'");
   ASSERT_EQ(st->nlive, 0);
-  ASSERT_EQ(tsr_strmap_count(st->keys), 0);
+  ASSERT_EQ(st->keyidx.count, 0);
   const char *const miss[] = {"a:x:nope", NULL};
   ASSERT_EQ(add_graph(st, c, 2, miss, NULL, &err), TSR_EMISSING);
   ASSERT_CONTAINS(err.text, "'nope'");
@@ -315,7 +315,7 @@ TEST(results_freed_when_unneeded_and_graph_forgotten)
   sched_tr_unwant(st, c, id_of(st, "c"));
   sched_settle(st);
   ASSERT_EQ(st->nlive, 0);
-  ASSERT_EQ(tsr_strmap_count(st->keys), 0);
+  ASSERT_EQ(st->keyidx.count, 0);
   ASSERT_EQ(st->ngraphs, 0);
   /* the slots are reused */
   const char *const g2[] = {"z:x", NULL};
@@ -488,7 +488,7 @@ TEST(million_task_graphs_memory_and_admission)
     /* release everything: the scheduler forgets it all (iteratively) */
     sched_peer_drop(st, sched_peer_find(st, "c", 1), "test");
     ASSERT_EQ(st->nlive, 0);
-    ASSERT_EQ(tsr_strmap_count(st->keys), 0);
+    ASSERT_EQ(st->keyidx.count, 0);
     sched_state_destroy(&st);
   }
 }
