@@ -164,7 +164,8 @@ static int keep_part(msgctx *m, sched_client *c, uint64_t graph)
 {
   sched_pending *pd = find_pending(c, graph);
   if (pd == NULL) {
-    if (sched_grow((void **)&c->pending, &c->cap_pending, c->npending + 1, sizeof *c->pending) != 0) return TSR_ENOMEM;
+    if (sched_grow((void **)&c->pending, &c->cap_pending, c->npending + 1, sizeof *c->pending) != 0)
+      return tsr_fail(&m->err, TSR_ENOMEM, "out of memory keeping a part of graph %llu", (unsigned long long)graph);
     pd = &c->pending[c->npending++];
     memset(pd, 0, sizeof *pd);
     pd->graph_id = graph;
@@ -175,7 +176,7 @@ static int keep_part(msgctx *m, sched_client *c, uint64_t graph)
   char *copy = malloc(m->raw_len ? m->raw_len : 1);
   if (copy == NULL || sched_grow((void **)&pd->parts, &pd->cap, pd->nparts + 1, sizeof *pd->parts) != 0) {
     free(copy);
-    return TSR_ENOMEM;
+    return tsr_fail(&m->err, TSR_ENOMEM, "out of memory keeping a part of graph %llu", (unsigned long long)graph);
   }
   memcpy(copy, m->raw, m->raw_len);
   pd->parts[pd->nparts++] = (sched_pending_part){copy, m->raw_len};

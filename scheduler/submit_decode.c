@@ -95,7 +95,8 @@ static int count_parts(const msgpack_object *const *maps, uint32_t nmaps, uint64
     int rc = tsr_wire_array(maps[m], "tasks", TSR_MAX_BATCH_TASKS, &tasks, &n, err);
     if (rc == 0) rc = tsr_wire_opt_array(maps[m], "wants", TSR_MAX_BATCH_TASKS, &w, &nw, err);
     if (rc != 0) return rc;
-    wants = wants || tsr_wire_field(maps[m], "wants") != NULL;
+    const msgpack_object *wf = tsr_wire_field(maps[m], "wants");
+    wants = wants || (wf != NULL && wf->type == MSGPACK_OBJECT_ARRAY);  /* nil means absent */
     ntasks += n;
     nrefs += nw;
     for (size_t i = 0; i < n; i++) {

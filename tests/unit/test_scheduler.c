@@ -436,6 +436,33 @@ TEST(idset_and_heap)
   sched_state_destroy(&st);
 }
 
+TEST(key_index_survives_churn)
+{
+  /* inserts, deletes in a scattered order (backward-shift deletion), and
+   * lookups of every survivor, through the real task slots */
+  sched_state *st = new_state();
+  static char keys[20000][12];
+  uint32_t ids[20000];
+  for (uint32_t i = 0; i < 20000; i++) {
+    snprintf(keys[i], sizeof keys[i], "k%u", i);
+    ids[i] = sched_task_alloc(st);
+    st->tasks[ids[i]].key = keys[i];
+    st->tasks[ids[i]].key_len = (uint16_t)strlen(keys[i]);
+    ASSERT_OK(sched_task_index(st, ids[i]));
+  }
+  static bool kept[20000];
+  for (uint32_t j = 0; j < 20000; j++) {
+    uint32_t i = (j * 7919) % 20000;  /* 7919 is prime: a permutation */
+    kept[i] = j % 3 == 1;
+    if (!kept[i]) sched_task_unindex(st, ids[i]);
+  }
+  for (uint32_t i = 0; i < 20000; i++)
+    ASSERT_EQ(sched_task_find(st, keys[i], strlen(keys[i])), kept[i] ? ids[i] : SCHED_NONE);
+  ASSERT_EQ(sched_task_find(st, "nope", 4), SCHED_NONE);
+  for (uint32_t i = 0; i < 20000; i++) st->tasks[ids[i]].key = NULL;
+  sched_state_destroy(&st);
+}
+
 /* ---------- scale ---------- */
 
 static int add_big_graph(sched_state *st, uint32_t c, uint64_t gid, uint32_t n, bool chain, double *secs_p)
@@ -508,6 +535,7 @@ int main(void)
   RUN(worker_loss_recomputes_released_inputs);
   RUN(three_dead_workers_err_the_task);
   RUN(idset_and_heap);
+  RUN(key_index_survives_churn);
   RUN(million_task_graphs_memory_and_admission);
   return kit_summary();
 }
