@@ -20,7 +20,7 @@
 
 /* 8 bytes per step (FNV's byte-at-a-time loop was a tenth of admission
  * time); a multiply-xorshift mix per word and at the end. */
-static uint32_t key_hash(const char *key, size_t len)
+uint32_t sched_key_hash(const char *key, size_t len)
 {
   uint64_t h = 0x9e3779b97f4a7c15ull ^ (len * 0xff51afd7ed558ccdull);
   size_t i = 0;
@@ -48,9 +48,19 @@ static bool slot_is(const sched_state *st, uint64_t s, uint32_t hash, const char
 
 uint32_t sched_task_find(const sched_state *st, const char *key, size_t len)
 {
+  return sched_task_find_hashed(st, key, len, sched_key_hash(key, len));
+}
+
+void sched_key_prefetch(const sched_state *st, uint32_t hash)
+{
+  if (st->keyidx.cap) __builtin_prefetch(&st->keyidx.slots[hash & (st->keyidx.cap - 1)]);
+}
+
+uint32_t sched_task_find_hashed(const sched_state *st, const char *key, size_t len, uint32_t hash)
+{
   const sched_keyidx *ix = &st->keyidx;
   if (ix->count == 0) return SCHED_NONE;
-  uint32_t hash = key_hash(key, len), mask = ix->cap - 1;
+  uint32_t mask = ix->cap - 1;
   for (uint32_t i = hash & mask;; i = (i + 1) & mask) {
     uint64_t s = ix->slots[i];
     if (s == 0) return SCHED_NONE;
@@ -58,10 +68,8 @@ uint32_t sched_task_find(const sched_state *st, const char *key, size_t len)
   }
 }
 
-static int keyidx_grow(sched_keyidx *ix)
+static int keyidx_grow(sched_keyidx *ix, uint32_t cap)
 {
-  uint32_t cap = ix->cap ? ix->cap * 2 : 1024;
-  if (cap == 0) return TSR_ELIMIT;
   uint64_t *slots = calloc(cap, sizeof *slots);
   if (slots == NULL) return TSR_ENOMEM;
   for (uint32_t i = 0; i < ix->cap; i++) {
@@ -77,15 +85,29 @@ static int keyidx_grow(sched_keyidx *ix)
   return 0;
 }
 
+int sched_keyidx_reserve(sched_state *st, uint64_t n)
+{
+  sched_keyidx *ix = &st->keyidx;
+  uint64_t cap = ix->cap ? ix->cap : 1024;
+  while (cap < 2 * n) cap *= 2;
+  if (cap > (1ull << 31)) return TSR_ELIMIT;
+  return cap > ix->cap ? keyidx_grow(ix, (uint32_t)cap) : 0;
+}
+
 int sched_task_index(sched_state *st, uint32_t id)
+{
+  const sched_task *t = &st->tasks[id];
+  return sched_task_index_hashed(st, id, sched_key_hash(t->key, t->key_len));
+}
+
+int sched_task_index_hashed(sched_state *st, uint32_t id, uint32_t hash)
 {
   sched_keyidx *ix = &st->keyidx;
   if ((uint64_t)(ix->count + 1) * 2 > ix->cap) {
-    int rc = keyidx_grow(ix);
+    int rc = sched_keyidx_reserve(st, (uint64_t)ix->count + 1);
     if (rc != 0) return rc;
   }
-  const sched_task *t = &st->tasks[id];
-  uint32_t hash = key_hash(t->key, t->key_len), mask = ix->cap - 1;
+  uint32_t mask = ix->cap - 1;
   uint32_t i = hash & mask;
   while (ix->slots[i] != 0) i = (i + 1) & mask;
   ix->slots[i] = MAKE_SLOT(hash, id);
@@ -98,7 +120,7 @@ void sched_task_unindex(sched_state *st, uint32_t id)
   sched_keyidx *ix = &st->keyidx;
   if (ix->count == 0) return;
   const sched_task *t = &st->tasks[id];
-  uint32_t hash = key_hash(t->key, t->key_len), mask = ix->cap - 1;
+  uint32_t hash = sched_key_hash(t->key, t->key_len), mask = ix->cap - 1;
   uint32_t i = hash & mask;
   while (ix->slots[i] != 0 && SLOT_ID(ix->slots[i]) != id) i = (i + 1) & mask;
   if (ix->slots[i] == 0) return;

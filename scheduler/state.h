@@ -300,6 +300,14 @@ sched_task_ext *sched_task_ext_get(sched_state *st, uint32_t id);
 uint32_t sched_task_find(const sched_state *st, const char *key, size_t len);
 /* Adds task id (its key must be set and not yet indexed). 0 or TSR_ENOMEM. */
 int sched_task_index(sched_state *st, uint32_t id);
+/* The same with the key's sched_key_hash() already computed, so a big
+ * submit hashes each key once and can prefetch index slots ahead. */
+uint32_t sched_key_hash(const char *key, size_t len);
+uint32_t sched_task_find_hashed(const sched_state *st, const char *key, size_t len, uint32_t hash);
+int sched_task_index_hashed(sched_state *st, uint32_t id, uint32_t hash);
+void sched_key_prefetch(const sched_state *st, uint32_t hash);
+/* Grows the index for n keys in all, so admission does not rehash midway. */
+int sched_keyidx_reserve(sched_state *st, uint64_t n);
 /* Removes task id's key from the index (no-op when absent). */
 void sched_task_unindex(sched_state *st, uint32_t id);
 void sched_keyidx_free(sched_keyidx *ix);
