@@ -227,12 +227,13 @@ static void on_submit(msgctx *m)
   }
   rc = tsr_wire_opt_bool(m->map, "more", false, &more, &m->err);
   if (rc == 0) rc = tsr_wire_array(m->map, "tasks", TSR_MAX_BATCH_TASKS, &items, &n, &m->err);
+  uint64_t t0 = tsr_now_us();
   if (rc == 0) rc = more ? keep_part(m, &st->clients[ci], graph) : submit_all(m, ci, graph);
   if (rc == 0 && more) return;
   if (rc >= 0) {
     /* sched_graph_add already queued `submitted` (before any key_done) */
-    TSR_INFO("client '%s' submitted graph %llu: %d new tasks (%u in the scheduler)", st->clients[ci].name,
-             (unsigned long long)graph, rc, st->nlive);
+    TSR_INFO("client '%s' submitted graph %llu: %d new tasks, admitted in %.3f s (%u tasks in the scheduler)",
+             st->clients[ci].name, (unsigned long long)graph, rc, (double)(tsr_now_us() - t0) / 1e6, st->nlive);
     return;
   }
   tsr_wbuf *wb = sched_out(st, m->p);

@@ -512,6 +512,10 @@ void sched_flush_frees(sched_state *st)
     }
     wk->freebuf.size = 0;
     wk->nfree = 0;
+    if (wk->freebuf.alloc > (1u << 20)) {
+      msgpack_sbuffer_destroy(&wk->freebuf);
+      msgpack_sbuffer_init(&wk->freebuf);
+    }
   }
 }
 

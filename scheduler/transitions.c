@@ -271,6 +271,12 @@ void sched_settle(sched_state *st)
     if (id < st->ntasks) examine(st, id);
   }
   st->nwork = 0;
+  if (st->cap_work > (1u << 20)) {
+    /* a million-task event is over: give its work list back */
+    free(st->work);
+    st->work = NULL;
+    st->cap_work = 0;
+  }
 }
 
 /* ---------- events ---------- */
