@@ -172,8 +172,9 @@ static int link_dependents(admit *a)
         edges++;
       }
   }
-  sched_edge *block = edges ? sched_arena_alloc(&st->graphs[a->g]->arena, edges * sizeof *block, 8) : NULL;
-  if (edges && block == NULL) return tsr_fail(a->err, TSR_ENOMEM, "out of memory linking graph %llu", (unsigned long long)a->graph_id);
+  if (edges == 0) return 0;
+  sched_edge *block = sched_arena_alloc(&st->graphs[a->g]->arena, edges * sizeof *block, 8);
+  if (block == NULL) return tsr_fail(a->err, TSR_ENOMEM, "out of memory linking graph %llu", (unsigned long long)a->graph_id);
   for (uint32_t k = 0; k < a->nfresh; k++) {
     sched_task *t = &st->tasks[a->fresh[k]];
     t->dependents = block;
