@@ -123,16 +123,41 @@ static int gather_all(tsr_array_ctx *ctx, const tsr_array *a, char *dst, int tim
 
 static size_t array_bytes(const tsr_array *a) { return (size_t)tsr_array_size(a) * tsr_dtype_size(a->dtype); }
 
+/* All chunk keys of n arrays, in order (borrowed pointers). */
+static char **all_keys(const tsr_array *const *arrays, size_t n, size_t *count_p)
+{
+  size_t count = 0;
+  for (size_t i = 0; i < n; i++) count += arrays[i]->nblocks;
+  char **keys = malloc((count ? count : 1) * sizeof *keys);
+  for (size_t i = 0, k = 0; keys != NULL && i < n; i++)
+    for (size_t b = 0; b < arrays[i]->nblocks; b++) keys[k++] = arrays[i]->keys[b];
+  *count_p = count;
+  return keys;
+}
+
+TSR_API int tsr_compute_many(tsr_array_ctx *ctx, const tsr_array *const *arrays, size_t n, void *const *bufs,
+                             const size_t *caps, int timeout_ms)
+{
+  if (ctx == NULL || arrays == NULL || bufs == NULL || caps == NULL) return client_fail(TSR_EINVAL, "compute: NULL argument");
+  for (size_t i = 0; i < n; i++) {
+    if (arrays[i] == NULL || bufs[i] == NULL) return client_fail(TSR_EINVAL, "compute: array or buffer %zu is NULL", i);
+    if (caps[i] < array_bytes(arrays[i]))
+      return client_fail(TSR_ELIMIT, "compute: buffer %zu of %zu bytes cannot hold %zu", i, caps[i], array_bytes(arrays[i]));
+  }
+  size_t count;
+  char **keys = all_keys(arrays, n, &count);
+  if (keys == NULL) return client_fail(TSR_ENOMEM, "compute: out of memory");
+  tsr_future *f = NULL;
+  int rc = grun_submit(ctx, keys, count, timeout_ms, &f);
+  for (size_t i = 0; rc == 0 && i < n; i++) rc = gather_all(ctx, arrays[i], bufs[i], timeout_ms);
+  tsr_future_release(&f);
+  free(keys);
+  return rc;
+}
+
 TSR_API int tsr_compute(tsr_array_ctx *ctx, const tsr_array *a, void *buf, size_t cap, int timeout_ms)
 {
-  if (ctx == NULL || a == NULL || buf == NULL) return client_fail(TSR_EINVAL, "compute: NULL argument");
-  if (cap < array_bytes(a))
-    return client_fail(TSR_ELIMIT, "compute: buffer of %zu bytes cannot hold %zu", cap, array_bytes(a));
-  tsr_future *f = NULL;
-  int rc = grun_submit(ctx, a->keys, a->nblocks, timeout_ms, &f);
-  if (rc == 0) rc = gather_all(ctx, a, buf, timeout_ms);
-  tsr_future_release(&f);
-  return rc;
+  return tsr_compute_many(ctx, &a, 1, &buf, &cap, timeout_ms);
 }
 
 TSR_API int tsr_compute_npy(tsr_array_ctx *ctx, const tsr_array *a, const char *path, int timeout_ms)
@@ -157,9 +182,27 @@ TSR_API int tsr_compute_npy(tsr_array_ctx *ctx, const tsr_array *a, const char *
   return rc;
 }
 
-TSR_API int tsr_persist(tsr_array_ctx *ctx, const tsr_array *a, int timeout_ms, tsr_array **out_p)
+/* Marks every chunk of a as kept and returns an array over them. */
+static int persisted_view(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **out_p)
 {
-  if (ctx == NULL || a == NULL || out_p == NULL) return client_fail(TSR_EINVAL, "persist: NULL argument");
+  tsr_array *out = NULL;
+  int rc = garray_new(ctx, "persist", a->dtype, a->ndim, a->shape, a->chunk, &out);
+  for (size_t b = 0; rc == 0 && b < a->nblocks; b++) {
+    free(out->keys[b]);
+    out->keys[b] = strdup(a->keys[b]);
+    rc = out->keys[b] ? tsr_strmap_put(ctx->held, a->keys[b], strlen(a->keys[b]), 1) : TSR_ENOMEM;
+  }
+  if (rc != 0) return client_fail(rc, "persist: out of memory");
+  *out_p = out;
+  return 0;
+}
+
+TSR_API int tsr_persist_many(tsr_array_ctx *ctx, const tsr_array *const *arrays, size_t n, int timeout_ms,
+                             tsr_array **outs)
+{
+  if (ctx == NULL || arrays == NULL || outs == NULL) return client_fail(TSR_EINVAL, "persist: NULL argument");
+  for (size_t i = 0; i < n; i++)
+    if (arrays[i] == NULL) return client_fail(TSR_EINVAL, "persist: array %zu is NULL", i);
   if (ctx->n_persisted == ctx->cap_persisted) {
     size_t cap = ctx->cap_persisted ? 2 * ctx->cap_persisted : 8;
     tsr_future **bigger = realloc(ctx->persisted, cap * sizeof *bigger);
@@ -167,18 +210,19 @@ TSR_API int tsr_persist(tsr_array_ctx *ctx, const tsr_array *a, int timeout_ms, 
     ctx->persisted = bigger;
     ctx->cap_persisted = cap;
   }
+  size_t count;
+  char **keys = all_keys(arrays, n, &count);
+  if (keys == NULL) return client_fail(TSR_ENOMEM, "persist: out of memory");
   tsr_future *f = NULL;
-  int rc = grun_submit(ctx, a->keys, a->nblocks, timeout_ms, &f);
+  int rc = grun_submit(ctx, keys, count, timeout_ms, &f);
+  free(keys);
   if (rc != 0) return rc;
   ctx->persisted[ctx->n_persisted++] = f;
-  tsr_array *out = NULL;
-  rc = garray_new(ctx, "persist", a->dtype, a->ndim, a->shape, a->chunk, &out);
-  for (size_t b = 0; rc == 0 && b < a->nblocks; b++) {
-    free(out->keys[b]);
-    out->keys[b] = strdup(a->keys[b]);
-    rc = tsr_strmap_put(ctx->held, a->keys[b], strlen(a->keys[b]), 1);
-  }
-  if (rc != 0) return client_fail(rc, "persist: out of memory");
-  *out_p = out;
-  return 0;
+  for (size_t i = 0; rc == 0 && i < n; i++) rc = persisted_view(ctx, arrays[i], &outs[i]);
+  return rc;
+}
+
+TSR_API int tsr_persist(tsr_array_ctx *ctx, const tsr_array *a, int timeout_ms, tsr_array **out_p)
+{
+  return tsr_persist_many(ctx, &a, 1, timeout_ms, out_p);
 }

@@ -101,6 +101,15 @@ int tsr_compute_npy(tsr_array_ctx *ctx, const tsr_array *a, const char *path, in
  * over the kept chunks (its tasks are not recomputed by later graphs). */
 int tsr_persist(tsr_array_ctx *ctx, const tsr_array *a, int timeout_ms, tsr_array **out_p);
 
+/* Like dask.persist(*arrays) / dask.compute(*arrays): one graph for all n
+ * arrays, so work they share (the passes of an SVD over its input) runs
+ * once. persist_many writes n new arrays to outs; compute_many copies array
+ * i into bufs[i] (caps[i] bytes). */
+int tsr_persist_many(tsr_array_ctx *ctx, const tsr_array *const *arrays, size_t n, int timeout_ms,
+                     tsr_array **outs);
+int tsr_compute_many(tsr_array_ctx *ctx, const tsr_array *const *arrays, size_t n, void *const *bufs,
+                     const size_t *caps, int timeout_ms);
+
 #ifdef __cplusplus
 }
 #endif
