@@ -150,7 +150,9 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
       sched_emit_heartbeats(st);
       next_hb = now + hb_ms;
     }
-    if (now >= next_check) {
+    /* Only once caught up with the socket: a peer whose messages are still
+     * unread in the backlog is not silent. */
+    if (now >= next_check && !busy) {
       sched_check_timeouts(st, now);
       next_check = now + check_ms;
     }
