@@ -28,6 +28,29 @@ typedef struct tsr_buf {
   size_t nbytes;
 } tsr_buf;
 
+/* What a CUDA variant gets besides its buffers: the executor slot's
+ * stream and library handles, and stream-ordered scratch memory from the
+ * worker's device pool (counted against its device memory limit). The
+ * handles are void * so this header needs no CUDA header. A variant
+ * launches its work on `stream`, checks the launch, and returns: it never
+ * synchronizes the device and never calls cudaMalloc itself. */
+typedef struct tsr_gpu_ctx {
+  int device;
+  void *stream;      /* cudaStream_t */
+  void *cublas;      /* cublasHandle_t, bound to stream */
+  void *cusolver;    /* cusolverDnHandle_t, bound to stream */
+  /* Scratch valid until the stream reaches the matching scratch_free; NULL
+   * when the device limit would be exceeded. */
+  void *(*scratch_alloc)(void *pool, size_t bytes);
+  void (*scratch_free)(void *pool, void *ptr);
+  void *pool;
+} tsr_gpu_ctx;
+
+/* A CUDA variant: like cpu, but in[].data and out->data are device
+ * pointers on gpu->device, and the work is only enqueued on gpu->stream. */
+typedef int (*tsr_cuda_fn)(const tsr_params *params, const tsr_buf *in, int n_in, tsr_buf *out,
+                           const tsr_gpu_ctx *gpu, tsr_errbuf *err);
+
 typedef struct tsr_op_def {
   const char *name;
   int min_inputs;
@@ -40,7 +63,14 @@ typedef struct tsr_op_def {
    * out->nbytes bytes (64-byte aligned, contents undefined). 0 or error. */
   int (*cpu)(const tsr_params *params, const tsr_buf *in, int n_in, tsr_buf *out, tsr_errbuf *err);
   bool test_only;  /* registered only when TESSERA_TEST_OPS=1 */
+  /* The CUDA variant, or NULL (set by the registry when the CUDA kernels
+   * were built: kernels/cuda/; see tsr_ops_have_cuda). */
+  tsr_cuda_fn cuda;
 } tsr_op_def;
+
+/* True when this build contains the CUDA variants (a CUDA compiler was
+ * found at configure time). Says nothing about whether a GPU is present. */
+bool tsr_ops_have_cuda(void);
 
 /* Builds the registry; idempotent. test_ops adds the ops marked test_only
  * (crash, fail, sleep) that the integration tests use; a later call with
