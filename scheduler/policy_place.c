@@ -7,8 +7,10 @@
  *      those bytes need not move),
  *   2. then the least occupied (tasks in flight / threads),
  *   3. then the lowest worker index (deterministic).
- * A worker has threads x SCHED_SLOTS_PER_THREAD slots, so its executor has
- * the next task at hand when one finishes; everything beyond stays QUEUED
+ * A worker has threads x slots-per-thread slots, so its executor has the
+ * next task at hand when one finishes. Slots per thread start at
+ * SCHED_SLOTS_PER_THREAD and grow for short tasks (measured durations) so
+ * the in-flight work covers the round trip; everything beyond stays QUEUED
  * here, in per-op heaps ordered by priority, so late-arriving urgent work
  * is not stuck behind a deep worker-side queue.
  *
@@ -16,9 +18,18 @@
  * task to pick the most urgent runnable task over the op heaps. */
 #include "sched.h"
 
+/* Tasks in flight per thread: about SCHED_INFLIGHT_US of work, within
+ * [SCHED_SLOTS_PER_THREAD, SCHED_MAX_SLOTS_PER_THREAD]. */
+static uint64_t slots_per_thread(const sched_worker *w)
+{
+  if (w->avg_task_us == 0) return SCHED_SLOTS_PER_THREAD;
+  uint64_t per = SCHED_INFLIGHT_US / w->avg_task_us;
+  return per < SCHED_SLOTS_PER_THREAD ? SCHED_SLOTS_PER_THREAD : per > SCHED_MAX_SLOTS_PER_THREAD ? SCHED_MAX_SLOTS_PER_THREAD : per;
+}
+
 uint32_t sched_worker_free_slots(const sched_worker *w)
 {
-  uint64_t slots = (uint64_t)(w->threads ? w->threads : 1) * SCHED_SLOTS_PER_THREAD;
+  uint64_t slots = (uint64_t)(w->threads ? w->threads : 1) * slots_per_thread(w);
   return w->nprocessing >= slots ? 0 : (uint32_t)(slots - w->nprocessing);
 }
 

@@ -37,7 +37,12 @@
 #define SCHED_MAX_WORKERS 65000      /* worker ids are uint16 */
 #define SCHED_MAX_OPS 65000          /* op ids are uint16 */
 #define SCHED_MAX_SUSPICION 3        /* a task that killed this many workers errs */
-#define SCHED_SLOTS_PER_THREAD 2     /* tasks in flight per worker thread */
+#define SCHED_SLOTS_PER_THREAD 2     /* tasks in flight per worker thread, minimum */
+/* Short tasks get a deeper window: enough tasks in flight per thread to
+ * cover about SCHED_INFLIGHT_US of work, so a worker never idles for the
+ * scheduler round trip (~100-200 us) between tasks, up to this many. */
+#define SCHED_INFLIGHT_US 2000
+#define SCHED_MAX_SLOTS_PER_THREAD 256
 
 /* Task states. See transitions.c for the machine. NEW is the short-lived
  * state of a task created by a submit that is still being validated. */
@@ -163,6 +168,7 @@ typedef struct sched_worker {
   uint64_t memory_limit;
   uint64_t memory_used, tasks_running, tasks_done, chunks;  /* from heartbeats */
   uint32_t nprocessing;       /* tasks sent and not reported back */
+  uint64_t avg_task_us;       /* moving average of reported task durations; 0: none yet */
   uint64_t bytes_held;        /* sum of nbytes of results it holds */
   uint64_t *opbits;           /* bitset over op ids advertised */
   uint32_t nopbits;

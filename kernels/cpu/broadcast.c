@@ -99,5 +99,5 @@ static int signs_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out
   return 0;
 }
 
-const tsr_op_def tsr_op_bmul = {"bmul", 2, 2, bmul_infer, bmul_cpu, false};
-const tsr_op_def tsr_op_signs = {"signs", 1, 1, signs_infer, signs_cpu, false};
+const tsr_op_def tsr_op_bmul = {"bmul", 2, 2, bmul_infer, bmul_cpu, false, NULL};
+const tsr_op_def tsr_op_signs = {"signs", 1, 1, signs_infer, signs_cpu, false, NULL};

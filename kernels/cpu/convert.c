@@ -115,5 +115,5 @@ static int scale_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out
   return 0;
 }
 
-const tsr_op_def tsr_op_astype = {"astype", 1, 1, astype_infer, astype_cpu, false};
-const tsr_op_def tsr_op_scale = {"scale", 1, 1, scale_infer, scale_cpu, false};
+const tsr_op_def tsr_op_astype = {"astype", 1, 1, astype_infer, astype_cpu, false, NULL};
+const tsr_op_def tsr_op_scale = {"scale", 1, 1, scale_infer, scale_cpu, false, NULL};

@@ -83,5 +83,5 @@ static int noop_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
   return 0;
 }
 
-const tsr_op_def tsr_op_full = {"full", 0, 0, full_infer, full_cpu, false};
-const tsr_op_def tsr_op_noop = {"noop", 0, -1, noop_infer, noop_cpu, false};
+const tsr_op_def tsr_op_full = {"full", 0, 0, full_infer, full_cpu, false, NULL};
+const tsr_op_def tsr_op_noop = {"noop", 0, -1, noop_infer, noop_cpu, false, NULL};

@@ -157,7 +157,7 @@ static int div_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, 
   return 0;
 }
 
-const tsr_op_def tsr_op_add = {"add", 2, -1, add_infer, add_cpu, false};
-const tsr_op_def tsr_op_mul = {"mul", 2, -1, mul_infer, mul_cpu, false};
-const tsr_op_def tsr_op_sub = {"sub", 2, 2, sub_infer, sub_cpu, false};
-const tsr_op_def tsr_op_div = {"div", 2, 2, div_infer, div_cpu, false};
+const tsr_op_def tsr_op_add = {"add", 2, -1, add_infer, add_cpu, false, NULL};
+const tsr_op_def tsr_op_mul = {"mul", 2, -1, mul_infer, mul_cpu, false, NULL};
+const tsr_op_def tsr_op_sub = {"sub", 2, 2, sub_infer, sub_cpu, false, NULL};
+const tsr_op_def tsr_op_div = {"div", 2, 2, div_infer, div_cpu, false, NULL};

@@ -121,5 +121,5 @@ static int svd_cpu(const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *ou
   return info == 0 ? 0 : lapack_fail("svd", dt == TSR_F64 ? "dgesdd" : "sgesdd", info, a, err);
 }
 
-const tsr_op_def tsr_op_qr = {"qr", 1, 1, qr_infer, qr_cpu, false};
-const tsr_op_def tsr_op_svd = {"svd", 1, 1, svd_infer, svd_cpu, false};
+const tsr_op_def tsr_op_qr = {"qr", 1, 1, qr_infer, qr_cpu, false, NULL};
+const tsr_op_def tsr_op_svd = {"svd", 1, 1, svd_infer, svd_cpu, false, NULL};

@@ -214,7 +214,7 @@ static int view_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
   return rc;
 }
 
-const tsr_op_def tsr_op_transpose = {"transpose", 1, 1, transpose_infer, transpose_cpu, false};
-const tsr_op_def tsr_op_slice = {"slice", 1, 1, slice_infer, slice_cpu, false};
-const tsr_op_def tsr_op_assemble = {"assemble", 1, -1, assemble_infer, assemble_cpu, false};
-const tsr_op_def tsr_op_view = {"view", 1, 1, view_infer, view_cpu, false};
+const tsr_op_def tsr_op_transpose = {"transpose", 1, 1, transpose_infer, transpose_cpu, false, NULL};
+const tsr_op_def tsr_op_slice = {"slice", 1, 1, slice_infer, slice_cpu, false, NULL};
+const tsr_op_def tsr_op_assemble = {"assemble", 1, -1, assemble_infer, assemble_cpu, false, NULL};
+const tsr_op_def tsr_op_view = {"view", 1, 1, view_infer, view_cpu, false, NULL};

@@ -140,4 +140,4 @@ static int matmul_cpu(const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf 
   return 0;
 }
 
-const tsr_op_def tsr_op_matmul = {"matmul", 2, 2, matmul_infer, matmul_cpu, false};
+const tsr_op_def tsr_op_matmul = {"matmul", 2, 2, matmul_infer, matmul_cpu, false, NULL};

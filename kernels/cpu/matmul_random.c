@@ -21,7 +21,19 @@
 
 #include "ops.h"
 
+/* f32: rows per BLAS panel (about this many bytes of X). */
 #define PANEL_BYTES ((size_t)8 << 20)
+/* f64: X tiles (rows x cols) per kernel call; constants, so the blocking
+ * depends on nothing but the shapes (results do not depend on it at all,
+ * see gemm_skinny.c). */
+int64_t XB_TILE_ROWS = 32, XB_TILE_COLS = 256, BTX_TILE_ROWS = 64, BTX_TILE_COLS = 512;
+__attribute__((constructor)) static void tune(void) {
+  const char *e;
+  if ((e = getenv("XTR"))) XB_TILE_ROWS = atoi(e);
+  if ((e = getenv("XTC"))) XB_TILE_COLS = atoi(e);
+  if ((e = getenv("BTR"))) BTX_TILE_ROWS = atoi(e);
+  if ((e = getenv("BTC"))) BTX_TILE_COLS = atoi(e);
+}
 
 typedef enum { SIDE_XB, SIDE_XTB, SIDE_BX, SIDE_BTX } mr_side;
 
@@ -88,6 +100,8 @@ static int mr_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *ou
   return 0;
 }
 
+/* ---- f32 products: X a row panel at a time through BLAS ---- */
+
 /* Rows [r0, r0+w) of X into xp (in the product dtype; raw is scratch for
  * an X of another dtype). */
 static void mr_panel(const mr_plan *pl, int64_t r0, int64_t w, void *raw, void *xp)
@@ -126,6 +140,105 @@ static void mr_gemm(const mr_plan *pl, const void *xp, int64_t r0, int64_t w, co
   }
 }
 
+static int mr_panels(const mr_plan *pl, const tsr_meta *bm, const char *b, char *c, tsr_errbuf *err)
+{
+  int64_t xr = pl->x.grid.shape[0], xc = pl->x.grid.shape[1];
+  size_t es = tsr_dtype_size(pl->dtype);
+  int64_t rows = (int64_t)(PANEL_BYTES / ((size_t)xc * es));
+  rows = rows < 1 ? 1 : rows > xr ? xr : rows;
+  size_t panel = (size_t)(rows * xc);
+  void *xp = malloc(panel * es), *raw = pl->x.dtype != pl->dtype ? malloc(panel * tsr_dtype_size(pl->x.dtype)) : NULL;
+  if (xp == NULL || (pl->x.dtype != pl->dtype && raw == NULL)) {
+    free(xp), free(raw);
+    return tsr_fail(err, TSR_ENOMEM, "matmul_random: out of memory for a %lld-row panel", (long long)rows);
+  }
+  for (int64_t r0 = 0; r0 < xr; r0 += rows) {
+    int64_t w = xr - r0 < rows ? xr - r0 : rows;
+    mr_panel(pl, r0, w, raw, xp);
+    mr_gemm(pl, xp, r0, w, bm, b, c);
+  }
+  free(xp), free(raw);
+  return 0;
+}
+
+/* ---- f64 products: X a tile at a time into the skinny kernels ---- */
+
+/* Tile [r0, r0+nr) x [c0, c0+nc) of X as f64, contiguous (row stride nc). */
+static void mr_tile(const mr_plan *pl, int64_t r0, int64_t nr, int64_t c0, int64_t nc, double *tile)
+{
+  tsr_k_gen g = pl->x;
+  g.grid.offset[0] += r0;
+  g.grid.offset[1] += c0;
+  g.grid.shape[0] = nr;
+  g.grid.shape[1] = nc;
+  tsr_k_gen_fill_f64(&g, tile);
+}
+
+/* C[m, xc] (row stride ldc) += B[xr, m]ᵀ X, tile by tile: row tiles in
+ * order, so each element of C sums X's rows in order. */
+static void mr_btx(const mr_plan *pl, int64_t m, const double *b, double *c, int64_t ldc, double *tile)
+{
+  int64_t xr = pl->x.grid.shape[0], xc = pl->x.grid.shape[1];
+  for (int64_t r0 = 0; r0 < xr; r0 += BTX_TILE_ROWS)
+    for (int64_t c0 = 0; c0 < xc; c0 += BTX_TILE_COLS) {
+      int64_t nr = xr - r0 < BTX_TILE_ROWS ? xr - r0 : BTX_TILE_ROWS;
+      int64_t nc = xc - c0 < BTX_TILE_COLS ? xc - c0 : BTX_TILE_COLS;
+      mr_tile(pl, r0, nr, c0, nc, tile);
+      tsr_k_gemm_btx_f64(TSR_K_ISA_BEST, nr, nc, m, b + r0 * m, m, tile, nc, c + c0, ldc);
+    }
+}
+
+/* C[xr, n] += X B, tile by tile: column tiles in order within a row tile,
+ * so each element of C sums X's columns in order. */
+static void mr_xb(const mr_plan *pl, const double *b, double *c, double *tile)
+{
+  int64_t xr = pl->x.grid.shape[0], xc = pl->x.grid.shape[1], n = pl->n;
+  for (int64_t r0 = 0; r0 < xr; r0 += XB_TILE_ROWS)
+    for (int64_t c0 = 0; c0 < xc; c0 += XB_TILE_COLS) {
+      int64_t nr = xr - r0 < XB_TILE_ROWS ? xr - r0 : XB_TILE_ROWS;
+      int64_t nc = xc - c0 < XB_TILE_COLS ? xc - c0 : XB_TILE_COLS;
+      mr_tile(pl, r0, nr, c0, nc, tile);
+      tsr_k_gemm_xb_f64(TSR_K_ISA_BEST, nr, nc, n, tile, nc, b + c0 * n, n, c + r0 * n, n);
+    }
+}
+
+/* a [r, c] transposed into t [c, r]. */
+static void transpose_f64(const double *a, int64_t r, int64_t c, double *t)
+{
+  for (int64_t i = 0; i < r; i++)
+    for (int64_t j = 0; j < c; j++) t[j * r + i] = a[i * c + j];
+}
+
+/* xtb and bx go through btx: Xᵀ B = (Bᵀ X)ᵀ, computed into a scratch Cᵀ,
+ * and B X = (Bᵀ)ᵀ X with B transposed first. Either way each element is
+ * the same fma chain a direct kernel would compute. */
+static int mr_tiles(const mr_plan *pl, const tsr_meta *bm, const double *b, double *c, tsr_errbuf *err)
+{
+  int64_t xr = pl->x.grid.shape[0], xc = pl->x.grid.shape[1];
+  size_t tile_n = (size_t)(pl->side == SIDE_XB ? XB_TILE_ROWS * XB_TILE_COLS : BTX_TILE_ROWS * BTX_TILE_COLS);
+  size_t scratch_n = pl->side == SIDE_XTB ? (size_t)(pl->n * xc) : pl->side == SIDE_BX ? (size_t)(xr * pl->m) : 1;
+  double *tile = malloc(tile_n * sizeof *tile), *scratch = calloc(scratch_n, sizeof *scratch);
+  if (tile == NULL || scratch == NULL) {
+    free(tile), free(scratch);
+    return tsr_fail(err, TSR_ENOMEM, "matmul_random: out of memory for a tile");
+  }
+  memset(c, 0, (size_t)(pl->m * pl->n) * sizeof *c);
+  switch (pl->side) {
+  case SIDE_XB: mr_xb(pl, b, c, tile); break;
+  case SIDE_BTX: mr_btx(pl, pl->m, b, c, xc, tile); break;
+  case SIDE_BX:
+    transpose_f64(b, bm->shape[0], bm->shape[1], scratch);
+    mr_btx(pl, pl->m, scratch, c, xc, tile);
+    break;
+  case SIDE_XTB:
+    mr_btx(pl, pl->n, b, scratch, xc, tile);
+    transpose_f64(scratch, pl->n, xc, c);
+    break;
+  }
+  free(tile), free(scratch);
+  return 0;
+}
+
 static int mr_cpu(const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *out, tsr_errbuf *err)
 {
   (void)n_in;
@@ -138,24 +251,15 @@ static int mr_cpu(const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *out
     memset(out->data, 0, out->nbytes);  /* an empty inner dimension sums to 0 */
     return 0;
   }
-  int64_t rows = (int64_t)(PANEL_BYTES / ((size_t)xc * es));
-  rows = rows < 1 ? 1 : rows > xr ? xr : rows;
-  size_t panel = (size_t)(rows * xc);
-  void *xp = malloc(panel * es), *raw = pl.x.dtype != pl.dtype ? malloc(panel * tsr_dtype_size(pl.x.dtype)) : NULL;
   void *bconv = in[0].meta.dtype != pl.dtype ? malloc(bcount * es) : NULL;
-  if (xp == NULL || (pl.x.dtype != pl.dtype && raw == NULL) || (in[0].meta.dtype != pl.dtype && bconv == NULL)) {
-    free(xp), free(raw), free(bconv);
-    return tsr_fail(err, TSR_ENOMEM, "matmul_random: out of memory for a %lld-row panel", (long long)rows);
-  }
+  if (in[0].meta.dtype != pl.dtype && bconv == NULL)
+    return tsr_fail(err, TSR_ENOMEM, "matmul_random: out of memory converting B");
   if (bconv != NULL) tsr_k_to_float(pl.dtype, in[0].meta.dtype, in[0].data, bcount, bconv);
   const char *b = bconv != NULL ? bconv : in[0].data;
-  for (int64_t r0 = 0; r0 < xr; r0 += rows) {
-    int64_t w = xr - r0 < rows ? xr - r0 : rows;
-    mr_panel(&pl, r0, w, raw, xp);
-    mr_gemm(&pl, xp, r0, w, &in[0].meta, b, out->data);
-  }
-  free(xp), free(raw), free(bconv);
-  return 0;
+  if (pl.dtype == TSR_F64) rc = mr_tiles(&pl, &in[0].meta, (const double *)b, out->data, err);
+  else rc = mr_panels(&pl, &in[0].meta, b, out->data, err);
+  free(bconv);
+  return rc;
 }
 
-const tsr_op_def tsr_op_matmul_random = {"matmul_random", 1, 1, mr_infer, mr_cpu, false};
+const tsr_op_def tsr_op_matmul_random = {"matmul_random", 1, 1, mr_infer, mr_cpu, false, NULL};

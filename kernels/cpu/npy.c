@@ -198,5 +198,5 @@ static int save_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
   return 0;
 }
 
-const tsr_op_def tsr_op_load_npy = {"load_npy", 0, 0, load_infer, load_cpu, false};
-const tsr_op_def tsr_op_save_npy = {"save_npy", 1, 1, save_infer, save_cpu, false};
+const tsr_op_def tsr_op_load_npy = {"load_npy", 0, 0, load_infer, load_cpu, false, NULL};
+const tsr_op_def tsr_op_save_npy = {"save_npy", 1, 1, save_infer, save_cpu, false, NULL};

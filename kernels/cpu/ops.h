@@ -118,10 +118,28 @@ void tsr_k_copy_block(size_t es, int nd, const int64_t *block, const void *src, 
 void tsr_k_gemm(tsr_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                 const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
 
+/* Instruction sets of the SIMD kernels. BEST is the widest this CPU has,
+ * the others exist so tests can check each path. tsr_k_isa_resolve maps
+ * BEST (or an isa the CPU lacks, to SCALAR) to what will run. */
+typedef enum { TSR_K_ISA_BEST = 0, TSR_K_ISA_SCALAR, TSR_K_ISA_AVX2, TSR_K_ISA_AVX512 } tsr_k_isa;
+tsr_k_isa tsr_k_isa_resolve(tsr_k_isa isa);
+
+/* Skinny f64 products (gemm_skinny.c), accumulating into C:
+ *   btx: C[m, cols] += B[rows, m]ᵀ · X[rows, cols]
+ *   xb:  C[rows, n] += X[rows, cols] · B[cols, n]
+ * ld* are row strides in elements. Each element of C is updated as
+ * c = fma(a, b, c) once per term in increasing order of the inner index,
+ * on every isa, so every isa gives the same bytes; BEST picks the fastest
+ * this CPU has. Fast when m or n is small (tens); any size works. */
+void tsr_k_gemm_btx_f64(tsr_k_isa isa, int64_t rows, int64_t cols, int64_t m, const double *b, int64_t ldb,
+                        const double *x, int64_t ldx, double *c, int64_t ldc);
+void tsr_k_gemm_xb_f64(tsr_k_isa isa, int64_t rows, int64_t cols, int64_t n, const double *x, int64_t ldx,
+                       const double *b, int64_t ldb, double *c, int64_t ldc);
+
 /* A random op's chunk, parsed (random.c): dist is "random_uniform",
  * "random_normal" or "randint". tsr_k_gen_fill writes the chunk described
  * by g->grid; callers may narrow grid.shape/offset to a sub-block of it
- * (matmul_random generates row panels this way). */
+ * (matmul_random generates tiles this way). */
 typedef enum { TSR_K_GEN_UNIFORM, TSR_K_GEN_NORMAL, TSR_K_GEN_RANDINT } tsr_k_gen_kind;
 typedef struct tsr_k_gen {
   tsr_k_gen_kind kind;
@@ -133,13 +151,36 @@ typedef struct tsr_k_gen {
 } tsr_k_gen;
 int tsr_k_gen_parse(const char *dist, const tsr_params *params, tsr_k_gen *g, tsr_errbuf *err);
 void tsr_k_gen_fill(const tsr_k_gen *g, void *out);
+/* The same values written as f64 (converted as tsr_k_to_float does). */
+void tsr_k_gen_fill_f64(const tsr_k_gen *g, double *out);
 
-/* SIMD Philox (philox_simd.c): writes blocks b0, b0+1, ... of seed's word
- * stream (4 words each, stream order) into out for a prefix of the n
- * blocks and returns its length — 0 when isa is unavailable on this CPU or
- * build; the caller computes the remaining blocks with philox.h. BEST picks
- * the widest available; the others exist so tests can check each path. */
-typedef enum { TSR_K_ISA_BEST = 0, TSR_K_ISA_SCALAR, TSR_K_ISA_AVX2, TSR_K_ISA_AVX512 } tsr_k_isa;
+/* SIMD Philox (philox_simd.c): what tsr_k_philox_values_isa writes for each block (4 words) of the
+ * stream, per docs/random.md: the words themselves (u32), 2 f64 uniforms,
+ * 4 f32 uniforms, or 4 randint values low + ((w·range) >> 32) as
+ * u8 / i32 / i64 / f64 (the f64 being the integer converted exactly). */
+typedef enum {
+  TSR_K_VALS_WORDS,
+  TSR_K_VALS_U01_F64,
+  TSR_K_VALS_U01_F32,
+  TSR_K_VALS_INT_U8,
+  TSR_K_VALS_INT_I32,
+  TSR_K_VALS_INT_I64,
+  TSR_K_VALS_INT_F64,
+} tsr_k_vals_kind;
+typedef struct tsr_k_vals {
+  tsr_k_vals_kind kind;
+  uint64_t seed;
+  int64_t low;     /* INT_* only */
+  uint64_t range;  /* INT_* only: 1..2^32 */
+} tsr_k_vals;
+
+/* Writes the values of blocks b0, b0+1, ... of v->seed's stream into out
+ * (in stream order) for a prefix of the n blocks and returns its length:
+ * all n with AVX-512; whole groups of 8 and words only with AVX2; 0 on
+ * other CPUs and builds, and for INT_* kinds whose values do not all fit
+ * int32. The caller computes the remaining blocks with philox.h. */
+size_t tsr_k_philox_values_isa(tsr_k_isa isa, const tsr_k_vals *v, uint64_t b0, size_t n, void *out);
+/* The words of blocks b0.. into out: tsr_k_philox_values_isa with WORDS. */
 size_t tsr_k_philox_blocks_isa(tsr_k_isa isa, uint64_t seed, uint64_t b0, size_t n, uint32_t *out);
 
 #endif

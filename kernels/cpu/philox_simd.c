@@ -1,69 +1,191 @@
-/* kernels/cpu/philox_simd.c — Philox4x32-10 blocks 16 (AVX-512) or 8 (AVX2)
- * at a time, chosen at run time from what the CPU supports; the library is
- * still built for baseline x86-64. Same words as philox.h, bit for bit (the
- * unit test compares every path with the scalar one).
+/* kernels/cpu/philox_simd.c — Philox4x32-10 eight blocks at a time with
+ * AVX-512 (and words only with AVX2), mapped straight to values: f64/f32
+ * uniforms and randint integers, per docs/random.md. Chosen at run time from
+ * what the CPU supports; the library is still built for baseline x86-64.
+ * Same values as philox.h, bit for bit (the unit tests compare every path
+ * with the scalar one).
  *
- * Layout: each vector lane carries one block's counter word, so a round is
- * two 32x32→64 multiplies per lane (even and odd lanes separately, as
- * vpmuludq only multiplies even lanes), and the four result vectors are
- * transposed back to stream order (block b's words 4b..4b+3) on store.
- * On other compilers or CPUs the entry point does nothing and the caller's
+ * AVX-512 layout: lane j of a 512-bit vector holds block b+j's counter word
+ * in the low half of a 64-bit lane. vpmuludq multiplies exactly those low
+ * halves into full 64-bit products, so a round is two multiplies, two
+ * dword shuffles (the high halves) and two three-way XORs (vpternlog) for
+ * eight blocks; the high halves of lanes carry garbage that no later step reads.
+ * Two permutes then put the 32 words in stream order (block b's words
+ * 4b..4b+3), where a 64-bit lane is already an f64 uniform's 64 bits
+ * (word 2L+1 << 32 | word 2L), so the value maps need no more shuffles.
+ * A short last group computes eight blocks and stores only what was asked
+ * (masked stores), so AVX-512 always does all n blocks.
+ *
+ * On other compilers or CPUs the entry points do nothing and the caller's
  * scalar loop does all the work. */
+#include <limits.h>
+
 #include "../philox.h"
 #include "ops.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-/* Counters b .. b+lanes-1 split into low and high words. */
-static void counters(uint64_t b, int lanes, uint32_t *lo, uint32_t *hi)
+#define AVX512 __attribute__((target("avx512f,avx512dq,avx512bw")))
+#define INLINE static inline __attribute__((always_inline))
+#define GROUPS 4 /* groups of eight blocks in flight */
+/* -O2 leaves short constant loops rolled, and the Philox state must live
+ * in registers. */
+#define UNROLL _Pragma("GCC unroll 10")
+
+/* The ten round keys, each broadcast to every lane. */
+typedef struct keys8 {
+  uint64_t k0[10], k1[10];
+} keys8;
+
+AVX512 INLINE void keys8_make(uint64_t seed, keys8 *k)
 {
-  for (int j = 0; j < lanes; j++) {
-    lo[j] = (uint32_t)(b + (uint64_t)j);
-    hi[j] = (uint32_t)((b + (uint64_t)j) >> 32);
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  for (int r = 0; r < 10; r++, k0 += TSR_PHILOX_W0, k1 += TSR_PHILOX_W1) {
+    k->k0[r] = k0;
+    k->k1[r] = k1;
   }
 }
 
-__attribute__((target("avx512f"))) static inline void mulhilo16(__m512i a, __m512i m, __m512i *hi, __m512i *lo)
+/* A 64-bit lane's high half moved to its low half. A dword shuffle rather
+ * than a shift: 512-bit shifts share port 0 with the multiplies, which
+ * would make that one port the bottleneck. */
+AVX512 INLINE __m512i high(__m512i x)
 {
-  __m512i pe = _mm512_mul_epu32(a, m);
-  __m512i po = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
-  *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
-  *lo = _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
+  return _mm512_shuffle_epi32(x, _MM_PERM_CDAB);
 }
 
-__attribute__((target("avx512f"))) static size_t blocks_avx512(uint64_t seed, uint64_t b0, size_t n, uint32_t *out)
+/* G groups of eight blocks, ctr[g] + j (j < 8): their 32 words each in
+ * stream order, wa[g] blocks 0..3 (words 0..15), wb[g] blocks 4..7. A
+ * round is a chain of multiply, shift and XOR (7 cycles), so the groups
+ * are interleaved to keep both vector ports busy. */
+AVX512 INLINE void philox8(int G, const __m512i *ctr, const keys8 *k, __m512i *wa, __m512i *wb)
 {
   const __m512i m0 = _mm512_set1_epi64(TSR_PHILOX_M0), m1 = _mm512_set1_epi64(TSR_PHILOX_M1);
-  const __m512i pair_lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i pair_hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  const __m512i quad_lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
-  const __m512i quad_hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    uint32_t lo[16], hi[16];
-    counters(b0 + i, 16, lo, hi);
-    __m512i c0 = _mm512_loadu_si512(lo), c1 = _mm512_loadu_si512(hi);
-    __m512i c2 = _mm512_setzero_si512(), c3 = _mm512_setzero_si512();
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int r = 0; r < 10; r++, k0 += TSR_PHILOX_W0, k1 += TSR_PHILOX_W1) {
-      __m512i hi0, lo0, hi1, lo1;
-      mulhilo16(c0, m0, &hi0, &lo0);
-      mulhilo16(c2, m1, &hi1, &lo1);
-      c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32((int)k0));
-      c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32((int)k1));
-      c1 = lo1;
-      c3 = lo0;
-    }
-    __m512i a0 = _mm512_permutex2var_epi32(c0, pair_lo, c1), a1 = _mm512_permutex2var_epi32(c0, pair_hi, c1);
-    __m512i d0 = _mm512_permutex2var_epi32(c2, pair_lo, c3), d1 = _mm512_permutex2var_epi32(c2, pair_hi, c3);
-    uint32_t *o = out + 4 * i;
-    _mm512_storeu_si512(o, _mm512_permutex2var_epi64(a0, quad_lo, d0));
-    _mm512_storeu_si512(o + 16, _mm512_permutex2var_epi64(a0, quad_hi, d0));
-    _mm512_storeu_si512(o + 32, _mm512_permutex2var_epi64(a1, quad_lo, d1));
-    _mm512_storeu_si512(o + 48, _mm512_permutex2var_epi64(a1, quad_hi, d1));
+  __m512i c0[GROUPS], c1[GROUPS], c2[GROUPS], c3[GROUPS];
+  UNROLL for (int g = 0; g < G; g++) {  /* round 0 with c2 = c3 = 0: the second product is 0 */
+    __m512i p0 = _mm512_mul_epu32(ctr[g], m0);
+    c0[g] = _mm512_xor_si512(_mm512_srli_epi64(ctr[g], 32), _mm512_set1_epi64((int64_t)k->k0[0]));
+    c1[g] = _mm512_setzero_si512();
+    c2[g] = _mm512_xor_si512(high(p0), _mm512_set1_epi64((int64_t)k->k1[0]));
+    c3[g] = p0;
   }
-  return i;
+UNROLL for (int r = 1; r < 10; r++)
+    UNROLL for (int g = 0; g < G; g++) {
+      __m512i q0 = _mm512_mul_epu32(c0[g], m0), q1 = _mm512_mul_epu32(c2[g], m1);
+      c0[g] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(q1, 32), c1[g], _mm512_set1_epi64((int64_t)k->k0[r]), 0x96);
+      c2[g] = _mm512_ternarylogic_epi64(high(q0), c3[g], _mm512_set1_epi64((int64_t)k->k1[r]), 0x96);
+      c1[g] = q1;
+      c3[g] = q0;
+    }
+  /* Low halves paired: (c0, c1) per block, then (c2, c3); then interleaved
+   * per block into stream order. */
+  const __m512i lows = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+  UNROLL for (int g = 0; g < G; g++) {
+    __m512i a = _mm512_permutex2var_epi32(c0[g], lows, c1[g]), d = _mm512_permutex2var_epi32(c2[g], lows, c3[g]);
+    wa[g] = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), d);
+    wb[g] = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15), d);
+  }
+}
+
+/* Mask of the first n (clamped to 0..lanes) of lanes ≤ 16 lanes. */
+INLINE uint32_t first(int64_t n, int lanes)
+{
+  return n <= 0 ? 0 : n >= lanes ? (1u << lanes) - 1 : (1u << n) - 1;
+}
+
+/* randint values of 16 stream-order words: low + ((w · range) >> 32), in
+ * 32-bit lanes (the caller checked every value fits int32). */
+AVX512 INLINE __m512i int_map(__m512i w, __m512i range, __m512i low, bool full)
+{
+  if (full) return _mm512_add_epi32(w, low);  /* range 2^32: (w · 2^32) >> 32 = w */
+  __m512i even = _mm512_srli_epi64(_mm512_mul_epu32(w, range), 32);
+  __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(w, 32), range);
+  return _mm512_add_epi32(_mm512_mask_blend_epi32(0xAAAA, even, odd), low);
+}
+
+/* Stores 16 values (32-bit lanes, stream order) at o, the first n of them. */
+AVX512 INLINE void store_int16(tsr_k_vals_kind kind, __m512i v, int64_t n, void *o)
+{
+  __m512i lo = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(v));
+  __m512i hi = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1));
+  switch (kind) {
+  case TSR_K_VALS_INT_U8: _mm512_mask_cvtepi32_storeu_epi8(o, (__mmask16)first(n, 16), v); break;
+  case TSR_K_VALS_INT_I32: _mm512_mask_storeu_epi32(o, (__mmask16)first(n, 16), v); break;
+  case TSR_K_VALS_INT_I64:
+    _mm512_mask_storeu_epi64(o, (__mmask8)first(n, 8), lo);
+    _mm512_mask_storeu_epi64((int64_t *)o + 8, (__mmask8)first(n - 8, 8), hi);
+    break;
+  default:
+    _mm512_mask_storeu_pd(o, (__mmask8)first(n, 8), _mm512_cvtepi64_pd(lo));
+    _mm512_mask_storeu_pd((double *)o + 8, (__mmask8)first(n - 8, 8), _mm512_cvtepi64_pd(hi));
+  }
+}
+
+/* Stores the 32 words' values of one eight-block group, the first n
+ * values (n ≤ 8 blocks' worth). */
+AVX512 INLINE void store_group(const tsr_k_vals *v, tsr_k_vals_kind kind, __m512i wa, __m512i wb, int64_t n, void *o)
+{
+  const __m512d u53 = _mm512_set1_pd(0x1p-53);
+  const __m512 u24 = _mm512_set1_ps(0x1p-24f);
+  switch (kind) {
+  case TSR_K_VALS_WORDS:
+    _mm512_mask_storeu_epi32(o, (__mmask16)first(n, 16), wa);
+    _mm512_mask_storeu_epi32((uint32_t *)o + 16, (__mmask16)first(n - 16, 16), wb);
+    break;
+  case TSR_K_VALS_U01_F64:  /* exact: 53-bit integers times a power of 2 */
+    _mm512_mask_storeu_pd(o, (__mmask8)first(n, 8), _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_srli_epi64(wa, 11)), u53));
+    _mm512_mask_storeu_pd((double *)o + 8, (__mmask8)first(n - 8, 8),
+                          _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_srli_epi64(wb, 11)), u53));
+    break;
+  case TSR_K_VALS_U01_F32:
+    _mm512_mask_storeu_ps(o, (__mmask16)first(n, 16), _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(wa, 8)), u24));
+    _mm512_mask_storeu_ps((float *)o + 16, (__mmask16)first(n - 16, 16),
+                          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(wb, 8)), u24));
+    break;
+  default: {
+    const __m512i range = _mm512_set1_epi64((int64_t)v->range), low = _mm512_set1_epi32((int32_t)v->low);
+    bool full = v->range == (uint64_t)1 << 32;
+    size_t es = kind == TSR_K_VALS_INT_U8 ? 1 : kind == TSR_K_VALS_INT_I32 ? 4 : 8;
+    store_int16(kind, int_map(wa, range, low, full), n, o);
+    store_int16(kind, int_map(wb, range, low, full), n - 16, (char *)o + 16 * es);
+  }
+  }
+}
+
+/* All n blocks from b0, one kind (a constant after inlining, so each kind
+ * gets its own loop). */
+AVX512 INLINE void values_loop(const tsr_k_vals *v, tsr_k_vals_kind kind, size_t per, size_t es, uint64_t b0, size_t n,
+                               char *out)
+{
+  keys8 k;
+  keys8_make(v->seed, &k);
+  __m512i ctr[GROUPS];
+  for (int g = 0; g < GROUPS; g++)
+    ctr[g] = _mm512_add_epi64(_mm512_set1_epi64((int64_t)(b0 + 8 * (uint64_t)g)), _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7));
+  for (size_t i = 0; i < n; i += 8 * GROUPS) {
+    __m512i wa[GROUPS], wb[GROUPS];
+    philox8(GROUPS, ctr, &k, wa, wb);
+    UNROLL for (int g = 0; g < GROUPS; g++) {
+      size_t at = i + 8 * (size_t)g, blocks = n <= at ? 0 : n - at < 8 ? n - at : 8;
+      if (blocks > 0) store_group(v, kind, wa[g], wb[g], (int64_t)(blocks * per), out + at * per * es);
+      ctr[g] = _mm512_add_epi64(ctr[g], _mm512_set1_epi64(8 * GROUPS));
+    }
+  }
+}
+
+AVX512 static size_t values_avx512(const tsr_k_vals *v, uint64_t b0, size_t n, void *out)
+{
+  switch (v->kind) {
+  case TSR_K_VALS_WORDS: values_loop(v, TSR_K_VALS_WORDS, 4, 4, b0, n, out); break;
+  case TSR_K_VALS_U01_F64: values_loop(v, TSR_K_VALS_U01_F64, 2, 8, b0, n, out); break;
+  case TSR_K_VALS_U01_F32: values_loop(v, TSR_K_VALS_U01_F32, 4, 4, b0, n, out); break;
+  case TSR_K_VALS_INT_U8: values_loop(v, TSR_K_VALS_INT_U8, 4, 1, b0, n, out); break;
+  case TSR_K_VALS_INT_I32: values_loop(v, TSR_K_VALS_INT_I32, 4, 4, b0, n, out); break;
+  case TSR_K_VALS_INT_I64: values_loop(v, TSR_K_VALS_INT_I64, 4, 8, b0, n, out); break;
+  case TSR_K_VALS_INT_F64: values_loop(v, TSR_K_VALS_INT_F64, 4, 8, b0, n, out); break;
+  }
+  return n;
 }
 
 __attribute__((target("avx2"))) static inline void mulhilo8(__m256i a, __m256i m, __m256i *hi, __m256i *lo)
@@ -74,13 +196,18 @@ __attribute__((target("avx2"))) static inline void mulhilo8(__m256i a, __m256i m
   *lo = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
 }
 
+/* AVX2: eight blocks per step, each 32-bit lane one block's counter word;
+ * words only (the caller maps them), whole groups of eight only. */
 __attribute__((target("avx2"))) static size_t blocks_avx2(uint64_t seed, uint64_t b0, size_t n, uint32_t *out)
 {
   const __m256i m0 = _mm256_set1_epi64x(TSR_PHILOX_M0), m1 = _mm256_set1_epi64x(TSR_PHILOX_M1);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     uint32_t lo[8], hi[8];
-    counters(b0 + i, 8, lo, hi);
+    for (int j = 0; j < 8; j++) {
+      lo[j] = (uint32_t)(b0 + i + (uint64_t)j);
+      hi[j] = (uint32_t)((b0 + i + (uint64_t)j) >> 32);
+    }
     __m256i c0 = _mm256_loadu_si256((const __m256i *)lo), c1 = _mm256_loadu_si256((const __m256i *)hi);
     __m256i c2 = _mm256_setzero_si256(), c3 = _mm256_setzero_si256();
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
@@ -107,22 +234,51 @@ __attribute__((target("avx2"))) static size_t blocks_avx2(uint64_t seed, uint64_
   return i;
 }
 
-size_t tsr_k_philox_blocks_isa(tsr_k_isa isa, uint64_t seed, uint64_t b0, size_t n, uint32_t *out)
+static bool has_avx512(void)
 {
-  if (isa == TSR_K_ISA_BEST)
-    isa = __builtin_cpu_supports("avx512f") ? TSR_K_ISA_AVX512 : __builtin_cpu_supports("avx2") ? TSR_K_ISA_AVX2
-                                                                                                : TSR_K_ISA_SCALAR;
-  if (isa == TSR_K_ISA_AVX512 && __builtin_cpu_supports("avx512f")) return blocks_avx512(seed, b0, n, out);
-  if (isa == TSR_K_ISA_AVX2 && __builtin_cpu_supports("avx2")) return blocks_avx2(seed, b0, n, out);
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512bw");
+}
+
+tsr_k_isa tsr_k_isa_resolve(tsr_k_isa isa)
+{
+  if (isa == TSR_K_ISA_BEST) return has_avx512() ? TSR_K_ISA_AVX512 : __builtin_cpu_supports("avx2") ? TSR_K_ISA_AVX2
+                                                                                                    : TSR_K_ISA_SCALAR;
+  if (isa == TSR_K_ISA_AVX512 && !has_avx512()) return TSR_K_ISA_SCALAR;
+  if (isa == TSR_K_ISA_AVX2 && !__builtin_cpu_supports("avx2")) return TSR_K_ISA_SCALAR;
+  return isa;
+}
+
+size_t tsr_k_philox_values_isa(tsr_k_isa isa, const tsr_k_vals *v, uint64_t b0, size_t n, void *out)
+{
+  isa = tsr_k_isa_resolve(isa);
+  bool ints = v->kind == TSR_K_VALS_INT_U8 || v->kind == TSR_K_VALS_INT_I32 || v->kind == TSR_K_VALS_INT_I64 ||
+              v->kind == TSR_K_VALS_INT_F64;
+  /* 32-bit lane arithmetic: every value low .. low+range-1 must fit int32. */
+  if (ints && (v->low < INT32_MIN || v->low + (int64_t)(v->range - 1) > INT32_MAX)) return 0;
+  if (isa == TSR_K_ISA_AVX512) return values_avx512(v, b0, n, out);
+  if (isa == TSR_K_ISA_AVX2 && v->kind == TSR_K_VALS_WORDS) return blocks_avx2(v->seed, b0, n, out);
   return 0;
 }
 
 #else
 
-size_t tsr_k_philox_blocks_isa(tsr_k_isa isa, uint64_t seed, uint64_t b0, size_t n, uint32_t *out)
+tsr_k_isa tsr_k_isa_resolve(tsr_k_isa isa)
 {
-  (void)isa, (void)seed, (void)b0, (void)n, (void)out;
+  (void)isa;
+  return TSR_K_ISA_SCALAR;
+}
+
+size_t tsr_k_philox_values_isa(tsr_k_isa isa, const tsr_k_vals *v, uint64_t b0, size_t n, void *out)
+{
+  (void)isa, (void)v, (void)b0, (void)n, (void)out;
   return 0;
 }
 
 #endif
+
+size_t tsr_k_philox_blocks_isa(tsr_k_isa isa, uint64_t seed, uint64_t b0, size_t n, uint32_t *out)
+{
+  tsr_k_vals v = {TSR_K_VALS_WORDS, seed, 0, 0};
+  return tsr_k_philox_values_isa(isa, &v, b0, n, out);
+}

@@ -4,9 +4,11 @@
  *
  * Speed: a chunk is walked run by run (a row of the last dimension, or
  * several whole rows, whose elements are consecutive in L), so the hot loop
- * has no per-element division. Each run's words are produced four per
- * Philox call — 8 or 16 calls at once with AVX2/AVX-512, philox_simd.c —
- * into a small stack buffer, which a tight loop then maps to values. */
+ * has no per-element division. With AVX-512 (philox_simd.c) a run's whole
+ * Philox blocks go straight to values; the rest — a partial block at either
+ * end, normal values, CPUs without AVX-512 — goes through words produced
+ * four per Philox call (8 calls at once with AVX2) into a small stack
+ * buffer, which a tight loop then maps to values. */
 #include <string.h>
 
 #include "../philox.h"
@@ -87,24 +89,61 @@ static void map_words(const tsr_k_gen *g, const uint32_t *w, size_t n, void *out
   }
 }
 
-/* Fills n elements with consecutive global indices from L0. */
-static void fill_row(const tsr_k_gen *g, uint64_t L0, size_t n, char *out)
+/* Fills n elements with consecutive global indices from L0 through the
+ * word batches (any kind, any alignment). as_f64: written as f64, the
+ * values converted as tsr_k_to_float does. */
+static void fill_batches(const tsr_k_gen *g, uint64_t L0, size_t n, char *out, bool as_f64)
 {
   uint32_t w[BATCH_WORDS];
+  double conv[BATCH_WORDS];
   size_t per = g->kind == TSR_K_GEN_NORMAL ? 4 : (g->kind == TSR_K_GEN_UNIFORM && g->dtype == TSR_F64) ? 2 : 1;
-  size_t esize = tsr_dtype_size(g->dtype), step = BATCH_WORDS / per;
+  bool convert = as_f64 && g->dtype != TSR_F64;
+  size_t esize = as_f64 ? sizeof(double) : tsr_dtype_size(g->dtype), step = BATCH_WORDS / per;
   for (size_t done = 0; done < n; done += step) {
     size_t m = n - done < step ? n - done : step;
     if (per == 4) philox_blocks(g->seed, L0 + done, m, w);
     else philox_words(g->seed, (L0 + done) * per, m * per, w);
-    map_words(g, w, m, out + done * esize);
+    map_words(g, w, m, convert ? (void *)conv : out + done * esize);
+    if (convert) tsr_k_to_float(TSR_F64, g->dtype, conv, m, out + done * esize);
   }
+}
+
+/* The SIMD map for g's values (as f64 when as_f64) in *v and the values
+ * per block, or 0 when there is none (normal, f32 as f64). */
+static size_t simd_vals(const tsr_k_gen *g, bool as_f64, tsr_k_vals *v)
+{
+  v->seed = g->seed, v->low = g->low, v->range = g->range;
+  if (g->kind == TSR_K_GEN_UNIFORM && g->dtype == TSR_F64) return v->kind = TSR_K_VALS_U01_F64, 2;
+  if (g->kind == TSR_K_GEN_UNIFORM && !as_f64) return v->kind = TSR_K_VALS_U01_F32, 4;
+  if (g->kind != TSR_K_GEN_RANDINT) return 0;
+  v->kind = as_f64 ? TSR_K_VALS_INT_F64
+            : g->dtype == TSR_U8 ? TSR_K_VALS_INT_U8
+            : g->dtype == TSR_I32 ? TSR_K_VALS_INT_I32
+                                  : TSR_K_VALS_INT_I64;
+  return 4;
+}
+
+/* Fills n elements with consecutive global indices from L0: whole blocks
+ * straight from SIMD values where there is a map, the partial blocks at
+ * either end (and everything else) through the word batches. */
+static void fill_row(const tsr_k_gen *g, uint64_t L0, size_t n, char *out, bool as_f64)
+{
+  tsr_k_vals v;
+  size_t per = simd_vals(g, as_f64, &v), done = 0;
+  size_t esize = as_f64 ? sizeof(double) : tsr_dtype_size(g->dtype);
+  if (per > 0 && n >= per) {
+    size_t head = (per - L0 % per) % per;
+    fill_batches(g, L0, head, out, as_f64);
+    size_t got = tsr_k_philox_values_isa(TSR_K_ISA_BEST, &v, (L0 + head) / per, (n - head) / per, out + head * esize);
+    done = head + got * per;
+  }
+  fill_batches(g, L0 + done, n - done, out + done * esize, as_f64);
 }
 
 /* Walks the chunk's runs of consecutive L: a run is the last dimension,
  * extended over the trailing dimensions the chunk spans whole (a chunk of
  * full rows is one run). Each run starts at L0, its global row-major index. */
-static void fill_chunk(const tsr_k_gen *g, char *out)
+static void fill_chunk(const tsr_k_gen *g, char *out, bool as_f64)
 {
   const tsr_k_grid *gr = &g->grid;
   int nd = gr->ndim, j = nd - 1;
@@ -115,13 +154,13 @@ static void fill_chunk(const tsr_k_gen *g, char *out)
     else run *= gr->shape[d];
   }
   if (run == 0 || runs == 0) return;
-  size_t run_bytes = (size_t)run * tsr_dtype_size(g->dtype);
+  size_t run_bytes = (size_t)run * (as_f64 ? sizeof(double) : tsr_dtype_size(g->dtype));
   int64_t idx[TSR_MAX_NDIM] = {0};
   for (int64_t r = 0; r < runs; r++) {
     uint64_t L0 = 0;
     for (int d = 0; d < nd; d++)
       L0 = L0 * (uint64_t)gr->global[d] + (uint64_t)(gr->offset[d] + (d < j ? idx[d] : 0));
-    fill_row(g, L0, (size_t)run, out + (size_t)r * run_bytes);
+    fill_row(g, L0, (size_t)run, out + (size_t)r * run_bytes, as_f64);
     for (int d = j - 1; d >= 0; d--) {
       if (++idx[d] < gr->shape[d]) break;
       idx[d] = 0;
@@ -204,7 +243,12 @@ int tsr_k_gen_parse(const char *dist, const tsr_params *params, tsr_k_gen *g, ts
 
 void tsr_k_gen_fill(const tsr_k_gen *g, void *out)
 {
-  fill_chunk(g, out);
+  fill_chunk(g, out, false);
+}
+
+void tsr_k_gen_fill_f64(const tsr_k_gen *g, double *out)
+{
+  fill_chunk(g, (char *)out, true);
 }
 
 static int gen_infer(const char *op, const tsr_params *params, tsr_meta *out, tsr_errbuf *err)
@@ -226,7 +270,7 @@ static int gen_cpu(const char *op, const tsr_params *params, tsr_buf *out, tsr_e
   if (!tsr_meta_equal(&want, &out->meta))
     return tsr_fail(err, TSR_ESHAPE, "%s: output buffer is %s but params say %s", op, tsr_k_str(&out->meta).s,
                     tsr_k_str(&want).s);
-  fill_chunk(&g, out->data);
+  fill_chunk(&g, out->data, false);
   return 0;
 }
 
@@ -261,6 +305,6 @@ static int randint_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *o
   return gen_cpu("randint", p, out, err);
 }
 
-const tsr_op_def tsr_op_random_uniform = {"random_uniform", 0, 0, uniform_infer, uniform_cpu, false};
-const tsr_op_def tsr_op_random_normal = {"random_normal", 0, 0, normal_infer, normal_cpu, false};
-const tsr_op_def tsr_op_randint = {"randint", 0, 0, randint_infer, randint_cpu, false};
+const tsr_op_def tsr_op_random_uniform = {"random_uniform", 0, 0, uniform_infer, uniform_cpu, false, NULL};
+const tsr_op_def tsr_op_random_normal = {"random_normal", 0, 0, normal_infer, normal_cpu, false, NULL};
+const tsr_op_def tsr_op_randint = {"randint", 0, 0, randint_infer, randint_cpu, false, NULL};

@@ -139,4 +139,4 @@ static int sum_cpu(const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *ou
   return 0;
 }
 
-const tsr_op_def tsr_op_sum = {"sum", 1, 1, sum_infer, sum_cpu, false};
+const tsr_op_def tsr_op_sum = {"sum", 1, 1, sum_infer, sum_cpu, false, NULL};

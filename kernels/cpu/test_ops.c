@@ -73,6 +73,6 @@ static int sleep_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out
   return 0;
 }
 
-const tsr_op_def tsr_op_crash = {"crash", 0, -1, empty_infer, crash_cpu, true};
-const tsr_op_def tsr_op_fail = {"fail", 0, -1, fail_infer, fail_cpu, true};
-const tsr_op_def tsr_op_sleep = {"sleep", 0, -1, sleep_infer, sleep_cpu, true};
+const tsr_op_def tsr_op_crash = {"crash", 0, -1, empty_infer, crash_cpu, true, NULL};
+const tsr_op_def tsr_op_fail = {"fail", 0, -1, fail_infer, fail_cpu, true, NULL};
+const tsr_op_def tsr_op_sleep = {"sleep", 0, -1, sleep_infer, sleep_cpu, true, NULL};
