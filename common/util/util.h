@@ -57,7 +57,8 @@ int tsr_parse_i64(const char *text, int64_t *value_p);
 
 /* ---------- error text ----------
  * A fixed buffer that carries a human message beside a status code. Writers
- * never overflow; the first message set wins unless cleared. */
+ * never overflow; each tsr_fail overwrites the previous message, so the
+ * message always describes the latest failure. */
 #define TSR_ERRMSG_LEN 512
 typedef struct tsr_errbuf {
   char text[TSR_ERRMSG_LEN];
