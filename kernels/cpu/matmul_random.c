@@ -1,20 +1,26 @@
 /* kernels/cpu/matmul_random.c — matmul_random: a product with a random
  * chunk X that is never stored whole. X is described by a random op's
  * params (`dist` names the op; seed, dtype, shape, global_shape, offset,
- * low, high as for it) and generated a row panel at a time, with exactly
- * the values the random op would give; B is input 0.
+ * low, high as for it) and generated piece by piece, with exactly the
+ * values the random op would give; B is input 0.
  *
- *   side "xb":  X @ B    X [r, c], B [c, n] → [r, n]   (panels are C's rows)
- *   side "xtb": Xᵀ @ B   X [r, c], B [r, n] → [c, n]   (panels accumulate)
- *   side "bx":  B @ X    B [m, r], X [r, c] → [m, c]   (panels accumulate)
- *   side "btx": Bᵀ @ X   B [r, m], X [r, c] → [m, c]   (panels accumulate)
+ *   side "xb":  X @ B    X [r, c], B [c, n] → [r, n]
+ *   side "xtb": Xᵀ @ B   X [r, c], B [r, n] → [c, n]
+ *   side "bx":  B @ X    B [m, r], X [r, c] → [m, c]
+ *   side "btx": Bᵀ @ X   B [r, m], X [r, c] → [m, c]
  *
  * dtype: B's when B is float, else X's when X is float, else f64; two
- * float dtypes must match (as for matmul). An integer X panel is converted
- * to that dtype after generation; an integer B is converted whole (B is the
- * small operand here). Panels hold about PANEL_BYTES of X, so memory stays
- * bounded whatever X's size; the panel height depends only on X's shape,
- * so results are deterministic. */
+ * float dtypes must match (as for matmul). An integer B is converted whole
+ * (B is the small operand here).
+ *
+ * f64 products (the randomized-SVD case) generate X a small tile at a time
+ * straight as f64 (random.c converts integers on the fly) and feed each
+ * tile, still in cache, to the skinny kernels of gemm_skinny.c. Each output
+ * element is then one fma chain over the inner index in order, so the bytes
+ * depend on neither the tiling nor the CPU. f32 products generate row
+ * panels of about PANEL_BYTES, convert integer panels, and go through BLAS.
+ * Either way memory stays bounded whatever X's size, and the blocking
+ * depends only on the shapes, so results are deterministic. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,14 +32,10 @@
 /* f64: X tiles (rows x cols) per kernel call; constants, so the blocking
  * depends on nothing but the shapes (results do not depend on it at all,
  * see gemm_skinny.c). */
-int64_t XB_TILE_ROWS = 32, XB_TILE_COLS = 256, BTX_TILE_ROWS = 64, BTX_TILE_COLS = 512;
-__attribute__((constructor)) static void tune(void) {
-  const char *e;
-  if ((e = getenv("XTR"))) XB_TILE_ROWS = atoi(e);
-  if ((e = getenv("XTC"))) XB_TILE_COLS = atoi(e);
-  if ((e = getenv("BTR"))) BTX_TILE_ROWS = atoi(e);
-  if ((e = getenv("BTC"))) BTX_TILE_COLS = atoi(e);
-}
+#define XB_TILE_ROWS 32
+#define XB_TILE_COLS 256
+#define BTX_TILE_ROWS 64
+#define BTX_TILE_COLS 512
 
 typedef enum { SIDE_XB, SIDE_XTB, SIDE_BX, SIDE_BTX } mr_side;
 

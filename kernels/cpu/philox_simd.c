@@ -28,17 +28,20 @@
 
 #define AVX512 __attribute__((target("avx512f,avx512dq,avx512bw")))
 #define INLINE static inline __attribute__((always_inline))
-#define GROUPS 4 /* groups of eight blocks in flight */
+/* Groups of eight blocks in flight: a round is a chain of multiply, shift
+ * and XOR (7 cycles), so three groups keep both vector ports busy. */
+#define GROUPS 3
 /* -O2 leaves short constant loops rolled, and the Philox state must live
  * in registers. */
 #define UNROLL _Pragma("GCC unroll 10")
 
-/* The ten round keys, each broadcast to every lane. */
+/* The ten round keys as scalars: the XORs take them as broadcast memory
+ * operands, which leaves the registers to the three groups' state. */
 typedef struct keys8 {
   uint64_t k0[10], k1[10];
 } keys8;
 
-AVX512 INLINE void keys8_make(uint64_t seed, keys8 *k)
+static void keys8_make(uint64_t seed, keys8 *k)
 {
   uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
   for (int r = 0; r < 10; r++, k0 += TSR_PHILOX_W0, k1 += TSR_PHILOX_W1) {
@@ -47,34 +50,38 @@ AVX512 INLINE void keys8_make(uint64_t seed, keys8 *k)
   }
 }
 
-/* A 64-bit lane's high half moved to its low half. A dword shuffle rather
- * than a shift: 512-bit shifts share port 0 with the multiplies, which
- * would make that one port the bottleneck. */
+AVX512 INLINE __m512i key(const uint64_t *k, int r)
+{
+  return _mm512_set1_epi64((int64_t)k[r]);
+}
+
+/* A 64-bit lane's high half moved to its low half by a dword shuffle. A
+ * round needs two such moves: one is a shuffle (port 5 only), the other a
+ * shift (port 0 only), so neither port becomes the bottleneck. */
 AVX512 INLINE __m512i high(__m512i x)
 {
   return _mm512_shuffle_epi32(x, _MM_PERM_CDAB);
 }
 
-/* G groups of eight blocks, ctr[g] + j (j < 8): their 32 words each in
- * stream order, wa[g] blocks 0..3 (words 0..15), wb[g] blocks 4..7. A
- * round is a chain of multiply, shift and XOR (7 cycles), so the groups
- * are interleaved to keep both vector ports busy. */
+/* G (≤ GROUPS, a constant) groups of eight blocks, ctr[g] + j (j < 8):
+ * their 32 words each in stream order, wa[g] blocks 0..3 (words 0..15),
+ * wb[g] blocks 4..7. */
 AVX512 INLINE void philox8(int G, const __m512i *ctr, const keys8 *k, __m512i *wa, __m512i *wb)
 {
   const __m512i m0 = _mm512_set1_epi64(TSR_PHILOX_M0), m1 = _mm512_set1_epi64(TSR_PHILOX_M1);
   __m512i c0[GROUPS], c1[GROUPS], c2[GROUPS], c3[GROUPS];
   UNROLL for (int g = 0; g < G; g++) {  /* round 0 with c2 = c3 = 0: the second product is 0 */
     __m512i p0 = _mm512_mul_epu32(ctr[g], m0);
-    c0[g] = _mm512_xor_si512(_mm512_srli_epi64(ctr[g], 32), _mm512_set1_epi64((int64_t)k->k0[0]));
+    c0[g] = _mm512_xor_si512(_mm512_srli_epi64(ctr[g], 32), key(k->k0, 0));
     c1[g] = _mm512_setzero_si512();
-    c2[g] = _mm512_xor_si512(high(p0), _mm512_set1_epi64((int64_t)k->k1[0]));
+    c2[g] = _mm512_xor_si512(high(p0), key(k->k1, 0));
     c3[g] = p0;
   }
-UNROLL for (int r = 1; r < 10; r++)
+  UNROLL for (int r = 1; r < 10; r++)
     UNROLL for (int g = 0; g < G; g++) {
       __m512i q0 = _mm512_mul_epu32(c0[g], m0), q1 = _mm512_mul_epu32(c2[g], m1);
-      c0[g] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(q1, 32), c1[g], _mm512_set1_epi64((int64_t)k->k0[r]), 0x96);
-      c2[g] = _mm512_ternarylogic_epi64(high(q0), c3[g], _mm512_set1_epi64((int64_t)k->k1[r]), 0x96);
+      c0[g] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(q1, 32), c1[g], key(k->k0, r), 0x96);
+      c2[g] = _mm512_ternarylogic_epi64(high(q0), c3[g], key(k->k1, r), 0x96);
       c1[g] = q1;
       c3[g] = q0;
     }
@@ -154,23 +161,25 @@ AVX512 INLINE void store_group(const tsr_k_vals *v, tsr_k_vals_kind kind, __m512
 }
 
 /* All n blocks from b0, one kind (a constant after inlining, so each kind
- * gets its own loop). */
+ * gets its own loop): GROUPS groups at a time, then single groups, so a
+ * short tail costs at most one group of unused blocks. */
 AVX512 INLINE void values_loop(const tsr_k_vals *v, tsr_k_vals_kind kind, size_t per, size_t es, uint64_t b0, size_t n,
                                char *out)
 {
   keys8 k;
   keys8_make(v->seed, &k);
-  __m512i ctr[GROUPS];
-  for (int g = 0; g < GROUPS; g++)
-    ctr[g] = _mm512_add_epi64(_mm512_set1_epi64((int64_t)(b0 + 8 * (uint64_t)g)), _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7));
-  for (size_t i = 0; i < n; i += 8 * GROUPS) {
-    __m512i wa[GROUPS], wb[GROUPS];
+  __m512i ctr[GROUPS], wa[GROUPS], wb[GROUPS];
+  const __m512i lanes = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+  size_t i = 0;
+  for (; i + 8 * GROUPS <= n; i += 8 * GROUPS) {
+    UNROLL for (int g = 0; g < GROUPS; g++) ctr[g] = _mm512_add_epi64(_mm512_set1_epi64((int64_t)(b0 + i + 8 * (size_t)g)), lanes);
     philox8(GROUPS, ctr, &k, wa, wb);
-    UNROLL for (int g = 0; g < GROUPS; g++) {
-      size_t at = i + 8 * (size_t)g, blocks = n <= at ? 0 : n - at < 8 ? n - at : 8;
-      if (blocks > 0) store_group(v, kind, wa[g], wb[g], (int64_t)(blocks * per), out + at * per * es);
-      ctr[g] = _mm512_add_epi64(ctr[g], _mm512_set1_epi64(8 * GROUPS));
-    }
+    UNROLL for (int g = 0; g < GROUPS; g++) store_group(v, kind, wa[g], wb[g], (int64_t)(8 * per), out + (i + 8 * (size_t)g) * per * es);
+  }
+  for (; i < n; i += 8) {
+    ctr[0] = _mm512_add_epi64(_mm512_set1_epi64((int64_t)(b0 + i)), lanes);
+    philox8(1, ctr, &k, wa, wb);
+    store_group(v, kind, wa[0], wb[0], (int64_t)((n - i < 8 ? n - i : 8) * per), out + i * per * es);
   }
 }
 

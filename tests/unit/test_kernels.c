@@ -89,6 +89,71 @@ TEST(philox_simd_paths)
           tsr_k_philox_blocks_isa(TSR_K_ISA_AVX512, 0, 0, 100, got) ? "yes" : "no");
 }
 
+/* The value map of philox_values_isa, the scalar way (philox.h): block
+ * b's values into out[0 .. per). */
+static void values_ref(const tsr_k_vals *v, uint64_t b, void *out)
+{
+  uint32_t w[4];
+  tsr_philox_block(v->seed, b, w);
+  for (int i = 0; i < 4; i++) {
+    int64_t x = tsr_randint_map(w[i], v->low, v->range);
+    switch (v->kind) {
+    case TSR_K_VALS_WORDS: ((uint32_t *)out)[i] = w[i]; break;
+    case TSR_K_VALS_U01_F64: if (i < 2) ((double *)out)[i] = tsr_u01_f64(w[2 * i], w[2 * i + 1]); break;
+    case TSR_K_VALS_U01_F32: ((float *)out)[i] = tsr_u01_f32(w[i]); break;
+    case TSR_K_VALS_INT_U8: ((uint8_t *)out)[i] = (uint8_t)x; break;
+    case TSR_K_VALS_INT_I32: ((int32_t *)out)[i] = (int32_t)x; break;
+    case TSR_K_VALS_INT_I64: ((int64_t *)out)[i] = x; break;
+    case TSR_K_VALS_INT_F64: ((double *)out)[i] = (double)x; break;
+    }
+  }
+}
+
+/* Every value map on every path this CPU has, for counts that leave every
+ * remainder of the SIMD groups, across the counter's 32-bit carry: the
+ * values of philox.h, and nothing written past the blocks done. */
+TEST(philox_values_paths)
+{
+  static const tsr_k_isa isas[] = {TSR_K_ISA_BEST, TSR_K_ISA_SCALAR, TSR_K_ISA_AVX2, TSR_K_ISA_AVX512};
+  static const uint64_t starts[] = {0, 5, 0xFFFFFFF0ull, 0x1FFFFFFFDull};
+  static const size_t counts[] = {0, 1, 7, 8, 9, 16, 23, 24, 25, 47, 61};
+  static const tsr_k_vals vals[] = {
+    {TSR_K_VALS_WORDS, 7, 0, 0},
+    {TSR_K_VALS_U01_F64, 0xdeadbeefcafef00dull, 0, 0},
+    {TSR_K_VALS_U01_F32, 3, 0, 0},
+    {TSR_K_VALS_INT_U8, 11, 0, 3},
+    {TSR_K_VALS_INT_U8, 11, 3, 250},
+    {TSR_K_VALS_INT_I32, 12, -5, 16},
+    {TSR_K_VALS_INT_I32, 12, INT32_MIN, (uint64_t)1 << 32},
+    {TSR_K_VALS_INT_I64, 13, -1000, 6000},
+    {TSR_K_VALS_INT_F64, 14, 0, 3},
+    {TSR_K_VALS_INT_F64, 14, INT32_MIN, (uint64_t)1 << 32},
+    {TSR_K_VALS_INT_F64, 14, 7, (uint64_t)1 << 32}, /* values beyond int32: no SIMD path */
+  };
+  static const size_t sizes[] = {16, 16, 16, 4, 4, 16, 16, 32, 32, 32, 32};
+  unsigned char got[32 * 64], want[32];
+  size_t full = 0;
+  for (size_t c = 0; c < sizeof vals / sizeof vals[0]; c++)
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
+      for (size_t s = 0; s < sizeof starts / sizeof starts[0]; s++)
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+          size_t n = counts[k], bs = sizes[c];
+          memset(got, 0xAB, sizeof got);
+          size_t done = tsr_k_philox_values_isa(isas[i], &vals[c], starts[s], n, got);
+          ASSERT_TRUE(done <= n);
+          full += done == n;
+          for (size_t b = 0; b < done; b++) {
+            values_ref(&vals[c], starts[s] + b, want);
+            if (memcmp(want, got + b * bs, bs) != 0)
+              KIT_FAIL_("kind %d isa %d start %llx n %zu block %zu", (int)vals[c].kind, (int)isas[i],
+                        (unsigned long long)starts[s], n, b);
+          }
+          for (size_t at = done * bs; at < sizeof got; at++)
+            if (got[at] != 0xAB) KIT_FAIL_("kind %d isa %d n %zu: byte %zu written", (int)vals[c].kind, (int)isas[i], n, at);
+        }
+  fprintf(stderr, "  runs that did every block: %zu\n", full);
+}
+
 /* ---------- slow reference of docs/random.md ----------
  * Written from the spec with its own Philox, one word at a time, so it
  * shares nothing with the kernels but the KAT-checked constants. */
@@ -1052,6 +1117,7 @@ int main(void)
   }
   RUN(philox_known_answers);
   RUN(philox_simd_paths);
+  RUN(philox_values_paths);
   RUN(random_chunking_independent);
   RUN(random_far_offsets);
   RUN(random_nd_and_scalar);

@@ -1,13 +1,15 @@
 /* Unit tests of kernels/, second part: the ops the array graphs build on —
  * transpose, slice, assemble, view, qr, svd, bmul, signs, matmul with
- * integer inputs and matmul_random (checked against the random op's chunk
- * multiplied by plain matmul). */
+ * integer inputs, the skinny f64 kernels and matmul_random (checked against
+ * the random op's chunk multiplied by plain matmul, and bit for bit against
+ * the skinny kernels' fma order). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/ops.h"
 #include "kernels.h"
 #include "kit.h"
 
@@ -341,6 +343,64 @@ TEST(matmul_integer_inputs)
   free(b);
 }
 
+/* ---------- skinny f64 kernels ---------- */
+
+/* The contract of gemm_skinny.c, written out: c = fma(a, b, c) per term in
+ * increasing order of the inner index. */
+static void ref_btx(int64_t rows, int64_t cols, int64_t m, const double *b, int64_t ldb, const double *x, int64_t ldx,
+                    double *c, int64_t ldc)
+{
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < cols; j++)
+      for (int64_t r = 0; r < rows; r++) c[i * ldc + j] = fma(b[r * ldb + i], x[r * ldx + j], c[i * ldc + j]);
+}
+
+static void ref_xb(int64_t rows, int64_t cols, int64_t n, const double *x, int64_t ldx, const double *b, int64_t ldb,
+                   double *c, int64_t ldc)
+{
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < n; j++)
+      for (int64_t k = 0; k < cols; k++) c[r * ldc + j] = fma(x[r * ldx + k], b[k * ldb + j], c[r * ldc + j]);
+}
+
+/* Every isa gives the reference's bytes: shapes around every blocking
+ * remainder (5-row and 32/8-column blocks of btx, 8-row and 24/8-column
+ * blocks of xb), padded leading dimensions, C accumulated onto. */
+TEST(gemm_skinny_paths)
+{
+  static const tsr_k_isa isas[] = {TSR_K_ISA_BEST, TSR_K_ISA_SCALAR, TSR_K_ISA_AVX2, TSR_K_ISA_AVX512};
+  static const int64_t rows_of[] = {1, 2, 8, 9, 17}, cols_of[] = {1, 3, 8, 13, 32, 37, 70};
+  static const int64_t narrow_of[] = {1, 4, 5, 8, 19, 20, 24, 25, 47};
+  double *x = filled(17 * 73, 1.3), *b = filled(73 * 50, 0.7), *c0 = filled(50 * 73, 2.1);
+  double *want = malloc(50 * 73 * sizeof *want), *got = malloc(50 * 73 * sizeof *got);
+  for (size_t ri = 0; ri < sizeof rows_of / sizeof rows_of[0]; ri++)
+    for (size_t ci = 0; ci < sizeof cols_of / sizeof cols_of[0]; ci++)
+      for (size_t ni = 0; ni < sizeof narrow_of / sizeof narrow_of[0]; ni++) {
+        int64_t rows = rows_of[ri], cols = cols_of[ci], w = narrow_of[ni], ldx = cols + 3, ldb = w + 2;
+        /* btx: C [w, cols] (ldc cols + 1) += B [rows, w]ᵀ X [rows, cols] */
+        memcpy(want, c0, 50 * 73 * sizeof *want);
+        ref_btx(rows, cols, w, b, ldb, x, ldx, want, cols + 1);
+        for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+          memcpy(got, c0, 50 * 73 * sizeof *got);
+          tsr_k_gemm_btx_f64(isas[i], rows, cols, w, b, ldb, x, ldx, got, cols + 1);
+          if (memcmp(got, want, 50 * 73 * sizeof *got) != 0)
+            KIT_FAIL_("btx isa %d rows %lld cols %lld m %lld", (int)isas[i], (long long)rows, (long long)cols,
+                      (long long)w);
+        }
+        /* xb: C [rows, w] (ldc w + 1) += X [rows, cols] B [cols, w] */
+        memcpy(want, c0, 50 * 73 * sizeof *want);
+        ref_xb(rows, cols, w, x, ldx, b, ldb, want, w + 1);
+        for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+          memcpy(got, c0, 50 * 73 * sizeof *got);
+          tsr_k_gemm_xb_f64(isas[i], rows, cols, w, x, ldx, b, ldb, got, w + 1);
+          if (memcmp(got, want, 50 * 73 * sizeof *got) != 0)
+            KIT_FAIL_("xb isa %d rows %lld cols %lld n %lld", (int)isas[i], (long long)rows, (long long)cols,
+                      (long long)w);
+        }
+      }
+  free(x), free(b), free(c0), free(want), free(got);
+}
+
 /* ---------- matmul_random ---------- */
 
 typedef struct mr_case {
@@ -457,6 +517,7 @@ int main(void)
   RUN(svd_shapes);
   RUN(bmul_and_signs);
   RUN(matmul_integer_inputs);
+  RUN(gemm_skinny_paths);
   RUN(matmul_random_matches_materialized);
   RUN(matmul_random_errors);
   return kit_summary();
