@@ -478,6 +478,105 @@ TEST(matmul_random_matches_materialized)
     }
 }
 
+/* C [M, N] = A B as one fma chain per element over k in order (the
+ * contract of f64 matmul_random); A and B addressed by row/column strides,
+ * so one function covers every side's transposes. */
+static void ref_chain(int64_t M, int64_t N, int64_t K, const double *a, int64_t a_rs, int64_t a_cs, const double *b,
+                      int64_t b_rs, int64_t b_cs, double *c)
+{
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < K; k++) acc = fma(a[i * a_rs + k * a_cs], b[k * b_rs + j * b_cs], acc);
+      c[i * N + j] = acc;
+    }
+}
+
+typedef struct mr_exact_case {
+  const char *dist, *dtype;
+  int64_t low, high;
+  tsr_dtype b_dtype;
+} mr_exact_case;
+
+/* One case, one X chunk, one side: matmul_random's bytes against ref_chain
+ * on the materialized chunk. NULL or what differs. */
+static const char *mr_exact(const mr_exact_case *c, const int64_t *xs, const int64_t *global, const int64_t *off,
+                            int64_t w, const char *side)
+{
+  static char why[TSR_ERRMSG_LEN + 128];
+  int64_t r = xs[0], cc = xs[1], inner = strcmp(side, "xb") == 0 ? cc : r;
+  bool b_rows_inner = strcmp(side, "bx") != 0;
+  int64_t bs[2] = {b_rows_inner ? inner : w, b_rows_inner ? w : inner};
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf x = {0}, got = {0};
+  double *bd = filled(bs[0] * bs[1], 1.7), *xd = malloc((size_t)(r * cc) * sizeof *xd);
+  int32_t *bi = malloc((size_t)(bs[0] * bs[1]) * sizeof *bi);
+  for (int64_t i = 0; i < bs[0] * bs[1]; i++) bi[i] = (int32_t)floor(bd[i] * 10), bd[i] = c->b_dtype == TSR_I32 ? bi[i] : bd[i];
+  tsr_buf b = buf_of(c->b_dtype, 2, bs, c->b_dtype == TSR_I32 ? (void *)bi : (void *)bd);
+  tsr_params_add_int(&p, "seed", 4242);
+  tsr_params_add_str(&p, "dtype", c->dtype, strlen(c->dtype));
+  tsr_params_add_ints(&p, "shape", xs, 2);
+  tsr_params_add_ints(&p, "global_shape", global, 2);
+  tsr_params_add_ints(&p, "offset", off, 2);
+  if (c->high > c->low) tsr_params_add_int(&p, "low", c->low), tsr_params_add_int(&p, "high", c->high);
+  const char *bad = run(c->dist, &p, NULL, 0, &x, &err) != 0 ? "random op failed" : NULL;
+  tsr_params_add_str(&p, "side", side, strlen(side));
+  tsr_params_add_str(&p, "dist", c->dist, strlen(c->dist));
+  if (!bad && run("matmul_random", &p, &b, 1, &got, &err) != 0) bad = "matmul_random failed";
+  if (!bad && got.meta.dtype != TSR_F64) bad = "not f64";
+  int64_t m = got.meta.shape[0], n = got.meta.shape[1];
+  double *want = malloc((size_t)(m * n + 1) * sizeof *want);
+  for (int64_t i = 0; !bad && i < r * cc; i++) xd[i] = at(&x, i);
+  if (bad) {
+  } else if (strcmp(side, "xb") == 0) {
+    ref_chain(m, n, cc, xd, cc, 1, bd, w, 1, want);
+  } else if (strcmp(side, "xtb") == 0) {
+    ref_chain(m, n, r, xd, 1, cc, bd, w, 1, want);
+  } else if (strcmp(side, "bx") == 0) {
+    ref_chain(m, n, r, bd, r, 1, xd, cc, 1, want);
+  } else {
+    ref_chain(m, n, r, bd, 1, w, xd, cc, 1, want);
+  }
+  if (!bad && memcmp(got.data, want, (size_t)(m * n) * sizeof *want) != 0) bad = "bytes differ from the fma chain";
+  if (bad)
+    snprintf(why, sizeof why, "%s %s %s X [%lld,%lld] at (%lld,%lld) of [%lld,%lld] B width %lld: %s (%s)", c->dist,
+             c->dtype, side, (long long)r, (long long)cc, (long long)off[0], (long long)off[1], (long long)global[0],
+             (long long)global[1], (long long)w, bad, err.text);
+  free(x.data), free(got.data), free(bd), free(bi), free(xd), free(want);
+  tsr_params_clear(&p);
+  return bad ? why : NULL;
+}
+
+/* f64 matmul_random is exactly the in-order fma chain, for every X kind
+ * (SIMD-mapped uniform and small-range randint, randint beyond int32 and
+ * normal through the word batches, an integer B), on odd shapes: 1x1, one
+ * row, one column, odd offsets and odd global widths (f64 pairs straddling
+ * rows), and chunks crossing several tiles with remainders. */
+TEST(matmul_random_fma_exact)
+{
+  static const mr_exact_case cases[] = {
+    {"random_uniform", "f64", 0, 0, TSR_F64},
+    {"randint", "u8", 0, 3, TSR_F64},
+    {"randint", "i32", -7, 9, TSR_I32},
+    {"randint", "i64", -3000000000LL, 1000000000LL, TSR_F64},
+    {"random_normal", "f64", 0, 0, TSR_F64},
+  };
+  static const int64_t shapes[][7] = {
+    /* rows, cols, global rows, global cols, offset row, offset col, B width */
+    {1, 1, 3, 5, 1, 2, 1},     {1, 37, 2, 101, 1, 63, 3},      {37, 1, 40, 3, 2, 1, 5},
+    {9, 33, 20, 77, 5, 31, 20}, {70, 517, 100, 1041, 13, 301, 20}, {65, 300, 65, 300, 0, 0, 25},
+  };
+  static const char *sides[] = {"xb", "xtb", "bx", "btx"};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+      for (int d = 0; d < 4; d++) {
+        const int64_t *sh = shapes[s];
+        const char *bad = mr_exact(&cases[c], sh, sh + 2, sh + 4, sh[6], sides[d]);
+        if (bad) KIT_FAIL_("%s", bad);
+      }
+}
+
 TEST(matmul_random_errors)
 {
   tsr_params p = TSR_PARAMS_INIT;
@@ -519,6 +618,7 @@ int main(void)
   RUN(matmul_integer_inputs);
   RUN(gemm_skinny_paths);
   RUN(matmul_random_matches_materialized);
+  RUN(matmul_random_fma_exact);
   RUN(matmul_random_errors);
   return kit_summary();
 }
