@@ -69,8 +69,24 @@ static tsr_graph *build(const char *shape, long n, int round)
   return g;
 }
 
+/* Waits until the scheduler has forgotten every task of earlier runs, so
+ * one measurement does not pay for the previous graph's clean-up. */
+static void wait_idle(tsr_client *client)
+{
+  for (int i = 0; i < 600; i++) {
+    tsr_cluster_info *info = NULL;
+    uint64_t left = 1;
+    if (tsr_cluster_info_get(client, 5000, &info) == 0) left = info->tasks_total;
+    tsr_cluster_info_destroy(&info);
+    if (left == 0) return;
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 static void run_shape(tsr_client *client, const char *shape, long n, int round)
 {
+  wait_idle(client);
   tsr_graph *g = build(shape, n, round);
   size_t tasks = tsr_graph_size(g);
   tsr_future *f = NULL;

@@ -35,7 +35,7 @@ lat_d = next(r for r in d if "latency_median_us" in r)
 print(f"ratio latency: dask/tessera = {float(lat_d['latency_median_us'])/float(lat_t['latency_median_us']):.1f}x")
 for rd in d:
     if "shape" not in rd: continue
-    rt = next((r for r in t if r.get("shape") == rd["shape"] and r.get("tasks") and abs(int(r["tasks"]) - int(rd["tasks"])) <= 1), None)
+    rt = next((r for r in t if r.get("shape") == rd["shape"] and r.get("tasks") and abs(int(r["tasks"]) - int(rd["tasks"])) <= 10), None)
     if rt:
         print(f"ratio throughput {rd['shape']} {rd['tasks']}: tessera/dask = {float(rt['tasks_per_s'])/float(rd['tasks_per_s']):.0f}x")
 PY
