@@ -44,15 +44,20 @@ static void reject(msgctx *m, int code, const char *fmt, ...)
 static void on_worker_heartbeat(msgctx *m)
 {
   sched_worker *w = &m->st->workers[m->st->peers[m->p].index];
-  uint64_t used, running, done, chunks;
+  uint64_t used, running, done, chunks, dev_used, util;
   int rc = tsr_wire_opt_uint(m->map, "memory_used", w->memory_used, &used, &m->err);
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "tasks_running", w->tasks_running, &running, &m->err);
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "tasks_done", w->tasks_done, &done, &m->err);
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "chunks", w->chunks, &chunks, &m->err);
+  if (rc == 0) rc = tsr_wire_opt_uint(m->map, "device_memory_used", w->device_memory_used, &dev_used, &m->err);
+  /* absent gpu_util: NVML is not available there (now) */
+  if (rc == 0) rc = tsr_wire_opt_uint(m->map, "gpu_util", UINT64_MAX, &util, &m->err);
   if (rc != 0) {
     reject(m, rc, "%s", m->err.text);
     return;
   }
+  w->device_memory_used = dev_used;
+  w->gpu_util = util == UINT64_MAX ? -1 : util > 100 ? 100 : (int32_t)util;
   w->memory_used = used;
   w->tasks_running = running;
   w->tasks_done = done;

@@ -94,7 +94,7 @@ void sched_notify_lost(sched_state *st, uint32_t id)
 
 static void pack_worker(msgpack_packer *pk, const sched_worker *w)
 {
-  msgpack_pack_map(pk, 8);
+  msgpack_pack_map(pk, 11 + (w->gpu_util >= 0));
   tsr_pack_kv_str(pk, "name", w->name);
   tsr_pack_kv_str(pk, "address", w->address);
   tsr_pack_kv_str(pk, "device", w->device);
@@ -104,6 +104,10 @@ static void pack_worker(msgpack_packer *pk, const sched_worker *w)
   /* the scheduler's own count of tasks in flight is never stale */
   tsr_pack_kv_uint(pk, "tasks_running", w->nprocessing > w->tasks_running ? w->nprocessing : w->tasks_running);
   tsr_pack_kv_uint(pk, "tasks_done", w->tasks_done);
+  tsr_pack_kv_str(pk, "gpu_name", w->gpu_name);
+  tsr_pack_kv_uint(pk, "device_memory_used", w->device_memory_used);
+  tsr_pack_kv_uint(pk, "device_memory_limit", w->device_memory_limit);
+  if (w->gpu_util >= 0) tsr_pack_kv_uint(pk, "gpu_util", (uint64_t)w->gpu_util);
 }
 
 void sched_emit_status(sched_state *st, uint32_t peer, uint64_t req)

@@ -13,9 +13,12 @@ typedef struct worker_hello {
   char name[TSR_MAX_NAME_LEN + 1];
   char address[TSR_MAX_NAME_LEN + 1];
   char device[TSR_MAX_NAME_LEN + 1];
-  uint64_t pid, threads, memory_limit;
+  char gpu_name[TSR_MAX_NAME_LEN + 1];
+  uint64_t pid, threads, memory_limit, device_memory_limit;
   const msgpack_object *ops;
   size_t nops;
+  const msgpack_object *native;   /* NULL: every op is native */
+  size_t nnative;
 } worker_hello;
 
 static int opt_strcpy(const msgpack_object *map, const char *key, const char *fallback, char *buf, size_t cap,
@@ -23,6 +26,17 @@ static int opt_strcpy(const msgpack_object *map, const char *key, const char *fa
 {
   if (tsr_wire_field(map, key) != NULL) return tsr_wire_strcpy(map, key, buf, cap, err);
   snprintf(buf, cap, "%s", fallback);
+  return 0;
+}
+
+static int check_names(const msgpack_object *names, size_t n, const char *field, tsr_errbuf *err)
+{
+  for (size_t i = 0; i < n; i++) {
+    const char *s;
+    size_t len;
+    if (tsr_obj_str(&names[i], TSR_MAX_NAME_LEN, &s, &len, NULL) != 0 || len == 0)
+      return tsr_fail(err, TSR_EPROTO, "field '%s' must hold op names (entry %zu is not one)", field, i);
+  }
   return 0;
 }
 
@@ -35,12 +49,13 @@ static int parse_worker_hello(const msgpack_object *map, worker_hello *h, tsr_er
   if (rc == 0) rc = tsr_wire_opt_uint(map, "pid", 0, &h->pid, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "memory_limit", 0, &h->memory_limit, err);
   if (rc == 0) rc = opt_strcpy(map, "device", "cpu", h->device, sizeof h->device, err);
-  for (size_t i = 0; rc == 0 && i < h->nops; i++) {
-    const char *s;
-    size_t len;
-    if (tsr_obj_str(&h->ops[i], TSR_MAX_NAME_LEN, &s, &len, NULL) != 0 || len == 0)
-      rc = tsr_fail(err, TSR_EPROTO, "field 'ops' must hold op names (entry %zu is not one)", i);
-  }
+  if (rc == 0) rc = opt_strcpy(map, "gpu_name", "", h->gpu_name, sizeof h->gpu_name, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "device_memory_limit", 0, &h->device_memory_limit, err);
+  h->native = NULL;
+  if (rc == 0 && tsr_wire_field(map, "native_ops") != NULL)
+    rc = tsr_wire_array(map, "native_ops", SCHED_MAX_OPS, &h->native, &h->nnative, err);
+  rc = rc != 0 ? rc : check_names(h->ops, h->nops, "ops", err);
+  rc = rc != 0 || h->native == NULL ? rc : check_names(h->native, h->nnative, "native_ops", err);
   if (rc == 0 && h->threads > 1u << 20) rc = tsr_fail(err, TSR_EPROTO, "field 'threads' is implausible (%llu)", (unsigned long long)h->threads);
   return rc;
 }
@@ -54,7 +69,9 @@ static void send_welcome(sched_state *st, uint32_t p, uint64_t id)
   tsr_pack_kv_uint(&wb->pk, "heartbeat_ms", st->cfg.heartbeat_ms);
 }
 
-/* The advertised ops as a bitset over interned op ids. */
+/* The advertised ops, and those native to the worker's device, as two
+ * bitsets over interned op ids (one allocation). A native op the worker
+ * did not also list in `ops` is ignored. */
 static int set_ops(sched_state *st, sched_worker *w, const worker_hello *h)
 {
   /* intern first: the bitset must cover every id handed out */
@@ -62,16 +79,37 @@ static int set_ops(sched_state *st, sched_worker *w, const worker_hello *h)
     int rc = sched_op_intern(st, h->ops[i].via.str.ptr, h->ops[i].via.str.size);
     if (rc < 0) return rc;
   }
-  w->nopbits = st->nops;
-  w->opbits = calloc((st->nops + 63) / 64 + 1, sizeof *w->opbits);
+  size_t words = (st->nops + 63) / 64 + 1;
+  w->opbits = calloc(2 * words, sizeof *w->opbits);
   if (w->opbits == NULL) return TSR_ENOMEM;
+  w->nativebits = w->opbits + words;
+  w->nopbits = st->nops;
+  w->gpu = h->native != NULL;
   for (size_t i = 0; i < h->nops; i++) {
     uint32_t o = (uint32_t)sched_op_find(st, h->ops[i].via.str.ptr, h->ops[i].via.str.size);
     if (sched_worker_has_op(w, o)) continue;
     w->opbits[o / 64] |= 1ull << (o % 64);
     st->ops[o].nworkers++;
+    if (w->gpu) continue;
+    w->nativebits[o / 64] |= 1ull << (o % 64);
+    st->ops[o].ncpu++;
+  }
+  for (size_t i = 0; w->gpu && i < h->nnative; i++) {
+    int o = sched_op_find(st, h->native[i].via.str.ptr, h->native[i].via.str.size);
+    if (o < 0 || !sched_worker_has_op(w, (uint32_t)o) || sched_worker_native(w, (uint32_t)o)) continue;
+    w->nativebits[o / 64] |= 1ull << (o % 64);
+    st->ops[o].ngpu_native++;
   }
   return 0;
+}
+
+static void unset_ops(sched_state *st, const sched_worker *w)
+{
+  for (uint32_t o = 0; o < st->nops; o++) {
+    if (sched_worker_has_op(w, o) && st->ops[o].nworkers > 0) st->ops[o].nworkers--;
+    if (sched_worker_has_op(w, o) && !w->gpu && st->ops[o].ncpu > 0) st->ops[o].ncpu--;
+    if (sched_worker_native(w, o) && w->gpu && st->ops[o].ngpu_native > 0) st->ops[o].ngpu_native--;
+  }
 }
 
 static void worker_gone(sched_state *st, uint32_t w, const char *why)
@@ -79,8 +117,7 @@ static void worker_gone(sched_state *st, uint32_t w, const char *why)
   sched_worker *wk = &st->workers[w];
   wk->alive = false;
   st->nworkers_alive--;
-  for (uint32_t o = 0; o < st->nops; o++)
-    if (sched_worker_has_op(wk, o) && st->ops[o].nworkers > 0) st->ops[o].nworkers--;
+  unset_ops(st, wk);
   uint32_t rescheduled, lost;
   sched_tr_worker_lost(st, (uint16_t)w, &rescheduled, &lost);
   sched_settle(st);
@@ -153,6 +190,9 @@ static void hello_worker(sched_state *st, uint32_t p, const msgpack_object *map)
   wk->threads = h.threads ? (uint32_t)h.threads : 1;
   wk->pid = h.pid;
   wk->memory_limit = h.memory_limit;
+  memcpy(wk->gpu_name, h.gpu_name, sizeof wk->gpu_name);
+  wk->device_memory_limit = h.device_memory_limit;
+  wk->gpu_util = -1;
   wk->peer_id = ++st->next_peer_id;
   if (set_ops(st, wk, &h) != 0) {
     TSR_WARN("worker '%s' advertised ops that cannot be registered (limit %d)", h.name, SCHED_MAX_OPS);
@@ -160,9 +200,12 @@ static void hello_worker(sched_state *st, uint32_t p, const msgpack_object *map)
   st->peers[p].role = PEER_WORKER;
   st->peers[p].index = w;
   send_welcome(st, p, wk->peer_id);
-  char mem[32];
-  TSR_INFO("worker '%s' connected: data %s, %u threads, device %s, %zu ops, memory limit %s; %u workers", wk->name,
-           wk->address, wk->threads, wk->device, h.nops,
+  char mem[32], gpu[TSR_MAX_NAME_LEN + 96] = "", dev[32];
+  if (wk->gpu_name[0] != '\0')
+    snprintf(gpu, sizeof gpu, " (%s, %zu native ops, device memory limit %s)", wk->gpu_name, h.nnative,
+             tsr_format_bytes(wk->device_memory_limit, dev, sizeof dev));
+  TSR_INFO("worker '%s' connected: data %s, %u threads, device %s%s, %zu ops, memory limit %s; %u workers", wk->name,
+           wk->address, wk->threads, wk->device, gpu, h.nops,
            wk->memory_limit ? tsr_format_bytes(wk->memory_limit, mem, sizeof mem) : "none", st->nworkers_alive);
 }
 

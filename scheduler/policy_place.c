@@ -3,6 +3,14 @@
  *
  * Choice for one task, among live workers that advertised its op
  * (resource fit) and have a free slot:
+ *   0. where the op is native (a GPU worker for an op with a CUDA variant,
+ *      a CPU worker for a CPU-only op). This preference is strict: while
+ *      some live worker has the op native, only such workers are
+ *      candidates, so a busy GPU is waited for rather than bypassed by a
+ *      CPU worker on which the same task can take a hundred times longer.
+ *      Without one (the GPU worker died, or no CPU worker for a CPU-only
+ *      op), every worker that advertised the op is (it runs it on the
+ *      host);
  *   1. the worker already holding the most bytes of its inputs (locality:
  *      those bytes need not move),
  *   2. then the least occupied (tasks in flight / threads),
@@ -56,7 +64,7 @@ uint16_t sched_policy_place(sched_state *st, uint32_t id)
   uint64_t best_bytes = 0;
   for (uint32_t w = 0; w < st->nworkers_slots; w++) {
     const sched_worker *wk = &st->workers[w];
-    if (!wk->alive || !sched_worker_has_op(wk, t->op) || sched_worker_free_slots(wk) == 0) continue;
+    if (!wk->alive || !sched_worker_eligible(st, wk, t->op) || sched_worker_free_slots(wk) == 0) continue;
     uint64_t bytes = st->loc_bytes[w];
     if (best == SCHED_NO_WORKER || bytes > best_bytes ||
         (bytes == best_bytes && less_busy(wk, &st->workers[best]))) {
@@ -68,8 +76,8 @@ uint16_t sched_policy_place(sched_state *st, uint32_t id)
   return best;
 }
 
-/* Free slots per op over live workers: the pass stops looking at an op
- * whose workers are all busy. */
+/* Free slots per op over live eligible workers: the pass stops looking at
+ * an op whose workers are all busy. */
 static void count_op_slots(sched_state *st)
 {
   for (uint32_t o = 0; o < st->nops; o++) st->ops[o].free_slots = 0;
@@ -78,7 +86,7 @@ static void count_op_slots(sched_state *st)
     uint32_t slots = wk->alive ? sched_worker_free_slots(wk) : 0;
     if (slots == 0) continue;
     for (uint32_t o = 0; o < st->nops; o++)
-      if (sched_worker_has_op(wk, o)) st->ops[o].free_slots += slots;
+      if (sched_worker_eligible(st, wk, o)) st->ops[o].free_slots += slots;
   }
 }
 
@@ -117,7 +125,7 @@ uint32_t sched_place_pass(sched_state *st)
       placed++;
       const sched_worker *wk = &st->workers[w];
       for (uint32_t o = 0; o < st->nops; o++)
-        if (sched_worker_has_op(wk, o) && st->ops[o].free_slots > 0) st->ops[o].free_slots--;
+        if (sched_worker_eligible(st, wk, o) && st->ops[o].free_slots > 0) st->ops[o].free_slots--;
     }
   }
   sched_tr_mark_queued(st);

@@ -171,7 +171,13 @@ typedef struct sched_worker {
   uint64_t avg_task_us;       /* moving average of reported task durations; 0: none yet */
   uint64_t bytes_held;        /* sum of nbytes of results it holds */
   uint64_t *opbits;           /* bitset over op ids advertised */
+  uint64_t *nativebits;       /* ops native to its device (same allocation as opbits) */
+  bool gpu;                   /* its hello listed native_ops: a GPU worker */
   uint32_t nopbits;
+  /* GPU workers (hello / heartbeat); empty and 0 for CPU workers */
+  char gpu_name[TSR_MAX_NAME_LEN + 1];
+  uint64_t device_memory_limit, device_memory_used;
+  int32_t gpu_util;           /* percent, -1 when not reported */
   /* keys to `free`, packed as msgpack strings, sent once per iteration */
   msgpack_sbuffer freebuf;
   uint32_t nfree;
@@ -224,6 +230,8 @@ typedef struct sched_heap {
 typedef struct sched_op {
   char *name;
   uint32_t nworkers;          /* live workers advertising it */
+  uint32_t ngpu_native;       /* live GPU workers with a CUDA variant of it (see policy_place.c) */
+  uint32_t ncpu;              /* live CPU workers advertising it */
   sched_heap queue;           /* READY and QUEUED tasks of this op */
   uint32_t free_slots;        /* scratch of the placement pass */
 } sched_op;
@@ -336,6 +344,23 @@ int sched_op_find(const sched_state *st, const char *name, size_t len);
 static inline bool sched_worker_has_op(const sched_worker *w, uint32_t op)
 {
   return op < w->nopbits && (w->opbits[op / 64] >> (op % 64)) & 1u;
+}
+/* The op has a variant native to the worker's device: every op of a CPU
+ * worker; a GPU worker's ops with a CUDA variant (its hello's native_ops). */
+static inline bool sched_worker_native(const sched_worker *w, uint32_t op)
+{
+  return op < w->nopbits && (w->nativebits[op / 64] >> (op % 64)) & 1u;
+}
+/* Worker w may be given a task of op (policy_place.c): it advertised the
+ * op, and it is of the kind the op prefers among the live workers: a GPU
+ * worker with a CUDA variant of it if there is one, else a CPU worker if
+ * there is one, else any. */
+static inline bool sched_worker_eligible(const sched_state *st, const sched_worker *w, uint32_t op)
+{
+  if (!sched_worker_has_op(w, op)) return false;
+  if (st->ops[op].ngpu_native > 0) return w->gpu && sched_worker_native(w, op);
+  if (st->ops[op].ncpu > 0) return !w->gpu;
+  return true;
 }
 
 /* ---------- graphs ---------- */

@@ -57,6 +57,38 @@ static uint16_t add_worker(sched_state *st, const char *name, int threads, const
   return (uint16_t)peer_index(st, name);
 }
 
+/* A GPU worker: ops (space-separated) of which native (space-separated)
+ * have a CUDA variant. */
+static uint16_t add_gpu_worker(sched_state *st, const char *name, int threads, const char *ops, const char *native)
+{
+  char buf[256], nbuf[256];
+  snprintf(buf, sizeof buf, "%s", ops);
+  snprintf(nbuf, sizeof nbuf, "%s", native);
+  const char *names[32], *nat[32];
+  int n = 0, nn = 0;
+  for (char *s = strtok(buf, " "); s && n < 32; s = strtok(NULL, " ")) names[n++] = s;
+  for (char *s = strtok(nbuf, " "); s && nn < 32; s = strtok(NULL, " ")) nat[nn++] = s;
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "hello", 11);
+  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
+  tsr_pack_kv_str(&wb.pk, "role", "worker");
+  tsr_pack_kv_str(&wb.pk, "name", name);
+  tsr_pack_kv_uint(&wb.pk, "threads", (uint64_t)threads);
+  tsr_pack_kv_str(&wb.pk, "data_address", "tcp://gpu:1");
+  tsr_pack_kv_str(&wb.pk, "device", "gpu:0");
+  tsr_pack_kv_str(&wb.pk, "gpu_name", "NVIDIA H200");
+  tsr_pack_kv_uint(&wb.pk, "device_memory_limit", 1000);
+  tsr_pack_str(&wb.pk, "ops");
+  msgpack_pack_array(&wb.pk, (size_t)n);
+  for (int i = 0; i < n; i++) tsr_pack_str(&wb.pk, names[i]);
+  tsr_pack_str(&wb.pk, "native_ops");
+  msgpack_pack_array(&wb.pk, (size_t)nn);
+  for (int i = 0; i < nn; i++) tsr_pack_str(&wb.pk, nat[i]);
+  feed(st, name, &wb);
+  return (uint16_t)peer_index(st, name);
+}
+
 static uint32_t add_client(sched_state *st, const char *name)
 {
   tsr_wbuf wb;
@@ -268,6 +300,130 @@ TEST(place_fits_ops_then_locality_then_occupancy)
   st->workers[w1].nprocessing = 4;
   ASSERT_EQ(sched_policy_place(st, id_of(st, "p")), SCHED_NO_WORKER);
   st->workers[w0].nprocessing = st->workers[w1].nprocessing = st->workers[w2].nprocessing = 0;
+  sched_state_destroy(&st);
+}
+
+TEST(place_prefers_native_then_locality)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  uint16_t cpu = add_worker(st, "cpu", 2, "gen mm load");
+  uint16_t gpu = add_gpu_worker(st, "gpu", 1, "gen mm load", "gen mm");
+  ASSERT_STREQ(st->workers[gpu].gpu_name, "NVIDIA H200");
+  ASSERT_EQ(st->workers[gpu].device_memory_limit, 1000);
+  ASSERT_EQ(st->workers[gpu].gpu_util, -1);
+  tsr_errbuf err;
+  const char *const g[] = {"a:gen", "b:load", NULL};
+  ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 2);
+  /* gen has a CUDA variant: the GPU worker, though the CPU worker is idler
+   * (2 threads) and comes first; load is CPU-only: the CPU worker */
+  ASSERT_EQ(sched_place_pass(st), 2);
+  ASSERT_EQ(st->tasks[id_of(st, "a")].processing_on, gpu);
+  ASSERT_EQ(st->tasks[id_of(st, "b")].processing_on, cpu);
+  done(st, "a", 10);
+  done(st, "b", 1000000);
+  drop_outboxes(st);
+  /* native beats locality: mm's big input is on the CPU worker */
+  const char *const g2[] = {"q:mm:b", "r:load:a", "s:mm:a,b", NULL};
+  ASSERT_EQ(add_graph(st, c, 2, g2, NULL, &err), 3);
+  ASSERT_EQ(sched_policy_place(st, id_of(st, "q")), gpu);
+  ASSERT_EQ(sched_policy_place(st, id_of(st, "r")), cpu);
+  /* a busy GPU is waited for, not bypassed by the CPU worker */
+  st->workers[gpu].nprocessing = 2;
+  ASSERT_EQ(sched_policy_place(st, id_of(st, "q")), SCHED_NO_WORKER);
+  ASSERT_EQ(sched_place_pass(st), 1);   /* r only */
+  ASSERT_EQ(state_of(st, "q"), TS_QUEUED);
+  ASSERT_EQ(state_of(st, "s"), TS_QUEUED);
+  st->workers[gpu].nprocessing = 0;
+  ASSERT_EQ(sched_place_pass(st), 2);
+  ASSERT_EQ(st->tasks[id_of(st, "q")].processing_on, gpu);
+  ASSERT_EQ(st->tasks[id_of(st, "s")].processing_on, gpu);
+  sched_state_destroy(&st);
+}
+
+TEST(place_falls_back_to_non_native_workers)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  uint16_t cpu = add_worker(st, "cpu", 1, "gen load");
+  uint16_t gpu = add_gpu_worker(st, "gpu", 1, "gen load", "gen");
+  tsr_errbuf err;
+  const char *const g[] = {"a:gen", "b:gen:a", NULL};
+  ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 2);
+  ASSERT_EQ(sched_place_pass(st), 1);
+  ASSERT_EQ(st->tasks[id_of(st, "a")].processing_on, gpu);
+  /* the GPU worker dies mid-graph: its work goes to the CPU worker */
+  sched_peer_drop(st, sched_peer_find(st, "gpu", 3), "test");
+  ASSERT_EQ(st->ops[st->tasks[id_of(st, "a")].op].ngpu_native, 0);
+  ASSERT_EQ(sched_place_pass(st), 1);
+  ASSERT_EQ(st->tasks[id_of(st, "a")].processing_on, cpu);
+  done(st, "a", 8);
+  ASSERT_EQ(sched_place_pass(st), 1);
+  ASSERT_EQ(st->tasks[id_of(st, "b")].processing_on, cpu);
+  done(st, "b", 8);
+  /* a CPU-only op with only a GPU worker left runs there (on its host) */
+  uint16_t gpu2 = add_gpu_worker(st, "gpu2", 1, "gen load", "gen");
+  sched_peer_drop(st, sched_peer_find(st, "cpu", 3), "test");
+  const char *const g2[] = {"l:load", NULL};
+  ASSERT_EQ(add_graph(st, c, 2, g2, NULL, &err), 1);
+  /* l, and a (b was lost with the CPU worker and is recomputed from a) */
+  ASSERT_EQ(sched_place_pass(st), 2);
+  ASSERT_EQ(st->tasks[id_of(st, "l")].processing_on, gpu2);
+  ASSERT_EQ(st->tasks[id_of(st, "a")].processing_on, gpu2);
+  sched_state_destroy(&st);
+}
+
+static bool has_bytes(const char *buf, size_t len, const char *s)
+{
+  size_t n = strlen(s);
+  for (size_t i = 0; i + n <= len; i++)
+    if (memcmp(buf + i, s, n) == 0) return true;
+  return false;
+}
+
+TEST(gpu_heartbeat_and_status_fields)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  (void)c;
+  uint16_t gpu = add_gpu_worker(st, "gpu", 1, "gen", "gen");
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "heartbeat", 3);
+  tsr_pack_kv_uint(&wb.pk, "device_memory_used", 600);
+  tsr_pack_kv_uint(&wb.pk, "gpu_util", 87);
+  feed(st, "gpu", &wb);
+  ASSERT_EQ(st->workers[gpu].device_memory_used, 600);
+  ASSERT_EQ(st->workers[gpu].gpu_util, 87);
+  /* a heartbeat without gpu_util: NVML went away */
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "heartbeat", 2);
+  tsr_pack_kv_uint(&wb.pk, "device_memory_used", 700);
+  feed(st, "gpu", &wb);
+  ASSERT_EQ(st->workers[gpu].gpu_util, -1);
+  /* status_reply carries them */
+  drop_outboxes(st);
+  uint32_t p = sched_peer_find(st, "c", 1);
+  sched_emit_status(st, p, 7);
+  tsr_wbuf *out = &st->peers[p].out;
+  ASSERT_TRUE(has_bytes(out->sbuf.data, out->sbuf.size, "NVIDIA H200"));
+  ASSERT_TRUE(has_bytes(out->sbuf.data, out->sbuf.size, "device_memory_used"));
+  ASSERT_TRUE(has_bytes(out->sbuf.data, out->sbuf.size, "device_memory_limit"));
+  ASSERT_TRUE(!has_bytes(out->sbuf.data, out->sbuf.size, "gpu_util"));
+  /* a malformed native_ops is refused like any bad hello */
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "hello", 8);
+  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
+  tsr_pack_kv_str(&wb.pk, "role", "worker");
+  tsr_pack_kv_str(&wb.pk, "name", "bad");
+  tsr_pack_kv_uint(&wb.pk, "threads", 1);
+  tsr_pack_kv_str(&wb.pk, "data_address", "tcp://bad:1");
+  tsr_pack_str(&wb.pk, "ops");
+  msgpack_pack_array(&wb.pk, 0);
+  tsr_pack_kv_uint(&wb.pk, "native_ops", 3);
+  feed(st, "bad", &wb);
+  uint32_t bad = sched_peer_find(st, "bad", 3);
+  ASSERT_TRUE(bad == SCHED_NONE || st->peers[bad].role != PEER_WORKER);
   sched_state_destroy(&st);
 }
 
@@ -529,6 +685,9 @@ int main(void)
   RUN(order_earlier_graphs_first);
   RUN(rejections_keep_nothing);
   RUN(place_fits_ops_then_locality_then_occupancy);
+  RUN(place_prefers_native_then_locality);
+  RUN(place_falls_back_to_non_native_workers);
+  RUN(gpu_heartbeat_and_status_fields);
   RUN(queue_holds_the_rest_in_priority_order);
   RUN(results_freed_when_unneeded_and_graph_forgotten);
   RUN(client_loss_drops_pending_tasks);
