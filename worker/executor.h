@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "fetch.h"
+#include "gpu.h"
 #include "store.h"
 #include "task.h"
 
@@ -29,9 +30,11 @@ typedef struct tsr_wexec_opts {
   const char *done_endpoint;   /* inproc endpoint the main thread pulls from */
   const char *worker_name;     /* named in "unknown op" messages */
   int fetch_timeout_ms;        /* per input fetch */
+  tsr_wgpu *gpu;               /* a GPU worker's device (each thread gets a slot), or NULL */
 } tsr_wexec_opts;
 
-/* Starts the threads. 0, or TSR_ENOMEM / TSR_EINTERNAL with a message (no
+/* Starts the threads (with opts->gpu, one GPU slot each: a stream and its
+ * library handles). 0, or TSR_ENOMEM / TSR_EINTERNAL with a message (no
  * thread is left running then). The store must outlive the pool. */
 int tsr_wexec_start(const tsr_wexec_opts *opts, tsr_wstore *store, tsr_wexec **exec_p, tsr_errbuf *err);
 /* Queues a task (the pool takes it). 0 or TSR_ENOMEM (caller keeps it). */
@@ -55,5 +58,12 @@ int tsr_wexec_stop(tsr_wexec **exec_p, int timeout_ms);
  * body of every executor thread, exposed so tests can run tasks without
  * threads or sockets. */
 void tsr_wtask_run(tsr_wtask *task, tsr_wstore *store, tsr_wfetcher *fetcher, const char *worker_name);
+/* The same on a GPU worker's slot (NULL: as tsr_wtask_run). An op with a
+ * CUDA variant runs on the slot's stream with its inputs on the device
+ * (host inputs are copied up for the task) and its output stays there; an
+ * op without one runs on the host, device inputs copied down for it. The
+ * slot's stream is synchronized before the task's result is set. */
+void tsr_wtask_run_on(tsr_wtask *task, tsr_wstore *store, tsr_wfetcher *fetcher, const char *worker_name,
+                      tsr_wgpu_slot *slot);
 
 #endif

@@ -1,14 +1,27 @@
 /* What the worker tells the scheduler (docs/protocol.md, "Worker ->
  * scheduler"), each message appended to the iteration's outbound batch. */
+#include <stdio.h>
 #include <unistd.h>
 
 #include "kernels.h"
 #include "worker_int.h"
 
+/* A GPU worker's ops with a variant native to its device: those with a
+ * CUDA variant (the others it runs on the host). */
+static void pack_native_ops(msgpack_packer *pk)
+{
+  size_t n = tsr_op_count(), native = 0;
+  for (size_t i = 0; i < n; i++) native += tsr_op_at(i)->cuda != NULL;
+  tsr_pack_str(pk, "native_ops");
+  msgpack_pack_array(pk, native);
+  for (size_t i = 0; i < n; i++)
+    if (tsr_op_at(i)->cuda != NULL) tsr_pack_str(pk, tsr_op_at(i)->name);
+}
+
 void tsr_report_hello(tsr_worker *w)
 {
   msgpack_packer *pk = &w->out.pk;
-  tsr_wbuf_begin(&w->out, "hello", 10);
+  tsr_wbuf_begin(&w->out, "hello", w->gpu ? 13 : 10);
   tsr_pack_kv_uint(pk, "proto", TSR_PROTOCOL_VERSION);
   tsr_pack_kv_str(pk, "role", "worker");
   tsr_pack_kv_str(pk, "name", w->opts.name);
@@ -16,21 +29,30 @@ void tsr_report_hello(tsr_worker *w)
   tsr_pack_kv_uint(pk, "threads", (uint64_t)w->opts.threads);
   tsr_pack_kv_uint(pk, "memory_limit", w->opts.memory_limit);
   tsr_pack_kv_str(pk, "data_address", tsr_xfer_server_address(w->server));
-  tsr_pack_kv_str(pk, "device", "cpu");
+  char device[32];
+  snprintf(device, sizeof device, "gpu:%d", w->opts.gpu);
+  tsr_pack_kv_str(pk, "device", w->gpu ? device : "cpu");
   tsr_pack_str(pk, "ops");
   size_t n = tsr_op_count();
   msgpack_pack_array(pk, n);
   for (size_t i = 0; i < n; i++) tsr_pack_str(pk, tsr_op_at(i)->name);
+  if (w->gpu == NULL) return;
+  pack_native_ops(pk);
+  tsr_pack_kv_str(pk, "gpu_name", tsr_wgpu_name(w->gpu));
+  tsr_pack_kv_uint(pk, "device_memory_limit", tsr_wgpu_limit(w->gpu));
 }
 
 void tsr_report_heartbeat(tsr_worker *w)
 {
   msgpack_packer *pk = &w->out.pk;
-  tsr_wbuf_begin(&w->out, "heartbeat", 5);
+  int util = w->gpu ? tsr_wgpu_util(w->gpu) : -1;
+  tsr_wbuf_begin(&w->out, "heartbeat", 5 + (w->gpu != NULL) + (util >= 0));
   tsr_pack_kv_uint(pk, "memory_used", tsr_wstore_bytes(w->store));
   tsr_pack_kv_uint(pk, "tasks_running", w->exec ? tsr_wexec_running(w->exec) : 0);
   tsr_pack_kv_uint(pk, "tasks_done", w->tasks_done);
   tsr_pack_kv_uint(pk, "chunks", tsr_wstore_count(w->store));
+  if (w->gpu != NULL) tsr_pack_kv_uint(pk, "device_memory_used", tsr_wgpu_used(w->gpu));
+  if (util >= 0) tsr_pack_kv_uint(pk, "gpu_util", (uint64_t)util);
 }
 
 static void report_done(tsr_worker *w, const tsr_wtask *task)

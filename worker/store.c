@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tiers.h"
 #include "wire/wire.h"
 
 struct tsr_wstore {
@@ -15,9 +16,14 @@ struct tsr_wstore {
   tsr_strmap *map;          /* key -> tsr_chunk *, one reference each; under lock */
   uint64_t epoch;           /* under lock */
   uint64_t memory_limit;
-  atomic_uint_fast64_t bytes;
+  atomic_uint_fast64_t bytes;        /* host chunks */
+  atomic_uint_fast64_t device_bytes; /* device chunks */
+  tsr_device_copy_fn device_copy;
+  void *device_copy_arg;
   atomic_uint_fast64_t live;
   atomic_bool warned_limit;
+  struct tsr_tiers *tiers;   /* set before tasks run, then read-only */
+  uint64_t clock;            /* LRU clock; under lock */
 };
 
 tsr_wstore *tsr_wstore_new(uint64_t memory_limit)
@@ -33,6 +39,7 @@ tsr_wstore *tsr_wstore_new(uint64_t memory_limit)
   store->epoch = 1;
   store->memory_limit = memory_limit;
   atomic_init(&store->bytes, 0);
+  atomic_init(&store->device_bytes, 0);
   atomic_init(&store->live, 0);
   atomic_init(&store->warned_limit, false);
   return store;
@@ -66,7 +73,7 @@ static void account_add(tsr_wstore *store, size_t nbytes)
   if (store->memory_limit == 0 || now <= store->memory_limit) return;
   if (atomic_exchange(&store->warned_limit, true)) return;
   char held[32], limit[32];
-  TSR_WARN("chunk store holds %s, over the memory limit of %s (not enforced yet; logged once)",
+  TSR_WARN("chunk store holds %s, over the memory limit of %s (logged once)",
            tsr_format_bytes(now, held, sizeof held), tsr_format_bytes(store->memory_limit, limit, sizeof limit));
 }
 
@@ -84,6 +91,7 @@ static int chunk_alloc(tsr_wstore *store, const char *key, const tsr_meta *meta,
   memcpy(chunk->key, key, key_len + 1);
   chunk->meta = *meta;
   chunk->store = store;
+  chunk->device = -1;
   atomic_init(&chunk->refs, 1);
   *chunk_p = chunk;
   return 0;
@@ -120,6 +128,24 @@ int tsr_chunk_new_xfer(tsr_wstore *store, const char *key, const tsr_meta *meta,
   return 0;
 }
 
+int tsr_chunk_new_device(tsr_wstore *store, const char *key, const tsr_meta *meta, void *data, size_t nbytes,
+                         int device, tsr_chunk_release_fn release, void *release_arg, tsr_chunk **chunk_p)
+{
+  tsr_chunk *chunk;
+  int rc = chunk_alloc(store, key, meta, &chunk);
+  if (rc != 0) return rc;
+  chunk->owner = TSR_CHUNK_DEVICE;
+  chunk->data = data;
+  chunk->nbytes = nbytes;
+  chunk->device = device;
+  chunk->release = release;
+  chunk->release_arg = release_arg;
+  atomic_fetch_add(&store->device_bytes, nbytes);
+  atomic_fetch_add(&store->live, 1);
+  *chunk_p = chunk;
+  return 0;
+}
+
 tsr_chunk *tsr_chunk_ref(tsr_chunk *chunk)
 {
   atomic_fetch_add_explicit(&chunk->refs, 1, memory_order_relaxed);
@@ -136,13 +162,16 @@ void tsr_chunk_unref(tsr_chunk **chunk_p)
   if (atomic_fetch_sub_explicit(&chunk->refs, 1, memory_order_acq_rel) != 1) return;
   tsr_wstore *store = chunk->store;
   size_t nbytes = chunk->nbytes;
+  bool device = chunk->owner == TSR_CHUNK_DEVICE;
   if (chunk->owner == TSR_CHUNK_XFER)
     tsr_xfer_data_release(&chunk->xfer);
+  else if (device)
+    chunk->release(chunk->release_arg, chunk->data, nbytes);
   else
     free(chunk->data);
   free(chunk->key);
   free(chunk);
-  atomic_fetch_sub(&store->bytes, nbytes);
+  atomic_fetch_sub(device ? &store->device_bytes : &store->bytes, nbytes);
   atomic_fetch_sub(&store->live, 1);
 }
 
@@ -168,6 +197,7 @@ int tsr_wstore_put(tsr_wstore *store, tsr_chunk *chunk, uint64_t epoch, const at
     rc = TSR_ECANCELED;
   else
     rc = map_replace(store, chunk, &old);
+  if (rc == 0) chunk->last_use = ++store->clock;
   pthread_mutex_unlock(&store->lock);
   if (rc != 0) tsr_chunk_unref(&chunk);
   tsr_chunk_unref(&old);
@@ -176,10 +206,17 @@ int tsr_wstore_put(tsr_wstore *store, tsr_chunk *chunk, uint64_t epoch, const at
 
 int tsr_wstore_get(tsr_wstore *store, const char *key, tsr_chunk **chunk_p)
 {
+  if (tsr_wstore_get_mem(store, key, chunk_p) == 0) return 0;
+  return store->tiers != NULL ? tsr_tiers_load(store->tiers, store, key, chunk_p) : TSR_ENOTFOUND;
+}
+
+int tsr_wstore_get_mem(tsr_wstore *store, const char *key, tsr_chunk **chunk_p)
+{
   uint64_t value;
   pthread_mutex_lock(&store->lock);
   bool found = tsr_strmap_get(store->map, key, strlen(key), &value);
   tsr_chunk *chunk = found ? tsr_chunk_ref((tsr_chunk *)(uintptr_t)value) : NULL;
+  if (found) chunk->last_use = ++store->clock;
   pthread_mutex_unlock(&store->lock);
   if (!found) return TSR_ENOTFOUND;
   *chunk_p = chunk;
@@ -200,6 +237,9 @@ static bool del_if(tsr_wstore *store, const char *key, bool only_replica)
   size_t len = strlen(key);
   uint64_t value;
   tsr_chunk *chunk = NULL;
+  /* The spill file first: a load in progress then finishes before the key
+   * leaves the map, and cannot bring it back afterwards. */
+  bool on_disk = !only_replica && store->tiers != NULL && tsr_tiers_del(store->tiers, key);
   pthread_mutex_lock(&store->lock);
   if (tsr_strmap_get(store->map, key, len, &value)) {
     chunk = (tsr_chunk *)(uintptr_t)value;
@@ -209,7 +249,7 @@ static bool del_if(tsr_wstore *store, const char *key, bool only_replica)
       tsr_strmap_del(store->map, key, len);
   }
   pthread_mutex_unlock(&store->lock);
-  bool found = chunk != NULL;
+  bool found = chunk != NULL || on_disk;
   tsr_chunk_unref(&chunk);
   return found;
 }
@@ -227,6 +267,7 @@ uint64_t tsr_wstore_clear(tsr_wstore *store)
     TSR_ERROR("out of memory while clearing the chunk store");
     abort();
   }
+  if (store->tiers != NULL) tsr_tiers_clear(store->tiers);
   pthread_mutex_lock(&store->lock);
   tsr_strmap *swap = store->map;
   store->map = old;
@@ -247,6 +288,7 @@ uint64_t tsr_wstore_epoch(tsr_wstore *store)
 }
 
 uint64_t tsr_wstore_bytes(const tsr_wstore *store) { return atomic_load(&store->bytes); }
+uint64_t tsr_wstore_device_bytes(const tsr_wstore *store) { return atomic_load(&store->device_bytes); }
 uint64_t tsr_wstore_live_chunks(const tsr_wstore *store) { return atomic_load(&store->live); }
 uint64_t tsr_wstore_memory_limit(const tsr_wstore *store) { return store->memory_limit; }
 
@@ -266,10 +308,122 @@ static void xfer_release(void *data, void *hint)
   tsr_chunk_unref(&chunk);
 }
 
+void tsr_wstore_set_device_copy(tsr_wstore *store, tsr_device_copy_fn copy, void *arg)
+{
+  store->device_copy = copy;
+  store->device_copy_arg = arg;
+}
+
+/* ZeroMQ's free callback for the host copy of a device chunk. */
+static void free_copy(void *data, void *hint)
+{
+  (void)data;
+  free(hint);
+}
+
+/* Serves a device chunk from a host copy: the chunk's reference is dropped
+ * here, on the serving thread, never on ZeroMQ's. */
+static int lookup_device(tsr_wstore *store, tsr_chunk *chunk, tsr_xfer_chunk *out)
+{
+  tsr_errbuf err = {{0}};
+  void *copy = malloc(chunk->nbytes ? chunk->nbytes : 1);
+  int rc = copy == NULL ? tsr_fail(&err, TSR_ENOMEM, "out of memory")
+           : store->device_copy == NULL ? tsr_fail(&err, TSR_EINTERNAL, "no device copy installed")
+           : store->device_copy(store->device_copy_arg, copy, chunk->data, chunk->nbytes, &err);
+  if (rc != 0) {
+    TSR_WARN("cannot serve device chunk '%s' (%zu bytes): %s", chunk->key, chunk->nbytes, err.text);
+    free(copy);
+    tsr_chunk_unref(&chunk);
+    return TSR_ENOTFOUND;
+  }
+  out->meta = chunk->meta;
+  out->data = copy;
+  out->nbytes = chunk->nbytes;
+  out->release = free_copy;
+  out->hint = copy;
+  tsr_chunk_unref(&chunk);
+  return 0;
+}
+
+/* ---------- tiers ---------- */
+
+void tsr_wstore_set_tiers(tsr_wstore *store, struct tsr_tiers *tiers) { store->tiers = tiers; }
+struct tsr_tiers *tsr_wstore_tiers(const tsr_wstore *store) { return store->tiers; }
+
+void tsr_wstore_balance(tsr_wstore *store)
+{
+  if (store->tiers != NULL) tsr_tiers_balance(store->tiers, store);
+}
+
+typedef struct idle_list {
+  tsr_chunk **chunks;
+  size_t n, cap;
+  bool failed;
+} idle_list;
+
+static void collect_idle(void *arg, const char *key, size_t key_len, uint64_t value)
+{
+  (void)key, (void)key_len;
+  idle_list *l = arg;
+  tsr_chunk *chunk = (tsr_chunk *)(uintptr_t)value;
+  if (l->failed || chunk->owner == TSR_CHUNK_DEVICE || atomic_load(&chunk->refs) != 1) return;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 64;
+    tsr_chunk **grown = realloc(l->chunks, cap * sizeof *grown);
+    if (grown == NULL) {
+      l->failed = true;
+      return;
+    }
+    l->chunks = grown;
+    l->cap = cap;
+  }
+  l->chunks[l->n++] = tsr_chunk_ref(chunk);
+}
+
+static int by_last_use(const void *a, const void *b)
+{
+  uint64_t x = (*(tsr_chunk *const *)a)->last_use, y = (*(tsr_chunk *const *)b)->last_use;
+  return (x > y) - (x < y);
+}
+
+size_t tsr_wstore_idle(tsr_wstore *store, tsr_chunk ***chunks_p)
+{
+  idle_list l = {0};
+  pthread_mutex_lock(&store->lock);
+  tsr_strmap_each(store->map, collect_idle, &l);
+  if (l.n > 1) qsort(l.chunks, l.n, sizeof *l.chunks, by_last_use);
+  pthread_mutex_unlock(&store->lock);
+  if (l.failed) {
+    for (size_t i = 0; i < l.n; i++) tsr_chunk_unref(&l.chunks[i]);
+    free(l.chunks);
+    l.chunks = NULL, l.n = 0;
+  }
+  *chunks_p = l.chunks;
+  return l.n;
+}
+
+bool tsr_wstore_evict(tsr_wstore *store, tsr_chunk *chunk)
+{
+  size_t len = strlen(chunk->key);
+  uint64_t value;
+  bool evicted = false;
+  pthread_mutex_lock(&store->lock);
+  if (tsr_strmap_get(store->map, chunk->key, len, &value) && (tsr_chunk *)(uintptr_t)value == chunk &&
+      atomic_load(&chunk->refs) == 2) {
+    tsr_strmap_del(store->map, chunk->key, len);
+    evicted = true;
+  }
+  pthread_mutex_unlock(&store->lock);
+  /* The map's reference; the caller's keeps the chunk alive. */
+  if (evicted) atomic_fetch_sub_explicit(&chunk->refs, 1, memory_order_acq_rel);
+  return evicted;
+}
+
 int tsr_wstore_xfer_lookup(void *arg, const char *key, tsr_xfer_chunk *out)
 {
   tsr_chunk *chunk;
   if (tsr_wstore_get(arg, key, &chunk) != 0) return TSR_ENOTFOUND;
+  if (tsr_chunk_on_device(chunk)) return lookup_device(arg, chunk, out);
   out->meta = chunk->meta;
   out->data = chunk->data;
   out->nbytes = chunk->nbytes;

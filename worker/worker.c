@@ -55,6 +55,29 @@ static int open_completions(tsr_worker *w)
   return 0;
 }
 
+/* Serving a device chunk: copy it down on the main thread's own stream. */
+static int serve_copy(void *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err)
+{
+  return tsr_wgpu_download(slot, dst, src, nbytes, err);
+}
+
+static int open_gpu(tsr_worker *w)
+{
+  if (w->opts.gpu < 0) return 0;
+  tsr_errbuf err = {{0}};
+  int rc = tsr_wgpu_open(w->opts.gpu, w->opts.device_memory_limit, w->opts.threads, &w->gpu, &err);
+  if (rc == 0) rc = tsr_wgpu_slot_new(w->gpu, &w->serve_slot, &err);
+  if (rc != 0) {
+    TSR_ERROR("%s", err.text);
+    return rc;
+  }
+  tsr_wstore_set_device_copy(w->store, serve_copy, w->serve_slot);
+  char limit[32];
+  TSR_INFO("gpu:%d: %s, device memory limit %s, %d streams", w->opts.gpu, tsr_wgpu_name(w->gpu),
+           tsr_format_bytes(tsr_wgpu_limit(w->gpu), limit, sizeof limit), w->opts.threads);
+  return 0;
+}
+
 static int start_executor(tsr_worker *w)
 {
   tsr_wexec_opts eo = {
@@ -63,12 +86,34 @@ static int start_executor(tsr_worker *w)
     .done_endpoint = w->done_endpoint,
     .worker_name = w->opts.name,
     .fetch_timeout_ms = w->opts.fetch_timeout_ms,
+    .gpu = w->gpu,
   };
   tsr_errbuf err = {{0}};
   if (tsr_wexec_start(&eo, w->store, &w->exec, &err) != 0) {
     TSR_ERROR("executor: %s", err.text);
     return TSR_EINTERNAL;
   }
+  return 0;
+}
+
+/* The host and disk tiers, only with a memory limit: without one nothing
+ * is ever evicted, so no spill directory is made. */
+static int open_tiers(tsr_worker *w)
+{
+  if (w->opts.memory_limit == 0) return 0;
+  tsr_tiers_opts o = w->opts.tiers;
+  o.memory_limit = w->opts.memory_limit;
+  tsr_tiers *tiers;
+  tsr_errbuf err = {{0}};
+  if (tsr_tiers_new(&o, &tiers, &err) != 0) {
+    TSR_ERROR("%s", err.text);
+    return TSR_EIO;
+  }
+  tsr_wstore_set_tiers(w->store, tiers);
+  char limit[32];
+  TSR_INFO("memory limit %s (target %.2f, spill %.2f); spilling to %s with %s level %d",
+           tsr_format_bytes(o.memory_limit, limit, sizeof limit), o.target, o.spill, tsr_tiers_dir(tiers), o.codec,
+           o.level);
   return 0;
 }
 
@@ -85,7 +130,9 @@ static int worker_setup(tsr_worker *w, const tsr_worker_opts *opts)
     TSR_ERROR("out of memory starting the worker");
     return TSR_ENOMEM;
   }
-  int rc = open_data_plane(w);
+  if (open_tiers(w) != 0) return TSR_EIO;
+  int rc = open_gpu(w);
+  if (rc == 0) rc = open_data_plane(w);
   if (rc == 0) rc = open_completions(w);
   if (rc == 0) rc = start_executor(w);
   w->beat_ms = opts->heartbeat_interval_ms;
@@ -158,7 +205,12 @@ static bool worker_teardown(tsr_worker *w)
   /* Terminating the context runs the free callbacks of bytes still queued
    * for sending, which drop their chunk references: before the store goes. */
   if (w->zctx) zmq_ctx_term(w->zctx);
+  tsr_tiers *tiers = w->store != NULL ? tsr_wstore_tiers(w->store) : NULL;
   tsr_wstore_destroy(&w->store);
+  tsr_tiers_destroy(&tiers);
+  /* After the store: its device chunks free into the GPU's pool. */
+  tsr_wgpu_slot_destroy(&w->serve_slot);
+  tsr_wgpu_close(&w->gpu);
   tsr_strmap_destroy(&w->pending);
   tsr_strmap_destroy(&w->needs);
   tsr_wbuf_free(&w->out);

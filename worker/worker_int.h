@@ -27,6 +27,8 @@ typedef struct tsr_worker {
   char done_endpoint[64];
   tsr_wstore *store;
   tsr_wexec *exec;
+  tsr_wgpu *gpu;              /* a GPU worker's device, or NULL */
+  tsr_wgpu_slot *serve_slot;  /* the main thread's stream: copies device chunks it serves */
 
   /* scheduler link */
   void *sched;

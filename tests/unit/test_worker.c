@@ -271,6 +271,59 @@ TEST(store_concurrent_refs)
 
 /* ---------- compute decoding and the queue ---------- */
 
+/* A stand-in for device memory: host bytes behind the release callback. */
+static int releases;
+static void fake_release(void *arg, void *data, size_t nbytes)
+{
+  (void)arg, (void)nbytes;
+  releases++;
+  free(data);
+}
+
+static int fake_copy(void *arg, void *dst, const void *src, size_t nbytes, tsr_errbuf *err)
+{
+  (void)err;
+  (*(int *)arg)++;
+  memcpy(dst, src, nbytes);
+  return 0;
+}
+
+static void drop_served(tsr_xfer_chunk *x) { x->release((void *)x->data, x->hint); }
+
+TEST(store_device_chunks_counted_apart_and_served_from_a_copy)
+{
+  tsr_wstore *store = tsr_wstore_new(0);
+  tsr_meta meta = {TSR_F64, 1, {8}};
+  double *dev = malloc(64);
+  for (int i = 0; i < 8; i++) dev[i] = i * 1.5;
+  tsr_chunk *chunk = NULL;
+  releases = 0;
+  ASSERT_OK(tsr_chunk_new_device(store, "d", &meta, dev, 64, 0, fake_release, NULL, &chunk));
+  ASSERT_TRUE(tsr_chunk_on_device(chunk));
+  ASSERT_EQ(chunk->device, 0);
+  ASSERT_OK(tsr_wstore_put(store, chunk, tsr_wstore_epoch(store), NULL));
+  tsr_chunk_unref(&chunk);
+  ASSERT_EQ(tsr_wstore_device_bytes(store), 64);
+  ASSERT_EQ(tsr_wstore_bytes(store), 0);
+  tsr_xfer_chunk x;
+  /* no copy installed: not served (the asker reports it missing) */
+  ASSERT_EQ(tsr_wstore_xfer_lookup(store, "d", &x), TSR_ENOTFOUND);
+  int copies = 0;
+  tsr_wstore_set_device_copy(store, fake_copy, &copies);
+  ASSERT_OK(tsr_wstore_xfer_lookup(store, "d", &x));
+  ASSERT_EQ(copies, 1);
+  ASSERT_TRUE(x.data != (const void *)dev);
+  ASSERT_EQ(x.nbytes, 64);
+  ASSERT_EQ(memcmp(x.data, dev, 64), 0);
+  /* the served copy holds no reference: dropping the key frees the device bytes */
+  ASSERT_TRUE(tsr_wstore_del(store, "d"));
+  ASSERT_EQ(releases, 1);
+  ASSERT_EQ(tsr_wstore_device_bytes(store), 0);
+  ASSERT_EQ(tsr_wstore_live_chunks(store), 0);
+  drop_served(&x);
+  tsr_wstore_destroy(&store);
+}
+
 TEST(decode_compute)
 {
   const char *ins[] = {"in0", "in1"};
@@ -482,7 +535,7 @@ static int pool_open(pool_fixture *f, int threads)
   f->pull = zmq_socket(f->zctx, ZMQ_PULL);
   if (zmq_bind(f->pull, "inproc://test-done") != 0) return -1;
   f->store = tsr_wstore_new(0);
-  tsr_wexec_opts o = {threads, f->zctx, "inproc://test-done", "wt", 5000};
+  tsr_wexec_opts o = {threads, f->zctx, "inproc://test-done", "wt", 5000, NULL};
   tsr_errbuf err = {{0}};
   return tsr_wexec_start(&o, f->store, &f->exec, &err);
 }
@@ -676,6 +729,7 @@ int main(void)
   RUN(store_replicas_and_server_lookup);
   RUN(store_memory_limit_warns_once);
   RUN(store_concurrent_refs);
+  RUN(store_device_chunks_counted_apart_and_served_from_a_copy);
   RUN(decode_compute);
   RUN(decode_compute_rejects);
   RUN(queue_priority_then_arrival);

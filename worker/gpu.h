@@ -1,0 +1,113 @@
+/* worker/gpu — the GPU a worker owns (`tessera-worker --gpu N`): its
+ * stream-ordered memory pool with a hard byte limit, pinned host staging
+ * buffers, one execution slot per executor thread (a stream with a cuBLAS
+ * and a cuSOLVER handle bound to it), and utilization through NVML.
+ *
+ * Two implementations behind this header, chosen by CMake: gpu_cuda.c
+ * (built when the CUDA kernels are, links the CUDA runtime, cuBLAS and
+ * cuSOLVER) and gpu_none.c (every entry point fails with "this build has
+ * no CUDA"). No CUDA type appears here, so the rest of the worker compiles
+ * the same either way.
+ *
+ * Memory. Every device allocation (chunks, input copies, kernel scratch)
+ * comes from one cudaMemPool and is counted here against the limit; an
+ * allocation that would pass it is refused with TSR_ELIMIT and a message
+ * naming what it was for, its size and the limit — never a CUDA
+ * out-of-memory crash. An allocation marked transient (an input copy, a
+ * kernel's scratch: freed when its task ends) waits a while for other
+ * tasks' transient bytes to come back before giving up; a chunk's bytes
+ * stay until the chunk is dropped. Device memory is never managed memory.
+ *
+ * Ordering. A slot's work is ordered on its own stream only: nothing here
+ * synchronizes the device. Device bytes are freed only once every stream
+ * that used them has been synchronized (the executor synchronizes its
+ * stream before it drops its references), so a free needs no cross-stream
+ * event.
+ *
+ * Threading. tsr_wgpu_open/close on the main thread. A slot belongs to one
+ * thread at a time (its stream and staging buffers). tsr_wgpu_release and
+ * the counters may be called from any thread except ZeroMQ's I/O thread
+ * (device chunks are never handed to ZeroMQ: they are copied to host
+ * memory first). */
+#ifndef TSR_WORKER_GPU_H
+#define TSR_WORKER_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kernels.h"
+#include "util/util.h"
+
+typedef struct tsr_wgpu tsr_wgpu;
+typedef struct tsr_wgpu_slot tsr_wgpu_slot;
+
+/* True when this build can drive a GPU (gpu_cuda.c). */
+bool tsr_wgpu_built(void);
+
+/* Writes one line per visible GPU to out ("INDEX<TAB>NAME<TAB>BYTES") and
+ * returns the count (> 0). TSR_ENODEV with a message when this build has no
+ * CUDA or no GPU can be used (no driver, no device). */
+int tsr_wgpu_list(FILE *out, tsr_errbuf *err);
+
+/* Opens device `device` for `slots` executor slots plus one for the main
+ * thread (serving device chunks). limit 0 means 90% of the device's
+ * memory; a larger limit than the device has is lowered to its size (with
+ * a warning). 0, TSR_ENODEV (no such GPU / no CUDA), TSR_ENOMEM or
+ * TSR_EINTERNAL, with a message. */
+int tsr_wgpu_open(int device, uint64_t limit, int slots, tsr_wgpu **gpu_p, tsr_errbuf *err);
+/* Frees the pool, staging buffers and NVML. Every slot and every device
+ * chunk must be gone. NULL is a no-op. */
+void tsr_wgpu_close(tsr_wgpu **gpu_p);
+
+int tsr_wgpu_device(const tsr_wgpu *gpu);
+/* "NVIDIA H200"; static for the life of gpu. */
+const char *tsr_wgpu_name(const tsr_wgpu *gpu);
+uint64_t tsr_wgpu_limit(const tsr_wgpu *gpu);
+/* Bytes allocated from the pool now (chunks, input copies, scratch). */
+uint64_t tsr_wgpu_used(const tsr_wgpu *gpu);
+/* GPU utilization in percent over NVML's last sample period, or -1 when
+ * NVML is not available (libnvidia-ml.so.1 is loaded at run time). */
+int tsr_wgpu_util(tsr_wgpu *gpu);
+/* True after a CUDA error that leaves the context unusable (an illegal
+ * address in a kernel, say): the process should exit so the scheduler
+ * recomputes its work elsewhere. */
+bool tsr_wgpu_broken(const tsr_wgpu *gpu);
+
+/* A slot: stream, cuBLAS and cuSOLVER handles on it, two pinned staging
+ * blocks. Make the calling thread use the device first (tsr_wgpu_bind). */
+int tsr_wgpu_slot_new(tsr_wgpu *gpu, tsr_wgpu_slot **slot_p, tsr_errbuf *err);
+void tsr_wgpu_slot_destroy(tsr_wgpu_slot **slot_p);
+/* Makes gpu's device current on the calling thread. 0 or TSR_EINTERNAL. */
+int tsr_wgpu_bind(tsr_wgpu *gpu);
+tsr_wgpu *tsr_wgpu_slot_gpu(tsr_wgpu_slot *slot);
+/* What a CUDA variant gets: stream, handles, scratch (counted against the
+ * limit, transient). Valid while the slot lives. */
+const tsr_gpu_ctx *tsr_wgpu_slot_ctx(tsr_wgpu_slot *slot);
+
+/* Allocates nbytes of device memory, ordered on the slot's stream. `what`
+ * names the chunk or input it is for (in the error message). transient:
+ * freed before its task ends (see above). 0, TSR_ELIMIT or TSR_ENOMEM. */
+int tsr_wgpu_alloc(tsr_wgpu_slot *slot, size_t nbytes, const char *what, bool transient, void **ptr_p,
+                   tsr_errbuf *err);
+/* Frees on the slot's stream (after what is enqueued there). */
+void tsr_wgpu_free(tsr_wgpu_slot *slot, void *ptr, size_t nbytes, bool transient);
+/* Frees a chunk's bytes from any thread, once no stream uses them any more.
+ * The signature of tsr_chunk_release_fn (arg = the tsr_wgpu). */
+void tsr_wgpu_release(void *gpu, void *ptr, size_t nbytes);
+/* Frees the scratch a kernel left allocated on this slot (after a sync). */
+void tsr_wgpu_slot_reset(tsr_wgpu_slot *slot);
+
+/* Host -> device through the pinned staging blocks, on the slot's stream.
+ * Returns once src may be reused. 0 or TSR_EINTERNAL. */
+int tsr_wgpu_upload(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err);
+/* Device -> host, after what is enqueued on the slot's stream; returns once
+ * dst holds the bytes. 0 or TSR_EINTERNAL. */
+int tsr_wgpu_download(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err);
+/* Waits for the slot's stream (only it). 0, or TSR_EINTERNAL with the CUDA
+ * error (and the gpu marked broken when the error is one that poisons the
+ * context). */
+int tsr_wgpu_sync(tsr_wgpu_slot *slot, tsr_errbuf *err);
+
+#endif

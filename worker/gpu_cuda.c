@@ -1,0 +1,494 @@
+/* The GPU of a CUDA build: pool, limit accounting, slots, staging copies.
+ *
+ * Accounting: `used` is what we handed out (bytes as asked, one lock);
+ * cudaMemPool itself has no hard cap, so the limit lives here. The pool
+ * keeps freed memory (release threshold = the limit) instead of giving it
+ * back to the driver at every synchronization.
+ *
+ * Staging: pinned blocks of STAGE_BLOCK bytes, two per slot, allocated once
+ * at open. A copy goes through them piece by piece, double-buffered: the
+ * host memcpy of one piece overlaps the DMA of the other. */
+#include "gpu.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cusolverDn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "nvml.h"
+
+#define STAGE_BLOCK (8u << 20)
+#define TRANSIENT_WAIT_MS 30000
+#define MAX_SCRATCH 64
+
+struct tsr_wgpu {
+  int device;
+  char name[256];
+  uint64_t total, limit;
+  cudaMemPool_t pool;
+  cudaStream_t release_stream;   /* frees from threads without a slot */
+  pthread_mutex_t lock;
+  pthread_cond_t freed;
+  uint64_t used;                 /* under lock */
+  uint64_t transient;            /* under lock: part of used that tasks give back */
+  void **stage;                  /* 2 per slot */
+  int n_stage, stage_next;       /* stage_next under lock */
+  tsr_nvml *nvml;
+  _Atomic bool broken;
+};
+
+struct tsr_wgpu_slot {
+  tsr_wgpu *gpu;
+  cudaStream_t stream;
+  cublasHandle_t cublas;
+  cusolverDnHandle_t cusolver;
+  tsr_gpu_ctx ctx;
+  void *stage[2];
+  cudaEvent_t stage_done[2];
+  uint64_t transient;            /* this slot's share of gpu->transient */
+  struct {
+    void *ptr;
+    size_t nbytes;
+  } scratch[MAX_SCRATCH];
+  int n_scratch;
+};
+
+/* ---------- errors ---------- */
+
+/* Errors after which the context cannot be used again (CUDA's "sticky"
+ * errors): every later call would fail the same way. */
+static bool poisons_context(cudaError_t e)
+{
+  switch (e) {
+  case cudaErrorIllegalAddress:
+  case cudaErrorLaunchFailure:
+  case cudaErrorIllegalInstruction:
+  case cudaErrorMisalignedAddress:
+  case cudaErrorInvalidAddressSpace:
+  case cudaErrorInvalidPc:
+  case cudaErrorHardwareStackError:
+  case cudaErrorAssert:
+  case cudaErrorECCUncorrectable:
+  case cudaErrorUnknown: return true;
+  default: return false;
+  }
+}
+
+static int cuda_check(cudaError_t e, const char *call, const char *file, int line, tsr_errbuf *err)
+{
+  if (e == cudaSuccess) return 0;
+  cudaGetLastError();  /* clear a non-sticky error so the next call is judged alone */
+  const char *base = strrchr(file, '/');
+  return tsr_fail(err, TSR_EINTERNAL, "CUDA error in %s (%s:%d): %s", call, base ? base + 1 : file, line,
+                  cudaGetErrorString(e));
+}
+#define CUDA_CHECK(call, err) cuda_check((call), #call, __FILE__, __LINE__, (err))
+
+/* ---------- the device ---------- */
+
+bool tsr_wgpu_built(void) { return true; }
+
+int tsr_wgpu_list(FILE *out, tsr_errbuf *err)
+{
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return tsr_fail(err, TSR_ENODEV, "no GPU can be used: cudaGetDeviceCount: %s", cudaGetErrorString(e));
+  }
+  if (n == 0) return tsr_fail(err, TSR_ENODEV, "no GPU found (cudaGetDeviceCount is 0)");
+  for (int i = 0; i < n; i++) {
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    fprintf(out, "%d\t%s\t%zu\n", i, prop.name, prop.totalGlobalMem);
+  }
+  return n;
+}
+
+static int make_pool(tsr_wgpu *gpu, tsr_errbuf *err)
+{
+  struct cudaMemPoolProps props;
+  memset(&props, 0, sizeof props);
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = gpu->device;
+  int rc = CUDA_CHECK(cudaMemPoolCreate(&gpu->pool, &props), err);
+  if (rc != 0) return rc;
+  uint64_t keep = gpu->limit;
+  return CUDA_CHECK(cudaMemPoolSetAttribute(gpu->pool, cudaMemPoolAttrReleaseThreshold, &keep), err);
+}
+
+static int make_staging(tsr_wgpu *gpu, int slots, tsr_errbuf *err)
+{
+  gpu->n_stage = 2 * (slots + 1);
+  gpu->stage = calloc((size_t)gpu->n_stage, sizeof *gpu->stage);
+  if (gpu->stage == NULL) return tsr_fail(err, TSR_ENOMEM, "out of memory");
+  for (int i = 0; i < gpu->n_stage; i++) {
+    int rc = CUDA_CHECK(cudaHostAlloc(&gpu->stage[i], STAGE_BLOCK, cudaHostAllocPortable), err);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+/* Name, memory and the limit; the bus id for NVML. */
+static int describe(tsr_wgpu *gpu, uint64_t limit, tsr_errbuf *err)
+{
+  struct cudaDeviceProp prop;
+  int rc = CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu->device), err);
+  if (rc != 0) return rc;
+  snprintf(gpu->name, sizeof gpu->name, "%s", prop.name);
+  gpu->total = prop.totalGlobalMem;
+  gpu->limit = limit ? limit : gpu->total / 10 * 9;
+  if (gpu->limit > gpu->total) {
+    char want[32], have[32];
+    TSR_WARN("--device-memory-limit %s is more than gpu:%d has (%s); using %s", tsr_format_bytes(limit, want, sizeof want),
+             gpu->device, tsr_format_bytes(gpu->total, have, sizeof have), have);
+    gpu->limit = gpu->total;
+  }
+  char bus[32] = "";
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, gpu->device) == cudaSuccess) gpu->nvml = tsr_nvml_open(bus);
+  return 0;
+}
+
+int tsr_wgpu_open(int device, uint64_t limit, int slots, tsr_wgpu **gpu_p, tsr_errbuf *err)
+{
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return tsr_fail(err, TSR_ENODEV, "--gpu %d: no GPU can be used: %s", device, cudaGetErrorString(e));
+  }
+  if (device < 0 || device >= count)
+    return tsr_fail(err, TSR_ENODEV, "--gpu %d: no such GPU (this machine has %d)", device, count);
+  tsr_wgpu *gpu = calloc(1, sizeof *gpu);
+  if (gpu == NULL) return tsr_fail(err, TSR_ENOMEM, "out of memory");
+  gpu->device = device;
+  pthread_mutex_init(&gpu->lock, NULL);
+  pthread_cond_init(&gpu->freed, NULL);
+  int rc = CUDA_CHECK(cudaSetDevice(device), err);
+  if (rc == 0) rc = describe(gpu, limit, err);
+  if (rc == 0) rc = make_pool(gpu, err);
+  if (rc == 0) rc = CUDA_CHECK(cudaStreamCreateWithFlags(&gpu->release_stream, cudaStreamNonBlocking), err);
+  if (rc == 0) rc = make_staging(gpu, slots, err);
+  if (rc != 0) {
+    tsr_wgpu_close(&gpu);
+    return rc;
+  }
+  *gpu_p = gpu;
+  return 0;
+}
+
+void tsr_wgpu_close(tsr_wgpu **gpu_p)
+{
+  if (gpu_p == NULL || *gpu_p == NULL) return;
+  tsr_wgpu *gpu = *gpu_p;
+  cudaSetDevice(gpu->device);
+  if (gpu->used != 0) {
+    char held[32];
+    TSR_ERROR("gpu:%d closed with %s still allocated", gpu->device, tsr_format_bytes(gpu->used, held, sizeof held));
+  }
+  for (int i = 0; gpu->stage != NULL && i < gpu->n_stage; i++)
+    if (gpu->stage[i] != NULL) cudaFreeHost(gpu->stage[i]);
+  free(gpu->stage);
+  if (gpu->release_stream) cudaStreamDestroy(gpu->release_stream);
+  if (gpu->pool) cudaMemPoolDestroy(gpu->pool);
+  tsr_nvml_close(&gpu->nvml);
+  pthread_cond_destroy(&gpu->freed);
+  pthread_mutex_destroy(&gpu->lock);
+  free(gpu);
+  *gpu_p = NULL;
+}
+
+int tsr_wgpu_device(const tsr_wgpu *gpu) { return gpu->device; }
+const char *tsr_wgpu_name(const tsr_wgpu *gpu) { return gpu->name; }
+uint64_t tsr_wgpu_limit(const tsr_wgpu *gpu) { return gpu->limit; }
+int tsr_wgpu_util(tsr_wgpu *gpu) { return tsr_nvml_util(gpu->nvml); }
+bool tsr_wgpu_broken(const tsr_wgpu *gpu) { return gpu->broken; }
+
+uint64_t tsr_wgpu_used(const tsr_wgpu *gpu)
+{
+  tsr_wgpu *g = (tsr_wgpu *)gpu;
+  pthread_mutex_lock(&g->lock);
+  uint64_t used = g->used;
+  pthread_mutex_unlock(&g->lock);
+  return used;
+}
+
+int tsr_wgpu_bind(tsr_wgpu *gpu)
+{
+  return cudaSetDevice(gpu->device) == cudaSuccess ? 0 : TSR_EINTERNAL;
+}
+
+/* ---------- accounting ---------- */
+
+static void deadline_in(struct timespec *ts, int ms)
+{
+  clock_gettime(CLOCK_REALTIME, ts);
+  ts->tv_sec += ms / 1000;
+  ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
+static int limit_error(tsr_wgpu *gpu, size_t nbytes, const char *what, uint64_t used, tsr_errbuf *err)
+{
+  char need[32], lim[32], held[32];
+  tsr_format_bytes(nbytes, need, sizeof need);
+  tsr_format_bytes(gpu->limit, lim, sizeof lim);
+  if (nbytes > gpu->limit)
+    return tsr_fail(err, TSR_ELIMIT, "device memory limit: %s needs %s, more than the %s limit of gpu:%d", what, need,
+                    lim, gpu->device);
+  return tsr_fail(err, TSR_ELIMIT, "device memory limit: %s needs %s, but %s of the %s limit of gpu:%d is in use",
+                  what, need, tsr_format_bytes(used, held, sizeof held), lim, gpu->device);
+}
+
+/* Reserves nbytes under the limit. A transient request may wait for other
+ * slots' transient bytes (they come back when their tasks end); nothing
+ * else would free memory without spilling, so it fails at once when no
+ * other slot holds any. */
+static int reserve(tsr_wgpu_slot *slot, size_t nbytes, const char *what, bool transient, tsr_errbuf *err)
+{
+  tsr_wgpu *gpu = slot->gpu;
+  struct timespec deadline;
+  bool timed = false;
+  int rc = 0;
+  pthread_mutex_lock(&gpu->lock);
+  while (gpu->used + nbytes > gpu->limit) {
+    uint64_t others = gpu->transient - slot->transient;
+    if (nbytes > gpu->limit || others == 0) {
+      rc = limit_error(gpu, nbytes, what, gpu->used, err);
+      break;
+    }
+    if (!timed) deadline_in(&deadline, TRANSIENT_WAIT_MS);
+    timed = true;
+    if (pthread_cond_timedwait(&gpu->freed, &gpu->lock, &deadline) == ETIMEDOUT) {
+      rc = limit_error(gpu, nbytes, what, gpu->used, err);
+      break;
+    }
+  }
+  if (rc == 0) {
+    gpu->used += nbytes;
+    if (transient) gpu->transient += nbytes, slot->transient += nbytes;
+  }
+  pthread_mutex_unlock(&gpu->lock);
+  return rc;
+}
+
+static void unreserve(tsr_wgpu *gpu, tsr_wgpu_slot *slot, size_t nbytes, bool transient)
+{
+  pthread_mutex_lock(&gpu->lock);
+  gpu->used -= nbytes;
+  if (transient) {
+    gpu->transient -= nbytes;
+    slot->transient -= nbytes;
+  }
+  pthread_cond_broadcast(&gpu->freed);
+  pthread_mutex_unlock(&gpu->lock);
+}
+
+int tsr_wgpu_alloc(tsr_wgpu_slot *slot, size_t nbytes, const char *what, bool transient, void **ptr_p,
+                   tsr_errbuf *err)
+{
+  int rc = reserve(slot, nbytes, what, transient, err);
+  if (rc != 0) return rc;
+  void *ptr = NULL;
+  /* Never 0 bytes: a chunk's data is always a real pointer. */
+  cudaError_t e = cudaMallocFromPoolAsync(&ptr, nbytes ? nbytes : 256, slot->gpu->pool, slot->stream);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    unreserve(slot->gpu, slot, nbytes, transient);
+    char need[32];
+    return tsr_fail(err, TSR_ENOMEM, "gpu:%d cannot allocate %s for %s: %s", slot->gpu->device,
+                    tsr_format_bytes(nbytes, need, sizeof need), what, cudaGetErrorString(e));
+  }
+  *ptr_p = ptr;
+  return 0;
+}
+
+void tsr_wgpu_free(tsr_wgpu_slot *slot, void *ptr, size_t nbytes, bool transient)
+{
+  if (ptr == NULL) return;
+  cudaFreeAsync(ptr, slot->stream);
+  unreserve(slot->gpu, slot, nbytes, transient);
+}
+
+void tsr_wgpu_release(void *arg, void *ptr, size_t nbytes)
+{
+  tsr_wgpu *gpu = arg;
+  if (ptr == NULL) return;
+  cudaSetDevice(gpu->device);
+  cudaFreeAsync(ptr, gpu->release_stream);
+  unreserve(gpu, NULL, nbytes, false);
+}
+
+/* ---------- slots ---------- */
+
+static void *scratch_alloc(void *pool, size_t bytes)
+{
+  tsr_wgpu_slot *slot = pool;
+  if (slot->n_scratch == MAX_SCRATCH) return NULL;
+  void *ptr;
+  tsr_errbuf err;
+  if (tsr_wgpu_alloc(slot, bytes, "kernel scratch", true, &ptr, &err) != 0) {
+    TSR_DEBUG("scratch of %zu bytes refused: %s", bytes, err.text);
+    return NULL;
+  }
+  slot->scratch[slot->n_scratch].ptr = ptr;
+  slot->scratch[slot->n_scratch].nbytes = bytes;
+  slot->n_scratch++;
+  return ptr;
+}
+
+static void scratch_free(void *pool, void *ptr)
+{
+  tsr_wgpu_slot *slot = pool;
+  for (int i = slot->n_scratch - 1; i >= 0; i--) {
+    if (slot->scratch[i].ptr != ptr) continue;
+    tsr_wgpu_free(slot, ptr, slot->scratch[i].nbytes, true);
+    slot->scratch[i] = slot->scratch[--slot->n_scratch];
+    return;
+  }
+}
+
+void tsr_wgpu_slot_reset(tsr_wgpu_slot *slot)
+{
+  while (slot->n_scratch > 0) scratch_free(slot, slot->scratch[slot->n_scratch - 1].ptr);
+}
+
+static int take_staging(tsr_wgpu_slot *slot, tsr_errbuf *err)
+{
+  tsr_wgpu *gpu = slot->gpu;
+  pthread_mutex_lock(&gpu->lock);
+  bool ok = gpu->stage_next + 2 <= gpu->n_stage;
+  if (ok) {
+    slot->stage[0] = gpu->stage[gpu->stage_next++];
+    slot->stage[1] = gpu->stage[gpu->stage_next++];
+  }
+  pthread_mutex_unlock(&gpu->lock);
+  return ok ? 0 : tsr_fail(err, TSR_EINTERNAL, "more GPU slots than staging buffers");
+}
+
+static int make_handles(tsr_wgpu_slot *slot, tsr_errbuf *err)
+{
+  if (cublasCreate(&slot->cublas) != CUBLAS_STATUS_SUCCESS) return tsr_fail(err, TSR_EINTERNAL, "cublasCreate failed");
+  if (cublasSetStream(slot->cublas, slot->stream) != CUBLAS_STATUS_SUCCESS)
+    return tsr_fail(err, TSR_EINTERNAL, "cublasSetStream failed");
+  if (cusolverDnCreate(&slot->cusolver) != CUSOLVER_STATUS_SUCCESS)
+    return tsr_fail(err, TSR_EINTERNAL, "cusolverDnCreate failed");
+  if (cusolverDnSetStream(slot->cusolver, slot->stream) != CUSOLVER_STATUS_SUCCESS)
+    return tsr_fail(err, TSR_EINTERNAL, "cusolverDnSetStream failed");
+  return 0;
+}
+
+int tsr_wgpu_slot_new(tsr_wgpu *gpu, tsr_wgpu_slot **slot_p, tsr_errbuf *err)
+{
+  tsr_wgpu_slot *slot = calloc(1, sizeof *slot);
+  if (slot == NULL) return tsr_fail(err, TSR_ENOMEM, "out of memory");
+  slot->gpu = gpu;
+  int rc = CUDA_CHECK(cudaSetDevice(gpu->device), err);
+  if (rc == 0) rc = CUDA_CHECK(cudaStreamCreateWithFlags(&slot->stream, cudaStreamNonBlocking), err);
+  for (int i = 0; rc == 0 && i < 2; i++)
+    rc = CUDA_CHECK(cudaEventCreateWithFlags(&slot->stage_done[i], cudaEventDisableTiming), err);
+  if (rc == 0) rc = take_staging(slot, err);
+  if (rc == 0) rc = make_handles(slot, err);
+  if (rc != 0) {
+    tsr_wgpu_slot_destroy(&slot);
+    return rc;
+  }
+  slot->ctx = (tsr_gpu_ctx){
+    .device = gpu->device,
+    .stream = slot->stream,
+    .cublas = slot->cublas,
+    .cusolver = slot->cusolver,
+    .scratch_alloc = scratch_alloc,
+    .scratch_free = scratch_free,
+    .pool = slot,
+  };
+  *slot_p = slot;
+  return 0;
+}
+
+void tsr_wgpu_slot_destroy(tsr_wgpu_slot **slot_p)
+{
+  if (slot_p == NULL || *slot_p == NULL) return;
+  tsr_wgpu_slot *slot = *slot_p;
+  cudaSetDevice(slot->gpu->device);
+  if (slot->stream) cudaStreamSynchronize(slot->stream);
+  tsr_wgpu_slot_reset(slot);
+  if (slot->cusolver) cusolverDnDestroy(slot->cusolver);
+  if (slot->cublas) cublasDestroy(slot->cublas);
+  for (int i = 0; i < 2; i++)
+    if (slot->stage_done[i]) cudaEventDestroy(slot->stage_done[i]);
+  if (slot->stream) {
+    cudaStreamSynchronize(slot->stream);
+    cudaStreamDestroy(slot->stream);
+  }
+  free(slot);
+  *slot_p = NULL;
+}
+
+tsr_wgpu *tsr_wgpu_slot_gpu(tsr_wgpu_slot *slot) { return slot->gpu; }
+const tsr_gpu_ctx *tsr_wgpu_slot_ctx(tsr_wgpu_slot *slot) { return &slot->ctx; }
+
+/* ---------- copies ---------- */
+
+int tsr_wgpu_sync(tsr_wgpu_slot *slot, tsr_errbuf *err)
+{
+  cudaError_t e = cudaStreamSynchronize(slot->stream);
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e == cudaSuccess) return 0;
+  if (poisons_context(e)) slot->gpu->broken = true;
+  return tsr_fail(err, TSR_EINTERNAL, "CUDA error on gpu:%d: %s", slot->gpu->device, cudaGetErrorString(e));
+}
+
+int tsr_wgpu_upload(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err)
+{
+  int rc = 0;
+  bool used[2] = {false, false};
+  for (size_t off = 0, i = 0; rc == 0 && off < nbytes; off += STAGE_BLOCK, i++) {
+    int k = (int)(i % 2);
+    size_t len = nbytes - off < STAGE_BLOCK ? nbytes - off : STAGE_BLOCK;
+    /* The block's previous DMA must be done before we overwrite it. */
+    if (used[k]) rc = CUDA_CHECK(cudaEventSynchronize(slot->stage_done[k]), err);
+    if (rc != 0) break;
+    memcpy(slot->stage[k], (const char *)src + off, len);
+    rc = CUDA_CHECK(cudaMemcpyAsync((char *)dst + off, slot->stage[k], len, cudaMemcpyHostToDevice, slot->stream), err);
+    if (rc == 0) rc = CUDA_CHECK(cudaEventRecord(slot->stage_done[k], slot->stream), err);
+    used[k] = true;
+  }
+  /* The blocks are ours again only once their last DMA is done. */
+  for (int k = 0; k < 2; k++)
+    if (used[k] && cudaEventSynchronize(slot->stage_done[k]) != cudaSuccess && rc == 0)
+      rc = tsr_wgpu_sync(slot, err);
+  return rc;
+}
+
+int tsr_wgpu_download(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err)
+{
+  size_t pieces = (nbytes + STAGE_BLOCK - 1) / STAGE_BLOCK;
+  int rc = 0;
+  /* Piece i+1's DMA runs while the host copies piece i out of its block. */
+  for (size_t i = 0; rc == 0 && i <= pieces; i++) {
+    if (i < pieces) {
+      int k = (int)(i % 2);
+      size_t off = i * STAGE_BLOCK, len = nbytes - off < STAGE_BLOCK ? nbytes - off : STAGE_BLOCK;
+      rc = CUDA_CHECK(cudaMemcpyAsync(slot->stage[k], (const char *)src + off, len, cudaMemcpyDeviceToHost, slot->stream),
+                      err);
+      if (rc == 0) rc = CUDA_CHECK(cudaEventRecord(slot->stage_done[k], slot->stream), err);
+    }
+    if (rc == 0 && i > 0) {
+      size_t j = i - 1, off = j * STAGE_BLOCK, len = nbytes - off < STAGE_BLOCK ? nbytes - off : STAGE_BLOCK;
+      if (cudaEventSynchronize(slot->stage_done[j % 2]) != cudaSuccess) rc = tsr_wgpu_sync(slot, err);
+      if (rc == 0) memcpy((char *)dst + off, slot->stage[j % 2], len);
+    }
+  }
+  if (rc != 0) tsr_wgpu_sync(slot, NULL);
+  return rc;
+}

@@ -1,0 +1,327 @@
+/* The host and disk tiers: LRU eviction of idle chunks to blosc spill
+ * files (or dropping, for recomputable chunks and replicas), and loading
+ * them back on a store miss. See tiers.h for the rules.
+ *
+ * Invariants: an entry exists for a key exactly while its spill file does;
+ * `lock` guards the entries, the counters and every file operation, so a
+ * load, a delete and an eviction of one key never interleave. `balancing`
+ * admits one evicting thread at a time. */
+#include "tiers.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "spill.h"
+
+typedef struct spill_entry {
+  tsr_meta meta;
+  size_t nbytes;
+  uint64_t file_bytes;
+  uint64_t serial;       /* the file's name: DIR/SERIAL.blosc */
+} spill_entry;
+
+struct tsr_tiers {
+  tsr_tiers_opts opts;
+  char dir[TSR_TIERS_DIR_MAX + 32];
+  pthread_mutex_t lock;
+  pthread_mutex_t balancing;
+  tsr_strmap *entries;     /* key -> spill_entry *; under lock */
+  uint64_t next_serial;    /* under lock */
+  tsr_tiers_stats stats;   /* under lock */
+  bool warned_disk;
+};
+
+static int check_opts(const tsr_tiers_opts *o, tsr_errbuf *err)
+{
+  if (!(o->target > 0 && o->target <= 1) || !(o->spill > 0 && o->spill <= 1))
+    return tsr_fail(err, TSR_EINVAL, "memory target and spill fractions must be in (0, 1]");
+  if (!tsr_spill_codec_ok(o->codec))
+    return tsr_fail(err, TSR_EINVAL, "unknown spill codec '%s' (blosclz, lz4, zstd or zlib)", o->codec);
+  if (o->level < 0 || o->level > 9) return tsr_fail(err, TSR_EINVAL, "spill level must be 0-9");
+  return 0;
+}
+
+/* Makes a fresh directory of our own under opts->dir (created if absent)
+ * or $TMPDIR, so workers sharing a spill directory never share files. */
+static int make_dir(tsr_tiers *t, tsr_errbuf *err)
+{
+  const char *base = t->opts.dir[0] ? t->opts.dir : getenv("TMPDIR");
+  if (base == NULL || base[0] == '\0') base = "/tmp";
+  if (mkdir(base, 0700) != 0 && errno != EEXIST)
+    return tsr_fail(err, TSR_EIO, "cannot create spill directory %s: %s", base, strerror(errno));
+  snprintf(t->dir, sizeof t->dir, "%s/tessera-spill-XXXXXX", base);
+  if (mkdtemp(t->dir) == NULL)
+    return tsr_fail(err, TSR_EIO, "cannot create a spill directory under %s: %s", base, strerror(errno));
+  return 0;
+}
+
+int tsr_tiers_new(const tsr_tiers_opts *opts, tsr_tiers **tiers_p, tsr_errbuf *err)
+{
+  int rc = check_opts(opts, err);
+  if (rc != 0) return rc;
+  tsr_tiers *t = calloc(1, sizeof *t);
+  if (t == NULL || (t->entries = tsr_strmap_new(1024)) == NULL) {
+    free(t);
+    return tsr_fail(err, TSR_ENOMEM, "out of memory");
+  }
+  t->opts = *opts;
+  rc = make_dir(t, err);
+  if (rc != 0) {
+    tsr_strmap_destroy(&t->entries);
+    free(t);
+    return rc;
+  }
+  pthread_mutex_init(&t->lock, NULL);
+  pthread_mutex_init(&t->balancing, NULL);
+  t->next_serial = 1;
+  *tiers_p = t;
+  return 0;
+}
+
+static void entry_path(const tsr_tiers *t, const spill_entry *e, char *path, size_t len)
+{
+  snprintf(path, len, "%s/%llu.blosc", t->dir, (unsigned long long)e->serial);
+}
+
+/* Deletes one entry's file and counts it out; under lock. */
+static void entry_remove(tsr_tiers *t, spill_entry *e)
+{
+  char path[sizeof t->dir + 32];
+  entry_path(t, e, path, sizeof path);
+  if (unlink(path) != 0 && errno != ENOENT) TSR_WARN("cannot remove spill file %s: %s", path, strerror(errno));
+  t->stats.disk_bytes -= e->nbytes;
+  t->stats.disk_file_bytes -= e->file_bytes;
+  t->stats.disk_chunks--;
+  free(e);
+}
+
+static void remove_each(void *arg, const char *key, size_t key_len, uint64_t value)
+{
+  (void)key, (void)key_len;
+  entry_remove(arg, (spill_entry *)(uintptr_t)value);
+}
+
+void tsr_tiers_clear(tsr_tiers *t)
+{
+  tsr_strmap *fresh = tsr_strmap_new(1024);
+  pthread_mutex_lock(&t->lock);
+  tsr_strmap_each(t->entries, remove_each, t);
+  if (fresh == NULL) {
+    /* As the store's clear: without memory for an empty map the worker
+     * cannot go on coherently. */
+    TSR_ERROR("out of memory clearing the spill tier");
+    abort();
+  }
+  tsr_strmap_destroy(&t->entries);
+  t->entries = fresh;
+  pthread_mutex_unlock(&t->lock);
+}
+
+void tsr_tiers_destroy(tsr_tiers **tiers_p)
+{
+  if (tiers_p == NULL || *tiers_p == NULL) return;
+  tsr_tiers *t = *tiers_p;
+  tsr_strmap_each(t->entries, remove_each, t);
+  tsr_strmap_destroy(&t->entries);
+  if (rmdir(t->dir) != 0) TSR_WARN("cannot remove spill directory %s: %s", t->dir, strerror(errno));
+  pthread_mutex_destroy(&t->balancing);
+  pthread_mutex_destroy(&t->lock);
+  free(t);
+  *tiers_p = NULL;
+}
+
+const char *tsr_tiers_dir(const tsr_tiers *t) { return t->dir; }
+uint64_t tsr_tiers_memory_limit(const tsr_tiers *t) { return t->opts.memory_limit; }
+
+static spill_entry *find(tsr_tiers *t, const char *key)
+{
+  uint64_t v;
+  return tsr_strmap_get(t->entries, key, strlen(key), &v) ? (spill_entry *)(uintptr_t)v : NULL;
+}
+
+bool tsr_tiers_has(tsr_tiers *t, const char *key)
+{
+  pthread_mutex_lock(&t->lock);
+  bool found = find(t, key) != NULL;
+  pthread_mutex_unlock(&t->lock);
+  return found;
+}
+
+bool tsr_tiers_del(tsr_tiers *t, const char *key)
+{
+  pthread_mutex_lock(&t->lock);
+  spill_entry *e = find(t, key);
+  if (e != NULL) {
+    tsr_strmap_del(t->entries, key, strlen(key));
+    entry_remove(t, e);
+  }
+  pthread_mutex_unlock(&t->lock);
+  return e != NULL;
+}
+
+/* Writes chunk to a new spill file and records it; under lock. 0 or the
+ * write's error (the chunk then stays in memory). */
+static int spill_one(tsr_tiers *t, tsr_chunk *chunk)
+{
+  if (t->opts.disk_limit != 0 && t->stats.disk_file_bytes + chunk->nbytes > t->opts.disk_limit) {
+    if (!t->warned_disk) {
+      char lim[32];
+      TSR_WARN("spill directory full (disk limit %s): chunks stay in memory (logged once)",
+               tsr_format_bytes(t->opts.disk_limit, lim, sizeof lim));
+      t->warned_disk = true;
+    }
+    return TSR_ENOSPC;
+  }
+  spill_entry *e = calloc(1, sizeof *e);
+  if (e == NULL) return TSR_ENOMEM;
+  *e = (spill_entry){chunk->meta, chunk->nbytes, 0, t->next_serial++};
+  char path[sizeof t->dir + 32];
+  entry_path(t, e, path, sizeof path);
+  tsr_errbuf err = {{0}};
+  int rc = tsr_spill_write(path, t->opts.codec, t->opts.level, tsr_dtype_size(chunk->meta.dtype), chunk->data,
+                           chunk->nbytes, &e->file_bytes, &err);
+  if (rc == 0) rc = tsr_strmap_put(t->entries, chunk->key, strlen(chunk->key), (uint64_t)(uintptr_t)e);
+  if (rc != 0) {
+    TSR_WARN("cannot spill '%s' (%zu bytes): %s", chunk->key, chunk->nbytes, err.text[0] ? err.text : tsr_strerror(rc));
+    remove(path);
+    free(e);
+    return rc;
+  }
+  t->stats.disk_bytes += e->nbytes;
+  t->stats.disk_file_bytes += e->file_bytes;
+  t->stats.disk_chunks++;
+  t->stats.bytes_spilled += e->nbytes;
+  t->stats.chunks_spilled++;
+  TSR_DEBUG("spilled '%s': %zu bytes -> %llu on disk", chunk->key, chunk->nbytes, (unsigned long long)e->file_bytes);
+  return 0;
+}
+
+/* Moves one idle chunk out of memory: drops it, or makes sure it has a
+ * spill file first. Returns true when the store let it go. */
+static bool evict_one(tsr_tiers *t, tsr_wstore *store, tsr_chunk *chunk)
+{
+  bool drop = chunk->recompute || chunk->replica;
+  pthread_mutex_lock(&t->lock);
+  bool ok = drop || find(t, chunk->key) != NULL || spill_one(t, chunk) == 0;
+  ok = ok && tsr_wstore_evict(store, chunk);
+  if (ok && drop) {
+    t->stats.bytes_dropped += chunk->nbytes;
+    t->stats.chunks_dropped++;
+    TSR_DEBUG("dropped '%s' (%zu bytes, %s)", chunk->key, chunk->nbytes, chunk->replica ? "replica" : "recomputable");
+  }
+  pthread_mutex_unlock(&t->lock);
+  return ok;
+}
+
+void tsr_tiers_balance(tsr_tiers *t, tsr_wstore *store)
+{
+  uint64_t limit = t->opts.memory_limit;
+  if (limit == 0) return;
+  uint64_t target = (uint64_t)((double)limit * t->opts.target);
+  uint64_t spill = (uint64_t)((double)limit * t->opts.spill);
+  uint64_t rss = tsr_process_rss();
+  if (tsr_wstore_bytes(store) <= target && rss <= spill) return;
+  if (pthread_mutex_trylock(&t->balancing) != 0) return;
+  tsr_chunk **idle = NULL;
+  size_t n = tsr_wstore_idle(store, &idle);
+  uint64_t freed = 0;
+  for (size_t i = 0; i < n; i++) {
+    bool over = tsr_wstore_bytes(store) > target || (rss > freed && rss - freed > spill);
+    size_t nbytes = idle[i]->nbytes;
+    if (over && evict_one(t, store, idle[i])) freed += nbytes;
+    tsr_chunk_unref(&idle[i]);  /* the bytes go here when the store let go */
+  }
+  free(idle);
+  pthread_mutex_unlock(&t->balancing);
+}
+
+int tsr_tiers_load(tsr_tiers *t, tsr_wstore *store, const char *key, tsr_chunk **chunk_p)
+{
+  pthread_mutex_lock(&t->lock);
+  /* Another thread may have loaded it while we waited for the lock. */
+  if (tsr_wstore_get_mem(store, key, chunk_p) == 0) {
+    pthread_mutex_unlock(&t->lock);
+    return 0;
+  }
+  spill_entry *e = find(t, key);
+  if (e == NULL) {
+    pthread_mutex_unlock(&t->lock);
+    return TSR_ENOTFOUND;
+  }
+  char path[sizeof t->dir + 32];
+  entry_path(t, e, path, sizeof path);
+  tsr_errbuf err = {{0}};
+  void *data = NULL;
+  tsr_chunk *chunk = NULL;
+  int rc = tsr_spill_read(path, e->nbytes, &data, &err);
+  if (rc == TSR_EIO) {
+    TSR_WARN("chunk '%s' is lost: %s; it will be recomputed", key, err.text);
+    t->stats.chunks_corrupt++;
+    tsr_strmap_del(t->entries, key, strlen(key));
+    entry_remove(t, e);
+  } else if (rc == 0 && (rc = tsr_chunk_new_malloc(store, key, &e->meta, data, e->nbytes, &chunk)) != 0) {
+    free(data);
+  } else if (rc == 0) {
+    tsr_wstore_put(store, chunk, tsr_wstore_epoch(store), NULL);
+    t->stats.bytes_loaded += e->nbytes;
+  } else {
+    TSR_WARN("cannot load spilled chunk '%s': %s", key, err.text);
+  }
+  pthread_mutex_unlock(&t->lock);
+  if (rc != 0) return TSR_ENOTFOUND;
+  *chunk_p = chunk;
+  return 0;
+}
+
+void tsr_tiers_stats_get(tsr_tiers *t, tsr_tiers_stats *stats)
+{
+  pthread_mutex_lock(&t->lock);
+  *stats = t->stats;
+  pthread_mutex_unlock(&t->lock);
+}
+
+uint64_t tsr_process_rss(void)
+{
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f == NULL) return 0;
+  unsigned long long size = 0, resident = 0;
+  int n = fscanf(f, "%llu %llu", &size, &resident);
+  fclose(f);
+  long page = sysconf(_SC_PAGESIZE);
+  return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page : 0;
+}
+
+int tsr_tiers_opt(tsr_tiers_opts *o, const char *flag, const char *v, tsr_errbuf *err)
+{
+  char *end;
+  if (strcmp(flag, "--memory-target") == 0 || strcmp(flag, "--memory-spill") == 0) {
+    double f = strtod(v, &end);
+    if (end == v || *end != '\0' || !(f > 0 && f <= 1)) return tsr_fail(err, TSR_EINVAL, "expected a fraction in (0, 1]");
+    *(flag[9] == 't' ? &o->target : &o->spill) = f;
+    return 0;
+  }
+  if (strcmp(flag, "--spill-dir") == 0) {
+    if (v[0] == '\0' || strlen(v) >= sizeof o->dir) return tsr_fail(err, TSR_EINVAL, "empty or too long");
+    snprintf(o->dir, sizeof o->dir, "%s", v);
+    return 0;
+  }
+  if (strcmp(flag, "--disk-limit") == 0)
+    return tsr_parse_bytes(v, &o->disk_limit) == 0 ? 0 : tsr_fail(err, TSR_EINVAL, "expected a size like 100GiB");
+  if (strcmp(flag, "--spill-codec") == 0) {
+    if (!tsr_spill_codec_ok(v)) return tsr_fail(err, TSR_EINVAL, "expected blosclz, lz4, zstd or zlib");
+    snprintf(o->codec, sizeof o->codec, "%s", v);
+    return 0;
+  }
+  if (strcmp(flag, "--spill-level") == 0) {
+    int64_t n;
+    if (tsr_parse_i64(v, &n) != 0 || n < 0 || n > 9) return tsr_fail(err, TSR_EINVAL, "expected 0 to 9");
+    o->level = (int)n;
+    return 0;
+  }
+  return TSR_ENOTFOUND;
+}
