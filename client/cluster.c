@@ -36,6 +36,12 @@ static int decode_worker(const msgpack_object *map, tsr_worker_info *w, tsr_errb
   if (rc == 0) rc = tsr_wire_opt_uint(map, "memory_limit", 0, &w->memory_limit, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "tasks_running", 0, &w->tasks_running, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "tasks_done", 0, &w->tasks_done, err);
+  opt_str(map, "gpu_name", w->gpu_name, sizeof w->gpu_name);
+  uint64_t util = UINT64_MAX;
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "device_memory_used", 0, &w->device_memory_used, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "device_memory_limit", 0, &w->device_memory_limit, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "gpu_util", UINT64_MAX, &util, err);
+  w->gpu_util = util == UINT64_MAX ? -1 : util > 100 ? 100 : (int)util;
   w->threads = threads > 1000000 ? 1000000 : (int)threads;
   return rc;
 }

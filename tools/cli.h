@@ -36,6 +36,11 @@ const char *cli_describe_status(int status, char *buf, size_t cap);
 /* SIGTERM to every live child, SIGKILL to those still alive after
  * grace_ms, then reaps them all. */
 void cli_stop_children(cli_child *children, size_t n, int grace_ms);
+/* Runs argv[0] (a path) to completion with its stdout captured into out
+ * (NUL-terminated, truncated to cap) and its stderr passed through.
+ * Returns its exit status (128+signal when killed), or -1 when it could
+ * not be run. */
+int cli_capture(char *const argv[], char *out, size_t cap);
 /* Directory of the running executable (from /proc/self/exe). 0 or -1. */
 int cli_self_dir(char *buf, size_t cap);
 /* Sleeps ms milliseconds (returns early on a signal). */

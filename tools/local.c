@@ -2,7 +2,8 @@
  * against them, and everything stopped afterwards.
  *
  * Order of events: find tessera-scheduler and tessera-worker next to our
- * own executable; start the scheduler on tcp://127.0.0.1:0 writing its
+ * own executable (with --gpus all, ask `tessera-worker --list-gpus` how
+ * many GPUs there are: this binary does not link CUDA); start the scheduler on tcp://127.0.0.1:0 writing its
  * address into a fresh temp dir; start the workers; wait (through
  * libtessera) until all are connected; run PROGRAM with TESSERA_SCHEDULER
  * set; then SIGTERM workers and scheduler (SIGKILL after 5 s), reap them,
@@ -15,6 +16,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,9 +34,14 @@
 #define LOCAL_MAX_EXTRA 64
 
 typedef struct local_opts {
-  long workers;
+  long workers;              /* CPU workers */
+  bool workers_given;
   long threads;              /* 0: CPUs / workers */
   const char *memory_limit;  /* as given, validated */
+  const char *gpus;          /* --gpus as given: "all" or "0,1"; NULL: none */
+  const char *device_memory_limit;
+  int gpu_ids[LOCAL_MAX_WORKERS];
+  long n_gpus;
   char *sched_args[LOCAL_MAX_EXTRA];
   size_t n_sched_args;
   char *worker_args[LOCAL_MAX_EXTRA];
@@ -79,8 +86,10 @@ static void usage(FILE *out)
 {
   fprintf(out,
           "usage: tessera local [FLAGS] [--] [PROGRAM ARGS...]\n"
-          "  --cpu-workers N           workers to start (default 1)\n"
-          "  --threads-per-worker T    executor threads per worker (default: CPUs / N)\n"
+          "  --cpu-workers N           CPU workers to start (default 1; 0 with --gpus)\n"
+          "  --gpus all|I,J,...        also one GPU worker per GPU (tessera-worker --gpu I)\n"
+          "  --device-memory-limit B   per-GPU-worker device memory limit (default 90%% of the GPU)\n"
+          "  --threads-per-worker T    executor threads per CPU worker (default: CPUs / N)\n"
           "  --memory-limit BYTES      per-worker memory limit, e.g. 4GiB (default none)\n"
           "  --scheduler-arg ARG       extra flag for tessera-scheduler (repeatable)\n"
           "  --worker-arg ARG          extra flag for each tessera-worker (repeatable)\n"
@@ -88,12 +97,31 @@ static void usage(FILE *out)
           "PROGRAM, prints the scheduler address and waits for Ctrl-C.\n");
 }
 
-static int parse_count(const char *flag, const char *text, long max, long *out)
+static int parse_count(const char *flag, const char *text, long min, long max, long *out)
 {
   int64_t v;
-  if (tsr_parse_i64(text, &v) != 0 || v < 1 || v > max)
-    return cli_error(CLI_EXIT_USAGE, "local: %s wants a number from 1 to %ld, not '%s'", flag, max, text);
+  if (tsr_parse_i64(text, &v) != 0 || v < min || v > max)
+    return cli_error(CLI_EXIT_USAGE, "local: %s wants a number from %ld to %ld, not '%s'", flag, min, max, text);
   *out = (long)v;
+  return -1;
+}
+
+/* "0,1,3": GPU indices, each once. Returns -1 to go on or an exit code. */
+static int parse_gpu_list(local_opts *o, const char *text)
+{
+  char buf[1024];
+  snprintf(buf, sizeof buf, "%s", text);
+  o->n_gpus = 0;
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+    int64_t v;
+    if (tsr_parse_i64(tok, &v) != 0 || v < 0 || v > 1023)
+      return cli_error(CLI_EXIT_USAGE, "local: --gpus wants all or GPU indices like 0,1, not '%s'", text);
+    for (long i = 0; i < o->n_gpus; i++)
+      if (o->gpu_ids[i] == v) return cli_error(CLI_EXIT_USAGE, "local: --gpus names GPU %lld twice", (long long)v);
+    if (o->n_gpus == LOCAL_MAX_WORKERS) return cli_error(CLI_EXIT_USAGE, "local: too many GPUs in --gpus");
+    o->gpu_ids[o->n_gpus++] = (int)v;
+  }
+  if (o->n_gpus == 0) return cli_error(CLI_EXIT_USAGE, "local: --gpus wants all or GPU indices like 0,1");
   return -1;
 }
 
@@ -109,6 +137,8 @@ static int parse(int argc, char **argv, local_opts *o)
 {
   static const struct option longs[] = {
     {"cpu-workers", required_argument, NULL, 'n'},
+    {"gpus", required_argument, NULL, 'g'},
+    {"device-memory-limit", required_argument, NULL, 'd'},
     {"threads-per-worker", required_argument, NULL, 't'},
     {"memory-limit", required_argument, NULL, 'm'},
     {"scheduler-arg", required_argument, NULL, 's'},
@@ -123,8 +153,20 @@ static int parse(int argc, char **argv, local_opts *o)
   /* "+": stop at PROGRAM, so its own flags are left alone. */
   while (code < 0 && (opt = getopt_long(argc, argv, "+", longs, NULL)) != -1) {
     switch (opt) {
-    case 'n': code = parse_count("--cpu-workers", optarg, LOCAL_MAX_WORKERS, &o->workers); break;
-    case 't': code = parse_count("--threads-per-worker", optarg, 4096, &o->threads); break;
+    case 'n':
+      code = parse_count("--cpu-workers", optarg, 0, LOCAL_MAX_WORKERS, &o->workers);
+      o->workers_given = true;
+      break;
+    case 'g':
+      o->gpus = optarg;
+      if (strcmp(optarg, "all") != 0) code = parse_gpu_list(o, optarg);
+      break;
+    case 'd':
+      if (tsr_parse_bytes(optarg, &bytes) != 0 || bytes == 0)
+        code = cli_error(CLI_EXIT_USAGE, "local: --device-memory-limit '%s' is not a size (e.g. 60GiB)", optarg);
+      o->device_memory_limit = optarg;
+      break;
+    case 't': code = parse_count("--threads-per-worker", optarg, 1, 4096, &o->threads); break;
     case 'm':
       if (tsr_parse_bytes(optarg, &bytes) != 0)
         code = cli_error(CLI_EXIT_USAGE, "local: --memory-limit '%s' is not a size (e.g. 4GiB)", optarg);
@@ -140,7 +182,35 @@ static int parse(int argc, char **argv, local_opts *o)
     }
   }
   if (code < 0 && optind < argc) o->program = &argv[optind];
+  if (code < 0 && o->gpus != NULL && !o->workers_given) o->workers = 0;
+  if (code < 0 && o->device_memory_limit != NULL && o->gpus == NULL)
+    code = cli_error(CLI_EXIT_USAGE, "local: --device-memory-limit needs --gpus");
+  if (code < 0 && o->gpus == NULL && o->workers == 0)
+    code = cli_error(CLI_EXIT_USAGE, "local: no workers: --cpu-workers 0 needs --gpus");
   return code;
+}
+
+/* --gpus all: as many as `tessera-worker --list-gpus` prints (the tools do
+ * not link CUDA; the worker does). */
+static int count_gpus(const local_run *r, local_opts *o)
+{
+  char path[4200], out[8192];
+  snprintf(path, sizeof path, "%s/tessera-worker", r->bin_dir);
+  char *argv[] = {path, "--list-gpus", NULL};
+  int status = cli_capture(argv, out, sizeof out);
+  if (status != 0)
+    return cli_error(CLI_EXIT_FAIL, "local: --gpus all: no GPU to use (tessera-worker --list-gpus %s)",
+                     status < 0 ? "could not run" : "found none; see its message above");
+  o->n_gpus = 0;
+  for (char *save = NULL, *line = strtok_r(out, "\n", &save); line != NULL && o->n_gpus < LOCAL_MAX_WORKERS;
+       line = strtok_r(NULL, "\n", &save)) {
+    int64_t v;
+    char *tab = strchr(line, '\t');
+    if (tab != NULL) *tab = '\0';
+    if (tsr_parse_i64(line, &v) == 0 && v >= 0) o->gpu_ids[o->n_gpus++] = (int)v;
+  }
+  if (o->n_gpus == 0) return cli_error(CLI_EXIT_FAIL, "local: --gpus all: tessera-worker --list-gpus listed no GPU");
+  return -1;
 }
 
 static int start_scheduler(local_run *r, const local_opts *o)
@@ -187,29 +257,46 @@ static int await_address(local_run *r, uint64_t deadline)
                    LOCAL_STARTUP_MS / 1000);
 }
 
+/* One worker: a CPU worker with `threads`, or GPU worker `gpu` (>= 0). */
+static int start_worker(local_run *r, const local_opts *o, const char *name, const char *threads, int gpu)
+{
+  char path[4200], gpu_arg[16];
+  snprintf(path, sizeof path, "%s/tessera-worker", r->bin_dir);
+  snprintf(gpu_arg, sizeof gpu_arg, "%d", gpu);
+  char *argv[20 + LOCAL_MAX_EXTRA] = {path, "--scheduler", r->address, "--name", (char *)name, "--log-level", "warn"};
+  size_t n = 7;
+  if (gpu < 0) argv[n++] = "--threads", argv[n++] = (char *)threads;
+  if (gpu >= 0) argv[n++] = "--gpu", argv[n++] = gpu_arg;
+  if (gpu >= 0 && o->device_memory_limit != NULL)
+    argv[n++] = "--device-memory-limit", argv[n++] = (char *)o->device_memory_limit;
+  if (o->memory_limit != NULL) argv[n++] = "--memory-limit", argv[n++] = (char *)o->memory_limit;
+  for (size_t k = 0; k < o->n_worker_args; k++) argv[n++] = o->worker_args[k];
+  argv[n] = NULL;
+  if (cli_spawn(&r->workers[r->n_workers], name, argv) != 0)
+    return cli_error(CLI_EXIT_FAIL, "local: cannot start %s: %s", path, strerror(errno));
+  r->n_workers++;
+  return -1;
+}
+
 static int start_workers(local_run *r, const local_opts *o)
 {
-  char path[4200], threads[32], name[64];
-  snprintf(path, sizeof path, "%s/tessera-worker", r->bin_dir);
+  char threads[32], name[64];
   long t = o->threads;
-  if (t == 0) {
+  if (t == 0 && o->workers > 0) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     t = cpus > o->workers ? cpus / o->workers : 1;
   }
   snprintf(threads, sizeof threads, "%ld", t);
-  for (long i = 0; i < o->workers; i++) {
-    snprintf(name, sizeof name, "local-worker-%ld", i);
-    char *argv[16 + LOCAL_MAX_EXTRA] = {path, "--scheduler", r->address, "--threads", threads, "--name", name,
-                                        "--log-level", "warn"};
-    size_t n = 9;
-    if (o->memory_limit != NULL) argv[n++] = "--memory-limit", argv[n++] = (char *)o->memory_limit;
-    for (size_t k = 0; k < o->n_worker_args; k++) argv[n++] = o->worker_args[k];
-    argv[n] = NULL;
-    if (cli_spawn(&r->workers[i], name, argv) != 0)
-      return cli_error(CLI_EXIT_FAIL, "local: cannot start %s: %s", path, strerror(errno));
-    r->n_workers = (size_t)i + 1;
+  int code = -1;
+  for (long i = 0; code < 0 && i < o->n_gpus; i++) {
+    snprintf(name, sizeof name, "local-gpu-%d", o->gpu_ids[i]);
+    code = start_worker(r, o, name, threads, o->gpu_ids[i]);
   }
-  return -1;
+  for (long i = 0; code < 0 && i < o->workers; i++) {
+    snprintf(name, sizeof name, "local-worker-%ld", i);
+    code = start_worker(r, o, name, threads, -1);
+  }
+  return code;
 }
 
 /* Waits until every worker is connected, watching for dead daemons. */
@@ -292,7 +379,7 @@ static void cleanup(local_run *r)
   free(r->workers);
 }
 
-static int prepare(local_run *r, const local_opts *o)
+static int prepare(local_run *r, local_opts *o)
 {
   if (cli_self_dir(r->bin_dir, sizeof r->bin_dir) != 0)
     return cli_error(CLI_EXIT_FAIL, "local: cannot find my own executable (/proc/self/exe)");
@@ -310,7 +397,11 @@ static int prepare(local_run *r, const local_opts *o)
     r->tmp_dir[0] = '\0';
     return code;
   }
-  r->workers = calloc((size_t)o->workers, sizeof *r->workers);
+  if (o->gpus != NULL && strcmp(o->gpus, "all") == 0) {
+    int code = count_gpus(r, o);
+    if (code >= 0) return code;
+  }
+  r->workers = calloc((size_t)(o->workers + o->n_gpus), sizeof *r->workers);
   if (r->workers == NULL) return cli_error(CLI_EXIT_FAIL, "local: out of memory");
   return -1;
 }
@@ -330,8 +421,8 @@ int cli_local(int argc, char **argv)
   if (code < 0) code = start_workers(&r, &o);
   if (code < 0) code = await_workers(&r, deadline);
   if (code < 0) {
-    fprintf(stderr, "tessera local: scheduler at %s, %zu worker%s\n", r.address, r.n_workers,
-            r.n_workers == 1 ? "" : "s");
+    fprintf(stderr, "tessera local: scheduler at %s, %zu worker%s (%ld GPU)\n", r.address, r.n_workers,
+            r.n_workers == 1 ? "" : "s", o.n_gpus);
     code = o.program != NULL ? run_program(&r, o.program) : serve(&r);
   }
   cleanup(&r);

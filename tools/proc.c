@@ -106,3 +106,39 @@ int cli_self_dir(char *buf, size_t cap)
   *slash = '\0';
   return 0;
 }
+
+int cli_capture(char *const argv[], char *out, size_t cap)
+{
+  int fds[2];
+  if (cap == 0 || pipe(fds) != 0) return -1;
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    execv(argv[0], argv);
+    fprintf(stderr, "tessera: cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  size_t used = 0;
+  ssize_t n;
+  char sink[256];
+  while ((n = read(fds[0], used + 1 < cap ? out + used : sink, used + 1 < cap ? cap - 1 - used : sizeof sink)) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    if (used + 1 < cap) used += (size_t)n;
+  }
+  out[used] = '\0';
+  close(fds[0]);
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status) == 127 ? -1 : WEXITSTATUS(status);
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
+}

@@ -1,6 +1,7 @@
 /* `tessera status`: asks a scheduler for its workers and graphs in flight
  * and prints them as two tables. Column widths follow the content. */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -20,12 +21,13 @@ static void usage(FILE *out)
 }
 
 #define NCOLS_W 7
+#define NCOLS_GPU 3
 #define CELL 96
 
 typedef struct table {
   size_t rows, cols;
   char (*cells)[CELL];
-  int width[8];
+  int width[NCOLS_W + NCOLS_GPU];
 } table;
 
 static int table_init(table *t, size_t rows, size_t cols)
@@ -58,12 +60,32 @@ static void table_print(const table *t)
   free(t->cells);
 }
 
+/* A GPU worker's columns: device name, device memory, utilization. */
+static void set_gpu_cells(table *t, size_t r, const tsr_worker_info *w)
+{
+  if (w->gpu_name[0] == '\0' && w->device_memory_limit == 0) {
+    for (size_t c = NCOLS_W; c < NCOLS_W + NCOLS_GPU; c++) table_set(t, r, c, "-");
+    return;
+  }
+  char used[32], limit[32];
+  table_set(t, r, NCOLS_W, "%s", w->gpu_name[0] ? w->gpu_name : "?");
+  table_set(t, r, NCOLS_W + 1, "%s / %s", tsr_format_bytes(w->device_memory_used, used, sizeof used),
+            tsr_format_bytes(w->device_memory_limit, limit, sizeof limit));
+  if (w->gpu_util >= 0) table_set(t, r, NCOLS_W + 2, "%d%%", w->gpu_util);
+  else table_set(t, r, NCOLS_W + 2, "n/a");
+}
+
 static void print_workers(const tsr_cluster_info *info)
 {
   table t;
-  if (table_init(&t, info->n_workers + 1, NCOLS_W) != 0) return;
-  const char *head[NCOLS_W] = {"WORKER", "ADDRESS", "DEVICE", "THREADS", "MEMORY USED / LIMIT", "RUNNING", "DONE"};
-  for (size_t c = 0; c < NCOLS_W; c++) table_set(&t, 0, c, "%s", head[c]);
+  bool gpus = false;
+  for (size_t i = 0; i < info->n_workers; i++)
+    gpus |= info->workers[i].gpu_name[0] != '\0' || info->workers[i].device_memory_limit != 0;
+  size_t cols = NCOLS_W + (gpus ? NCOLS_GPU : 0);
+  if (table_init(&t, info->n_workers + 1, cols) != 0) return;
+  const char *head[NCOLS_W + NCOLS_GPU] = {"WORKER", "ADDRESS", "DEVICE", "THREADS", "MEMORY USED / LIMIT", "RUNNING",
+                                           "DONE", "GPU", "DEVICE MEMORY USED / LIMIT", "GPU UTIL"};
+  for (size_t c = 0; c < cols; c++) table_set(&t, 0, c, "%s", head[c]);
   for (size_t i = 0; i < info->n_workers; i++) {
     const tsr_worker_info *w = &info->workers[i];
     char used[32], limit[32];
@@ -77,6 +99,7 @@ static void print_workers(const tsr_cluster_info *info)
     table_set(&t, i + 1, 4, "%s / %s", used, limit);
     table_set(&t, i + 1, 5, "%" PRIu64, w->tasks_running);
     table_set(&t, i + 1, 6, "%" PRIu64, w->tasks_done);
+    if (gpus) set_gpu_cells(&t, i + 1, w);
   }
   table_print(&t);
 }

@@ -164,6 +164,11 @@ typedef struct tsr_worker_info {
   uint64_t memory_limit; /* 0: none */
   uint64_t tasks_running;
   uint64_t tasks_done;
+  /* GPU workers (device "gpu:N"); empty / 0 / -1 for CPU workers. */
+  char gpu_name[64];             /* "NVIDIA H200" */
+  uint64_t device_memory_used;   /* bytes allocated from the worker's device pool */
+  uint64_t device_memory_limit;  /* its hard device memory limit, bytes */
+  int gpu_util;                  /* percent of the last sample period a kernel ran; -1 when unknown (no NVML) */
 } tsr_worker_info;
 
 typedef struct tsr_graph_info {
