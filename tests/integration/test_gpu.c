@@ -1,0 +1,389 @@
+/* GPU workers on real daemons (label gpu; skipped with 77 where no GPU can
+ * be used, e.g. a build machine with nvcc but no driver):
+ *
+ * - the same graphs on a CPU-only cluster, on a GPU worker beside a CPU
+ *   worker, and on a GPU worker alone give the same results: random arrays
+ *   bit-identical; elementwise f64 and reductions within 1e-12; f32 matmul
+ *   and SVDs within 1e-4 (relative to the largest value);
+ * - a chunk larger than --device-memory-limit, and chunks that together
+ *   pass it, fail their graph with an error naming the chunk and the limit;
+ *   the worker stays up and computes the next graph;
+ * - a GPU worker SIGKILLed mid-graph: its results are recomputed on the CPU
+ *   worker and the graph's result is right.
+ * Uses only the public API (the GPU is reached through tessera-worker). */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "graphs.h"
+#include "kit.h"
+#include "tessera/linalg.h"
+
+#define N_RESULTS 12
+#define GPU_STREAMS 4
+
+typedef struct result {
+  const char *name;
+  void *data;
+  size_t nbytes;
+  tsr_dtype dtype;
+  double tol;          /* 0: bit-identical; else max |a-b| / max |b| */
+} result;
+
+typedef struct suite {
+  result r[N_RESULTS];
+  int n;
+} suite;
+
+static void suite_free(suite *s)
+{
+  for (int i = 0; i < s->n; i++) free(s->r[i].data);
+  memset(s, 0, sizeof *s);
+}
+
+/* ---------- starting clusters ---------- */
+
+static bool have_gpu(void)
+{
+  char out[4096];
+  const char *argv[] = {cluster_bin("tessera-worker"), "--list-gpus", NULL};
+  int rc = run_capture(argv, NULL, out, sizeof out, 60);
+  if (rc == 0 && out[0] != '\0') fprintf(stderr, "GPUs:\n%s", out);
+  return rc == 0 && out[0] != '\0';
+}
+
+static int wait_workers(cluster *c, int n)
+{
+  tsr_client *client = NULL;
+  int rc = tsr_client_open(&client, c->address, NULL);
+  if (rc == 0) rc = tsr_wait_for_workers(client, (size_t)n, 60000);
+  if (rc != 0) fprintf(stderr, "cluster: workers did not connect: %s %s\n", tsr_err_name(rc), tsr_errmsg());
+  tsr_client_close(client);
+  return rc;
+}
+
+/* kind: "cpu" (one CPU worker), "mixed" (GPU worker + CPU worker), "gpu"
+ * (GPU worker alone). */
+static int start(cluster *c, const char *kind, const char *const *extra_gpu_args, const char *const *sched_args)
+{
+  memset(c, 0, sizeof *c);
+  if (cluster_start_scheduler(c, sched_args) != 0) return -1;
+  int n = 0;
+  if (strcmp(kind, "cpu") != 0) {
+    const char *args[16] = {"--gpu", "0"};
+    int k = 2;
+    for (int i = 0; extra_gpu_args != NULL && extra_gpu_args[i] != NULL && k < 15; i++) args[k++] = extra_gpu_args[i];
+    if (cluster_add_worker(c, GPU_STREAMS, args) < 0) return -1;
+    n++;
+  }
+  if (strcmp(kind, "gpu") != 0) {
+    if (cluster_add_worker(c, 2, NULL) < 0) return -1;
+    n++;
+  }
+  return wait_workers(c, n);
+}
+
+/* ---------- the graphs ---------- */
+
+static int keep(suite *s, tsr_array_ctx *ctx, const char *name, const tsr_array *a, double tol)
+{
+  result *r = &s->r[s->n];
+  r->name = name;
+  r->dtype = tsr_array_dtype(a);
+  r->nbytes = (size_t)tsr_array_size(a) * tsr_dtype_size(r->dtype);
+  r->tol = tol;
+  r->data = malloc(r->nbytes ? r->nbytes : 1);
+  int rc = tsr_compute(ctx, a, r->data, r->nbytes, 120000);
+  if (rc != 0) {
+    fprintf(stderr, "  %s: %s: %s\n", name, tsr_err_name(rc), tsr_errmsg());
+    free(r->data);
+    return rc;
+  }
+  s->n++;
+  return 0;
+}
+
+static int random_arrays(suite *s, tsr_array_ctx *ctx)
+{
+  int64_t shape[2] = {700, 300}, chunks[2] = {256, 128}, ishape[2] = {1000, 500}, ichunks[2] = {300, 200};
+  tsr_array *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+  int rc = tsr_random_uniform(ctx, 7, TSR_F64, 2, shape, chunks, &a);
+  if (rc == 0) rc = keep(s, ctx, "random_uniform f64", a, 0);
+  if (rc == 0) rc = tsr_random_uniform(ctx, 7, TSR_F32, 2, shape, chunks, &b);
+  if (rc == 0) rc = keep(s, ctx, "random_uniform f32", b, 0);
+  if (rc == 0) rc = tsr_random_normal(ctx, 8, TSR_F64, 2, shape, chunks, &c);
+  if (rc == 0) rc = keep(s, ctx, "random_normal f64", c, 0);
+  if (rc == 0) rc = tsr_randint(ctx, 9, 0, 3, TSR_U8, 2, ishape, ichunks, &d);
+  if (rc == 0) rc = keep(s, ctx, "randint u8", d, 0);
+  tsr_array_free(ctx, &a);
+  tsr_array_free(ctx, &b);
+  tsr_array_free(ctx, &c);
+  tsr_array_free(ctx, &d);
+  return rc;
+}
+
+static int elementwise_and_reductions(suite *s, tsr_array_ctx *ctx)
+{
+  int64_t shape[2] = {900, 400}, chunks[2] = {300, 160};
+  tsr_array *a = NULL, *b = NULL, *ab = NULL, *sc = NULL, *sum = NULL;
+  int rc = tsr_random_uniform(ctx, 11, TSR_F64, 2, shape, chunks, &a);
+  if (rc == 0) rc = tsr_random_normal(ctx, 12, TSR_F64, 2, shape, chunks, &b);
+  if (rc == 0) rc = tsr_mul(ctx, a, b, &ab);
+  if (rc == 0) rc = tsr_scale(ctx, ab, 3.0, -1.0, &sc);
+  if (rc == 0) rc = keep(s, ctx, "scale(a*b) f64", sc, 1e-12);
+  if (rc == 0) rc = tsr_sum(ctx, sc, 0, 4, &sum);
+  if (rc == 0) rc = keep(s, ctx, "sum axis 0 f64", sum, 1e-12);
+  tsr_array_free(ctx, &a);
+  tsr_array_free(ctx, &b);
+  tsr_array_free(ctx, &ab);
+  tsr_array_free(ctx, &sc);
+  tsr_array_free(ctx, &sum);
+  return rc;
+}
+
+static int linear_algebra(suite *s, tsr_array_ctx *ctx)
+{
+  int64_t ashape[2] = {2000, 64}, achunks[2] = {500, 64}, bshape[2] = {64, 32}, bchunks[2] = {64, 32};
+  int64_t xshape[2] = {4000, 400}, xchunks[2] = {1000, 200}, tshape[2] = {3000, 50}, tchunks[2] = {1000, 50};
+  tsr_array *a = NULL, *b = NULL, *ab = NULL, *x = NULL, *u = NULL, *sv = NULL, *v = NULL;
+  tsr_array *t = NULL, *tu = NULL, *ts = NULL, *tv = NULL;
+  int rc = tsr_random_uniform(ctx, 21, TSR_F32, 2, ashape, achunks, &a);
+  if (rc == 0) rc = tsr_random_normal(ctx, 22, TSR_F32, 2, bshape, bchunks, &b);
+  if (rc == 0) rc = tsr_matmul(ctx, a, b, &ab);
+  if (rc == 0) rc = keep(s, ctx, "matmul f32", ab, 1e-4);
+  if (rc == 0) rc = tsr_random_normal(ctx, 23, TSR_F32, 2, xshape, xchunks, &x);
+  tsr_svd_opts o = TSR_SVD_OPTS_DEFAULT;
+  o.seed = 5;
+  o.n_power_iter = 2;
+  if (rc == 0) rc = tsr_svd_compressed(ctx, x, 5, &o, &u, &sv, &v);
+  if (rc == 0) rc = keep(s, ctx, "svd_compressed s f32", sv, 1e-4);
+  if (rc == 0) rc = tsr_random_uniform(ctx, 24, TSR_F32, 2, tshape, tchunks, &t);
+  if (rc == 0) rc = tsr_svd_tall_skinny(ctx, t, &tu, &ts, &tv);
+  if (rc == 0) rc = keep(s, ctx, "svd tall-skinny s f32", ts, 1e-4);
+  tsr_array *all[] = {a, b, ab, x, u, sv, v, t, tu, ts, tv};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tsr_array_free(ctx, &all[i]);
+  return rc;
+}
+
+static int run_suite(const char *address, suite *s)
+{
+  tsr_client *client = NULL;
+  tsr_array_ctx *ctx = NULL;
+  int rc = tsr_client_open(&client, address, NULL);
+  if (rc == 0) rc = tsr_array_ctx_new(client, &ctx);
+  if (rc == 0) rc = random_arrays(s, ctx);
+  if (rc == 0) rc = elementwise_and_reductions(s, ctx);
+  if (rc == 0) rc = linear_algebra(s, ctx);
+  if (rc != 0) fprintf(stderr, "  suite: %s: %s\n", tsr_err_name(rc), tsr_errmsg());
+  tsr_array_ctx_destroy(&ctx);
+  tsr_client_close(client);
+  return rc;
+}
+
+static double as_double(const result *r, size_t i)
+{
+  switch (r->dtype) {
+  case TSR_F64: return ((const double *)r->data)[i];
+  case TSR_F32: return ((const float *)r->data)[i];
+  case TSR_U8: return ((const uint8_t *)r->data)[i];
+  case TSR_I32: return ((const int32_t *)r->data)[i];
+  default: return (double)((const int64_t *)r->data)[i];
+  }
+}
+
+/* Returns the number of results that differ, printing each. */
+static int compare(const char *label, const suite *got, const suite *want)
+{
+  int bad = 0;
+  for (int i = 0; i < want->n; i++) {
+    const result *g = &got->r[i], *w = &want->r[i];
+    if (i >= got->n || g->nbytes != w->nbytes) {
+      fprintf(stderr, "  %s: %s missing or of another size\n", label, w->name);
+      bad++;
+      continue;
+    }
+    if (w->tol == 0) {
+      if (memcmp(g->data, w->data, w->nbytes) != 0) {
+        fprintf(stderr, "  %s: %s is not bit-identical to the CPU result\n", label, w->name);
+        bad++;
+      }
+      continue;
+    }
+    size_t n = w->nbytes / tsr_dtype_size(w->dtype);
+    double scale = 0, worst = 0;
+    for (size_t k = 0; k < n; k++) scale = fmax(scale, fabs(as_double(w, k)));
+    for (size_t k = 0; k < n; k++) worst = fmax(worst, fabs(as_double(g, k) - as_double(w, k)));
+    double rel = worst / (scale > 0 ? scale : 1);
+    fprintf(stderr, "  %s: %s: max relative difference %.3g (tolerance %.0e)\n", label, w->name, rel, w->tol);
+    if (!(rel <= w->tol)) bad++;
+  }
+  return bad;
+}
+
+/* ---------- tests ---------- */
+
+TEST(gpu_results_equal_cpu_results)
+{
+  suite ref = {0}, mixed = {0}, alone = {0};
+  cluster c;
+  ASSERT_EQ(start(&c, "cpu", NULL, NULL), 0);
+  int rc = run_suite(c.address, &ref);
+  cluster_stop(&c, rc != 0);
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(start(&c, "mixed", NULL, NULL), 0);
+  rc = run_suite(c.address, &mixed);
+  cluster_stop(&c, rc != 0);
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(start(&c, "gpu", NULL, NULL), 0);
+  rc = run_suite(c.address, &alone);
+  cluster_stop(&c, rc != 0);
+  ASSERT_EQ(rc, 0);
+  int bad = compare("gpu+cpu", &mixed, &ref) + compare("gpu alone", &alone, &ref);
+  suite_free(&ref);
+  suite_free(&mixed);
+  suite_free(&alone);
+  ASSERT_EQ(bad, 0);
+}
+
+/* One f64 chunk of rows x 1024 (rows x 8 KiB). */
+static int compute_rows(tsr_array_ctx *ctx, int64_t rows, int64_t chunk_rows, uint64_t seed, char *key, size_t cap)
+{
+  int64_t shape[2] = {rows, 1024}, chunks[2] = {chunk_rows, 1024}, idx[2] = {rows / chunk_rows - 1, 0};
+  tsr_array *a = NULL, *kept = NULL;
+  int rc = tsr_random_uniform(ctx, seed, TSR_F64, 2, shape, chunks, &a);
+  if (rc == 0) snprintf(key, cap, "%s", tsr_array_chunk_key(a, idx));
+  if (rc == 0) rc = tsr_persist(ctx, a, 60000, &kept);
+  tsr_array_free(ctx, &kept);
+  tsr_array_free(ctx, &a);
+  return rc;
+}
+
+TEST(device_memory_limit_fails_the_graph_cleanly)
+{
+  cluster c;
+  const char *limit[] = {"--device-memory-limit", "48MiB", NULL};
+  ASSERT_EQ(start(&c, "gpu", limit, NULL), 0);
+  tsr_client *client = NULL;
+  tsr_array_ctx *ctx = NULL;
+  char key[256] = "";
+  bool ok = tsr_client_open(&client, c.address, NULL) == 0 && tsr_array_ctx_new(client, &ctx) == 0;
+  /* one 64 MiB chunk: more than the limit by itself */
+  int rc = ok ? compute_rows(ctx, 8192, 8192, 1, key, sizeof key) : TSR_ECONN;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", tsr_errmsg());
+  fprintf(stderr, "  one big chunk: %s: %s\n", tsr_err_name(rc), msg);
+  bool big_ok = rc == TSR_ETASK && strstr(msg, "device memory limit") && strstr(msg, "48.00 MiB") && strstr(msg, key);
+  /* four 16 MiB chunks kept together: the fourth does not fit */
+  rc = ok ? compute_rows(ctx, 8192, 2048, 2, key, sizeof key) : TSR_ECONN;
+  snprintf(msg, sizeof msg, "%s", tsr_errmsg());
+  fprintf(stderr, "  four chunks: %s: %s\n", tsr_err_name(rc), msg);
+  bool sum_ok = rc == TSR_ETASK && strstr(msg, "device memory limit") && strstr(msg, "48.00 MiB");
+  /* the worker is still there and computes what fits */
+  bool alive = cluster_alive(c.workers[0]);
+  rc = ok ? compute_rows(ctx, 1024, 512, 3, key, sizeof key) : TSR_ECONN;
+  tsr_array_ctx_destroy(&ctx);
+  tsr_client_close(client);
+  cluster_stop(&c, !(big_ok && sum_ok && alive && rc == 0));
+  ASSERT_TRUE(big_ok);
+  ASSERT_TRUE(sum_ok);
+  ASSERT_TRUE(alive);
+  ASSERT_EQ(rc, 0);
+}
+
+/* x_i = random chunks (GPU), z = sleep on x_0 (CPU-only: the CPU worker,
+ * which fetches x_0 from the GPU worker), root = add(sum(x_i)..., z as
+ * f64). The GPU worker is killed while z sleeps: its sums are lost and
+ * recomputed on the CPU worker. */
+static int build_kill_graph(tsr_graph *g, const char *prefix, int64_t sleep_ms, char *root, size_t cap)
+{
+  enum { N = 8, LEN = 1 << 20 };
+  char keys[N + 1][64];
+  const char *sums[N + 1];
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < N; i++) {
+    char x[64];
+    snprintf(x, sizeof x, "%s-x%d", prefix, i);
+    snprintf(keys[i], sizeof keys[i], "%s-s%d", prefix, i);
+    const char *in = x;
+    rc = add_uniform(g, x, LEN, (int64_t)i * LEN, (int64_t)N * LEN, 99);
+    if (rc == 0) rc = add_plain(g, keys[i], "sum", &in, 1);
+    sums[i] = keys[i];
+  }
+  char z[64], x0[64];
+  snprintf(z, sizeof z, "%s-z", prefix);
+  snprintf(x0, sizeof x0, "%s-x0", prefix);
+  snprintf(keys[N], sizeof keys[N], "%s-zf", prefix);
+  const char *zin = z, *xin = x0;
+  tsr_args *a = NULL;
+  if (rc == 0) rc = add_sleep(g, z, sleep_ms, &xin, 1);
+  if (rc == 0) rc = tsr_args_new(&a);
+  if (rc == 0) rc = tsr_args_str(a, "dtype", "f64");
+  if (rc == 0) rc = tsr_graph_add_args(g, keys[N], "astype", a, &zin, 1);
+  tsr_args_destroy(&a);
+  sums[N] = keys[N];
+  snprintf(root, cap, "%s-root", prefix);
+  if (rc == 0) rc = add_plain(g, root, "add", sums, N + 1);
+  if (rc == 0) rc = tsr_graph_want(g, root);
+  return rc;
+}
+
+static int run_graph(tsr_client *client, const char *prefix, int64_t sleep_ms, int kill_after_ms, cluster *c,
+                     double *value_p)
+{
+  tsr_graph *g = NULL;
+  tsr_future *f = NULL;
+  char root[64];
+  int rc = tsr_graph_new(&g);
+  if (rc == 0) rc = build_kill_graph(g, prefix, sleep_ms, root, sizeof root);
+  if (rc == 0) rc = tsr_submit(client, &g, &f);
+  if (rc == 0 && kill_after_ms > 0) {
+    usleep((useconds_t)kill_after_ms * 1000);
+    size_t done = 0, total = 0;
+    tsr_future_progress(f, &done, &total);
+    if (done == total) rc = TSR_EINVAL, fprintf(stderr, "  the graph finished before the kill\n");
+    fprintf(stderr, "  SIGKILL to the GPU worker (pid %d)\n", (int)c->workers[0]);
+    cluster_signal_worker(c, 0, SIGKILL);
+  }
+  if (rc == 0) rc = tsr_future_wait(f, 120000);
+  if (rc != 0) fprintf(stderr, "  graph %s: %s: %s %s\n", prefix, tsr_err_name(rc), tsr_errmsg(),
+                       f && tsr_future_error(f) ? tsr_future_error(f) : "");
+  if (rc == 0) rc = gather_f64(client, root, value_p);
+  tsr_future_release(&f);
+  tsr_graph_destroy(&g);
+  return rc;
+}
+
+TEST(gpu_worker_killed_mid_graph_is_recovered)
+{
+  cluster c;
+  const char *sched[] = {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "1500ms", NULL};
+  ASSERT_EQ(start(&c, "mixed", NULL, sched), 0);
+  tsr_client *client = NULL;
+  double got = 0, want = 0;
+  int rc = tsr_client_open(&client, c.address, NULL);
+  if (rc == 0) rc = run_graph(client, "k", 3000, 1000, &c, &got);
+  /* the same sums again (other keys), now on the CPU worker alone */
+  if (rc == 0) rc = run_graph(client, "e", 3000, 0, &c, &want);
+  tsr_client_close(client);
+  fprintf(stderr, "  after the kill %.17g, recomputed %.17g\n", got, want);
+  cluster_stop(&c, rc != 0 || fabs(got - want) > 1e-9 * fabs(want));
+  ASSERT_EQ(rc, 0);
+  ASSERT_NEAR(got, want, 1e-9);
+  ASSERT_TRUE(want > 3000);
+}
+
+int main(void)
+{
+  if (!have_gpu()) {
+    printf("SKIPPED: no GPU\n");
+    return KIT_SKIP;
+  }
+  RUN(gpu_results_equal_cpu_results);
+  RUN(device_memory_limit_fails_the_graph_cleanly);
+  RUN(gpu_worker_killed_mid_graph_is_recovered);
+  return kit_summary();
+}
