@@ -56,10 +56,23 @@ int tsr_randint(tsr_array_ctx *ctx, uint64_t seed, int64_t low, int64_t high, ts
                 const int64_t *shape, const int64_t *chunks, tsr_array **out_p);
 int tsr_full(tsr_array_ctx *ctx, double value, tsr_dtype dtype, int ndim, const int64_t *shape,
              const int64_t *chunks, tsr_array **out_p);
+int tsr_zeros(tsr_array_ctx *ctx, tsr_dtype dtype, int ndim, const int64_t *shape, const int64_t *chunks,
+              tsr_array **out_p);
+int tsr_ones(tsr_array_ctx *ctx, tsr_dtype dtype, int ndim, const int64_t *shape, const int64_t *chunks,
+             tsr_array **out_p);
 /* Reads a .npy file (read on the workers, chunk by chunk; the file must be
  * visible to them at the same path). The header is read here for shape and
  * dtype. */
 int tsr_from_npy(tsr_array_ctx *ctx, const char *path, const int64_t *chunks, tsr_array **out_p);
+
+/* A directory of chunk files: one .npy per chunk ("c_I_J.npy" for grid
+ * index (I, J)) plus "tessera-chunks.txt" giving dtype, shape and chunks.
+ * The workers read and write the chunk files, so dir must be visible to
+ * them at the same path (a shared or local file system). */
+int tsr_from_chunk_dir(tsr_array_ctx *ctx, const char *dir, tsr_array **out_p);
+/* Computes a and writes it to dir (created if missing; existing chunk files
+ * are overwritten). */
+int tsr_to_chunk_dir(tsr_array_ctx *ctx, const tsr_array *a, const char *dir, int timeout_ms);
 
 /* ---------- elementwise (same shape; chunks are unified by rechunking) ---------- */
 int tsr_add(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_array **out_p);

@@ -428,6 +428,36 @@ TEST(odd_shapes_and_clear_errors)
   tsr_array_ctx_destroy(&ctx);
 }
 
+TEST(chunk_directory_round_trip_and_constants)
+{
+  tsr_array_ctx *ctx = NULL;
+  tsr_array *X = NULL, *Y = NULL, *Z = NULL, *O = NULL, *sum = NULL;
+  int64_t shape[2] = {150, 70}, ch[2] = {64, 32};
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s/chunks", tmpdir);
+  ASSERT_OK(tsr_array_ctx_new(client, &ctx));
+  ASSERT_OK(tsr_random_normal(ctx, 3, TSR_F32, 2, shape, ch, &X));
+  ASSERT_OK(tsr_to_chunk_dir(ctx, X, dir, 60000));
+  ASSERT_OK(tsr_from_chunk_dir(ctx, dir, &Y));
+  ASSERT_EQ(tsr_array_dtype(Y), TSR_F32);
+  ASSERT_EQ(tsr_array_chunk(Y, 0), 64);
+  ASSERT_EQ(tsr_array_nchunks(Y, 1), 3);
+  float *x = fetch_f32(ctx, X), *y = fetch_f32(ctx, Y);
+  ASSERT_TRUE(x && y);
+  ASSERT_EQ(memcmp(x, y, 150 * 70 * sizeof(float)), 0);
+  free(x), free(y);
+  char missing[300];
+  snprintf(missing, sizeof missing, "%s/none", tmpdir);
+  ASSERT_EQ(tsr_from_chunk_dir(ctx, missing, &Z), TSR_EIO);
+  ASSERT_CONTAINS(tsr_errmsg(), "tessera-chunks.txt");
+  ASSERT_OK(tsr_ones(ctx, TSR_I32, 2, shape, ch, &O));
+  ASSERT_OK(tsr_sum(ctx, O, -1, 0, &sum));
+  int64_t total = 0;
+  ASSERT_OK(tsr_compute(ctx, sum, &total, sizeof total, 60000));
+  ASSERT_EQ(total, 150 * 70);
+  tsr_array_ctx_destroy(&ctx);
+}
+
 int main(void)
 {
   signal(SIGPIPE, SIG_IGN);
@@ -443,6 +473,7 @@ int main(void)
   RUN(exact_svd_matches_lapack_f64_and_f32);
   RUN(randomized_svd_on_a_decaying_spectrum);
   RUN(odd_shapes_and_clear_errors);
+  RUN(chunk_directory_round_trip_and_constants);
   tsr_client_close(client);
   cluster_stop(&c, kit_failed_tests > 0);
   char cmd[200];
