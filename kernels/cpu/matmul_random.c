@@ -36,6 +36,8 @@
 #define XB_TILE_COLS 256
 #define BTX_TILE_ROWS 64
 #define BTX_TILE_COLS 512
+#define XBT_TILE_ROWS 64
+#define XBT_TILE_COLS 128
 
 typedef enum { SIDE_XB, SIDE_XTB, SIDE_BX, SIDE_BTX } mr_side;
 
@@ -190,6 +192,33 @@ static void mr_btx(const mr_plan *pl, int64_t m, const double *b, double *c, int
     }
 }
 
+/* a [r, c] transposed into t [c, r]. */
+static void transpose_f64(const double *a, int64_t r, int64_t c, double *t)
+{
+  for (int64_t i = 0; i < r; i++)
+    for (int64_t j = 0; j < c; j++) t[j * r + i] = a[i * c + j];
+}
+
+/* C[xr, n] = X B through Cᵀ = Bᵀ Xᵀ: X tiles generated transposed (rows in
+ * SIMD lanes) go to the btx kernel, which keeps all its lanes busy where
+ * xb's 20-wide rows leave some idle. Column tiles in order within a row
+ * tile: each element is the same fma chain as mr_xb's. ct: n x xr scratch. */
+static void mr_xb_t(const mr_plan *pl, const double *b, double *c, double *tile, double *ct)
+{
+  int64_t xr = pl->x.grid.shape[0], xc = pl->x.grid.shape[1], n = pl->n;
+  for (int64_t r0 = 0; r0 < xr; r0 += XBT_TILE_ROWS)
+    for (int64_t c0 = 0; c0 < xc; c0 += XBT_TILE_COLS) {
+      int64_t nr = xr - r0 < XBT_TILE_ROWS ? xr - r0 : XBT_TILE_ROWS;
+      int64_t nc = xc - c0 < XBT_TILE_COLS ? xc - c0 : XBT_TILE_COLS;
+      tsr_k_gen g = pl->x;
+      g.grid.offset[0] += r0, g.grid.offset[1] += c0;
+      g.grid.shape[0] = nr, g.grid.shape[1] = nc;
+      tsr_k_gen_fill_f64_t(&g, tile);
+      tsr_k_gemm_btx_f64(TSR_K_ISA_BEST, nc, nr, n, b + c0 * n, n, tile, nr, ct + r0, xr);
+    }
+  transpose_f64(ct, n, xr, c);
+}
+
 /* C[xr, n] += X B, tile by tile: column tiles in order within a row tile,
  * so each element of C sums X's columns in order. */
 static void mr_xb(const mr_plan *pl, const double *b, double *c, double *tile)
@@ -204,21 +233,22 @@ static void mr_xb(const mr_plan *pl, const double *b, double *c, double *tile)
     }
 }
 
-/* a [r, c] transposed into t [c, r]. */
-static void transpose_f64(const double *a, int64_t r, int64_t c, double *t)
-{
-  for (int64_t i = 0; i < r; i++)
-    for (int64_t j = 0; j < c; j++) t[j * r + i] = a[i * c + j];
-}
 
-/* xtb and bx go through btx: Xᵀ B = (Bᵀ X)ᵀ, computed into a scratch Cᵀ,
+/* xb goes through btx where X can be generated transposed (mr_xb_t);
+ * xtb and bx go through btx: Xᵀ B = (Bᵀ X)ᵀ, computed into a scratch Cᵀ,
  * and B X = (Bᵀ)ᵀ X with B transposed first. Either way each element is
  * the same fma chain a direct kernel would compute. */
 static int mr_tiles(const mr_plan *pl, const tsr_meta *bm, const double *b, double *c, tsr_errbuf *err)
 {
   int64_t xr = pl->x.grid.shape[0], xc = pl->x.grid.shape[1];
-  size_t tile_n = (size_t)(pl->side == SIDE_XB ? XB_TILE_ROWS * XB_TILE_COLS : BTX_TILE_ROWS * BTX_TILE_COLS);
-  size_t scratch_n = pl->side == SIDE_XTB ? (size_t)(pl->n * xc) : pl->side == SIDE_BX ? (size_t)(xr * pl->m) : 1;
+  bool xb_t = pl->side == SIDE_XB && tsr_k_gen_fill_f64_t_ok(&pl->x);
+  size_t tile_n = (size_t)(xb_t                  ? XBT_TILE_ROWS * XBT_TILE_COLS
+                           : pl->side == SIDE_XB ? XB_TILE_ROWS * XB_TILE_COLS
+                                                 : BTX_TILE_ROWS * BTX_TILE_COLS);
+  size_t scratch_n = xb_t                  ? (size_t)(pl->n * xr)
+                     : pl->side == SIDE_XTB ? (size_t)(pl->n * xc)
+                     : pl->side == SIDE_BX  ? (size_t)(xr * pl->m)
+                                            : 1;
   double *tile = malloc(tile_n * sizeof *tile), *scratch = calloc(scratch_n, sizeof *scratch);
   if (tile == NULL || scratch == NULL) {
     free(tile), free(scratch);
@@ -226,7 +256,10 @@ static int mr_tiles(const mr_plan *pl, const tsr_meta *bm, const double *b, doub
   }
   memset(c, 0, (size_t)(pl->m * pl->n) * sizeof *c);
   switch (pl->side) {
-  case SIDE_XB: mr_xb(pl, b, c, tile); break;
+  case SIDE_XB:
+    if (xb_t) mr_xb_t(pl, b, c, tile, scratch);
+    else mr_xb(pl, b, c, tile);
+    break;
   case SIDE_BTX: mr_btx(pl, pl->m, b, c, xc, tile); break;
   case SIDE_BX:
     transpose_f64(b, bm->shape[0], bm->shape[1], scratch);

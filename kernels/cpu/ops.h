@@ -153,9 +153,15 @@ int tsr_k_gen_parse(const char *dist, const tsr_params *params, tsr_k_gen *g, ts
 void tsr_k_gen_fill(const tsr_k_gen *g, void *out);
 /* The same values written as f64 (converted as tsr_k_to_float does). */
 void tsr_k_gen_fill_f64(const tsr_k_gen *g, double *out);
+/* A 2-D chunk's f64 values transposed (out[c·rows + r] = X[r, c]), where
+ * tsr_k_gen_fill_f64_t_ok says there is a SIMD path for g's kind, CPU and
+ * shape (uniform f64 or randint; AVX-512; rows starting alike in a block);
+ * the same values as tsr_k_gen_fill_f64. */
+bool tsr_k_gen_fill_f64_t_ok(const tsr_k_gen *g);
+void tsr_k_gen_fill_f64_t(const tsr_k_gen *g, double *out);
 
-/* SIMD Philox (philox_simd.c): what tsr_k_philox_values_isa writes for each block (4 words) of the
- * stream, per docs/random.md: the words themselves (u32), 2 f64 uniforms,
+/* SIMD Philox (philox_simd.c): what tsr_k_philox_values_isa writes for
+ * each block (4 words) of the stream, per docs/random.md: the words themselves (u32), 2 f64 uniforms,
  * 4 f32 uniforms, or 4 randint values low + ((w·range) >> 32) as
  * u8 / i32 / i64 / f64 (the f64 being the integer converted exactly). */
 typedef enum {
@@ -180,6 +186,14 @@ typedef struct tsr_k_vals {
  * other CPUs and builds, and for INT_* kinds whose values do not all fit
  * int32. The caller computes the remaining blocks with philox.h. */
 size_t tsr_k_philox_values_isa(tsr_k_isa isa, const tsr_k_vals *v, uint64_t b0, size_t n, void *out);
+/* f64 values (kind U01_F64 or INT_F64) of a rows x cols block of a 2-D
+ * random array whose row r starts at element L0 + r·stride, transposed:
+ * out[c·ldo + r] is element L0 + r·stride + c. Lanes are rows, so no
+ * shuffles put values in order. false, writing nothing, where there is no
+ * SIMD path (no AVX-512, another kind, or rows that start at different
+ * places in a block: stride not a multiple of the values per block). */
+bool tsr_k_philox_tile_t_isa(tsr_k_isa isa, const tsr_k_vals *v, uint64_t L0, uint64_t stride, size_t rows,
+                             size_t cols, double *out, size_t ldo);
 /* The words of blocks b0.. into out: tsr_k_philox_values_isa with WORDS. */
 size_t tsr_k_philox_blocks_isa(tsr_k_isa isa, uint64_t seed, uint64_t b0, size_t n, uint32_t *out);
 

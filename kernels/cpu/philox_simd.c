@@ -63,13 +63,13 @@ AVX512 INLINE __m512i high(__m512i x)
   return _mm512_shuffle_epi32(x, _MM_PERM_CDAB);
 }
 
-/* G (≤ GROUPS, a constant) groups of eight blocks, ctr[g] + j (j < 8):
- * their 32 words each in stream order, wa[g] blocks 0..3 (words 0..15),
- * wb[g] blocks 4..7. */
-AVX512 INLINE void philox8(int G, const __m512i *ctr, const keys8 *k, __m512i *wa, __m512i *wb)
+/* Philox4x32-10 of G (≤ GROUPS, a constant) groups of eight blocks,
+ * block ctr[g] + j in lane j: the result's words 0..3 in c0..c3[g] (low
+ * halves of the 64-bit lanes; the high halves are garbage). */
+AVX512 INLINE void philox_rounds(int G, const __m512i *ctr, const keys8 *k, __m512i *c0, __m512i *c1, __m512i *c2,
+                                 __m512i *c3)
 {
   const __m512i m0 = _mm512_set1_epi64(TSR_PHILOX_M0), m1 = _mm512_set1_epi64(TSR_PHILOX_M1);
-  __m512i c0[GROUPS], c1[GROUPS], c2[GROUPS], c3[GROUPS];
   UNROLL for (int g = 0; g < G; g++) {  /* round 0 with c2 = c3 = 0: the second product is 0 */
     __m512i p0 = _mm512_mul_epu32(ctr[g], m0);
     c0[g] = _mm512_xor_si512(_mm512_srli_epi64(ctr[g], 32), key(k->k0, 0));
@@ -85,11 +85,24 @@ AVX512 INLINE void philox8(int G, const __m512i *ctr, const keys8 *k, __m512i *w
       c1[g] = q1;
       c3[g] = q0;
     }
-  /* Low halves paired: (c0, c1) per block, then (c2, c3); then interleaved
-   * per block into stream order. */
+}
+
+/* The low halves of x and y paired into 64-bit lanes: lane j is
+ * y_j << 32 | x_j — for (c0, c1) an f64 uniform's 64 bits. */
+AVX512 INLINE __m512i pair_lows(__m512i x, __m512i y)
+{
   const __m512i lows = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+  return _mm512_permutex2var_epi32(x, lows, y);
+}
+
+/* G groups of eight consecutive blocks ctr[g] + j: their 32 words each in
+ * stream order, wa[g] blocks 0..3 (words 0..15), wb[g] blocks 4..7. */
+AVX512 INLINE void philox8(int G, const __m512i *ctr, const keys8 *k, __m512i *wa, __m512i *wb)
+{
+  __m512i c0[GROUPS], c1[GROUPS], c2[GROUPS], c3[GROUPS];
+  philox_rounds(G, ctr, k, c0, c1, c2, c3);
   UNROLL for (int g = 0; g < G; g++) {
-    __m512i a = _mm512_permutex2var_epi32(c0[g], lows, c1[g]), d = _mm512_permutex2var_epi32(c2[g], lows, c3[g]);
+    __m512i a = pair_lows(c0[g], c1[g]), d = pair_lows(c2[g], c3[g]);
     wa[g] = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), d);
     wb[g] = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15), d);
   }
@@ -197,6 +210,64 @@ AVX512 static size_t values_avx512(const tsr_k_vals *v, uint64_t b0, size_t n, v
   return n;
 }
 
+/* f64 values of lanes whose words 0..3 are c[0..3]: U01_F64 gives 2 (the
+ * elements of words 0,1 and 2,3), INT_F64 4. */
+AVX512 INLINE void f64_values(const tsr_k_vals *v, tsr_k_vals_kind kind, const __m512i *c, __m512d *out)
+{
+  if (kind == TSR_K_VALS_U01_F64) {
+    const __m512d u53 = _mm512_set1_pd(0x1p-53);
+    out[0] = _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_srli_epi64(pair_lows(c[0], c[1]), 11)), u53);
+    out[1] = _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_srli_epi64(pair_lows(c[2], c[3]), 11)), u53);
+    return;
+  }
+  /* 64-bit lanes: low + ((w · range) >> 32) for any int64 low. */
+  const __m512i range = _mm512_set1_epi64((int64_t)v->range), low = _mm512_set1_epi64(v->low);
+  bool full = v->range == (uint64_t)1 << 32;
+  UNROLL for (int e = 0; e < 4; e++) {
+    __m512i w = full ? _mm512_and_si512(c[e], _mm512_set1_epi64(0xFFFFFFFF))
+                     : _mm512_srli_epi64(_mm512_mul_epu32(c[e], range), 32);
+    out[e] = _mm512_cvtepi64_pd(_mm512_add_epi64(w, low));
+  }
+}
+
+/* G groups of the blocks base + t + g (lane j: row j), their values
+ * stored down columns (t+g)·per + e − head, those inside [0, cols). */
+AVX512 INLINE void tile_t_step(int G, const tsr_k_vals *v, tsr_k_vals_kind kind, int per, __m512i base, size_t t,
+                               const keys8 *k, int64_t head, int64_t cols, __mmask8 rows, double *out, size_t ldo)
+{
+  __m512i ctr[GROUPS], c[4][GROUPS];
+  UNROLL for (int g = 0; g < G; g++) ctr[g] = _mm512_add_epi64(base, _mm512_set1_epi64((int64_t)(t + (size_t)g)));
+  philox_rounds(G, ctr, k, c[0], c[1], c[2], c[3]);
+  UNROLL for (int g = 0; g < G; g++) {
+    __m512i cg[4] = {c[0][g], c[1][g], c[2][g], c[3][g]};
+    __m512d vals[4];
+    f64_values(v, kind, cg, vals);
+    int64_t col0 = (int64_t)(t + (size_t)g) * per - head;
+    UNROLL for (int e = 0; e < per; e++)
+      if (col0 + e >= 0 && col0 + e < cols) _mm512_mask_storeu_pd(out + (size_t)(col0 + e) * ldo, rows, vals[e]);
+  }
+}
+
+/* The transposed tile, eight rows (lanes) at a time: a lane walks its
+ * row's blocks, GROUPS blocks per step. */
+AVX512 INLINE void tile_t_loop(const tsr_k_vals *v, tsr_k_vals_kind kind, int per, uint64_t L0, uint64_t stride,
+                               size_t rows, size_t cols, double *out, size_t ldo)
+{
+  keys8 k;
+  keys8_make(v->seed, &k);
+  size_t head = (size_t)(L0 % (uint64_t)per), nblocks = (head + cols + (size_t)per - 1) / (size_t)per;
+  uint64_t b0 = L0 / (uint64_t)per, bstride = stride / (uint64_t)per;
+  const __m512i lanes = _mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), _mm512_set1_epi64((int64_t)bstride));
+  for (size_t j0 = 0; j0 < rows; j0 += 8) {
+    __mmask8 rm = (__mmask8)first((int64_t)(rows - j0), 8);
+    __m512i base = _mm512_add_epi64(_mm512_set1_epi64((int64_t)(b0 + j0 * bstride)), lanes);
+    size_t t = 0;
+    for (; t + GROUPS <= nblocks; t += GROUPS)
+      tile_t_step(GROUPS, v, kind, per, base, t, &k, (int64_t)head, (int64_t)cols, rm, out + j0, ldo);
+    for (; t < nblocks; t++) tile_t_step(1, v, kind, per, base, t, &k, (int64_t)head, (int64_t)cols, rm, out + j0, ldo);
+  }
+}
+
 __attribute__((target("avx2"))) static inline void mulhilo8(__m256i a, __m256i m, __m256i *hi, __m256i *lo)
 {
   __m256i pe = _mm256_mul_epu32(a, m);
@@ -270,7 +341,30 @@ size_t tsr_k_philox_values_isa(tsr_k_isa isa, const tsr_k_vals *v, uint64_t b0, 
   return 0;
 }
 
+AVX512 static void tile_t_avx512(const tsr_k_vals *v, uint64_t L0, uint64_t stride, size_t rows, size_t cols,
+                                 double *out, size_t ldo)
+{
+  if (v->kind == TSR_K_VALS_U01_F64) tile_t_loop(v, TSR_K_VALS_U01_F64, 2, L0, stride, rows, cols, out, ldo);
+  else tile_t_loop(v, TSR_K_VALS_INT_F64, 4, L0, stride, rows, cols, out, ldo);
+}
+
+bool tsr_k_philox_tile_t_isa(tsr_k_isa isa, const tsr_k_vals *v, uint64_t L0, uint64_t stride, size_t rows,
+                             size_t cols, double *out, size_t ldo)
+{
+  int per = v->kind == TSR_K_VALS_U01_F64 ? 2 : v->kind == TSR_K_VALS_INT_F64 ? 4 : 0;
+  if (tsr_k_isa_resolve(isa) != TSR_K_ISA_AVX512 || per == 0 || (rows > 1 && stride % (uint64_t)per != 0)) return false;
+  tile_t_avx512(v, L0, stride, rows, cols, out, ldo);
+  return true;
+}
+
 #else
+
+bool tsr_k_philox_tile_t_isa(tsr_k_isa isa, const tsr_k_vals *v, uint64_t L0, uint64_t stride, size_t rows,
+                             size_t cols, double *out, size_t ldo)
+{
+  (void)isa, (void)v, (void)L0, (void)stride, (void)rows, (void)cols, (void)out, (void)ldo;
+  return false;
+}
 
 tsr_k_isa tsr_k_isa_resolve(tsr_k_isa isa)
 {

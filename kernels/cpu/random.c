@@ -251,6 +251,34 @@ void tsr_k_gen_fill_f64(const tsr_k_gen *g, double *out)
   fill_chunk(g, (char *)out, true);
 }
 
+/* The SIMD map for g's values as f64 in the transposed tiles, or 0. */
+static size_t tile_t_vals(const tsr_k_gen *g, tsr_k_vals *v)
+{
+  v->seed = g->seed, v->low = g->low, v->range = g->range;
+  if (g->kind == TSR_K_GEN_UNIFORM && g->dtype == TSR_F64) return v->kind = TSR_K_VALS_U01_F64, 2;
+  if (g->kind == TSR_K_GEN_RANDINT) return v->kind = TSR_K_VALS_INT_F64, 4;
+  return 0;
+}
+
+bool tsr_k_gen_fill_f64_t_ok(const tsr_k_gen *g)
+{
+  tsr_k_vals v;
+  size_t per = tile_t_vals(g, &v);
+  const tsr_k_grid *gr = &g->grid;
+  return gr->ndim == 2 && per > 0 && tsr_k_isa_resolve(TSR_K_ISA_BEST) == TSR_K_ISA_AVX512 &&
+         (gr->global[1] % (int64_t)per == 0 || gr->shape[0] <= 1);
+}
+
+void tsr_k_gen_fill_f64_t(const tsr_k_gen *g, double *out)
+{
+  tsr_k_vals v;
+  tile_t_vals(g, &v);
+  const tsr_k_grid *gr = &g->grid;
+  uint64_t L0 = (uint64_t)gr->offset[0] * (uint64_t)gr->global[1] + (uint64_t)gr->offset[1];
+  tsr_k_philox_tile_t_isa(TSR_K_ISA_BEST, &v, L0, (uint64_t)gr->global[1], (size_t)gr->shape[0],
+                          (size_t)gr->shape[1], out, (size_t)gr->shape[0]);
+}
+
 static int gen_infer(const char *op, const tsr_params *params, tsr_meta *out, tsr_errbuf *err)
 {
   tsr_k_gen g;

@@ -154,6 +154,52 @@ TEST(philox_values_paths)
   fprintf(stderr, "  runs that did every block: %zu\n", full);
 }
 
+/* Transposed f64 tiles: out[c·ldo + r] is element L0 + r·stride + c, for
+ * starts at every place in a block, row counts around the 8 lanes, column
+ * counts around the 3-block steps; nothing written outside the tile. */
+TEST(philox_tile_t)
+{
+  static const tsr_k_vals vals[] = {
+    {TSR_K_VALS_U01_F64, 0x123456789ull, 0, 0},
+    {TSR_K_VALS_INT_F64, 5, 0, 3},
+    {TSR_K_VALS_INT_F64, 5, -3000000000LL, 4000000000ULL},
+    {TSR_K_VALS_INT_F64, 5, 7, (uint64_t)1 << 32},
+  };
+  static const uint64_t L0s[] = {0, 1, 2, 3, 0x1FFFFFFF9ull};
+  static const size_t rows_of[] = {1, 7, 8, 9, 17}, cols_of[] = {1, 2, 5, 12, 13, 31};
+  enum { LDO = 20, CAP = 31 * LDO };
+  double got[CAP];
+  bool any = false;
+  for (size_t c = 0; c < sizeof vals / sizeof vals[0]; c++)
+    for (size_t l = 0; l < sizeof L0s / sizeof L0s[0]; l++)
+      for (size_t ri = 0; ri < sizeof rows_of / sizeof rows_of[0]; ri++)
+        for (size_t ci = 0; ci < sizeof cols_of / sizeof cols_of[0]; ci++) {
+          int per = vals[c].kind == TSR_K_VALS_U01_F64 ? 2 : 4;
+          size_t rows = rows_of[ri], cols = cols_of[ci];
+          uint64_t stride = 4 * 37;
+          for (size_t i = 0; i < CAP; i++) got[i] = -1.0;
+          if (!tsr_k_philox_tile_t_isa(TSR_K_ISA_BEST, &vals[c], L0s[l], stride, rows, cols, got, LDO)) continue;
+          any = true;
+          for (size_t i = 0; i < CAP; i++) {
+            size_t col = i / LDO, row = i % LDO;
+            double want = -1.0;
+            if (col < cols && row < rows) {
+              uint64_t L = L0s[l] + row * stride + col;
+              double v[4];
+              values_ref(&vals[c], L / (uint64_t)per, v);
+              want = v[L % (uint64_t)per];
+            }
+            if (memcmp(&got[i], &want, sizeof want) != 0)
+              KIT_FAIL_("kind %d L0 %llu rows %zu cols %zu: element (%zu, %zu)", (int)vals[c].kind,
+                        (unsigned long long)L0s[l], rows, cols, row, col);
+          }
+        }
+  /* Rows that start at different places in a block have no SIMD path. */
+  ASSERT_TRUE(!tsr_k_philox_tile_t_isa(TSR_K_ISA_BEST, &vals[0], 0, 3, 2, 4, got, LDO));
+  ASSERT_TRUE(!tsr_k_philox_tile_t_isa(TSR_K_ISA_SCALAR, &vals[0], 0, 4, 2, 4, got, LDO));
+  fprintf(stderr, "  transposed tiles here: %s\n", any ? "yes" : "no");
+}
+
 /* ---------- slow reference of docs/random.md ----------
  * Written from the spec with its own Philox, one word at a time, so it
  * shares nothing with the kernels but the KAT-checked constants. */
@@ -1118,6 +1164,7 @@ int main(void)
   RUN(philox_known_answers);
   RUN(philox_simd_paths);
   RUN(philox_values_paths);
+  RUN(philox_tile_t);
   RUN(random_chunking_independent);
   RUN(random_far_offsets);
   RUN(random_nd_and_scalar);

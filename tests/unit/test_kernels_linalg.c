@@ -552,7 +552,8 @@ static const char *mr_exact(const mr_exact_case *c, const int64_t *xs, const int
  * (SIMD-mapped uniform and small-range randint, randint beyond int32 and
  * normal through the word batches, an integer B), on odd shapes: 1x1, one
  * row, one column, odd offsets and odd global widths (f64 pairs straddling
- * rows), and chunks crossing several tiles with remainders. */
+ * rows), and chunks crossing several tiles with remainders; with even
+ * global widths X @ B takes the transposed-tile path. */
 TEST(matmul_random_fma_exact)
 {
   static const mr_exact_case cases[] = {
@@ -566,6 +567,9 @@ TEST(matmul_random_fma_exact)
     /* rows, cols, global rows, global cols, offset row, offset col, B width */
     {1, 1, 3, 5, 1, 2, 1},     {1, 37, 2, 101, 1, 63, 3},      {37, 1, 40, 3, 2, 1, 5},
     {9, 33, 20, 77, 5, 31, 20}, {70, 517, 100, 1041, 13, 301, 20}, {65, 300, 65, 300, 0, 0, 25},
+    /* even global widths: X @ B generates X transposed (rows in lanes),
+     * starting mid-block (odd offsets), ending mid-block (odd widths) */
+    {70, 517, 100, 1042, 13, 301, 20}, {33, 45, 50, 1044, 3, 7, 20}, {17, 258, 17, 260, 0, 2, 7},
   };
   static const char *sides[] = {"xb", "xtb", "bx", "btx"};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
