@@ -34,11 +34,12 @@ struct tsr_tiers {
   uint64_t next_serial;    /* under lock */
   tsr_tiers_stats stats;   /* under lock */
   bool warned_disk;
+  uint64_t rss_base;       /* the process's RSS when the tiers were made: its fixed overhead */
 };
 
 static int check_opts(const tsr_tiers_opts *o, tsr_errbuf *err)
 {
-  if (!(o->target > 0 && o->target <= 1) || !(o->spill > 0 && o->spill <= 1))
+  if (!(o->target > 0 && o->target <= 1) || !(o->spill >= 0 && o->spill <= 1))
     return tsr_fail(err, TSR_EINVAL, "memory target and spill fractions must be in (0, 1]");
   if (!tsr_spill_codec_ok(o->codec))
     return tsr_fail(err, TSR_EINVAL, "unknown spill codec '%s' (blosclz, lz4, zstd or zlib)", o->codec);
@@ -79,6 +80,7 @@ int tsr_tiers_new(const tsr_tiers_opts *opts, tsr_tiers **tiers_p, tsr_errbuf *e
   pthread_mutex_init(&t->lock, NULL);
   pthread_mutex_init(&t->balancing, NULL);
   t->next_serial = 1;
+  t->rss_base = tsr_process_rss();
   *tiers_p = t;
   return 0;
 }
@@ -224,14 +226,18 @@ void tsr_tiers_balance(tsr_tiers *t, tsr_wstore *store)
   if (limit == 0) return;
   uint64_t target = (uint64_t)((double)limit * t->opts.target);
   uint64_t spill = (uint64_t)((double)limit * t->opts.spill);
-  uint64_t rss = tsr_process_rss();
-  if (tsr_wstore_bytes(store) <= target && rss <= spill) return;
+  uint64_t rss = 0;
+  if (t->opts.spill > 0) {
+    rss = tsr_process_rss();
+    rss = rss > t->rss_base ? rss - t->rss_base : 0;
+  }
+  if (tsr_wstore_bytes(store) <= target && (spill == 0 || rss <= spill)) return;
   if (pthread_mutex_trylock(&t->balancing) != 0) return;
   tsr_chunk **idle = NULL;
   size_t n = tsr_wstore_idle(store, &idle);
   uint64_t freed = 0;
   for (size_t i = 0; i < n; i++) {
-    bool over = tsr_wstore_bytes(store) > target || (rss > freed && rss - freed > spill);
+    bool over = tsr_wstore_bytes(store) > target || (spill > 0 && rss > freed && rss - freed > spill);
     size_t nbytes = idle[i]->nbytes;
     if (over && evict_one(t, store, idle[i])) freed += nbytes;
     tsr_chunk_unref(&idle[i]);  /* the bytes go here when the store let go */

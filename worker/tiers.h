@@ -7,8 +7,10 @@
  * Thresholds, fractions of the memory limit, like Dask's:
  *   target  (default 0.6): when the bytes of the store's chunks exceed it,
  *           evict chunks until they are below it again;
- *   spill   (default 0.7): when the process's RSS exceeds it, evict as well
- *           (memory the store does not manage, fragmentation).
+ *   spill   (default 0.7): when the process's RSS, less the RSS it had when
+ *           the tiers were made (libraries, the kernels' tables: the fixed
+ *           overhead), exceeds it, evict as well (memory the store does not
+ *           manage: kernel scratch, fragmentation, malloc's caches).
  * Only chunks that nothing but the store references are evicted: never one
  * a running task reads, nor one the data socket is sending.
  *
@@ -42,7 +44,7 @@
 typedef struct tsr_tiers_opts {
   uint64_t memory_limit;         /* bytes; 0 = no limit, nothing is evicted */
   double target;                 /* fraction of memory_limit, (0, 1] */
-  double spill;                  /* fraction of memory_limit for the RSS, (0, 1] */
+  double spill;                  /* fraction of memory_limit for the RSS, (0, 1]; 0 = RSS not watched */
   char dir[TSR_TIERS_DIR_MAX];   /* "" = a new directory under $TMPDIR (or /tmp) */
   uint64_t disk_limit;           /* bytes of spill files; 0 = none */
   char codec[16];                /* blosclz, lz4, zstd, zlib */
