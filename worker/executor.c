@@ -1,8 +1,9 @@
 /* The executor pool. Each thread: pop the most urgent task, run it with
- * tsr_wtask_run(), push the task pointer to the main thread. OpenBLAS gets
- * one thread per executor thread: the pool is the parallelism, and N pools
- * of N BLAS threads would only fight over the cores. */
-#include "executor.h"
+ * tsr_wtask_run_on() (on its own GPU slot in a GPU worker), push the task
+ * pointer to the main thread. OpenBLAS gets one thread per executor thread:
+ * the pool is the parallelism, and N pools of N BLAS threads would only
+ * fight over the cores. */
+#include "exec_int.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -16,6 +17,11 @@
  * its include path) into the worker for one function. */
 extern void openblas_set_num_threads(int num_threads);
 
+typedef struct exec_thread {
+  struct tsr_wexec *exec;
+  tsr_wgpu_slot *slot;     /* GPU worker: this thread's stream and handles */
+} exec_thread;
+
 struct tsr_wexec {
   tsr_wexec_opts opts;
   char done_endpoint[TSR_MAX_ADDR_LEN];
@@ -24,6 +30,7 @@ struct tsr_wexec {
   tsr_wqueue *queue;
   tsr_wfetch_group fetches;
   pthread_t *threads;
+  exec_thread *per_thread;
   int n_threads;           /* started */
   atomic_uint running;
   pthread_mutex_t exit_lock;
@@ -77,14 +84,29 @@ static void release_inputs(tsr_chunk **chunks, size_t n)
   free(chunks);
 }
 
-/* Formats "<op>: <message>" unless the kernel already led with its name. */
-static void set_erred(tsr_wtask *task, const char *text)
+void tsr_wexec_erred(tsr_wtask *task, const char *text)
 {
   size_t op_len = strlen(task->op_name);
   if (strncmp(text, task->op_name, op_len) == 0 && text[op_len] == ':')
     tsr_wtask_erred(task, "%s", text);
   else
     tsr_wtask_erred(task, "%s: %s", task->op_name, text);
+}
+
+void tsr_wexec_store(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunk_p)
+{
+  tsr_chunk *chunk = *chunk_p;
+  /* Outputs of tasks without inputs (random data, file reads, constants)
+   * are cheaper to recompute than to spill: the tiers drop them. */
+  chunk->recompute = task->n_inputs == 0;
+  if (tsr_wstore_put(store, chunk, task->epoch, &task->cancelled) != 0) {
+    task->status = TSR_WTASK_CANCELLED;
+  } else {
+    task->status = TSR_WTASK_DONE;
+    task->out_meta = chunk->meta;
+    task->out_nbytes = chunk->nbytes;
+  }
+  tsr_chunk_unref(chunk_p);
 }
 
 /* Stores the kernel's output under the task's key; sets the result. */
@@ -101,20 +123,10 @@ static void keep_output(tsr_wtask *task, tsr_wstore *store, tsr_buf *out)
   }
   if (tsr_chunk_new_malloc(store, task->key, &out->meta, out->data, out->nbytes, &chunk) != 0) {
     free(out->data);
-    set_erred(task, "out of memory storing the output");
+    tsr_wexec_erred(task, "out of memory storing the output");
     return;
   }
-  /* Outputs of tasks without inputs (random data, file reads, constants)
-   * are cheaper to recompute than to spill: the tiers drop them. */
-  chunk->recompute = task->n_inputs == 0;
-  if (tsr_wstore_put(store, chunk, task->epoch, &task->cancelled) != 0) {
-    task->status = TSR_WTASK_CANCELLED;
-  } else {
-    task->status = TSR_WTASK_DONE;
-    task->out_meta = chunk->meta;
-    task->out_nbytes = chunk->nbytes;
-  }
-  tsr_chunk_unref(&chunk);
+  tsr_wexec_store(task, store, &chunk);
 }
 
 static void run_op(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunks)
@@ -122,7 +134,7 @@ static void run_op(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunks)
   size_t n = task->n_inputs;
   tsr_buf *in = n ? calloc(n, sizeof *in) : NULL;
   if (n && in == NULL) {
-    set_erred(task, "out of memory");
+    tsr_wexec_erred(task, "out of memory");
     return;
   }
   for (size_t i = 0; i < n; i++) in[i] = (tsr_buf){chunks[i]->meta, chunks[i]->data, chunks[i]->nbytes};
@@ -133,13 +145,19 @@ static void run_op(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunks)
   task->duration_us = tsr_now_us() - t0;
   free(in);
   if (rc != 0) {
-    set_erred(task, err.text[0] ? err.text : tsr_strerror(rc));
+    tsr_wexec_erred(task, err.text[0] ? err.text : tsr_strerror(rc));
     return;
   }
   keep_output(task, store, &out);
 }
 
 void tsr_wtask_run(tsr_wtask *task, tsr_wstore *store, tsr_wfetcher *fetcher, const char *worker_name)
+{
+  tsr_wtask_run_on(task, store, fetcher, worker_name, NULL);
+}
+
+void tsr_wtask_run_on(tsr_wtask *task, tsr_wstore *store, tsr_wfetcher *fetcher, const char *worker_name,
+                      tsr_wgpu_slot *slot)
 {
   if (atomic_load(&task->cancelled)) {
     task->status = TSR_WTASK_CANCELLED;
@@ -151,7 +169,7 @@ void tsr_wtask_run(tsr_wtask *task, tsr_wstore *store, tsr_wfetcher *fetcher, co
   }
   tsr_chunk **chunks = task->n_inputs ? calloc(task->n_inputs, sizeof *chunks) : NULL;
   if (task->n_inputs && chunks == NULL) {
-    set_erred(task, "out of memory");
+    tsr_wexec_erred(task, "out of memory");
     return;
   }
   for (size_t i = 0; i < task->n_inputs; i++) {
@@ -165,7 +183,10 @@ void tsr_wtask_run(tsr_wtask *task, tsr_wstore *store, tsr_wfetcher *fetcher, co
       return;
     }
   }
-  run_op(task, store, chunks);
+  if (slot != NULL)
+    tsr_wexec_run_gpu(task, store, chunks, slot);
+  else
+    run_op(task, store, chunks);
   release_inputs(chunks, task->n_inputs);
   /* The output (and any fetched or reloaded input) may have pushed the
    * store over its thresholds; the inputs are unpinned now. */
@@ -192,8 +213,10 @@ static void send_done(void *push, tsr_wtask *task)
 
 static void *thread_main(void *arg)
 {
-  tsr_wexec *exec = arg;
+  exec_thread *self = arg;
+  tsr_wexec *exec = self->exec;
   openblas_set_num_threads(1);
+  if (self->slot != NULL) tsr_wgpu_bind(tsr_wgpu_slot_gpu(self->slot));
   void *push = zmq_socket(exec->opts.zctx, ZMQ_PUSH);
   if (push != NULL) {
     tsr_net_socket_defaults(push);
@@ -209,7 +232,7 @@ static void *thread_main(void *arg)
   tsr_wtask *task;
   while ((task = tsr_wqueue_pop(exec->queue)) != NULL) {
     atomic_fetch_add(&exec->running, 1);
-    tsr_wtask_run(task, exec->store, &fetcher, exec->worker_name);
+    tsr_wtask_run_on(task, exec->store, &fetcher, exec->worker_name, self->slot);
     atomic_fetch_sub(&exec->running, 1);
     send_done(push, task);
   }
@@ -221,6 +244,9 @@ static void *thread_main(void *arg)
 
 static void exec_free(tsr_wexec *exec)
 {
+  for (int i = 0; exec->per_thread != NULL && i < exec->opts.threads; i++)
+    tsr_wgpu_slot_destroy(&exec->per_thread[i].slot);
+  free(exec->per_thread);
   tsr_wqueue_destroy(&exec->queue);
   tsr_wfetch_group_destroy(&exec->fetches);
   pthread_cond_destroy(&exec->exit_cond);
@@ -244,12 +270,22 @@ int tsr_wexec_start(const tsr_wexec_opts *opts, tsr_wstore *store, tsr_wexec **e
   pthread_cond_init(&exec->exit_cond, NULL);
   exec->queue = tsr_wqueue_new();
   exec->threads = calloc((size_t)(opts->threads > 0 ? opts->threads : 1), sizeof *exec->threads);
-  if (exec->queue == NULL || exec->threads == NULL || tsr_wfetch_group_init(&exec->fetches) != 0) {
+  exec->per_thread = calloc((size_t)(opts->threads > 0 ? opts->threads : 1), sizeof *exec->per_thread);
+  if (exec->queue == NULL || exec->threads == NULL || exec->per_thread == NULL ||
+      tsr_wfetch_group_init(&exec->fetches) != 0) {
     exec_free(exec);
     return tsr_fail(err, TSR_ENOMEM, "out of memory");
   }
   for (int i = 0; i < opts->threads; i++) {
-    int rc = pthread_create(&exec->threads[i], NULL, thread_main, exec);
+    exec->per_thread[i].exec = exec;
+    int rc = opts->gpu != NULL ? tsr_wgpu_slot_new(opts->gpu, &exec->per_thread[i].slot, err) : 0;
+    if (rc != 0) {
+      exec_free(exec);
+      return rc;
+    }
+  }
+  for (int i = 0; i < opts->threads; i++) {
+    int rc = pthread_create(&exec->threads[i], NULL, thread_main, &exec->per_thread[i]);
     if (rc != 0) {
       tsr_fail(err, TSR_EINTERNAL, "cannot start executor thread %d: %s", i, strerror(rc));
       tsr_wexec_stop(&exec, -1);

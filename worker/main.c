@@ -8,10 +8,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpu.h"
 #include "kernels.h"
 #include "worker.h"
 
 #define DEFAULT_FETCH_TIMEOUT_MS 30000
+/* A GPU worker's executor threads are streams: a few keep the device busy
+ * while others wait on their transfers or the scheduler. */
+#define DEFAULT_GPU_THREADS 4
+
+static bool threads_given;
 
 static int stop_pipe[2] = {-1, -1};
 
@@ -45,9 +51,14 @@ static void usage(FILE *out)
           "  --heartbeat-interval DUR   heartbeat period (default 1s)\n"
           "  --heartbeat-timeout DUR    reconnect after this much scheduler silence (default 10s)\n"
           "  --fetch-timeout DUR        give up fetching one input after this (default 30s)\n"
+          "  --gpu N                    own GPU N: ops with a CUDA variant run there (default: CPU worker)\n"
+          "  --device-memory-limit BYTES  hard limit on the GPU's memory (default 90%% of it)\n"
+          "  --list-gpus                print the GPUs this build can use, one per line, and exit\n"
           "  --help, --version\n"
           "\n"
-          "Env TESSERA_TEST_OPS=1 registers the test-only ops (crash, fail, sleep).\n");
+          "With --gpu, --threads is the number of CUDA streams (default %d).\n"
+          "Env TESSERA_TEST_OPS=1 registers the test-only ops (crash, fail, sleep).\n",
+          DEFAULT_GPU_THREADS);
 }
 
 static int bad(const char *flag, const char *value, const char *why)
@@ -80,8 +91,16 @@ static int apply_flag(tsr_worker_opts *o, const char *flag, const char *v)
   if (strcmp(flag, "--threads") == 0) {
     if (tsr_parse_i64(v, &n) != 0 || n < 1 || n > 4096) return bad(flag, v, "expected an integer from 1 to 4096");
     o->threads = (int)n;
+    threads_given = true;
     return 0;
   }
+  if (strcmp(flag, "--gpu") == 0) {
+    if (tsr_parse_i64(v, &n) != 0 || n < 0 || n > 1023) return bad(flag, v, "expected a GPU index (0, 1, ...)");
+    o->gpu = (int)n;
+    return 0;
+  }
+  if (strcmp(flag, "--device-memory-limit") == 0)
+    return tsr_parse_bytes(v, &o->device_memory_limit) == 0 ? 0 : bad(flag, v, "expected a size like 60GiB");
   if (strcmp(flag, "--memory-limit") == 0)
     return tsr_parse_bytes(v, &o->memory_limit) == 0 ? 0 : bad(flag, v, "expected a size like 4GiB");
   if (strcmp(flag, "--log-level") == 0) {
@@ -104,7 +123,8 @@ static int apply_flag(tsr_worker_opts *o, const char *flag, const char *v)
   return 2;
 }
 
-/* Returns 0 to run, 1 to exit 0 (help/version printed), 2 on a bad flag. */
+/* Returns 0 to run, 1 to exit 0 (help/version/GPU list printed), 2 on a
+ * bad flag, 3 when --list-gpus found none (exit 1). */
 static int parse_args(int argc, char **argv, tsr_worker_opts *o)
 {
   for (int i = 1; i < argc; i++) {
@@ -116,6 +136,12 @@ static int parse_args(int argc, char **argv, tsr_worker_opts *o)
     if (strcmp(arg, "--version") == 0) {
       printf("tessera-worker %s\n", TSR_VERSION_STRING);
       return 1;
+    }
+    if (strcmp(arg, "--list-gpus") == 0) {
+      tsr_errbuf err = {{0}};
+      if (tsr_wgpu_list(stdout, &err) > 0) return 1;
+      fprintf(stderr, "tessera-worker: %s\n", err.text);
+      return 3;
     }
     if (strncmp(arg, "--", 2) != 0) {
       fprintf(stderr, "tessera-worker: unexpected argument '%s' (see --help)\n", arg);
@@ -162,6 +188,7 @@ static void default_opts(tsr_worker_opts *o)
   o->heartbeat_interval_ms = 1000;
   o->heartbeat_timeout_ms = 10000;
   o->fetch_timeout_ms = DEFAULT_FETCH_TIMEOUT_MS;
+  o->gpu = -1;
   const char *env = getenv("TESSERA_SCHEDULER");
   if (env != NULL && env[0] != '\0' && strlen(env) < sizeof o->scheduler) snprintf(o->scheduler, sizeof o->scheduler, "%s", env);
 }
@@ -187,7 +214,18 @@ int main(int argc, char **argv)
   default_opts(&opts);
   opts.tiers = (tsr_tiers_opts)TSR_TIERS_OPTS_DEFAULT;
   int rc = parse_args(argc, argv, &opts);
-  if (rc != 0) return rc == 1 ? 0 : 2;
+  if (rc != 0) return rc == 1 ? 0 : rc == 3 ? 1 : 2;
+  if (opts.gpu >= 0 && !tsr_wgpu_built()) {
+    tsr_errbuf err = {{0}};
+    tsr_wgpu_list(stdout, &err);
+    fprintf(stderr, "tessera-worker: --gpu %d: %s\n", opts.gpu, err.text);
+    return 1;
+  }
+  if (opts.gpu >= 0 && !threads_given) opts.threads = DEFAULT_GPU_THREADS;
+  if (opts.device_memory_limit != 0 && opts.gpu < 0) {
+    fprintf(stderr, "tessera-worker: --device-memory-limit needs --gpu N (see --help)\n");
+    return 2;
+  }
   if (opts.scheduler[0] == '\0') {
     fprintf(stderr, "tessera-worker: --scheduler ADDR (or env TESSERA_SCHEDULER) is required (see --help)\n");
     return 2;

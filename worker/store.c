@@ -16,7 +16,10 @@ struct tsr_wstore {
   tsr_strmap *map;          /* key -> tsr_chunk *, one reference each; under lock */
   uint64_t epoch;           /* under lock */
   uint64_t memory_limit;
-  atomic_uint_fast64_t bytes;
+  atomic_uint_fast64_t bytes;        /* host chunks */
+  atomic_uint_fast64_t device_bytes; /* device chunks */
+  tsr_device_copy_fn device_copy;
+  void *device_copy_arg;
   atomic_uint_fast64_t live;
   atomic_bool warned_limit;
   struct tsr_tiers *tiers;   /* set before tasks run, then read-only */
@@ -36,6 +39,7 @@ tsr_wstore *tsr_wstore_new(uint64_t memory_limit)
   store->epoch = 1;
   store->memory_limit = memory_limit;
   atomic_init(&store->bytes, 0);
+  atomic_init(&store->device_bytes, 0);
   atomic_init(&store->live, 0);
   atomic_init(&store->warned_limit, false);
   return store;
@@ -87,6 +91,7 @@ static int chunk_alloc(tsr_wstore *store, const char *key, const tsr_meta *meta,
   memcpy(chunk->key, key, key_len + 1);
   chunk->meta = *meta;
   chunk->store = store;
+  chunk->device = -1;
   atomic_init(&chunk->refs, 1);
   *chunk_p = chunk;
   return 0;
@@ -123,6 +128,24 @@ int tsr_chunk_new_xfer(tsr_wstore *store, const char *key, const tsr_meta *meta,
   return 0;
 }
 
+int tsr_chunk_new_device(tsr_wstore *store, const char *key, const tsr_meta *meta, void *data, size_t nbytes,
+                         int device, tsr_chunk_release_fn release, void *release_arg, tsr_chunk **chunk_p)
+{
+  tsr_chunk *chunk;
+  int rc = chunk_alloc(store, key, meta, &chunk);
+  if (rc != 0) return rc;
+  chunk->owner = TSR_CHUNK_DEVICE;
+  chunk->data = data;
+  chunk->nbytes = nbytes;
+  chunk->device = device;
+  chunk->release = release;
+  chunk->release_arg = release_arg;
+  atomic_fetch_add(&store->device_bytes, nbytes);
+  atomic_fetch_add(&store->live, 1);
+  *chunk_p = chunk;
+  return 0;
+}
+
 tsr_chunk *tsr_chunk_ref(tsr_chunk *chunk)
 {
   atomic_fetch_add_explicit(&chunk->refs, 1, memory_order_relaxed);
@@ -139,13 +162,16 @@ void tsr_chunk_unref(tsr_chunk **chunk_p)
   if (atomic_fetch_sub_explicit(&chunk->refs, 1, memory_order_acq_rel) != 1) return;
   tsr_wstore *store = chunk->store;
   size_t nbytes = chunk->nbytes;
+  bool device = chunk->owner == TSR_CHUNK_DEVICE;
   if (chunk->owner == TSR_CHUNK_XFER)
     tsr_xfer_data_release(&chunk->xfer);
+  else if (device)
+    chunk->release(chunk->release_arg, chunk->data, nbytes);
   else
     free(chunk->data);
   free(chunk->key);
   free(chunk);
-  atomic_fetch_sub(&store->bytes, nbytes);
+  atomic_fetch_sub(device ? &store->device_bytes : &store->bytes, nbytes);
   atomic_fetch_sub(&store->live, 1);
 }
 
@@ -262,6 +288,7 @@ uint64_t tsr_wstore_epoch(tsr_wstore *store)
 }
 
 uint64_t tsr_wstore_bytes(const tsr_wstore *store) { return atomic_load(&store->bytes); }
+uint64_t tsr_wstore_device_bytes(const tsr_wstore *store) { return atomic_load(&store->device_bytes); }
 uint64_t tsr_wstore_live_chunks(const tsr_wstore *store) { return atomic_load(&store->live); }
 uint64_t tsr_wstore_memory_limit(const tsr_wstore *store) { return store->memory_limit; }
 
@@ -279,6 +306,43 @@ static void xfer_release(void *data, void *hint)
   (void)data;
   tsr_chunk *chunk = hint;
   tsr_chunk_unref(&chunk);
+}
+
+void tsr_wstore_set_device_copy(tsr_wstore *store, tsr_device_copy_fn copy, void *arg)
+{
+  store->device_copy = copy;
+  store->device_copy_arg = arg;
+}
+
+/* ZeroMQ's free callback for the host copy of a device chunk. */
+static void free_copy(void *data, void *hint)
+{
+  (void)data;
+  free(hint);
+}
+
+/* Serves a device chunk from a host copy: the chunk's reference is dropped
+ * here, on the serving thread, never on ZeroMQ's. */
+static int lookup_device(tsr_wstore *store, tsr_chunk *chunk, tsr_xfer_chunk *out)
+{
+  tsr_errbuf err = {{0}};
+  void *copy = malloc(chunk->nbytes ? chunk->nbytes : 1);
+  int rc = copy == NULL ? tsr_fail(&err, TSR_ENOMEM, "out of memory")
+           : store->device_copy == NULL ? tsr_fail(&err, TSR_EINTERNAL, "no device copy installed")
+           : store->device_copy(store->device_copy_arg, copy, chunk->data, chunk->nbytes, &err);
+  if (rc != 0) {
+    TSR_WARN("cannot serve device chunk '%s' (%zu bytes): %s", chunk->key, chunk->nbytes, err.text);
+    free(copy);
+    tsr_chunk_unref(&chunk);
+    return TSR_ENOTFOUND;
+  }
+  out->meta = chunk->meta;
+  out->data = copy;
+  out->nbytes = chunk->nbytes;
+  out->release = free_copy;
+  out->hint = copy;
+  tsr_chunk_unref(&chunk);
+  return 0;
 }
 
 /* ---------- tiers ---------- */
@@ -360,6 +424,7 @@ int tsr_wstore_xfer_lookup(void *arg, const char *key, tsr_xfer_chunk *out)
 {
   tsr_chunk *chunk;
   if (tsr_wstore_get(arg, key, &chunk) != 0) return TSR_ENOTFOUND;
+  if (tsr_chunk_on_device(chunk)) return lookup_device(arg, chunk, out);
   out->meta = chunk->meta;
   out->data = chunk->data;
   out->nbytes = chunk->nbytes;

@@ -10,6 +10,13 @@
  *
  * Memory accounting counts every live chunk (in the map or not), because
  * that is what the process really holds; `chunks` counts map entries.
+ * Host and device bytes are counted apart.
+ *
+ * Location: a chunk's bytes are in host memory or, on a GPU worker, in
+ * device memory (TSR_CHUNK_DEVICE; data is then a device pointer and is
+ * freed through the chunk's release callback). Device chunks are never
+ * handed to ZeroMQ: serving one copies it to a host buffer first, through
+ * the copy function the worker installs (tsr_wstore_set_device_copy).
  *
  * Epochs: the main thread bumps the epoch when it drops everything after a
  * reconnect. A put carries the epoch its task was started under and is
@@ -39,7 +46,12 @@ typedef struct tsr_wstore tsr_wstore;
 typedef enum {
   TSR_CHUNK_MALLOC = 1,  /* free(data): kernel outputs */
   TSR_CHUNK_XFER,        /* tsr_xfer_data_release(): bytes received from a peer */
+  TSR_CHUNK_DEVICE,      /* release(release_arg, data, nbytes): device memory of a GPU worker */
 } tsr_chunk_owner;
+
+/* Frees a device chunk's bytes. Called by the last unref, on the thread
+ * that drops it (never ZeroMQ's I/O thread, see above). */
+typedef void (*tsr_chunk_release_fn)(void *arg, void *data, size_t nbytes);
 
 typedef struct tsr_chunk {
   char *key;             /* NUL-terminated, owned */
@@ -49,6 +61,9 @@ typedef struct tsr_chunk {
   atomic_uint refs;
   tsr_chunk_owner owner;
   tsr_xfer_data xfer;    /* TSR_CHUNK_XFER only */
+  tsr_chunk_release_fn release;  /* TSR_CHUNK_DEVICE only */
+  void *release_arg;
+  int device;            /* TSR_CHUNK_DEVICE: the GPU holding data; -1 for host chunks */
   bool replica;          /* fetched from a peer, not computed here */
   bool recompute;        /* cheaper to recompute than to spill: evicted by dropping (set before the put) */
   uint64_t last_use;     /* the store's clock at the last put/get; under the store's lock */
@@ -71,6 +86,12 @@ int tsr_chunk_new_malloc(tsr_wstore *store, const char *key, const tsr_meta *met
  * chunk a replica; on error the caller still owns *xfer. */
 int tsr_chunk_new_xfer(tsr_wstore *store, const char *key, const tsr_meta *meta, tsr_xfer_data *xfer,
                        tsr_chunk **chunk_p);
+/* Wraps device memory (a CUDA variant's output): data is a device pointer
+ * on `device`, freed by release(release_arg, data, nbytes) at the last
+ * unref. On error the caller still owns data. */
+int tsr_chunk_new_device(tsr_wstore *store, const char *key, const tsr_meta *meta, void *data, size_t nbytes,
+                         int device, tsr_chunk_release_fn release, void *release_arg, tsr_chunk **chunk_p);
+static inline bool tsr_chunk_on_device(const tsr_chunk *chunk) { return chunk->owner == TSR_CHUNK_DEVICE; }
 /* Adds a reference; returns chunk. */
 tsr_chunk *tsr_chunk_ref(tsr_chunk *chunk);
 /* Drops the caller's reference and NULLs *chunk_p; frees at zero. NULL and
@@ -98,8 +119,10 @@ bool tsr_wstore_del_replica(tsr_wstore *store, const char *key);
 uint64_t tsr_wstore_clear(tsr_wstore *store);
 uint64_t tsr_wstore_epoch(tsr_wstore *store);
 
-/* Bytes held by live chunks (in the map or still referenced elsewhere). */
+/* Host bytes held by live chunks (in the map or still referenced
+ * elsewhere); device chunks are counted apart. */
 uint64_t tsr_wstore_bytes(const tsr_wstore *store);
+uint64_t tsr_wstore_device_bytes(const tsr_wstore *store);
 /* Number of keys in the map. */
 size_t tsr_wstore_count(tsr_wstore *store);
 /* Live chunk objects (in the map or not); for tests and leak checks. */
@@ -128,9 +151,20 @@ bool tsr_wstore_evict(tsr_wstore *store, tsr_chunk *chunk);
 /* Balances the tiers after the store grew; no-op without tiers. */
 void tsr_wstore_balance(tsr_wstore *store);
 
+/* Copies nbytes of device memory at src to host memory at dst; 0 or an
+ * error. Runs on the thread that serves the data socket. */
+typedef int (*tsr_device_copy_fn)(void *arg, void *dst, const void *src, size_t nbytes, tsr_errbuf *err);
+/* Installs the copy that serving a device chunk uses (main thread, before
+ * serving starts). Without one, device chunks are not served. */
+void tsr_wstore_set_device_copy(tsr_wstore *store, tsr_device_copy_fn copy, void *arg);
+
 /* The data-plane server's lookup (tsr_xfer_lookup_fn with arg = store):
- * returns a new reference that the server drops through chunk->release,
- * possibly on ZeroMQ's I/O thread. 0 or TSR_ENOTFOUND. */
+ * for a host chunk, a new reference that the server drops through
+ * chunk->release, possibly on ZeroMQ's I/O thread; for a device chunk, a
+ * host copy (malloc'd, freed by the release callback) made with the
+ * installed copy function. 0 or TSR_ENOTFOUND (also when a device chunk
+ * cannot be copied: the asker then reports the input missing and the
+ * scheduler recomputes it). */
 int tsr_wstore_xfer_lookup(void *store, const char *key, tsr_xfer_chunk *chunk);
 
 #endif

@@ -55,6 +55,29 @@ static int open_completions(tsr_worker *w)
   return 0;
 }
 
+/* Serving a device chunk: copy it down on the main thread's own stream. */
+static int serve_copy(void *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err)
+{
+  return tsr_wgpu_download(slot, dst, src, nbytes, err);
+}
+
+static int open_gpu(tsr_worker *w)
+{
+  if (w->opts.gpu < 0) return 0;
+  tsr_errbuf err = {{0}};
+  int rc = tsr_wgpu_open(w->opts.gpu, w->opts.device_memory_limit, w->opts.threads, &w->gpu, &err);
+  if (rc == 0) rc = tsr_wgpu_slot_new(w->gpu, &w->serve_slot, &err);
+  if (rc != 0) {
+    TSR_ERROR("%s", err.text);
+    return rc;
+  }
+  tsr_wstore_set_device_copy(w->store, serve_copy, w->serve_slot);
+  char limit[32];
+  TSR_INFO("gpu:%d: %s, device memory limit %s, %d streams", w->opts.gpu, tsr_wgpu_name(w->gpu),
+           tsr_format_bytes(tsr_wgpu_limit(w->gpu), limit, sizeof limit), w->opts.threads);
+  return 0;
+}
+
 static int start_executor(tsr_worker *w)
 {
   tsr_wexec_opts eo = {
@@ -63,6 +86,7 @@ static int start_executor(tsr_worker *w)
     .done_endpoint = w->done_endpoint,
     .worker_name = w->opts.name,
     .fetch_timeout_ms = w->opts.fetch_timeout_ms,
+    .gpu = w->gpu,
   };
   tsr_errbuf err = {{0}};
   if (tsr_wexec_start(&eo, w->store, &w->exec, &err) != 0) {
@@ -107,7 +131,8 @@ static int worker_setup(tsr_worker *w, const tsr_worker_opts *opts)
     return TSR_ENOMEM;
   }
   if (open_tiers(w) != 0) return TSR_EIO;
-  int rc = open_data_plane(w);
+  int rc = open_gpu(w);
+  if (rc == 0) rc = open_data_plane(w);
   if (rc == 0) rc = open_completions(w);
   if (rc == 0) rc = start_executor(w);
   w->beat_ms = opts->heartbeat_interval_ms;
@@ -183,6 +208,9 @@ static bool worker_teardown(tsr_worker *w)
   tsr_tiers *tiers = w->store != NULL ? tsr_wstore_tiers(w->store) : NULL;
   tsr_wstore_destroy(&w->store);
   tsr_tiers_destroy(&tiers);
+  /* After the store: its device chunks free into the GPU's pool. */
+  tsr_wgpu_slot_destroy(&w->serve_slot);
+  tsr_wgpu_close(&w->gpu);
   tsr_strmap_destroy(&w->pending);
   tsr_strmap_destroy(&w->needs);
   tsr_wbuf_free(&w->out);

@@ -20,13 +20,15 @@ typedef struct tsr_worker_opts {
   uint64_t heartbeat_interval_ms;
   uint64_t heartbeat_timeout_ms;
   int fetch_timeout_ms;
+  int gpu;                              /* --gpu N: the device this worker owns; -1 = a CPU worker */
+  uint64_t device_memory_limit;         /* bytes; 0 = 90% of the device's memory */
   tsr_tiers_opts tiers;                 /* memory thresholds and spilling (memory_limit copied in) */
 } tsr_worker_opts;
 
 /* Runs the daemon until a byte arrives on stop_fd (a signal handler's
  * self-pipe) or a fatal error. Returns the process exit status: 0 after a
  * clean stop (goodbye sent), 1 on a fatal error (protocol version refused,
- * data socket cannot be bound). Never returns when executor threads are
+ * data socket cannot be bound, the GPU cannot be opened). Never returns when executor threads are
  * stuck at shutdown: it then exits the process itself with that status. */
 int tsr_worker_run(const tsr_worker_opts *opts, int stop_fd);
 
