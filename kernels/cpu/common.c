@@ -157,12 +157,49 @@ void tsr_k_load_i64(tsr_dtype dt, const void *src, size_t n, int64_t *t)
     memcpy(t, src, n * sizeof *t);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* u8 and i32 → f64 with AVX-512 (exact, as the scalar loops); each returns
+ * how many leading elements it converted. These conversions feed integer
+ * matmuls, where the scalar loops cost as much as the arithmetic. */
+__attribute__((target("avx512f"))) static size_t u8_f64_avx512(const uint8_t *s, size_t n, double *t)
+{
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
+    _mm512_storeu_pd(t + i, _mm512_cvtepi32_pd(_mm512_castsi512_si256(w)));
+    _mm512_storeu_pd(t + i + 8, _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(w, 1)));
+  }
+  return i;
+}
+
+__attribute__((target("avx512f"))) static size_t i32_f64_avx512(const int32_t *s, size_t n, double *t)
+{
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm512_storeu_pd(t + i, _mm512_cvtepi32_pd(_mm256_loadu_si256((const __m256i *)(s + i))));
+  return i;
+}
+
+static size_t int_f64_simd(tsr_dtype dt, const void *src, size_t n, double *t)
+{
+  if (n < 16 || !__builtin_cpu_supports("avx512f")) return 0;
+  return dt == TSR_U8 ? u8_f64_avx512(src, n, t) : i32_f64_avx512(src, n, t);
+}
+#else
+static size_t int_f64_simd(tsr_dtype dt, const void *src, size_t n, double *t)
+{
+  (void)dt, (void)src, (void)n, (void)t;
+  return 0;
+}
+#endif
+
 void tsr_k_load_f64(tsr_dtype dt, const void *src, size_t n, double *t)
 {
   if (dt == TSR_U8)
-    for (size_t i = 0; i < n; i++) t[i] = ((const uint8_t *)src)[i];
+    for (size_t i = int_f64_simd(dt, src, n, t); i < n; i++) t[i] = ((const uint8_t *)src)[i];
   else if (dt == TSR_I32)
-    for (size_t i = 0; i < n; i++) t[i] = ((const int32_t *)src)[i];
+    for (size_t i = int_f64_simd(dt, src, n, t); i < n; i++) t[i] = ((const int32_t *)src)[i];
   else if (dt == TSR_I64)
     for (size_t i = 0; i < n; i++) t[i] = (double)((const int64_t *)src)[i];
   else if (dt == TSR_F32)

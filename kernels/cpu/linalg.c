@@ -6,7 +6,10 @@
  * dtypes: two float inputs must match and C has their dtype. An integer
  * input (u8/i32/i64) takes the other input's float dtype (f64 when both are
  * integers) and is converted a k-panel at a time — C accumulates
- * op(A)[:, k0:k1] · op(B)[k0:k1, :] — so no whole float copy is made.
+ * op(A)[:, k0:k1] · op(B)[k0:k1, :] — so no whole float copy is made. An
+ * integer operand times a narrow f64 one (a genotype block times a sketch)
+ * goes through linalg_skinny.c instead: small converted tiles into the
+ * skinny kernels, the same bytes on every CPU.
  *
  * Determinism: OpenBLAS gives the same bytes for the same inputs, shapes
  * and thread count on one CPU model; across CPU models its kernels may
@@ -119,6 +122,10 @@ static int matmul_cpu(const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf 
   if (d.k == 0) {
     memset(out->data, 0, out->nbytes);  /* BLAS refuses lda = 0 */
     return 0;
+  }
+  if (d.dtype == TSR_F64) {  /* an integer operand times a narrow f64 one */
+    rc = tsr_k_matmul_skinny(d.ta, d.tb, d.m, d.n, d.k, &in[0], &in[1], out->data, err);
+    if (rc != 0) return rc < 0 ? rc : 0;
   }
   bool conv_a = in[0].meta.dtype != d.dtype, conv_b = in[1].meta.dtype != d.dtype;
   size_t os = tsr_dtype_size(d.dtype), per_k = (size_t)((conv_a ? d.m : 0) + (conv_b ? d.n : 0)) * os;

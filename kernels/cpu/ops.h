@@ -136,6 +136,13 @@ void tsr_k_gemm_btx_f64(tsr_k_isa isa, int64_t rows, int64_t cols, int64_t m, co
 void tsr_k_gemm_xb_f64(tsr_k_isa isa, int64_t rows, int64_t cols, int64_t n, const double *x, int64_t ldx,
                        const double *b, int64_t ldb, double *c, int64_t ldc);
 
+/* matmul's skinny path (linalg_skinny.c): C [m, n] = op(A) op(B) in f64
+ * when one operand is an integer array and the other an f64 one at most 64
+ * wide on its non-inner side. 1 when done, 0 when the shapes or dtypes are
+ * not this path's (nothing written), or TSR_ENOMEM. */
+int tsr_k_matmul_skinny(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const tsr_buf *a, const tsr_buf *b,
+                        double *c, tsr_errbuf *err);
+
 /* A random op's chunk, parsed (random.c): dist is "random_uniform",
  * "random_normal" or "randint". tsr_k_gen_fill writes the chunk described
  * by g->grid; callers may narrow grid.shape/offset to a sub-block of it

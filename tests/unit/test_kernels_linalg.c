@@ -345,6 +345,9 @@ TEST(matmul_integer_inputs)
 
 /* ---------- skinny f64 kernels ---------- */
 
+static void ref_chain(int64_t M, int64_t N, int64_t K, const double *a, int64_t a_rs, int64_t a_cs, const double *b,
+                      int64_t b_rs, int64_t b_cs, double *c);
+
 /* The contract of gemm_skinny.c, written out: c = fma(a, b, c) per term in
  * increasing order of the inner index. */
 static void ref_btx(int64_t rows, int64_t cols, int64_t m, const double *b, int64_t ldb, const double *x, int64_t ldx,
@@ -399,6 +402,55 @@ TEST(gemm_skinny_paths)
         }
       }
   free(x), free(b), free(c0), free(want), free(got);
+}
+
+/* An integer operand times a narrow f64 one is exactly the in-order fma
+ * chain (linalg_skinny.c), for every placement and transpose, on shapes
+ * with tile remainders; x holds the integer operand's values as f64. */
+static const char *skinny_case(tsr_dtype xdt, bool x_is_a, bool ta, bool tb, int64_t w, int64_t big, int64_t k)
+{
+  static char why[160];
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out = {0};
+  int64_t m = x_is_a ? big : w, n = x_is_a ? w : big;
+  int64_t as[2] = {ta ? k : m, ta ? m : k}, bs[2] = {tb ? n : k, tb ? k : n};
+  int64_t xn = x_is_a ? m * k : k * n, wn = x_is_a ? k * n : m * k;
+  double *xv = malloc((size_t)xn * sizeof *xv), *wv = filled(wn, 1.1), *want = malloc((size_t)(m * n) * sizeof *want);
+  void *xraw = malloc((size_t)xn * 8);
+  for (int64_t i = 0; i < xn; i++) {
+    int64_t v = (i * 7919) % 251 - (xdt == TSR_U8 ? 0 : 100);
+    xv[i] = (double)v;
+    if (xdt == TSR_U8) ((uint8_t *)xraw)[i] = (uint8_t)v;
+    else if (xdt == TSR_I32) ((int32_t *)xraw)[i] = (int32_t)v;
+    else ((int64_t *)xraw)[i] = v;
+  }
+  const double *av = x_is_a ? xv : wv, *bv = x_is_a ? wv : xv;
+  ref_chain(m, n, k, av, ta ? 1 : k, ta ? m : 1, bv, tb ? 1 : n, tb ? k : 1, want);
+  tsr_buf in[2] = {buf_of(x_is_a ? xdt : TSR_F64, 2, as, x_is_a ? xraw : (void *)wv),
+                   buf_of(x_is_a ? TSR_F64 : xdt, 2, bs, x_is_a ? (void *)wv : xraw)};
+  if (ta) tsr_params_add_bool(&p, "trans_a", true);
+  if (tb) tsr_params_add_bool(&p, "trans_b", true);
+  const char *bad = run("matmul", &p, in, 2, &out, &err) != 0 ? "matmul failed" : NULL;
+  if (!bad && memcmp(out.data, want, (size_t)(m * n) * sizeof *want) != 0) bad = "bytes differ from the fma chain";
+  if (bad)
+    snprintf(why, sizeof why, "%s %s ta %d tb %d m %lld n %lld k %lld: %s", tsr_dtype_name(xdt), x_is_a ? "A" : "B",
+             ta, tb, (long long)m, (long long)n, (long long)k, bad);
+  free(out.data), free(xv), free(wv), free(want), free(xraw);
+  tsr_params_clear(&p);
+  return bad ? why : NULL;
+}
+
+TEST(matmul_integer_skinny_exact)
+{
+  static const tsr_dtype dts[] = {TSR_U8, TSR_I32, TSR_I64};
+  static const int64_t dims[][3] = {{1, 1, 1}, {3, 70, 300}, {20, 129, 257}, {64, 65, 9}};  /* w, big, k */
+  for (size_t d = 0; d < 3; d++)
+    for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
+      for (int cfg = 0; cfg < 8; cfg++) {
+        const char *bad = skinny_case(dts[d], cfg & 1, cfg & 2, cfg & 4, dims[s][0], dims[s][1], dims[s][2]);
+        if (bad) KIT_FAIL_("%s", bad);
+      }
 }
 
 /* ---------- matmul_random ---------- */
@@ -621,6 +673,7 @@ int main(void)
   RUN(bmul_and_signs);
   RUN(matmul_integer_inputs);
   RUN(gemm_skinny_paths);
+  RUN(matmul_integer_skinny_exact);
   RUN(matmul_random_matches_materialized);
   RUN(matmul_random_fma_exact);
   RUN(matmul_random_errors);
