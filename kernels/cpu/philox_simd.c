@@ -7,14 +7,21 @@
  *
  * AVX-512 layout: lane j of a 512-bit vector holds block b+j's counter word
  * in the low half of a 64-bit lane. vpmuludq multiplies exactly those low
- * halves into full 64-bit products, so a round is two multiplies, two
- * dword shuffles (the high halves) and two three-way XORs (vpternlog) for
- * eight blocks; the high halves of lanes carry garbage that no later step reads.
- * Two permutes then put the 32 words in stream order (block b's words
- * 4b..4b+3), where a 64-bit lane is already an f64 uniform's 64 bits
- * (word 2L+1 << 32 | word 2L), so the value maps need no more shuffles.
- * A short last group computes eight blocks and stores only what was asked
- * (masked stores), so AVX-512 always does all n blocks.
+ * halves into full 64-bit products, so a round is two multiplies, two moves
+ * of the high halves down and two three-way XORs (vpternlog) for eight
+ * blocks; the high halves of lanes carry garbage that no later step reads.
+ * Three groups of eight are in flight at once (a round is a 7-cycle chain).
+ *
+ * Two layouts of the results:
+ * - stream order (tsr_k_philox_values_isa): four permutes put the 32 words
+ *   in stream order (block b's words 4b..4b+3), where a 64-bit lane is
+ *   already an f64 uniform's 64 bits (word 2L+1 << 32 | word 2L), so the
+ *   value maps need no more shuffles. A short last group computes eight
+ *   blocks and stores only what was asked (masked stores), so AVX-512
+ *   always does all n blocks.
+ * - transposed tiles (tsr_k_philox_tile_t_isa): the lanes are eight rows of
+ *   a 2-D array at the same column, so a lane's words are already values
+ *   of one row and a vector is a column of the tile — no ordering at all.
  *
  * On other compilers or CPUs the entry points do nothing and the caller's
  * scalar loop does all the work. */
@@ -29,7 +36,8 @@
 #define AVX512 __attribute__((target("avx512f,avx512dq,avx512bw")))
 #define INLINE static inline __attribute__((always_inline))
 /* Groups of eight blocks in flight: a round is a chain of multiply, shift
- * and XOR (7 cycles), so three groups keep both vector ports busy. */
+ * and XOR (7 cycles), so three groups keep both vector ports busy (two
+ * leave them idle part of the time, four spill registers). */
 #define GROUPS 3
 /* -O2 leaves short constant loops rolled, and the Philox state must live
  * in registers. */
@@ -185,9 +193,11 @@ AVX512 INLINE void values_loop(const tsr_k_vals *v, tsr_k_vals_kind kind, size_t
   const __m512i lanes = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
   size_t i = 0;
   for (; i + 8 * GROUPS <= n; i += 8 * GROUPS) {
-    UNROLL for (int g = 0; g < GROUPS; g++) ctr[g] = _mm512_add_epi64(_mm512_set1_epi64((int64_t)(b0 + i + 8 * (size_t)g)), lanes);
+    UNROLL for (int g = 0; g < GROUPS; g++)
+      ctr[g] = _mm512_add_epi64(_mm512_set1_epi64((int64_t)(b0 + i + 8 * (size_t)g)), lanes);
     philox8(GROUPS, ctr, &k, wa, wb);
-    UNROLL for (int g = 0; g < GROUPS; g++) store_group(v, kind, wa[g], wb[g], (int64_t)(8 * per), out + (i + 8 * (size_t)g) * per * es);
+    UNROLL for (int g = 0; g < GROUPS; g++)
+      store_group(v, kind, wa[g], wb[g], (int64_t)(8 * per), out + (i + 8 * (size_t)g) * per * es);
   }
   for (; i < n; i += 8) {
     ctr[0] = _mm512_add_epi64(_mm512_set1_epi64((int64_t)(b0 + i)), lanes);
@@ -257,7 +267,8 @@ AVX512 INLINE void tile_t_loop(const tsr_k_vals *v, tsr_k_vals_kind kind, int pe
   keys8_make(v->seed, &k);
   size_t head = (size_t)(L0 % (uint64_t)per), nblocks = (head + cols + (size_t)per - 1) / (size_t)per;
   uint64_t b0 = L0 / (uint64_t)per, bstride = stride / (uint64_t)per;
-  const __m512i lanes = _mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), _mm512_set1_epi64((int64_t)bstride));
+  const __m512i lanes =
+    _mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), _mm512_set1_epi64((int64_t)bstride));
   for (size_t j0 = 0; j0 < rows; j0 += 8) {
     __mmask8 rm = (__mmask8)first((int64_t)(rows - j0), 8);
     __m512i base = _mm512_add_epi64(_mm512_set1_epi64((int64_t)(b0 + j0 * bstride)), lanes);

@@ -149,7 +149,8 @@ TEST(philox_values_paths)
                         (unsigned long long)starts[s], n, b);
           }
           for (size_t at = done * bs; at < sizeof got; at++)
-            if (got[at] != 0xAB) KIT_FAIL_("kind %d isa %d n %zu: byte %zu written", (int)vals[c].kind, (int)isas[i], n, at);
+            if (got[at] != 0xAB)
+              KIT_FAIL_("kind %d isa %d n %zu: byte %zu written", (int)vals[c].kind, (int)isas[i], n, at);
         }
   fprintf(stderr, "  runs that did every block: %zu\n", full);
 }

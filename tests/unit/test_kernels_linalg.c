@@ -564,7 +564,10 @@ static const char *mr_exact(const mr_exact_case *c, const int64_t *xs, const int
   tsr_buf x = {0}, got = {0};
   double *bd = filled(bs[0] * bs[1], 1.7), *xd = malloc((size_t)(r * cc) * sizeof *xd);
   int32_t *bi = malloc((size_t)(bs[0] * bs[1]) * sizeof *bi);
-  for (int64_t i = 0; i < bs[0] * bs[1]; i++) bi[i] = (int32_t)floor(bd[i] * 10), bd[i] = c->b_dtype == TSR_I32 ? bi[i] : bd[i];
+  for (int64_t i = 0; i < bs[0] * bs[1]; i++) {
+    bi[i] = (int32_t)floor(bd[i] * 10);
+    if (c->b_dtype == TSR_I32) bd[i] = bi[i];  /* B's values as matmul_random sees them */
+  }
   tsr_buf b = buf_of(c->b_dtype, 2, bs, c->b_dtype == TSR_I32 ? (void *)bi : (void *)bd);
   tsr_params_add_int(&p, "seed", 4242);
   tsr_params_add_str(&p, "dtype", c->dtype, strlen(c->dtype));
