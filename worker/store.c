@@ -216,7 +216,10 @@ int tsr_wstore_get_mem(tsr_wstore *store, const char *key, tsr_chunk **chunk_p)
   pthread_mutex_lock(&store->lock);
   bool found = tsr_strmap_get(store->map, key, strlen(key), &value);
   tsr_chunk *chunk = found ? tsr_chunk_ref((tsr_chunk *)(uintptr_t)value) : NULL;
-  if (found) chunk->last_use = ++store->clock;
+  if (found) {
+    chunk->last_use = ++store->clock;
+    chunk->read = true;
+  }
   pthread_mutex_unlock(&store->lock);
   if (!found) return TSR_ENOTFOUND;
   *chunk_p = chunk;
@@ -381,9 +384,12 @@ static void collect_idle(void *arg, const char *key, size_t key_len, uint64_t va
   l->chunks[l->n++] = tsr_chunk_ref(chunk);
 }
 
+/* Eviction order; under the store's lock. */
+static uint64_t evict_rank(const tsr_chunk *c) { return c->last_use + (c->recompute && !c->read ? 1ull << 62 : 0); }
+
 static int by_last_use(const void *a, const void *b)
 {
-  uint64_t x = (*(tsr_chunk *const *)a)->last_use, y = (*(tsr_chunk *const *)b)->last_use;
+  uint64_t x = evict_rank(*(tsr_chunk *const *)a), y = evict_rank(*(tsr_chunk *const *)b);
   return (x > y) - (x < y);
 }
 

@@ -67,6 +67,7 @@ typedef struct tsr_chunk {
   bool replica;          /* fetched from a peer, not computed here */
   bool recompute;        /* cheaper to recompute than to spill: evicted by dropping (set before the put) */
   uint64_t last_use;     /* the store's clock at the last put/get; under the store's lock */
+  bool read;             /* got at least once since the put; under the store's lock */
   tsr_wstore *store;     /* for the byte accounting */
 } tsr_chunk;
 
@@ -140,7 +141,9 @@ struct tsr_tiers *tsr_wstore_tiers(const tsr_wstore *store);
 /* tsr_wstore_get for memory only (never loads from disk). */
 int tsr_wstore_get_mem(tsr_wstore *store, const char *key, tsr_chunk **chunk_p);
 /* The host chunks of the map that only the map references (no running
- * task, no send in flight), least recently used first, each with a new
+ * task, no send in flight), least recently used first — except that
+ * recomputable chunks nobody has read yet come last, so a fresh random
+ * chunk is not dropped before its consumer runs — each with a new
  * reference: the caller unrefs each and frees the array. Returns the
  * count (0 also on ENOMEM, with *chunks_p NULL). */
 size_t tsr_wstore_idle(tsr_wstore *store, tsr_chunk ***chunks_p);

@@ -9,6 +9,7 @@
 #include "tiers.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +81,12 @@ int tsr_tiers_new(const tsr_tiers_opts *opts, tsr_tiers **tiers_p, tsr_errbuf *e
   pthread_mutex_init(&t->lock, NULL);
   pthread_mutex_init(&t->balancing, NULL);
   t->next_serial = 1;
+  /* glibc raises its mmap threshold to the size of the first large block
+   * freed, after which chunk-sized blocks come from the heap and their
+   * memory is not given back: the RSS would stay high after evictions and
+   * the spill rule would evict forever. A fixed threshold keeps every
+   * chunk-sized block mmapped, so freeing it lowers the RSS. */
+  if (opts->memory_limit != 0) mallopt(M_MMAP_THRESHOLD, 256 << 10);
   t->rss_base = tsr_process_rss();
   *tiers_p = t;
   return 0;
@@ -280,6 +287,9 @@ int tsr_tiers_load(tsr_tiers *t, tsr_wstore *store, const char *key, tsr_chunk *
   }
   pthread_mutex_unlock(&t->lock);
   if (rc != 0) return TSR_ENOTFOUND;
+  /* The load may have taken the store over its thresholds (the caller's
+   * reference keeps this chunk in). */
+  tsr_tiers_balance(t, store);
   *chunk_p = chunk;
   return 0;
 }

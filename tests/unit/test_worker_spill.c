@@ -207,11 +207,15 @@ TEST(tiers_evict_lru_spill_and_drop)
   put(store, "b", 2000, 2, true);   /* recomputable: dropped, never written */
   put(store, "c", 2000, 3, false);
   tsr_chunk *pin = NULL;
+  /* A recomputable chunk nobody has read yet would be evicted last: b's
+   * consumer reads it first. */
+  ASSERT_OK(tsr_wstore_get(store, "b", &pin));
+  tsr_chunk_unref(&pin);
   ASSERT_OK(tsr_wstore_get(store, "a", &pin));  /* "a" in use, and most recent */
   put(store, "d", 2000, 4, false);
   ASSERT_EQ(tsr_wstore_bytes(store), 8000);
   tsr_wstore_balance(store);
-  /* Target 5000: LRU order is b, c, d, a; a is pinned; b dropped, c spilled. */
+  /* Target 5000: LRU order is c, b, d, a; a is pinned; c spilled, b dropped. */
   ASSERT_EQ(tsr_wstore_bytes(store), 4000);
   tsr_tiers_stats st;
   tsr_tiers_stats_get(tiers, &st);
@@ -228,15 +232,33 @@ TEST(tiers_evict_lru_spill_and_drop)
   ASSERT_EQ(tsr_wstore_get(store, "b", &got), TSR_ENOTFOUND);
   ASSERT_OK(tsr_wstore_get(store, "c", &got));  /* loaded back */
   ASSERT_TRUE(same_as_made(got, 2000, 3));
-  ASSERT_EQ(tsr_wstore_bytes(store), 6000);
+  /* The load took the store to 6000 and evicted d (LRU; c is in use). */
+  ASSERT_EQ(tsr_wstore_bytes(store), 4000);
   tsr_chunk_unref(&got);
   tsr_chunk_unref(&pin);
-  /* Evicting c again costs no write: its file is still there. */
   tsr_wstore_balance(store);
   tsr_tiers_stats_get(tiers, &st);
-  ASSERT_EQ(st.chunks_spilled, 2);  /* d (LRU after c's reload) */
+  ASSERT_EQ(st.chunks_spilled, 2);
   ASSERT_TRUE(tsr_wstore_bytes(store) <= 5000);
   ASSERT_EQ(st.bytes_loaded, 2000);
+  close_store(&store, &tiers);
+}
+
+TEST(tiers_unread_recomputable_chunk_goes_last)
+{
+  tsr_tiers *tiers;
+  tsr_wstore *store = tiered_store(10000, 0, &tiers);
+  put(store, "root", 3000, 1, true);   /* oldest, but nobody has read it */
+  put(store, "m1", 3000, 2, false);
+  put(store, "m2", 3000, 3, false);
+  tsr_wstore_balance(store);
+  tsr_tiers_stats st;
+  tsr_tiers_stats_get(tiers, &st);
+  ASSERT_EQ(st.chunks_dropped, 0);
+  ASSERT_EQ(st.chunks_spilled, 2);
+  tsr_chunk *got = NULL;
+  ASSERT_OK(tsr_wstore_get_mem(store, "root", &got));
+  tsr_chunk_unref(&got);
   close_store(&store, &tiers);
 }
 
@@ -394,6 +416,7 @@ int main(void)
   RUN(spill_empty_and_multi_segment);
   RUN(spill_detects_corruption_and_truncation);
   RUN(tiers_evict_lru_spill_and_drop);
+  RUN(tiers_unread_recomputable_chunk_goes_last);
   RUN(tiers_del_and_clear_remove_files);
   RUN(tiers_corrupted_file_is_a_miss);
   RUN(tiers_disk_limit_keeps_chunks_in_memory);

@@ -1,0 +1,286 @@
+/* Integration tests of the workers' memory tiers with real daemons:
+ * materialized chunks (random data through an elementwise step) that do not
+ * fit in the workers' memory limits are spilled to disk and come back
+ * bit-identical to a run without limits; random root chunks are dropped and
+ * recomputed, never written; corrupted spill files are detected and their
+ * chunks recomputed; a worker SIGKILLed while it spills is recovered from;
+ * a chunk larger than the limit fails with its key and the limit. */
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "graphs.h"
+#include "kit.h"
+
+#define NX 24                 /* chunks of X2 */
+#define CHUNK_N 262144        /* f64 elements: 2 MiB a chunk, 48 MiB in all */
+
+static void sleep_ms(int ms)
+{
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* X = random (root, recomputable), X2 = scale(X) (materialized, wanted),
+ * s = sum(X2) per chunk, and a tree over the sums. */
+static int build(tsr_graph *g, const char *sum_prefix, bool with_x, char *root, size_t cap)
+{
+  char *sums[NX];
+  char key[64], x[64];
+  int rc = 0;
+  for (int i = 0; i < NX && rc == 0; i++) {
+    snprintf(key, sizeof key, "r-%d", i);
+    snprintf(x, sizeof x, "x2-%d", i);
+    if (with_x) {
+      rc = add_uniform(g, key, CHUNK_N, (int64_t)i * CHUNK_N, (int64_t)NX * CHUNK_N, 7);
+      if (rc == 0) rc = add_scale(g, x, key, 3.0, 1.0);
+      if (rc == 0) rc = tsr_graph_want(g, x);
+    }
+    sums[i] = malloc(64);
+    snprintf(sums[i], 64, "%s-%d", sum_prefix, i);
+    const char *in = x;
+    if (rc == 0) rc = add_plain(g, sums[i], "sum", &in, 1);
+  }
+  if (rc == 0) rc = add_tree(g, sum_prefix, sums, NX, 4, root, cap);
+  for (int i = 0; i < NX; i++) free(sums[i]);
+  return rc;
+}
+
+static int gather_x2(tsr_client *client, double *out);
+
+/* Submits a graph, waits, gathers its sum (and X2 into x2 unless NULL),
+ * then releases the future. */
+static int run_graph(tsr_client *client, const char *sum_prefix, bool with_x, double *value_p, double *x2,
+                     char *msg, size_t cap, tsr_future **keep_p)
+{
+  tsr_graph *g = NULL;
+  tsr_future *f = NULL;
+  char root[64];
+  int rc = tsr_graph_new(&g);
+  if (rc == 0) rc = build(g, sum_prefix, with_x, root, sizeof root);
+  if (rc == 0) rc = tsr_submit(client, &g, &f);
+  if (rc == 0) rc = tsr_future_wait(f, 120000);
+  if (rc != 0 && msg != NULL) snprintf(msg, cap, "%s", f ? tsr_future_error(f) : tsr_errmsg());
+  if (rc == 0) rc = gather_f64(client, root, value_p);
+  if (rc == 0 && x2 != NULL) rc = gather_x2(client, x2);
+  if (keep_p != NULL)
+    *keep_p = f;
+  else
+    tsr_future_release(&f);
+  tsr_graph_destroy(&g);
+  return rc;
+}
+
+/* Gathers every X2 chunk into one buffer of NX * CHUNK_N doubles. */
+static int gather_x2(tsr_client *client, double *out)
+{
+  for (int i = 0; i < NX; i++) {
+    char key[64];
+    snprintf(key, sizeof key, "x2-%d", i);
+    tsr_chunk *chunk = NULL;
+    int rc = tsr_gather(client, key, 60000, &chunk);
+    if (rc != 0) return rc;
+    if (chunk->nbytes != CHUNK_N * sizeof(double)) rc = TSR_ESHAPE;
+    else memcpy(out + (size_t)i * CHUNK_N, chunk->data, chunk->nbytes);
+    tsr_chunk_destroy(&chunk);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+/* Files under dir, one level of subdirectories deep (each worker makes its
+ * own directory there); with flip, one byte of each file is changed. */
+static int spill_files(const char *dir, bool flip)
+{
+  DIR *d = opendir(dir);
+  if (d == NULL) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char sub[768];
+    snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+    DIR *s = opendir(sub);
+    if (s == NULL) continue;
+    struct dirent *f;
+    while ((f = readdir(s)) != NULL) {
+      if (f->d_name[0] == '.') continue;
+      n++;
+      char path[1100];
+      snprintf(path, sizeof path, "%s/%s", sub, f->d_name);
+      FILE *fp = flip ? fopen(path, "r+b") : NULL;
+      if (fp != NULL) {
+        fseek(fp, 100, SEEK_SET);
+        int c = fgetc(fp);
+        fseek(fp, 100, SEEK_SET);
+        fputc(c ^ 0xff, fp);
+        fclose(fp);
+      }
+    }
+    closedir(s);
+  }
+  closedir(d);
+  return n;
+}
+
+/* Counts lines of the cluster's logs containing needle. */
+static int count_in_logs(const cluster *c, const char *needle)
+{
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "cat %s/*.log 2>/dev/null | grep -c \"%s\"", c->dir, needle);
+  FILE *p = popen(cmd, "r");
+  int n = 0;
+  if (p == NULL || fscanf(p, "%d", &n) != 1) n = -1;
+  if (p != NULL) pclose(p);
+  return n;
+}
+
+static double *reference_x2;
+static double reference_sum;
+
+static int limited_cluster(cluster *c, char *spill_dir, size_t cap)
+{
+  memset(c, 0, sizeof *c);
+  if (cluster_start_scheduler(c, NULL) != 0) return -1;
+  snprintf(spill_dir, cap, "%s/spill", c->dir);
+  const char *args[] = {"--memory-limit", "16MiB", "--spill-dir", spill_dir, "--heartbeat-interval", "250ms", NULL};
+  for (int i = 0; i < 2; i++)
+    if (cluster_add_worker(c, 1, args) < 0) return -1;
+  tsr_client *client = NULL;
+  int rc = tsr_client_open(&client, c->address, NULL);
+  if (rc == 0) rc = tsr_wait_for_workers(client, 2, 30000);
+  tsr_client_close(client);
+  return rc;
+}
+
+TEST(reference_run_without_limits)
+{
+  cluster c;
+  ASSERT_OK(cluster_start(&c, 2, 1, NULL, NULL));
+  tsr_client *client = NULL;
+  reference_x2 = malloc((size_t)NX * CHUNK_N * sizeof(double));
+  int rc = tsr_client_open(&client, c.address, NULL);
+  if (rc == 0) rc = run_graph(client, "s", true, &reference_sum, reference_x2, NULL, 0, NULL);
+  tsr_client_close(client);
+  cluster_stop(&c, rc != 0);
+  ASSERT_OK(rc);
+}
+
+TEST(spill_reload_and_corrupted_files)
+{
+  ASSERT_TRUE(reference_x2 != NULL);
+  cluster c;
+  char spill_dir[512];
+  ASSERT_OK(limited_cluster(&c, spill_dir, sizeof spill_dir));
+  tsr_client *client = NULL;
+  double sum = 0, sum2 = 0;
+  double *x2 = malloc((size_t)NX * CHUNK_N * sizeof(double));
+  char msg[512] = "";
+  int rc = tsr_client_open(&client, c.address, NULL);
+  /* 48 MiB of wanted X2 on two workers of 16 MiB: most of it is on disk. */
+  tsr_future *first = NULL;
+  if (rc == 0) rc = run_graph(client, "s", true, &sum, x2, msg, sizeof msg, &first);
+  int files = spill_files(spill_dir, false);
+  bool same = rc == 0 && memcmp(x2, reference_x2, (size_t)NX * CHUNK_N * sizeof(double)) == 0;
+  /* Every spill file corrupted: the same graph again (its keys shared with
+   * the first) recomputes what it cannot read back, and gets the same bits. */
+  int flipped = spill_files(spill_dir, true);
+  memset(x2, 0, (size_t)NX * CHUNK_N * sizeof(double));
+  if (rc == 0) rc = run_graph(client, "t", true, &sum2, x2, msg, sizeof msg, NULL);
+  tsr_future_release(&first);
+  same = same && rc == 0 && memcmp(x2, reference_x2, (size_t)NX * CHUNK_N * sizeof(double)) == 0;
+  int corrupt = count_in_logs(&c, "is corrupted or truncated");
+  int roots_spilled = count_in_logs(&c, "spilled 'r-");
+  tsr_client_close(client);
+  bool ok = rc == 0 && same && sum == reference_sum && sum2 == reference_sum && files >= NX / 2 && corrupt > 0 &&
+            roots_spilled == 0;
+  if (!ok)
+    fprintf(stderr, "  rc %d (%s) same %d sum %.17g/%.17g/%.17g files %d flipped %d corrupt %d roots spilled %d\n",
+            rc, msg, same, sum, sum2, reference_sum, files, flipped, corrupt, roots_spilled);
+  cluster_stop(&c, !ok);
+  free(x2);
+  ASSERT_OK(rc);
+  ASSERT_TRUE(same);
+  ASSERT_TRUE(sum == reference_sum);
+  ASSERT_TRUE(sum2 == reference_sum);
+  ASSERT_TRUE(files >= NX / 2);
+  ASSERT_TRUE(corrupt > 0);
+  ASSERT_EQ(roots_spilled, 0);
+}
+
+TEST(worker_killed_while_spilling)
+{
+  ASSERT_TRUE(reference_x2 != NULL);
+  cluster c;
+  char spill_dir[512];
+  ASSERT_OK(limited_cluster(&c, spill_dir, sizeof spill_dir));
+  tsr_client *client = NULL;
+  tsr_graph *g = NULL;
+  tsr_future *f = NULL;
+  char root[64];
+  double sum = 0;
+  double *x2 = malloc((size_t)NX * CHUNK_N * sizeof(double));
+  int rc = tsr_client_open(&client, c.address, NULL);
+  if (rc == 0) rc = tsr_graph_new(&g);
+  if (rc == 0) rc = build(g, "s", true, root, sizeof root);
+  if (rc == 0) rc = tsr_submit(client, &g, &f);
+  /* Kill worker 0 as soon as spill files appear. */
+  for (int i = 0; i < 2000 && rc == 0 && spill_files(spill_dir, false) == 0; i++) sleep_ms(5);
+  cluster_signal_worker(&c, 0, SIGKILL);
+  if (rc == 0) rc = tsr_future_wait(f, 120000);
+  if (rc == 0) rc = gather_f64(client, root, &sum);
+  if (rc == 0) rc = gather_x2(client, x2);
+  bool same = rc == 0 && memcmp(x2, reference_x2, (size_t)NX * CHUNK_N * sizeof(double)) == 0;
+  if (rc != 0) fprintf(stderr, "  error %s: %s / %s\n", tsr_err_name(rc), tsr_errmsg(), f ? tsr_future_error(f) : "");
+  tsr_future_release(&f);
+  tsr_graph_destroy(&g);
+  tsr_client_close(client);
+  cluster_stop(&c, rc != 0 || !same);
+  free(x2);
+  ASSERT_OK(rc);
+  ASSERT_TRUE(same);
+  ASSERT_TRUE(sum == reference_sum);
+}
+
+TEST(chunk_larger_than_the_limit_fails_with_key_and_limit)
+{
+  cluster c;
+  char spill_dir[512];
+  ASSERT_OK(limited_cluster(&c, spill_dir, sizeof spill_dir));
+  tsr_client *client = NULL;
+  tsr_graph *g = NULL;
+  tsr_future *f = NULL;
+  int rc = tsr_client_open(&client, c.address, NULL);
+  if (rc == 0) rc = tsr_graph_new(&g);
+  if (rc == 0) rc = add_uniform(g, "huge-chunk", 4 << 20, 0, 4 << 20, 1); /* 32 MiB */
+  if (rc == 0) rc = tsr_submit(client, &g, &f);
+  int wait = rc == 0 ? tsr_future_wait(f, 60000) : rc;
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", f ? tsr_future_error(f) : "");
+  tsr_future_release(&f);
+  tsr_graph_destroy(&g);
+  tsr_client_close(client);
+  cluster_stop(&c, wait != TSR_ETASK);
+  ASSERT_OK(rc);
+  ASSERT_EQ(wait, TSR_ETASK);
+  ASSERT_CONTAINS(msg, "'huge-chunk'");
+  ASSERT_CONTAINS(msg, "32.00 MiB");
+  ASSERT_CONTAINS(msg, "memory limit of 16.00 MiB");
+}
+
+int main(void)
+{
+  signal(SIGPIPE, SIG_IGN);
+  RUN(reference_run_without_limits);
+  RUN(spill_reload_and_corrupted_files);
+  RUN(worker_killed_while_spilling);
+  RUN(chunk_larger_than_the_limit_fails_with_key_and_limit);
+  free(reference_x2);
+  return kit_summary();
+}
