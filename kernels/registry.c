@@ -3,11 +3,15 @@
  * The table is two fixed lists (regular ops, then test-only ops) and one
  * flag saying whether the second is visible. tsr_ops_init() only sets the
  * flag, so the registry needs no allocation and is immutable once threads
- * start. The regular ops are visible even before tsr_ops_init(). */
+ * start. The regular ops are visible even before tsr_ops_init(). Their
+ * CUDA variants come from the table in cuda/variants.h (empty without
+ * CUDA), merged once on first use. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu/ops.h"
+#include "cuda/variants.h"
 
 static const tsr_op_def *const regular_ops[] = {
   &tsr_op_random_uniform, &tsr_op_random_normal, &tsr_op_randint, &tsr_op_full,
@@ -16,6 +20,7 @@ static const tsr_op_def *const regular_ops[] = {
   &tsr_op_load_npy,       &tsr_op_save_npy,      &tsr_op_noop,    &tsr_op_transpose,
   &tsr_op_slice,          &tsr_op_assemble,      &tsr_op_view,    &tsr_op_qr,
   &tsr_op_svd,            &tsr_op_bmul,          &tsr_op_signs,   &tsr_op_matmul_random,
+  &tsr_op_pack2bit,       &tsr_op_unpack2bit,    &tsr_op_matmul_2bit,
 };
 static const tsr_op_def *const test_ops[] = {&tsr_op_crash, &tsr_op_fail, &tsr_op_sleep};
 
@@ -23,6 +28,19 @@ static const tsr_op_def *const test_ops[] = {&tsr_op_crash, &tsr_op_fail, &tsr_o
 #define N_TEST (sizeof test_ops / sizeof test_ops[0])
 
 static bool with_test_ops = false;
+
+/* regular_ops with each cuda member taken from the variant table. */
+static tsr_op_def with_cuda[N_REGULAR];
+static pthread_once_t with_cuda_once = PTHREAD_ONCE_INIT;
+
+static void merge_cuda_variants(void)
+{
+  for (size_t i = 0; i < N_REGULAR; i++) {
+    with_cuda[i] = *regular_ops[i];
+    for (size_t v = 0; v < tsr_cuda_variant_count; v++)
+      if (strcmp(tsr_cuda_variants[v].op, with_cuda[i].name) == 0) with_cuda[i].cuda = tsr_cuda_variants[v].fn;
+  }
+}
 
 void tsr_ops_init(bool test_ops_enabled)
 {
@@ -36,7 +54,8 @@ size_t tsr_op_count(void)
 
 const tsr_op_def *tsr_op_at(size_t i)
 {
-  if (i < N_REGULAR) return regular_ops[i];
+  pthread_once(&with_cuda_once, merge_cuda_variants);
+  if (i < N_REGULAR) return &with_cuda[i];
   if (with_test_ops && i - N_REGULAR < N_TEST) return test_ops[i - N_REGULAR];
   return NULL;
 }

@@ -37,6 +37,9 @@ extern const tsr_op_def tsr_op_svd;
 extern const tsr_op_def tsr_op_bmul;
 extern const tsr_op_def tsr_op_signs;
 extern const tsr_op_def tsr_op_matmul_random;
+extern const tsr_op_def tsr_op_pack2bit;     /* pack2bit.c */
+extern const tsr_op_def tsr_op_unpack2bit;
+extern const tsr_op_def tsr_op_matmul_2bit;
 /* Test-only (test_only = true). */
 extern const tsr_op_def tsr_op_crash;
 extern const tsr_op_def tsr_op_fail;

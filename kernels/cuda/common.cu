@@ -1,0 +1,89 @@
+/* kernels/cuda/common.cu — error reporting, scratch and device queries for
+ * the CUDA variants (contracts in common.cuh). */
+#include <stdio.h>
+#include <string.h>
+
+#include "common.cuh"
+
+/* The path from "kernels/" on, so messages do not carry the build host's
+ * checkout directory. */
+static const char *short_path(const char *file)
+{
+  const char *k = strstr(file, "kernels/");
+  return k != nullptr ? k : file;
+}
+
+static int report(int rc, const char *call, const char *name, const char *text, const char *file, int line,
+                  tsr_errbuf *err)
+{
+  return tsr_fail(err, rc, "%s failed: %s: %s (%s:%d)", call, name, text, short_path(file), line);
+}
+
+int tsr_cuda_status(cudaError_t e, const char *call, const char *file, int line, tsr_errbuf *err)
+{
+  if (e == cudaSuccess) return 0;
+  int rc = e == cudaErrorMemoryAllocation ? TSR_ENOMEM : TSR_EINTERNAL;
+  return report(rc, call, cudaGetErrorName(e), cudaGetErrorString(e), file, line, err);
+}
+
+int tsr_cuda_status(cublasStatus_t e, const char *call, const char *file, int line, tsr_errbuf *err)
+{
+  if (e == CUBLAS_STATUS_SUCCESS) return 0;
+  int rc = e == CUBLAS_STATUS_ALLOC_FAILED ? TSR_ENOMEM : TSR_EINTERNAL;
+  return report(rc, call, cublasGetStatusName(e), cublasGetStatusString(e), file, line, err);
+}
+
+static const char *cusolver_name(cusolverStatus_t e)
+{
+  switch (e) {
+  case CUSOLVER_STATUS_NOT_INITIALIZED: return "CUSOLVER_STATUS_NOT_INITIALIZED";
+  case CUSOLVER_STATUS_ALLOC_FAILED: return "CUSOLVER_STATUS_ALLOC_FAILED";
+  case CUSOLVER_STATUS_INVALID_VALUE: return "CUSOLVER_STATUS_INVALID_VALUE";
+  case CUSOLVER_STATUS_ARCH_MISMATCH: return "CUSOLVER_STATUS_ARCH_MISMATCH";
+  case CUSOLVER_STATUS_EXECUTION_FAILED: return "CUSOLVER_STATUS_EXECUTION_FAILED";
+  case CUSOLVER_STATUS_INTERNAL_ERROR: return "CUSOLVER_STATUS_INTERNAL_ERROR";
+  case CUSOLVER_STATUS_NOT_SUPPORTED: return "CUSOLVER_STATUS_NOT_SUPPORTED";
+  default: return "CUSOLVER_STATUS_(other)";
+  }
+}
+
+int tsr_cuda_status(cusolverStatus_t e, const char *call, const char *file, int line, tsr_errbuf *err)
+{
+  if (e == CUSOLVER_STATUS_SUCCESS) return 0;
+  int rc = e == CUSOLVER_STATUS_ALLOC_FAILED ? TSR_ENOMEM : TSR_EINTERNAL;
+  char code[32];
+  snprintf(code, sizeof code, "status %d", (int)e);
+  return report(rc, call, cusolver_name(e), code, file, line, err);
+}
+
+int tsr_cuda_fail_op(const char *op, int rc, tsr_errbuf *err)
+{
+  if (err == nullptr) return rc;
+  char text[TSR_ERRMSG_LEN];
+  snprintf(text, sizeof text, "%s", err->text);
+  return tsr_fail(err, rc, "%s: %s", op, text);
+}
+
+tsr_scratch::~tsr_scratch()
+{
+  while (n_ > 0) gpu_->scratch_free(gpu_->pool, ptrs_[--n_]);
+}
+
+int tsr_scratch::get(size_t bytes, void **p, const char *what, tsr_errbuf *err)
+{
+  if (n_ == kMax) return tsr_fail(err, TSR_EINTERNAL, "more than %d scratch buffers for %s", kMax, what);
+  void *q = gpu_->scratch_alloc(gpu_->pool, bytes < 256 ? 256 : bytes);
+  if (q == nullptr)
+    return tsr_fail(err, TSR_ENOMEM, "no device scratch of %zu bytes for %s (device memory limit)", bytes, what);
+  ptrs_[n_++] = q;
+  *p = q;
+  return 0;
+}
+
+int tsr_cuda_sm_count(void)
+{
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 1;
+  return sms > 0 ? sms : 1;
+}

@@ -1,0 +1,141 @@
+/* kernels/cuda/random.cu — random_uniform, random_normal and randint on the
+ * GPU, with the words of docs/random.md from kernels/philox.h itself, so
+ * uniform and integer chunks are bit-identical with the CPU's.
+ *
+ * Normals compute z = sqrt(-2 ln(1 - u1)) cos(2π u2) in double as the CPU
+ * does, but with CUDA's log and cos (1 and 2 ulp), not glibc's: f64 normals
+ * agree with the CPU within a few ulp, f32 normals (rounded from the same
+ * double) almost always exactly (docs/kernels-cuda.md has the measured
+ * distribution).
+ *
+ * Layout of the work: a chunk is a set of runs of consecutive global index
+ * L (as in cpu/random.c: the last dimension, extended over trailing
+ * dimensions the chunk spans whole). Thread i of the flattened (run, Philox
+ * block) space computes one Philox block — 4 words, i.e. 4 f32 uniforms or
+ * randints, 2 f64 uniforms or 1 normal — and writes the values of it that
+ * fall inside its run. */
+#include <string.h>
+
+#include "common.cuh"
+
+/* What the kernel needs of a tsr_k_gen, by value. */
+struct gen_dev {
+  int kind;       /* tsr_k_gen_kind */
+  int f64;        /* uniform/normal in double (else f32) */
+  int per;        /* values per Philox block: 4, 2 (f64 uniform) or 1 (normal) */
+  int nd, j;      /* runs start at axis j */
+  uint64_t seed;
+  int64_t low;
+  uint64_t range;
+  int64_t run, runs, nbr;  /* run length, run count, Philox blocks per run slot */
+  int64_t shape[TSR_MAX_NDIM], global[TSR_MAX_NDIM], offset[TSR_MAX_NDIM];
+};
+
+/* L of the first element of run r. */
+__device__ static int64_t run_start(const gen_dev &g, int64_t r)
+{
+  int64_t idx[TSR_MAX_NDIM] = {0};
+  for (int d = g.j - 1; d >= 0; d--) {
+    idx[d] = r % g.shape[d];
+    r /= g.shape[d];
+  }
+  int64_t L = 0;
+  for (int d = 0; d < g.nd; d++) L = L * g.global[d] + g.offset[d] + idx[d];
+  return L;
+}
+
+/* Value e (0 .. per-1) of a block's words, converted to Out like
+ * tsr_k_to_float (Out is the chunk's dtype or a float dtype). */
+template <class Out>
+__device__ __forceinline__ Out gen_value(const gen_dev &g, const uint32_t w[4], int e)
+{
+  if (g.kind == TSR_K_GEN_RANDINT) return (Out)tsr_randint_map(w[e], g.low, g.range);
+  if (g.kind == TSR_K_GEN_NORMAL) return g.f64 ? (Out)tsr_normal_f64(w) : (Out)(float)tsr_normal_f64(w);
+  return g.f64 ? (Out)tsr_u01_f64(w[2 * e], w[2 * e + 1]) : (Out)tsr_u01_f32(w[e]);
+}
+
+template <class Out>
+__global__ void gen_kernel(gen_dev g, Out *out)
+{
+  TSR_GRID_STRIDE(i, g.runs * g.nbr)
+  {
+    int64_t r = g.runs == 1 ? 0 : i / g.nbr, k = i - r * g.nbr;
+    int64_t L0 = run_start(g, r), L1 = L0 + g.run;
+    uint64_t b = (uint64_t)L0 / g.per + k;
+    int64_t first = (int64_t)b * g.per;
+    if (first >= L1) continue;
+    uint32_t w[4];
+    tsr_philox_block(g.seed, b, w);
+    Out *row = out + r * g.run;
+    for (int e = 0; e < g.per; e++) {
+      int64_t L = first + e;
+      if (L >= L0 && L < L1) row[L - L0] = gen_value<Out>(g, w, e);
+    }
+  }
+}
+
+static gen_dev gen_dev_of(const tsr_k_gen *g)
+{
+  gen_dev d;
+  memset(&d, 0, sizeof d);
+  d.kind = g->kind;
+  d.f64 = g->dtype == TSR_F64;
+  d.per = g->kind == TSR_K_GEN_NORMAL ? 1 : (g->kind == TSR_K_GEN_UNIFORM && d.f64) ? 2 : 4;
+  d.seed = g->seed, d.low = g->low, d.range = g->range;
+  const tsr_k_grid *gr = &g->grid;
+  d.nd = gr->ndim;
+  d.j = gr->ndim - 1;
+  while (d.j > 0 && gr->shape[d.j] == gr->global[d.j]) d.j--;
+  d.run = 1, d.runs = 1;
+  for (int k = 0; k < gr->ndim; k++) {
+    if (k < d.j) d.runs *= gr->shape[k];
+    else d.run *= gr->shape[k];
+    d.shape[k] = gr->shape[k], d.global[k] = gr->global[k], d.offset[k] = gr->offset[k];
+  }
+  /* A run of n values touches at most ceil(n / per) + 1 Philox blocks. */
+  d.nbr = (d.run + d.per - 1) / d.per + 1;
+  return d;
+}
+
+int tsr_cuda_gen_fill(const tsr_k_gen *g, tsr_dtype out_dtype, void *out, cudaStream_t s, tsr_errbuf *err)
+{
+  gen_dev d = gen_dev_of(g);
+  if (d.run == 0 || d.runs == 0) return 0;
+  return tsr_with_dtype(out_dtype, [&](auto t) {
+    using T = decltype(t);
+    gen_kernel<T><<<tsr_grid(d.runs * d.nbr, 256), 256, 0, s>>>(d, (T *)out);
+    return TSR_CUDA_LAUNCHED("gen_kernel", err);
+  });
+}
+
+static int gen_cuda(const char *op, const tsr_params *p, tsr_buf *out, const tsr_gpu_ctx *gpu, tsr_errbuf *err)
+{
+  tsr_k_gen g;
+  int rc = tsr_k_gen_parse(op, p, &g, err);
+  if (rc != 0) return rc;
+  tsr_meta want;
+  tsr_k_meta_set(&want, g.dtype, g.grid.ndim, g.grid.shape);
+  if (!tsr_meta_equal(&want, &out->meta))
+    return tsr_fail(err, TSR_ESHAPE, "%s: output buffer is %s but params say %s", op, tsr_k_str(&out->meta).s,
+                    tsr_k_str(&want).s);
+  rc = tsr_cuda_gen_fill(&g, g.dtype, out->data, tsr_stream(gpu), err);
+  return rc == 0 ? 0 : tsr_cuda_fail_op(op, rc, err);
+}
+
+TSR_CUDA_VARIANT(random_uniform)
+{
+  (void)in, (void)n_in;
+  return gen_cuda("random_uniform", p, out, gpu, err);
+}
+
+TSR_CUDA_VARIANT(random_normal)
+{
+  (void)in, (void)n_in;
+  return gen_cuda("random_normal", p, out, gpu, err);
+}
+
+TSR_CUDA_VARIANT(randint)
+{
+  (void)in, (void)n_in;
+  return gen_cuda("randint", p, out, gpu, err);
+}

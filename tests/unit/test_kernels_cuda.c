@@ -1,0 +1,1157 @@
+/* Tests of the CUDA op variants (kernels/cuda/): every op with a CUDA
+ * variant runs on random inputs on the CPU and on the GPU, and the results
+ * are compared — bit for bit where docs/kernels-cuda.md promises the same
+ * bytes (random uniform/int, elementwise, astype, layout, pack), within
+ * ulp or relative bounds elsewhere; qr and svd also against their
+ * definitions (Q orthonormal, QR = A, U S Vt = A).
+ *
+ * Modes:
+ *   (none)   the GPU tests; prints "SKIPPED: no GPU (reason)" and exits 77
+ *            when there is no usable GPU (CTest shows it skipped)
+ *   --cpu    the CPU parts of the 2-bit ops, no GPU needed (label unit)
+ *   --bench  measurements on the GPU (docs/kernels-cuda.md): per-op rates,
+ *            the SVD algorithms by shape, the fused genotype products */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cusolverDn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "kit.h"
+
+/* ---------- GPU context ---------- */
+
+static cudaStream_t g_stream;
+static tsr_gpu_ctx g_ctx;
+
+static void *scratch_alloc(void *pool, size_t bytes)
+{
+  void *p = NULL;
+  return cudaMallocAsync(&p, bytes, (cudaStream_t)pool) == cudaSuccess ? p : NULL;
+}
+
+static void scratch_free(void *pool, void *p)
+{
+  cudaFreeAsync(p, (cudaStream_t)pool);
+}
+
+/* 0, or 77 after printing the skip line when no GPU can run kernels. */
+static int gpu_open(void)
+{
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    printf("SKIPPED: no GPU (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA devices");
+    return KIT_SKIP;
+  }
+  cublasHandle_t blas;
+  cusolverDnHandle_t solver;
+  if (cudaSetDevice(0) != cudaSuccess || cudaStreamCreate(&g_stream) != cudaSuccess ||
+      cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS || cusolverDnCreate(&solver) != CUSOLVER_STATUS_SUCCESS) {
+    printf("SKIPPED: no GPU (cannot create a stream and library handles)\n");
+    return KIT_SKIP;
+  }
+  cublasSetStream(blas, g_stream);
+  cusolverDnSetStream(solver, g_stream);
+  struct cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  fprintf(stderr, "GPU: %s, %d SMs, %.1f GiB\n", prop.name, prop.multiProcessorCount,
+          (double)prop.totalGlobalMem / (1 << 30));
+  g_ctx = (tsr_gpu_ctx){0, g_stream, blas, solver, scratch_alloc, scratch_free, g_stream};
+  return 0;
+}
+
+/* ---------- buffers and runs ---------- */
+
+static tsr_buf hbuf(tsr_dtype dt, int nd, const int64_t *shape)
+{
+  tsr_buf b;
+  memset(&b, 0, sizeof b);
+  b.meta.dtype = dt;
+  b.meta.ndim = nd;
+  for (int d = 0; d < nd; d++) b.meta.shape[d] = shape[d];
+  b.nbytes = (size_t)tsr_meta_nbytes(&b.meta);
+  b.data = malloc(b.nbytes ? b.nbytes : 1);
+  return b;
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void)
+{
+  rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+  return rng_state;
+}
+static double rnd_unit(void)
+{
+  return (double)(rnd() >> 11) * 0x1p-53;
+}
+
+/* Random contents: u8 0..hi, ints around 0, floats in (-1, 1). */
+static void fill_random(tsr_buf *b, int hi)
+{
+  int64_t n = tsr_meta_count(&b->meta);
+  for (int64_t i = 0; i < n; i++) {
+    switch (b->meta.dtype) {
+    case TSR_U8: ((uint8_t *)b->data)[i] = (uint8_t)(rnd() % (uint64_t)(hi + 1)); break;
+    case TSR_I32: ((int32_t *)b->data)[i] = (int32_t)(rnd() % 2001) - 1000; break;
+    case TSR_I64: ((int64_t *)b->data)[i] = (int64_t)(rnd() % 200001) - 100000; break;
+    case TSR_F32: ((float *)b->data)[i] = (float)(2 * rnd_unit() - 1); break;
+    default: ((double *)b->data)[i] = 2 * rnd_unit() - 1; break;
+    }
+  }
+}
+
+static tsr_buf rand_buf(tsr_dtype dt, int nd, const int64_t *shape, int hi)
+{
+  tsr_buf b = hbuf(dt, nd, shape);
+  fill_random(&b, hi);
+  return b;
+}
+
+static int cpu_run(const char *name, const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *out, tsr_errbuf *err)
+{
+  const tsr_op_def *op = tsr_op_find(name);
+  memset(out, 0, sizeof *out);
+  err->text[0] = '\0';
+  return op == NULL ? tsr_fail(err, TSR_EUNKNOWNOP, "no op %s", name) : tsr_op_run_cpu(op, p, in, n_in, out, err);
+}
+
+static void *dev_copy(const void *host, size_t n)
+{
+  void *d = NULL;
+  if (cudaMalloc(&d, n ? n : 1) != cudaSuccess) return NULL;
+  if (n) cudaMemcpy(d, host, n, cudaMemcpyHostToDevice);
+  return d;
+}
+
+/* The CUDA variant of name on host inputs: copies them to the device,
+ * poisons the output (0xA5 bytes, so unwritten elements show), runs on
+ * the test stream, waits, and copies the output back into *out (malloc'd). */
+static int gpu_run(const char *name, const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *out, tsr_errbuf *err)
+{
+  static const tsr_params none = TSR_PARAMS_INIT;
+  const tsr_op_def *op = tsr_op_find(name);
+  tsr_meta metas[32];
+  tsr_buf din[32];
+  memset(out, 0, sizeof *out);
+  err->text[0] = '\0';
+  if (op == NULL || op->cuda == NULL) return tsr_fail(err, TSR_EUNKNOWNOP, "no CUDA variant for %s", name);
+  if (p == NULL) p = &none;
+  for (int i = 0; i < n_in; i++) metas[i] = in[i].meta;
+  tsr_meta om;
+  int rc = op->infer(p, metas, n_in, &om, err);
+  if (rc != 0) return rc;
+  for (int i = 0; i < n_in; i++) din[i] = in[i], din[i].data = dev_copy(in[i].data, in[i].nbytes);
+  size_t nb = (size_t)tsr_meta_nbytes(&om);
+  tsr_buf o = {om, NULL, nb};
+  cudaMalloc(&o.data, nb ? nb : 1);
+  cudaMemset(o.data, 0xA5, nb);
+  rc = op->cuda(p, din, n_in, &o, &g_ctx, err);
+  cudaError_t e = cudaStreamSynchronize(g_stream);
+  if (rc == 0 && e != cudaSuccess) rc = tsr_fail(err, TSR_EINTERNAL, "%s: %s", name, cudaGetErrorString(e));
+  out->meta = om, out->nbytes = nb, out->data = malloc(nb ? nb : 1);
+  cudaMemcpy(out->data, o.data, nb, cudaMemcpyDeviceToHost);
+  for (int i = 0; i < n_in; i++) cudaFree(din[i].data);
+  cudaFree(o.data);
+  return rc;
+}
+
+/* ---------- comparisons ---------- */
+
+static double at(const tsr_buf *b, int64_t i)
+{
+  switch (b->meta.dtype) {
+  case TSR_U8: return ((const uint8_t *)b->data)[i];
+  case TSR_I32: return ((const int32_t *)b->data)[i];
+  case TSR_I64: return (double)((const int64_t *)b->data)[i];
+  case TSR_F32: return ((const float *)b->data)[i];
+  default: return ((const double *)b->data)[i];
+  }
+}
+
+static int64_t ordered(double x)
+{
+  int64_t i;
+  memcpy(&i, &x, sizeof i);
+  return i < 0 ? INT64_MIN - i : i;
+}
+static int32_t ordered_f(float x)
+{
+  int32_t i;
+  memcpy(&i, &x, sizeof i);
+  return i < 0 ? INT32_MIN - i : i;
+}
+
+/* Largest distance in ulps between two float buffers of one dtype. */
+static int64_t max_ulp(const tsr_buf *a, const tsr_buf *b)
+{
+  int64_t n = tsr_meta_count(&a->meta), worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t d = a->meta.dtype == TSR_F32
+                    ? llabs((int64_t)ordered_f(((float *)a->data)[i]) - ordered_f(((float *)b->data)[i]))
+                    : llabs(ordered(((double *)a->data)[i]) - ordered(((double *)b->data)[i]));
+    if (d > worst) worst = d;
+  }
+  return worst;
+}
+
+/* ‖a − b‖ / ‖b‖ over all elements (NaN anywhere gives NaN). */
+static double rel_err(const tsr_buf *a, const tsr_buf *b)
+{
+  double num = 0, den = 0;
+  for (int64_t i = 0, n = tsr_meta_count(&b->meta); i < n; i++) {
+    double d = at(a, i) - at(b, i);
+    num += d * d, den += at(b, i) * at(b, i);
+  }
+  return den == 0 ? sqrt(num) : sqrt(num / den);
+}
+
+static bool same_bytes(const tsr_buf *a, const tsr_buf *b)
+{
+  return tsr_meta_equal(&a->meta, &b->meta) && a->nbytes == b->nbytes && memcmp(a->data, b->data, a->nbytes) == 0;
+}
+
+static void free_bufs(tsr_buf *b, int n)
+{
+  for (int i = 0; i < n; i++) free(b[i].data), b[i].data = NULL;
+}
+
+/* Runs name on both sides; on success *c and *g hold the results. */
+#define BOTH(name, p, in, n, c, g)                                   \
+  do {                                                               \
+    tsr_errbuf e1_, e2_;                                             \
+    int r1_ = cpu_run(name, p, in, n, c, &e1_);                      \
+    if (r1_ != 0) KIT_FAIL_("cpu %s: %d %s", name, r1_, e1_.text);   \
+    int r2_ = gpu_run(name, p, in, n, g, &e2_);                      \
+    if (r2_ != 0) KIT_FAIL_("cuda %s: %d %s", name, r2_, e2_.text);  \
+  } while (0)
+
+#define ASSERT_SAME(c, g)                                                                      \
+  do {                                                                                         \
+    if (!same_bytes(c, g)) KIT_FAIL_("CPU and GPU bytes differ (%s)", tsr_meta_format(&(g)->meta, (char[64]){0}, 64)); \
+  } while (0)
+
+/* ---------- random ---------- */
+
+/* A random op's params for the chunk at offset of global (nd dims). */
+static void rparams(tsr_params *p, int64_t seed, const char *dtype, int nd, const int64_t *shape, const int64_t *global,
+                    const int64_t *offset)
+{
+  tsr_params_clear(p);
+  tsr_params_add_int(p, "seed", seed);
+  tsr_params_add_str(p, "dtype", dtype, strlen(dtype));
+  tsr_params_add_ints(p, "shape", shape, (size_t)nd);
+  tsr_params_add_ints(p, "global_shape", global, (size_t)nd);
+  tsr_params_add_ints(p, "offset", offset, (size_t)nd);
+}
+
+/* Chunks: contiguous with an odd offset, a 2-D block with partial rows, a
+ * 3-D block, a scalar. */
+static const struct {
+  int nd;
+  int64_t shape[3], global[3], offset[3];
+} chunks[] = {
+  {1, {100003}, {300007}, {12345}},
+  {2, {257, 131}, {1000, 777}, {33, 101}},
+  {2, {64, 500}, {128, 500}, {7, 0}},
+  {3, {5, 17, 29}, {9, 40, 31}, {3, 11, 1}},
+  {0, {0}, {0}, {0}},
+};
+#define N_CHUNKS (sizeof chunks / sizeof chunks[0])
+
+TEST(random_uniform_and_int_bit_identical)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf c, g;
+  static const char *dts[] = {"f32", "f64"};
+  for (size_t k = 0; k < N_CHUNKS; k++)
+    for (int d = 0; d < 2; d++) {
+      rparams(&p, (int64_t)0xdeadbeefcafe + (int64_t)k, dts[d], chunks[k].nd, chunks[k].shape, chunks[k].global,
+              chunks[k].offset);
+      BOTH("random_uniform", &p, NULL, 0, &c, &g);
+      ASSERT_SAME(&c, &g);
+      free(c.data), free(g.data);
+    }
+  static const struct {
+    const char *dt;
+    int64_t low, high;
+  } ints[] = {{"u8", 0, 3}, {"u8", 7, 256}, {"i32", -5, 1000}, {"i32", INT32_MIN, (int64_t)INT32_MIN + (1ll << 32)},
+              {"i64", -3000000000ll, 1000000000ll}, {"i64", 1ll << 40, (1ll << 40) + 17}};
+  for (size_t k = 0; k < N_CHUNKS; k++)
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+      rparams(&p, -7 - (int64_t)k, ints[i].dt, chunks[k].nd, chunks[k].shape, chunks[k].global, chunks[k].offset);
+      tsr_params_add_int(&p, "low", ints[i].low);
+      tsr_params_add_int(&p, "high", ints[i].high);
+      BOTH("randint", &p, NULL, 0, &c, &g);
+      ASSERT_SAME(&c, &g);
+      free(c.data), free(g.data);
+    }
+  tsr_params_clear(&p);
+}
+
+/* Normals: f64 within 2 ulp of the CPU; prints the distribution. */
+TEST(random_normal_within_2_ulp)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf c, g;
+  int64_t shape[1] = {2000000}, global[1] = {1ll << 40}, offset[1] = {(1ll << 33) + 5};
+  static const char *dts[] = {"f64", "f32"};
+  for (int d = 0; d < 2; d++) {
+    rparams(&p, 424242, dts[d], 1, shape, global, offset);
+    BOTH("random_normal", &p, NULL, 0, &c, &g);
+    int64_t hist[4] = {0}, n = shape[0];
+    for (int64_t i = 0; i < n; i++) {
+      tsr_buf a1 = c, b1 = g;
+      a1.meta.shape[0] = 1, b1.meta.shape[0] = 1;
+      a1.data = (char *)c.data + i * (int64_t)tsr_dtype_size(c.meta.dtype);
+      b1.data = (char *)g.data + i * (int64_t)tsr_dtype_size(c.meta.dtype);
+      int64_t u = max_ulp(&a1, &b1);
+      hist[u > 3 ? 3 : u]++;
+    }
+    fprintf(stderr, "  normal %s vs CPU over %lld values: 0 ulp %lld, 1 ulp %lld, 2 ulp %lld, >2 ulp %lld\n", dts[d],
+            (long long)n, (long long)hist[0], (long long)hist[1], (long long)hist[2], (long long)hist[3]);
+    ASSERT_EQ(hist[3], 0);
+    for (size_t k = 0; k < N_CHUNKS; k++) {  /* chunk shapes: same values, same bounds */
+      free(c.data), free(g.data);
+      rparams(&p, 99, dts[d], chunks[k].nd, chunks[k].shape, chunks[k].global, chunks[k].offset);
+      BOTH("random_normal", &p, NULL, 0, &c, &g);
+      ASSERT_TRUE(max_ulp(&c, &g) <= 2);
+    }
+    free(c.data), free(g.data);
+  }
+  tsr_params_clear(&p);
+}
+
+/* ---------- elementwise ---------- */
+
+static const tsr_dtype all_dts[] = {TSR_U8, TSR_I32, TSR_I64, TSR_F32, TSR_F64};
+
+TEST(full_all_dtypes)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf c, g;
+  int64_t shape[2] = {37, 53};
+  for (int d = 0; d < 5; d++)
+    for (int v = 0; v < 2; v++) {
+      const char *dt = tsr_dtype_name(all_dts[d]);
+      tsr_params_clear(&p);
+      tsr_params_add_ints(&p, "shape", shape, 2);
+      tsr_params_add_str(&p, "dtype", dt, strlen(dt));
+      if (v == 0) tsr_params_add_int(&p, "value", 7);
+      else tsr_params_add_float(&p, "value", 3.75);
+      BOTH("full", &p, NULL, 0, &c, &g);
+      ASSERT_SAME(&c, &g);
+      free(c.data), free(g.data);
+    }
+  tsr_params_clear(&p);
+}
+
+TEST(nary_and_div_bit_identical)
+{
+  tsr_buf in[11], c, g;
+  tsr_errbuf err;
+  int64_t shape[2] = {129, 77};
+  static const char *ops[] = {"add", "mul", "sub"};
+  for (int d = 0; d < 5; d++) {
+    for (int i = 0; i < 11; i++) in[i] = rand_buf(all_dts[d], 2, shape, 255);
+    for (int o = 0; o < 3; o++) {
+      int counts[] = {2, 3, 11};  /* 11: more inputs than one launch takes */
+      for (int k = 0; k < 3; k++) {
+        int n = o == 2 ? 2 : counts[k];
+        BOTH(ops[o], NULL, in, n, &c, &g);
+        ASSERT_SAME(&c, &g);
+        free(c.data), free(g.data);
+      }
+    }
+    if (all_dts[d] == TSR_F32 || all_dts[d] == TSR_F64) {
+      BOTH("div", NULL, in, 2, &c, &g);
+      ASSERT_SAME(&c, &g);
+      free(c.data), free(g.data);
+    } else {
+      ASSERT_EQ(gpu_run("div", NULL, in, 2, &g, &err), TSR_ENODEV);
+      ASSERT_CONTAINS(err.text, "CPU variant");
+      free(g.data);
+    }
+    free_bufs(in, 11);
+  }
+}
+
+/* Values that exercise astype's edges: NaN, infinities, out of range. */
+static void special_values(tsr_buf *b)
+{
+  static const double sp[] = {NAN, INFINITY, -INFINITY, 1e300, -1e300, 255.9, 256.0, -0.5, 2147483648.0,
+                              -2147483649.0, 9.3e18, -9.3e18, 0.0, -0.0, 3.5};
+  for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) {
+    if (b->meta.dtype == TSR_F32) ((float *)b->data)[i] = (float)sp[i];
+    if (b->meta.dtype == TSR_F64) ((double *)b->data)[i] = sp[i];
+  }
+}
+
+TEST(scale_astype_bmul_signs_bit_identical)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf x, v, c, g;
+  int64_t shape[2] = {61, 47};
+  for (int d = 0; d < 5; d++) {
+    x = rand_buf(all_dts[d], 2, shape, 255);
+    special_values(&x);
+    tsr_params_clear(&p);
+    tsr_params_add_float(&p, "factor", 1.37);
+    tsr_params_add_float(&p, "offset", -0.25);
+    BOTH("scale", &p, &x, 1, &c, &g);
+    ASSERT_SAME(&c, &g);
+    free(c.data), free(g.data);
+    for (int t = 0; t < 5; t++) {
+      const char *dt = tsr_dtype_name(all_dts[t]);
+      tsr_params_clear(&p);
+      tsr_params_add_str(&p, "dtype", dt, strlen(dt));
+      BOTH("astype", &p, &x, 1, &c, &g);
+      ASSERT_SAME(&c, &g);
+      free(c.data), free(g.data);
+    }
+    BOTH("signs", NULL, &x, 1, &c, &g);
+    ASSERT_SAME(&c, &g);
+    free(c.data), free(g.data);
+    for (int axis = 0; axis < 2; axis++)
+      for (int t = 0; t < 5; t++) {
+        tsr_buf in[2] = {x, rand_buf(all_dts[t], 1, &shape[axis], 9)};
+        tsr_params_clear(&p);
+        tsr_params_add_int(&p, "axis", axis);
+        BOTH("bmul", &p, in, 2, &c, &g);
+        ASSERT_SAME(&c, &g);
+        free(c.data), free(g.data), free(in[1].data);
+      }
+    free(x.data);
+  }
+  (void)v;
+  tsr_params_clear(&p);
+}
+
+/* ---------- sum ---------- */
+
+TEST(sum_axes_and_total)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf x, c, g;
+  static const int64_t shapes[][3] = {{3000, 7, 0}, {5, 100000, 0}, {64, 33, 129}, {1, 3000000, 0}};
+  static const int nds[] = {2, 2, 3, 2};
+  for (int s = 0; s < 4; s++)
+    for (int d = 0; d < 5; d++) {
+      x = rand_buf(all_dts[d], nds[s], shapes[s], 255);
+      for (int axis = -1; axis < nds[s]; axis++) {
+        tsr_params_clear(&p);
+        tsr_params_add_int(&p, "axis", axis);
+        BOTH("sum", &p, &x, 1, &c, &g);
+        if (all_dts[d] == TSR_F64) {
+          ASSERT_TRUE(rel_err(&g, &c) <= 1e-12);
+        } else if (all_dts[d] == TSR_F32) {
+          ASSERT_TRUE(max_ulp(&g, &c) <= 1);
+        } else {
+          ASSERT_SAME(&c, &g);
+        }
+        free(c.data), free(g.data);
+      }
+      free(x.data);
+    }
+  tsr_params_clear(&p);
+}
+
+/* ---------- layout ---------- */
+
+TEST(layout_ops_bit_identical)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf c, g;
+  for (int d = 0; d < 5; d++) {
+    int64_t s2[2] = {1037, 70}, s3[3] = {9, 31, 17};
+    tsr_buf x = rand_buf(all_dts[d], 2, s2, 255), y = rand_buf(all_dts[d], 3, s3, 255);
+    BOTH("transpose", NULL, &x, 1, &c, &g);
+    ASSERT_SAME(&c, &g);
+    free(c.data), free(g.data);
+    int64_t st[3] = {3, 5, 0}, sp[3] = {1000, 69, 0}, st3[3] = {2, 0, 4}, sp3[3] = {9, 31, 15};
+    tsr_params_clear(&p);
+    tsr_params_add_ints(&p, "start", st, 2);
+    tsr_params_add_ints(&p, "stop", sp, 2);
+    BOTH("slice", &p, &x, 1, &c, &g);
+    ASSERT_SAME(&c, &g);
+    free(c.data), free(g.data);
+    tsr_params_clear(&p);
+    tsr_params_add_ints(&p, "start", st3, 3);
+    tsr_params_add_ints(&p, "stop", sp3, 3);
+    BOTH("slice", &p, &y, 1, &c, &g);
+    ASSERT_SAME(&c, &g);
+    free(c.data), free(g.data);
+    int64_t vs[2] = {35, 11};
+    tsr_params_clear(&p);
+    tsr_params_add_int(&p, "offset", 1001);
+    tsr_params_add_ints(&p, "shape", vs, 2);
+    BOTH("view", &p, &x, 1, &c, &g);
+    ASSERT_SAME(&c, &g);
+    free(c.data), free(g.data);
+    /* a 2 x 3 grid of pieces with uneven extents */
+    int64_t rows[2] = {40, 7}, cols[3] = {13, 1, 20}, grid[2] = {2, 3};
+    tsr_buf pieces[6];
+    for (int i = 0; i < 6; i++) {
+      int64_t sh[2] = {rows[i / 3], cols[i % 3]};
+      pieces[i] = rand_buf(all_dts[d], 2, sh, 255);
+    }
+    tsr_params_clear(&p);
+    tsr_params_add_ints(&p, "grid", grid, 2);
+    BOTH("assemble", &p, pieces, 6, &c, &g);
+    ASSERT_SAME(&c, &g);
+    free(c.data), free(g.data);
+    BOTH("noop", NULL, pieces, 2, &c, &g);
+    free(c.data), free(g.data);
+    free_bufs(pieces, 6);
+    free(x.data), free(y.data);
+  }
+  tsr_params_clear(&p);
+}
+
+/* ---------- matmul ---------- */
+
+static void mm_params(tsr_params *p, bool ta, bool tb, bool tf32, bool fused)
+{
+  tsr_params_clear(p);
+  tsr_params_add_bool(p, "trans_a", ta);
+  tsr_params_add_bool(p, "trans_b", tb);
+  tsr_params_add_bool(p, "allow_tf32", tf32);
+  tsr_params_add_bool(p, "fused", fused);
+}
+
+TEST(matmul_float)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf c, g, t;
+  int64_t m = 173, k = 301, n = 89;
+  for (int d = 3; d < 5; d++)
+    for (int tr = 0; tr < 4; tr++) {
+      bool ta = tr & 1, tb = tr & 2;
+      int64_t sa[2] = {ta ? k : m, ta ? m : k}, sb[2] = {tb ? n : k, tb ? k : n};
+      tsr_buf in[2] = {rand_buf(all_dts[d], 2, sa, 0), rand_buf(all_dts[d], 2, sb, 0)};
+      mm_params(&p, ta, tb, false, true);
+      BOTH("matmul", &p, in, 2, &c, &g);
+      double e = rel_err(&g, &c);
+      ASSERT_TRUE(e <= (all_dts[d] == TSR_F64 ? 1e-13 : 1e-5));
+      if (all_dts[d] == TSR_F32) {
+        tsr_errbuf err;
+        mm_params(&p, ta, tb, true, true);
+        ASSERT_OK(gpu_run("matmul", &p, in, 2, &t, &err));
+        double et = rel_err(&t, &c);
+        if (tr == 0) fprintf(stderr, "  f32 matmul vs CPU: %.2e; with allow_tf32: %.2e\n", e, et);
+        ASSERT_TRUE(et <= 5e-3);
+        free(t.data);
+      }
+      free(c.data), free(g.data);
+      free_bufs(in, 2);
+    }
+  tsr_params_clear(&p);
+}
+
+/* u8 X times a thin f32 B both ways (the fused kernels, and the panel
+ * path with fused=false), aligned and unaligned row lengths. */
+TEST(matmul_genotype_fused)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf c, g;
+  static const int64_t cases[][4] = {  /* r, c, thin, max value */
+    {1000, 2048, 20, 2}, {777, 1001, 20, 2}, {300, 64, 1, 2}, {513, 4096, 33, 255}, {2050, 300, 64, 3},
+    {33, 16, 8, 2}, {4000, 520, 24, 2}, {100, 20001, 20, 2}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (int fused = 1; fused >= 0; fused--) {
+      int64_t r = cases[i][0], cc = cases[i][1], th = cases[i][2];
+      int64_t sx[2] = {r, cc}, sb[2] = {cc, th}, sq[2] = {r, th};
+      tsr_buf xb[2] = {rand_buf(TSR_U8, 2, sx, (int)cases[i][3]), rand_buf(TSR_F32, 2, sb, 0)};
+      mm_params(&p, false, false, false, fused);
+      BOTH("matmul", &p, xb, 2, &c, &g);
+      double e1 = rel_err(&g, &c);
+      free(c.data), free(g.data);
+      tsr_buf btx[2] = {rand_buf(TSR_F32, 2, sq, 0), xb[0]};
+      mm_params(&p, true, false, false, fused);
+      BOTH("matmul", &p, btx, 2, &c, &g);
+      double e2 = rel_err(&g, &c);
+      fprintf(stderr, "  u8 %lldx%lld, %lld thin (fused %d): X@B %.2e, B'X %.2e\n", (long long)r, (long long)cc,
+              (long long)th, fused, e1, e2);
+      ASSERT_TRUE(e1 <= 1e-4 && e2 <= 1e-4);
+      free(c.data), free(g.data);
+      free(btx[0].data);
+      free_bufs(xb, 2);
+    }
+  tsr_params_clear(&p);
+}
+
+TEST(matmul_integer_generic)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf c, g;
+  int64_t s1[2] = {65, 130}, s2[2] = {130, 40}, s3[2] = {40, 130};
+  tsr_buf a[2] = {rand_buf(TSR_I32, 2, s1, 0), rand_buf(TSR_F64, 2, s2, 0)};
+  mm_params(&p, false, false, false, true);
+  BOTH("matmul", &p, a, 2, &c, &g);
+  ASSERT_TRUE(rel_err(&g, &c) <= 1e-13);
+  free(c.data), free(g.data), free(a[1].data);
+  a[1] = rand_buf(TSR_U8, 2, s2, 255);  /* both integers: f64 */
+  BOTH("matmul", &p, a, 2, &c, &g);
+  ASSERT_EQ(g.meta.dtype, TSR_F64);
+  ASSERT_TRUE(rel_err(&g, &c) <= 1e-13);
+  free(c.data), free(g.data), free(a[1].data);
+  a[1] = rand_buf(TSR_I64, 2, s3, 0);
+  free(a[0].data);
+  a[0] = rand_buf(TSR_F32, 2, s1, 0);
+  mm_params(&p, false, true, false, true);
+  BOTH("matmul", &p, a, 2, &c, &g);
+  ASSERT_TRUE(rel_err(&g, &c) <= 1e-5);
+  free(c.data), free(g.data);
+  free_bufs(a, 2);
+  tsr_params_clear(&p);
+}
+
+TEST(matmul_random_all_sides)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf c, g;
+  static const char *sides[] = {"xb", "xtb", "bx", "btx"};
+  static const struct {
+    const char *dist, *xdt;
+    tsr_dtype bdt;
+  } kinds[] = {{"random_uniform", "f32", TSR_F32}, {"random_uniform", "f64", TSR_F64},
+               {"random_normal", "f64", TSR_F64}, {"randint", "i32", TSR_F64}, {"randint", "u8", TSR_F32}};
+  int64_t xs[2] = {301, 57}, gs[2] = {1000, 100}, off[2] = {13, 7};
+  for (int s = 0; s < 4; s++)
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+      int64_t sb[2];
+      if (s == 0) sb[0] = 57, sb[1] = 9;
+      else if (s == 2) sb[0] = 9, sb[1] = 301;
+      else sb[0] = 301, sb[1] = 9;
+      tsr_buf b = rand_buf(kinds[k].bdt, 2, sb, 0);
+      rparams(&p, 77 + s, kinds[k].xdt, 2, xs, gs, off);
+      tsr_params_add_str(&p, "side", sides[s], strlen(sides[s]));
+      tsr_params_add_str(&p, "dist", kinds[k].dist, strlen(kinds[k].dist));
+      tsr_params_add_int(&p, "low", 0);
+      tsr_params_add_int(&p, "high", 3);
+      BOTH("matmul_random", &p, &b, 1, &c, &g);
+      ASSERT_TRUE(rel_err(&g, &c) <= (kinds[k].bdt == TSR_F64 ? 1e-12 : 1e-5));
+      free(c.data), free(g.data), free(b.data);
+    }
+  tsr_params_clear(&p);
+}
+
+/* ---------- qr and svd ---------- */
+
+/* Element (i, j) of a row-major block inside a packed output. */
+static double el(const tsr_buf *b, int64_t base, int64_t ld, int64_t i, int64_t j)
+{
+  return at(b, base + i * ld + j);
+}
+
+/* max |(XᵀX)_ij - δ_ij| over the first k columns of the m×ld block at base
+ * (cols: columns are X's (i, j) = (row, col); rows: rows are). */
+static double orth_err(const tsr_buf *b, int64_t base, int64_t rows, int64_t cols, int64_t k, bool by_rows)
+{
+  double worst = 0;
+  for (int64_t a = 0; a < k; a++)
+    for (int64_t c = 0; c < k; c++) {
+      double s = 0;
+      int64_t len = by_rows ? cols : rows;
+      for (int64_t i = 0; i < len; i++)
+        s += by_rows ? el(b, base, cols, a, i) * el(b, base, cols, c, i) : el(b, base, cols, i, a) * el(b, base, cols, i, c);
+      double d = fabs(s - (a == c ? 1.0 : 0.0));
+      if (d > worst) worst = d;
+    }
+  return worst;
+}
+
+TEST(qr_against_cpu_and_definition)
+{
+  tsr_buf c, g;
+  static const int64_t shapes[][2] = {{200, 50}, {50, 200}, {64, 64}, {1, 5}, {300, 1}};
+  static const tsr_dtype dts[] = {TSR_F32, TSR_F64, TSR_I32};
+  for (int s = 0; s < 5; s++)
+    for (int d = 0; d < 3; d++) {
+      int64_t m = shapes[s][0], n = shapes[s][1], k = m < n ? m : n;
+      double tol = dts[d] == TSR_F32 ? 1e-4 : 1e-10;
+      tsr_buf a = rand_buf(dts[d], 2, shapes[s], 0);
+      BOTH("qr", NULL, &a, 1, &c, &g);
+      int64_t rb = m * n;  /* R's offset */
+      ASSERT_TRUE(orth_err(&g, 0, m, n, k, false) <= tol);
+      double num = 0, den = 0, dq = 0, dn = 0;
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+          double qr = 0;
+          for (int64_t l = 0; l < n; l++) qr += el(&g, 0, n, i, l) * el(&g, rb, n, l, j);
+          num += (qr - at(&a, i * n + j)) * (qr - at(&a, i * n + j)), den += at(&a, i * n + j) * at(&a, i * n + j);
+        }
+      ASSERT_TRUE(sqrt(num / den) <= tol);
+      for (int64_t l = 0; l < n; l++) {  /* CPU and GPU agree up to the signs of Q's columns / R's rows */
+        double sg = l < k && (el(&g, rb, n, l, l) < 0) != (el(&c, rb, n, l, l) < 0) ? -1 : 1;
+        for (int64_t i = 0; i < m; i++) {
+          double x = sg * el(&g, 0, n, i, l) - el(&c, 0, n, i, l);
+          dq += x * x, dn += el(&c, 0, n, i, l) * el(&c, 0, n, i, l);
+        }
+        for (int64_t j = 0; j < n; j++) {
+          double x = sg * el(&g, rb, n, l, j) - el(&c, rb, n, l, j);
+          dq += x * x, dn += el(&c, rb, n, l, j) * el(&c, rb, n, l, j);
+        }
+      }
+      ASSERT_TRUE(sqrt(dq / dn) <= tol);
+      free(c.data), free(g.data), free(a.data);
+    }
+}
+
+TEST(svd_all_algorithms)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf c, g;
+  static const int64_t shapes[][2] = {{300, 40}, {40, 300}, {100, 100}, {1, 7}, {7, 1}};
+  static const char *algos[] = {"auto", "gesvd", "gesvdj", "qr_gesvd", "qr_gesvdj"};
+  static const tsr_dtype dts[] = {TSR_F32, TSR_F64};
+  for (int s = 0; s < 5; s++)
+    for (int d = 0; d < 2; d++)
+      for (int al = 0; al < 5; al++) {
+        int64_t m = shapes[s][0], n = shapes[s][1], r = m < n ? m : n;
+        double tol = dts[d] == TSR_F32 ? 1e-4 : 1e-10;
+        tsr_buf a = rand_buf(dts[d], 2, shapes[s], 0);
+        tsr_params_clear(&p);
+        tsr_params_add_str(&p, "algo", algos[al], strlen(algos[al]));
+        BOTH("svd", &p, &a, 1, &c, &g);
+        int64_t so = m * r, vo = so + r;
+        double ds = 0, dn = 0, num = 0, den = 0;
+        for (int64_t i = 0; i < r; i++) {
+          ds += (at(&g, so + i) - at(&c, so + i)) * (at(&g, so + i) - at(&c, so + i));
+          dn += at(&c, so + i) * at(&c, so + i);
+          if (i > 0) ASSERT_TRUE(at(&g, so + i) <= at(&g, so + i - 1));
+        }
+        for (int64_t i = 0; i < m; i++)
+          for (int64_t j = 0; j < n; j++) {
+            double x = 0;
+            for (int64_t l = 0; l < r; l++) x += el(&g, 0, r, i, l) * at(&g, so + l) * el(&g, vo, n, l, j);
+            num += (x - at(&a, i * n + j)) * (x - at(&a, i * n + j)), den += at(&a, i * n + j) * at(&a, i * n + j);
+          }
+        double eo = orth_err(&g, 0, m, r, r, false), ev = orth_err(&g, vo, r, n, r, true);
+        if (!(sqrt(ds / dn) <= tol && sqrt(num / den) <= tol && eo <= tol && ev <= tol))
+          KIT_FAIL_("svd %lldx%lld %s %s: S %.2e, USVt %.2e, U'U %.2e, VtV' %.2e", (long long)m, (long long)n,
+                    tsr_dtype_name(dts[d]), algos[al], sqrt(ds / dn), sqrt(num / den), eo, ev);
+        free(c.data), free(g.data), free(a.data);
+      }
+  tsr_params_clear(&p);
+}
+
+/* ---------- 2-bit genotypes ---------- */
+
+TEST(pack_unpack_gpu_matches_cpu)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf c, g, uc, ug;
+  static const int64_t shapes[][3] = {{5, 13, 0}, {3, 4, 8}, {1000, 1001, 0}, {7, 0, 0}, {2, 4096, 0}};
+  static const int nds[] = {2, 3, 2, 2, 2};
+  for (int s = 0; s < 5; s++)
+    for (int hi = 3; hi <= 255; hi += 252) {
+      tsr_buf x = rand_buf(TSR_U8, nds[s], shapes[s], hi);
+      BOTH("pack2bit", NULL, &x, 1, &c, &g);
+      ASSERT_SAME(&c, &g);
+      tsr_params_clear(&p);
+      tsr_params_add_int(&p, "cols", shapes[s][nds[s] - 1]);
+      BOTH("unpack2bit", &p, &g, 1, &uc, &ug);
+      ASSERT_SAME(&uc, &ug);
+      if (hi == 3) ASSERT_SAME(&ug, &x);  /* the exact round trip */
+      free(c.data), free(g.data), free(uc.data), free(ug.data), free(x.data);
+    }
+  tsr_params_clear(&p);
+}
+
+TEST(matmul_2bit_gpu_vs_cpu)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf c, g;
+  static const int64_t cases[][3] = {{1000, 1001, 20}, {513, 4096, 33}, {300, 17, 1}, {2049, 2000, 64}, {64, 20000, 20}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (int side = 0; side < 2; side++)
+      for (int d = 3; d < 5; d++) {
+        int64_t r = cases[i][0], cc = cases[i][1], th = cases[i][2];
+        int64_t sx[2] = {r, cc}, sb[2] = {side ? r : cc, th};
+        tsr_buf x = rand_buf(TSR_U8, 2, sx, 3), pk, in[2];
+        tsr_errbuf err;
+        ASSERT_OK(cpu_run("pack2bit", NULL, &x, 1, &pk, &err));
+        in[0] = pk, in[1] = rand_buf(all_dts[d], 2, sb, 0);
+        tsr_params_clear(&p);
+        tsr_params_add_int(&p, "cols", cc);
+        tsr_params_add_str(&p, "side", side ? "btx" : "xb", side ? 3 : 2);
+        BOTH("matmul_2bit", &p, in, 2, &c, &g);
+        double e = rel_err(&g, &c);
+        if (d == 3) fprintf(stderr, "  2-bit %lldx%lld, %lld thin, %s: %.2e\n", (long long)r, (long long)cc, (long long)th,
+                            side ? "btx" : "xb", e);
+        ASSERT_TRUE(e <= 1e-4);
+        free(c.data), free(g.data), free(x.data);
+        free_bufs(in, 2);
+      }
+  tsr_params_clear(&p);
+}
+
+/* ---------- the CPU side of the 2-bit ops (--cpu) ---------- */
+
+TEST(pack2bit_cpu_format)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out, back;
+  uint8_t x[2][6] = {{1, 2, 3, 0, 3, 3}, {0, 9, 1, 1, 2, 255}};
+  int64_t shape[2] = {2, 6};
+  tsr_buf in = {{TSR_U8, 2, {2, 6}}, x, 12};
+  ASSERT_OK(cpu_run("pack2bit", NULL, &in, 1, &out, &err));
+  ASSERT_EQ(out.meta.shape[1], 2);
+  uint8_t *y = out.data;
+  ASSERT_EQ(y[0], 1 | 2 << 2 | 3 << 4);
+  ASSERT_EQ(y[1], 3 | 3 << 2);                /* pad bits 0 */
+  ASSERT_EQ(y[2], 3 << 2 | 1 << 4 | 1 << 6);  /* 9 saturates to 3 */
+  ASSERT_EQ(y[3], 2 | 3 << 2);
+  tsr_params_add_int(&p, "cols", 6);
+  ASSERT_OK(cpu_run("unpack2bit", &p, &out, 1, &back, &err));
+  ASSERT_EQ(back.meta.shape[1], 6);
+  uint8_t want[12] = {1, 2, 3, 0, 3, 3, 0, 3, 1, 1, 2, 3};
+  ASSERT_TRUE(memcmp(back.data, want, 12) == 0);
+  free(back.data);
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "cols", 9);
+  ASSERT_EQ(cpu_run("unpack2bit", &p, &out, 1, &back, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "unpack2bit: packed input must be u8 with a last dimension of ceil(9/4) = 3");
+  free(out.data);
+  (void)shape;
+  tsr_params_clear(&p);
+}
+
+TEST(matmul_2bit_cpu_matches_unpacked)
+{
+  tsr_params p = TSR_PARAMS_INIT, q = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  int64_t sx[2] = {301, 103}, sb[2] = {103, 7}, sq[2] = {301, 5};
+  tsr_buf x = rand_buf(TSR_U8, 2, sx, 3), pk, got, ref, in[2];
+  ASSERT_OK(cpu_run("pack2bit", NULL, &x, 1, &pk, &err));
+  for (int side = 0; side < 2; side++) {
+    in[0] = pk, in[1] = rand_buf(TSR_F64, 2, side ? sq : sb, 0);
+    tsr_params_clear(&p);
+    tsr_params_add_int(&p, "cols", 103);
+    tsr_params_add_str(&p, "side", side ? "btx" : "xb", side ? 3 : 2);
+    ASSERT_OK(cpu_run("matmul_2bit", &p, in, 2, &got, &err));
+    ASSERT_EQ(got.meta.dtype, TSR_F32);
+    tsr_buf mm[2] = {side ? in[1] : x, side ? x : in[1]};
+    tsr_params_clear(&q);
+    tsr_params_add_bool(&q, "trans_a", side);
+    ASSERT_OK(cpu_run("matmul", &q, mm, 2, &ref, &err));
+    ASSERT_EQ(got.meta.shape[0], ref.meta.shape[0]);
+    ASSERT_EQ(got.meta.shape[1], ref.meta.shape[1]);
+    ASSERT_TRUE(rel_err(&got, &ref) <= 1e-7);  /* f64 sums rounded once to f32 */
+    free(got.data), free(ref.data), free(in[1].data);
+  }
+  in[1] = rand_buf(TSR_F64, 2, sq, 0);
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "cols", 103);
+  ASSERT_EQ(cpu_run("matmul_2bit", &p, in, 2, &got, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "matmul_2bit: side xb needs B with 103 rows");
+  tsr_params_add_str(&p, "side", "xtb", 3);
+  ASSERT_EQ(cpu_run("matmul_2bit", &p, in, 2, &got, &err), TSR_EINVAL);
+  free(in[1].data), free(pk.data), free(x.data);
+  tsr_params_clear(&p), tsr_params_clear(&q);
+}
+
+/* ---------- measurements (--bench) ---------- */
+
+static tsr_buf dalloc(tsr_dtype dt, int nd, const int64_t *shape)
+{
+  tsr_buf b;
+  memset(&b, 0, sizeof b);
+  b.meta.dtype = dt, b.meta.ndim = nd;
+  for (int d = 0; d < nd; d++) b.meta.shape[d] = shape[d];
+  b.nbytes = (size_t)tsr_meta_nbytes(&b.meta);
+  if (cudaMalloc(&b.data, b.nbytes ? b.nbytes : 1) != cudaSuccess) {
+    fprintf(stderr, "cudaMalloc of %zu bytes failed\n", b.nbytes);
+    exit(1);
+  }
+  return b;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Runs name's CUDA variant on device buffers: one warm-up, then reps
+ * timed runs (events on the stream); the median in ms, or -1. Allocates
+ * *dout from infer() when its data is NULL. Stops repeating once a run
+ * took over 3 s. */
+static double bench_op(const char *name, const tsr_params *p, const tsr_buf *din, int n_in, tsr_buf *dout, int reps)
+{
+  static const tsr_params none = TSR_PARAMS_INIT;
+  const tsr_op_def *op = tsr_op_find(name);
+  tsr_errbuf err;
+  tsr_meta metas[8];
+  if (p == NULL) p = &none;
+  for (int i = 0; i < n_in; i++) metas[i] = din[i].meta;
+  if (dout->data == NULL) {
+    tsr_meta om;
+    if (op->infer(p, metas, n_in, &om, &err) != 0) {
+      fprintf(stderr, "%s: %s\n", name, err.text);
+      return -1;
+    }
+    *dout = dalloc(om.dtype, om.ndim, om.shape);
+  }
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  double t[32];
+  int done = 0;
+  for (int r = -1; r < reps && r < 32; r++) {
+    cudaEventRecord(e0, g_stream);
+    int rc = op->cuda(p, din, n_in, dout, &g_ctx, &err);
+    cudaEventRecord(e1, g_stream);
+    cudaError_t e = cudaEventSynchronize(e1);
+    if (rc != 0 || e != cudaSuccess) {
+      fprintf(stderr, "%s: %d %s %s\n", name, rc, err.text, cudaGetErrorString(e));
+      return -1;
+    }
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (r >= 0) t[done++] = ms;
+    if (ms > 3000) break;
+  }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  if (done == 0) return t[0] = -1;
+  qsort(t, (size_t)done, sizeof t[0], cmp_double);
+  return t[done / 2];
+}
+
+static void dfree(tsr_buf *b)
+{
+  cudaFree(b->data);
+  b->data = NULL;
+}
+
+static void report(const char *what, double ms, double gbytes, double gflop)
+{
+  printf("%-58s %10.3f ms", what, ms);
+  if (gbytes > 0) printf(" %8.1f GB/s", gbytes / (ms * 1e-3));
+  if (gflop > 0) printf(" %8.1f TFLOP/s", gflop / (ms * 1e-3) / 1e3);
+  printf("\n");
+  fflush(stdout);
+}
+
+static void bench_rates(void)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf a, b, o = {0};
+  int64_t n1[1] = {1ll << 30}, n2[1] = {1ll << 28};
+  {
+    a = dalloc(TSR_U8, 1, (int64_t[1]){4ll << 30});
+    b = dalloc(TSR_U8, 1, (int64_t[1]){4ll << 30});
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    cudaMemcpyAsync(b.data, a.data, a.nbytes, cudaMemcpyDeviceToDevice, g_stream);
+    cudaEventRecord(e0, g_stream);
+    for (int i = 0; i < 5; i++) cudaMemcpyAsync(b.data, a.data, a.nbytes, cudaMemcpyDeviceToDevice, g_stream);
+    cudaEventRecord(e1, g_stream);
+    cudaEventSynchronize(e1);
+    float ms;
+    cudaEventElapsedTime(&ms, e0, e1);
+    report("cudaMemcpy D2D 4 GiB (read + write)", ms / 5, 2.0 * (double)a.nbytes / 1e9, 0);
+    dfree(&a), dfree(&b);
+  }
+  rparams(&p, 1, "f32", 1, n1, n1, (int64_t[1]){0});
+  report("random_uniform f32 2^30", bench_op("random_uniform", &p, NULL, 0, &o, 5), 4.0 * n1[0] / 1e9, 0);
+  dfree(&o);
+  rparams(&p, 1, "f64", 1, n2, n2, (int64_t[1]){0});
+  report("random_normal f64 2^28", bench_op("random_normal", &p, NULL, 0, &o, 5), 8.0 * n2[0] / 1e9, 0);
+  dfree(&o);
+  tsr_buf in2[2] = {dalloc(TSR_F32, 1, n2), dalloc(TSR_F32, 1, n2)};
+  cudaMemset(in2[0].data, 0x3f, in2[0].nbytes), cudaMemset(in2[1].data, 0x3e, in2[1].nbytes);
+  report("add f32 2^28 + 2^28", bench_op("add", NULL, in2, 2, &o, 5), 12.0 * n2[0] / 1e9, 0);
+  dfree(&o);
+  tsr_params_clear(&p);
+  tsr_params_add_str(&p, "dtype", "f64", 3);
+  report("astype f32 -> f64 2^28", bench_op("astype", &p, in2, 1, &o, 5), 12.0 * n2[0] / 1e9, 0);
+  tsr_params_clear(&p);
+  report("sum f64 total 2^28", bench_op("sum", &p, &o, 1, &(tsr_buf){0}, 5), 8.0 * n2[0] / 1e9, 0);
+  dfree(&o);
+  tsr_buf sq = dalloc(TSR_F32, 2, (int64_t[2]){1ll << 20, 256});
+  cudaMemset(sq.data, 0x3f, sq.nbytes);
+  tsr_params_add_int(&p, "axis", 0);
+  tsr_buf so = {0};
+  report("sum f32 [2^20, 256] axis 0", bench_op("sum", &p, &sq, 1, &so, 5), (double)sq.nbytes / 1e9, 0);
+  dfree(&so), dfree(&sq);
+  tsr_buf t = dalloc(TSR_F32, 2, (int64_t[2]){16384, 16384});
+  report("transpose f32 16384x16384", bench_op("transpose", NULL, &t, 1, &o, 5), 2.0 * (double)t.nbytes / 1e9, 0);
+  dfree(&o), dfree(&t);
+  tsr_buf mm[2] = {dalloc(TSR_F32, 2, (int64_t[2]){8192, 8192}), dalloc(TSR_F32, 2, (int64_t[2]){8192, 8192})};
+  cudaMemset(mm[0].data, 0x3c, mm[0].nbytes), cudaMemset(mm[1].data, 0x3c, mm[1].nbytes);
+  double fl = 2.0 * 8192.0 * 8192.0 * 8192.0 / 1e9;
+  mm_params(&p, false, false, false, true);
+  report("matmul f32 8192^3 (full f32)", bench_op("matmul", &p, mm, 2, &o, 5), 0, fl);
+  mm_params(&p, false, false, true, true);
+  report("matmul f32 8192^3 allow_tf32", bench_op("matmul", &p, mm, 2, &o, 5), 0, fl);
+  dfree(&o), dfree(&mm[0]), dfree(&mm[1]);
+  /* matmul_random: a 200000 x 2000 f32 uniform X times B [2000, 20] */
+  tsr_buf bb = dalloc(TSR_F32, 2, (int64_t[2]){2000, 20});
+  cudaMemset(bb.data, 0x3c, bb.nbytes);
+  rparams(&p, 5, "f32", 2, (int64_t[2]){200000, 2000}, (int64_t[2]){200000, 2000}, (int64_t[2]){0, 0});
+  tsr_params_add_str(&p, "side", "xb", 2);
+  tsr_params_add_str(&p, "dist", "random_uniform", 14);
+  report("matmul_random xb: X 200000x2000 f32 uniform @ [2000,20]", bench_op("matmul_random", &p, &bb, 1, &o, 5), 0, 0);
+  dfree(&o), dfree(&bb), dfree(&in2[0]), dfree(&in2[1]);
+  tsr_params_clear(&p);
+}
+
+static void bench_svd(void)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  static const int64_t shapes[][2] = {{9000, 1000}, {3000, 3000}, {1000, 9000}, {100000, 50}};
+  static const char *algos[] = {"gesvd", "gesvdj", "qr_gesvd", "qr_gesvdj", "auto"};
+  static const tsr_dtype dts[] = {TSR_F32, TSR_F64};
+  for (int s = 0; s < 4; s++)
+    for (int d = 0; d < 2; d++) {
+      tsr_buf a = dalloc(dts[d], 2, shapes[s]), o = {0};
+      tsr_params_clear(&p);
+      rparams(&p, 3, tsr_dtype_name(dts[d]), 2, shapes[s], shapes[s], (int64_t[2]){0, 0});
+      bench_op("random_normal", &p, NULL, 0, &a, 0);
+      for (int al = 0; al < 5; al++) {
+        if (s == 1 && d == 1 && al == 0) continue;  /* gesvd f64 3000^2 takes seconds; measured once below */
+        char what[96];
+        tsr_params_clear(&p);
+        tsr_params_add_str(&p, "algo", algos[al], strlen(algos[al]));
+        snprintf(what, sizeof what, "svd %s %lldx%lld %s", tsr_dtype_name(dts[d]), (long long)shapes[s][0],
+                 (long long)shapes[s][1], algos[al]);
+        report(what, bench_op("svd", &p, &a, 1, &o, 3), 0, 0);
+      }
+      dfree(&o), dfree(&a);
+    }
+  tsr_params_clear(&p);
+}
+
+static void bench_genotype(void)
+{
+  const int64_t R = 1000000, C = 20000, K = 20;
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf x = {0}, b, q, o1 = {0}, o2 = {0}, o3 = {0}, pk = {0};
+  rparams(&p, 11, "u8", 2, (int64_t[2]){R, C}, (int64_t[2]){R, C}, (int64_t[2]){0, 0});
+  tsr_params_add_int(&p, "low", 0);
+  tsr_params_add_int(&p, "high", 3);
+  report("randint u8 1M x 20k (writes 20 GB)", bench_op("randint", &p, NULL, 0, &x, 1), 20.0, 0);
+  b = dalloc(TSR_F32, 2, (int64_t[2]){C, K});
+  q = dalloc(TSR_F32, 2, (int64_t[2]){R, K});
+  rparams(&p, 12, "f32", 2, (int64_t[2]){C, K}, (int64_t[2]){C, K}, (int64_t[2]){0, 0});
+  bench_op("random_normal", &p, NULL, 0, &b, 0);
+  rparams(&p, 13, "f32", 2, (int64_t[2]){R, K}, (int64_t[2]){R, K}, (int64_t[2]){0, 0});
+  bench_op("random_normal", &p, NULL, 0, &q, 0);
+  double gflop = 2.0 * R * C * K / 1e9;
+  tsr_buf xb[2] = {x, b}, btx[2] = {q, x};
+  mm_params(&p, false, false, false, true);
+  report("matmul u8 X[1M,20k] @ f32 B[20k,20], fused", bench_op("matmul", &p, xb, 2, &o1, 7), 20.0, gflop);
+  mm_params(&p, true, false, false, true);
+  report("matmul f32 Q[1M,20]' @ u8 X[1M,20k], fused", bench_op("matmul", &p, btx, 2, &o2, 7), 20.0, gflop);
+  mm_params(&p, false, false, false, false);
+  report("matmul u8 X @ f32 B, fused=false (panels + SGEMM)", bench_op("matmul", &p, xb, 2, &o3, 1), 20.0, gflop);
+  /* the fused result against the SGEMM path, and rows against the CPU */
+  size_t n1 = (size_t)(R * K);
+  float *f1 = malloc(n1 * 4), *f3 = malloc(n1 * 4);
+  cudaMemcpy(f1, o1.data, n1 * 4, cudaMemcpyDeviceToHost), cudaMemcpy(f3, o3.data, n1 * 4, cudaMemcpyDeviceToHost);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n1; i++) num += (f1[i] - f3[i]) * (double)(f1[i] - f3[i]), den += (double)f3[i] * f3[i];
+  printf("  fused X@B vs SGEMM path: rel %.2e\n", sqrt(num / den));
+  {
+    int64_t rows = 2000;
+    tsr_buf hx = hbuf(TSR_U8, 2, (int64_t[2]){rows, C}), hb = hbuf(TSR_F32, 2, (int64_t[2]){C, K}), ref;
+    tsr_errbuf err;
+    cudaMemcpy(hx.data, x.data, hx.nbytes, cudaMemcpyDeviceToHost), cudaMemcpy(hb.data, b.data, hb.nbytes, cudaMemcpyDeviceToHost);
+    tsr_buf in[2] = {hx, hb};
+    if (cpu_run("matmul", NULL, in, 2, &ref, &err) == 0) {
+      num = den = 0;
+      for (int64_t i = 0; i < rows * K; i++) {
+        double d = f1[i] - ((float *)ref.data)[i];
+        num += d * d, den += (double)((float *)ref.data)[i] * ((float *)ref.data)[i];
+      }
+      printf("  fused X@B, first %lld rows vs CPU: rel %.2e\n", (long long)rows, sqrt(num / den));
+      free(ref.data);
+    }
+    free(hx.data), free(hb.data);
+  }
+  dfree(&o3);
+  mm_params(&p, true, false, false, false);
+  report("matmul f32 Q' @ u8 X, fused=false (panels + SGEMM)", bench_op("matmul", &p, btx, 2, &o3, 1), 20.0, gflop);
+  size_t n2 = (size_t)(K * C);
+  float *g2 = malloc(n2 * 4), *g3 = malloc(n2 * 4);
+  cudaMemcpy(g2, o2.data, n2 * 4, cudaMemcpyDeviceToHost), cudaMemcpy(g3, o3.data, n2 * 4, cudaMemcpyDeviceToHost);
+  num = den = 0;
+  for (size_t i = 0; i < n2; i++) num += (g2[i] - g3[i]) * (double)(g2[i] - g3[i]), den += (double)g3[i] * g3[i];
+  printf("  fused Q'X vs SGEMM path: rel %.2e\n", sqrt(num / den));
+  dfree(&o3);
+  report("pack2bit u8 1M x 20k -> 5 GB", bench_op("pack2bit", NULL, &x, 1, &pk, 3), 25.0, 0);
+  tsr_buf pb[2] = {pk, b}, pq[2] = {pk, q};
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "cols", C);
+  tsr_params_add_str(&p, "side", "xb", 2);
+  report("matmul_2bit xb X[1M,20k] 2-bit @ B[20k,20]", bench_op("matmul_2bit", &p, pb, 2, &o3, 7), 5.0, gflop);
+  cudaMemcpy(f3, o3.data, n1 * 4, cudaMemcpyDeviceToHost);
+  num = den = 0;
+  for (size_t i = 0; i < n1; i++) num += (f1[i] - f3[i]) * (double)(f1[i] - f3[i]), den += (double)f1[i] * f1[i];
+  printf("  2-bit X@B vs u8 fused: rel %.2e\n", sqrt(num / den));
+  dfree(&o3);
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "cols", C);
+  tsr_params_add_str(&p, "side", "btx", 3);
+  pq[1] = q;
+  report("matmul_2bit btx Q[1M,20]' @ X 2-bit", bench_op("matmul_2bit", &p, pq, 2, &o3, 7), 5.0, gflop);
+  cudaMemcpy(g3, o3.data, n2 * 4, cudaMemcpyDeviceToHost);
+  num = den = 0;
+  for (size_t i = 0; i < n2; i++) num += (g2[i] - g3[i]) * (double)(g2[i] - g3[i]), den += (double)g2[i] * g2[i];
+  printf("  2-bit Q'X vs u8 fused: rel %.2e\n", sqrt(num / den));
+  dfree(&o3);
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "cols", C);
+  report("unpack2bit 5 GB -> u8 1M x 20k", bench_op("unpack2bit", &p, &pk, 1, &x, 3), 25.0, 0);
+  free(f1), free(f3), free(g2), free(g3);
+  dfree(&o1), dfree(&o2), dfree(&pk), dfree(&x), dfree(&b), dfree(&q);
+  tsr_params_clear(&p);
+}
+
+/* Runs a test unless TSR_TEST_FILTER is set and not part of its name. */
+#define RUN_IF(name)                                                       \
+  do {                                                                     \
+    const char *f_ = getenv("TSR_TEST_FILTER");                            \
+    if (f_ == NULL || strstr(#name, f_) != NULL) RUN(name);                \
+  } while (0)
+
+int main(int argc, char **argv)
+{
+  tsr_ops_init(false);
+  if (argc > 1 && strcmp(argv[1], "--cpu") == 0) {
+    RUN(pack2bit_cpu_format);
+    RUN(matmul_2bit_cpu_matches_unpacked);
+    return kit_summary();
+  }
+  int rc = gpu_open();
+  if (rc != 0) return rc;
+  if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+    const char *what = argc > 2 ? argv[2] : "all";
+    if (strcmp(what, "all") == 0 || strcmp(what, "rates") == 0) bench_rates();
+    if (strcmp(what, "all") == 0 || strcmp(what, "svd") == 0) bench_svd();
+    if (strcmp(what, "all") == 0 || strcmp(what, "genotype") == 0) bench_genotype();
+    return 0;
+  }
+  RUN_IF(random_uniform_and_int_bit_identical);
+  RUN_IF(random_normal_within_2_ulp);
+  RUN_IF(full_all_dtypes);
+  RUN_IF(nary_and_div_bit_identical);
+  RUN_IF(scale_astype_bmul_signs_bit_identical);
+  RUN_IF(sum_axes_and_total);
+  RUN_IF(layout_ops_bit_identical);
+  RUN_IF(matmul_float);
+  RUN_IF(matmul_genotype_fused);
+  RUN_IF(matmul_integer_generic);
+  RUN_IF(matmul_random_all_sides);
+  RUN_IF(qr_against_cpu_and_definition);
+  RUN_IF(svd_all_algorithms);
+  RUN_IF(pack_unpack_gpu_matches_cpu);
+  RUN_IF(matmul_2bit_gpu_vs_cpu);
+  return kit_summary();
+}
