@@ -52,10 +52,17 @@ static void on_worker_heartbeat(msgctx *m)
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "device_memory_used", w->device_memory_used, &dev_used, &m->err);
   /* absent gpu_util: NVML is not available there (now) */
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "gpu_util", UINT64_MAX, &util, &m->err);
+  uint64_t disk, spilled, dropped;
+  if (rc == 0) rc = tsr_wire_opt_uint(m->map, "disk_bytes", w->disk_bytes, &disk, &m->err);
+  if (rc == 0) rc = tsr_wire_opt_uint(m->map, "bytes_spilled", w->bytes_spilled, &spilled, &m->err);
+  if (rc == 0) rc = tsr_wire_opt_uint(m->map, "bytes_dropped", w->bytes_dropped, &dropped, &m->err);
   if (rc != 0) {
     reject(m, rc, "%s", m->err.text);
     return;
   }
+  w->disk_bytes = disk;
+  w->bytes_spilled = spilled;
+  w->bytes_dropped = dropped;
   w->device_memory_used = dev_used;
   w->gpu_util = util == UINT64_MAX ? -1 : util > 100 ? 100 : (int32_t)util;
   w->memory_used = used;

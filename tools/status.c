@@ -75,17 +75,30 @@ static void set_gpu_cells(table *t, size_t r, const tsr_worker_info *w)
   else table_set(t, r, NCOLS_W + 2, "n/a");
 }
 
+/* A memory-limited worker's tiers: on disk now, spilled and dropped since
+ * it started (docs/memory.md). */
+static void set_tier_cells(table *t, size_t r, size_t c, const tsr_worker_info *w)
+{
+  char disk[32], spilled[32], dropped[32];
+  table_set(t, r, c, "%s / %s / %s", tsr_format_bytes(w->disk_bytes, disk, sizeof disk),
+            tsr_format_bytes(w->bytes_spilled, spilled, sizeof spilled),
+            tsr_format_bytes(w->bytes_dropped, dropped, sizeof dropped));
+}
+
 static void print_workers(const tsr_cluster_info *info)
 {
   table t;
   bool gpus = false;
   for (size_t i = 0; i < info->n_workers; i++)
     gpus |= info->workers[i].gpu_name[0] != '\0' || info->workers[i].device_memory_limit != 0;
-  size_t cols = NCOLS_W + (gpus ? NCOLS_GPU : 0);
+  bool tiers = false;
+  for (size_t i = 0; i < info->n_workers; i++) tiers |= info->workers[i].memory_limit != 0;
+  size_t cols = NCOLS_W + (gpus ? NCOLS_GPU : 0) + tiers;
   if (table_init(&t, info->n_workers + 1, cols) != 0) return;
   const char *head[NCOLS_W + NCOLS_GPU] = {"WORKER", "ADDRESS", "DEVICE", "THREADS", "MEMORY USED / LIMIT", "RUNNING",
                                            "DONE", "GPU", "DEVICE MEMORY USED / LIMIT", "GPU UTIL"};
-  for (size_t c = 0; c < cols; c++) table_set(&t, 0, c, "%s", head[c]);
+  for (size_t c = 0; c < cols - tiers; c++) table_set(&t, 0, c, "%s", head[c]);
+  if (tiers) table_set(&t, 0, cols - 1, "ON DISK / SPILLED / DROPPED");
   for (size_t i = 0; i < info->n_workers; i++) {
     const tsr_worker_info *w = &info->workers[i];
     char used[32], limit[32];
@@ -100,6 +113,7 @@ static void print_workers(const tsr_cluster_info *info)
     table_set(&t, i + 1, 5, "%" PRIu64, w->tasks_running);
     table_set(&t, i + 1, 6, "%" PRIu64, w->tasks_done);
     if (gpus) set_gpu_cells(&t, i + 1, w);
+    if (tiers) set_tier_cells(&t, i + 1, cols - 1, w);
   }
   table_print(&t);
 }

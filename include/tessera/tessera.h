@@ -169,6 +169,10 @@ typedef struct tsr_worker_info {
   uint64_t device_memory_used;   /* bytes allocated from the worker's device pool */
   uint64_t device_memory_limit;  /* its hard device memory limit, bytes */
   int gpu_util;                  /* percent of the last sample period a kernel ran; -1 when unknown (no NVML) */
+  /* Memory tiers (docs/memory.md); 0 without a memory limit. */
+  uint64_t disk_bytes;           /* bytes of chunks in spill files now (uncompressed) */
+  uint64_t bytes_spilled;        /* written to spill files since the worker started */
+  uint64_t bytes_dropped;        /* evicted by dropping (recomputed if needed again) since it started */
 } tsr_worker_info;
 
 typedef struct tsr_graph_info {

@@ -187,6 +187,19 @@ TEST(spill_reload_and_corrupted_files)
   tsr_future *first = NULL;
   if (rc == 0) rc = run_graph(client, "s", true, &sum, x2, msg, sizeof msg, &first);
   int files = spill_files(spill_dir, false);
+  /* The workers' heartbeats carry their tiers to the status. */
+  uint64_t spilled = 0, on_disk = 0;
+  for (int tries = 0; rc == 0 && tries < 40 && spilled == 0; tries++) {
+    tsr_cluster_info *info = NULL;
+    if (tsr_cluster_info_get(client, 5000, &info) == 0) {
+      for (size_t w = 0; w < info->n_workers; w++) {
+        spilled += info->workers[w].bytes_spilled;
+        on_disk += info->workers[w].disk_bytes;
+      }
+    }
+    tsr_cluster_info_destroy(&info);
+    if (spilled == 0) sleep_ms(100);
+  }
   bool same = rc == 0 && memcmp(x2, reference_x2, (size_t)NX * CHUNK_N * sizeof(double)) == 0;
   /* Every spill file corrupted: the same graph again (its keys shared with
    * the first) recomputes what it cannot read back, and gets the same bits. */
@@ -210,6 +223,8 @@ TEST(spill_reload_and_corrupted_files)
   ASSERT_TRUE(sum == reference_sum);
   ASSERT_TRUE(sum2 == reference_sum);
   ASSERT_TRUE(files >= NX / 2);
+  ASSERT_TRUE(spilled >= (uint64_t)(NX / 2) * CHUNK_N * sizeof(double));
+  ASSERT_TRUE(on_disk > 0);
   ASSERT_TRUE(corrupt > 0);
   ASSERT_EQ(roots_spilled, 0);
 }
