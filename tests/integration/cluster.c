@@ -21,7 +21,9 @@ const char *cluster_bin(const char *name)
   static char paths[8][1024];
   static int next;
   char *path = paths[next++ % 8];
-  snprintf(path, 1024, "%s/%s", TSR_BIN_DIR, name);
+  /* TESSERA_TEST_BIN_DIR: binaries moved to another machine (scripts/device-tests.sh) */
+  const char *dir = getenv("TESSERA_TEST_BIN_DIR");
+  snprintf(path, 1024, "%s/%s", dir && dir[0] ? dir : TSR_BIN_DIR, name);
   return path;
 }
 
@@ -172,7 +174,10 @@ void cluster_stop(cluster *c, bool dump)
   }
   snprintf(path, sizeof path, "%s/address", c->dir);
   unlink(path);
-  rmdir(c->dir);
+  /* Workers may have left spill files under the dir: remove it whole. */
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->dir);
+  if (strncmp(c->dir, "/tmp/tsr-test-", 14) == 0 && system(cmd) != 0) fprintf(stderr, "cluster: could not remove %s\n", c->dir);
 }
 
 int run_capture(const char *const *argv, const char *extra_env, char *out, size_t cap, int timeout_s)
