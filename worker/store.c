@@ -218,7 +218,7 @@ int tsr_wstore_get_mem(tsr_wstore *store, const char *key, tsr_chunk **chunk_p)
   tsr_chunk *chunk = found ? tsr_chunk_ref((tsr_chunk *)(uintptr_t)value) : NULL;
   if (found) {
     chunk->last_use = ++store->clock;
-    chunk->read = true;
+    atomic_store_explicit(&chunk->read, true, memory_order_relaxed);
   }
   pthread_mutex_unlock(&store->lock);
   if (!found) return TSR_ENOTFOUND;
@@ -385,7 +385,10 @@ static void collect_idle(void *arg, const char *key, size_t key_len, uint64_t va
 }
 
 /* Eviction order; under the store's lock. */
-static uint64_t evict_rank(const tsr_chunk *c) { return c->last_use + (c->recompute && !c->read ? 1ull << 62 : 0); }
+static uint64_t evict_rank(const tsr_chunk *c)
+{
+  return c->last_use + (c->recompute && !atomic_load_explicit(&c->read, memory_order_relaxed) ? 1ull << 62 : 0);
+}
 
 static int by_last_use(const void *a, const void *b)
 {

@@ -67,7 +67,7 @@ typedef struct tsr_chunk {
   bool replica;          /* fetched from a peer, not computed here */
   bool recompute;        /* cheaper to recompute than to spill: evicted by dropping (set before the put) */
   uint64_t last_use;     /* the store's clock at the last put/get; under the store's lock */
-  bool read;             /* got at least once since the put; under the store's lock */
+  atomic_bool read;      /* got at least once since the put */
   tsr_wstore *store;     /* for the byte accounting */
 } tsr_chunk;
 

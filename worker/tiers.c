@@ -244,7 +244,13 @@ void tsr_tiers_balance(tsr_tiers *t, tsr_wstore *store)
   size_t n = tsr_wstore_idle(store, &idle);
   uint64_t freed = 0;
   for (size_t i = 0; i < n; i++) {
-    bool over = tsr_wstore_bytes(store) > target || (spill > 0 && rss > freed && rss - freed > spill);
+    uint64_t bytes = tsr_wstore_bytes(store);
+    bool over = bytes > target || (spill > 0 && rss > freed && rss - freed > spill);
+    /* A recomputable chunk nobody has read yet goes only when the chunks
+     * alone exceed the whole limit: dropping it earlier, when the pressure
+     * comes from pinned chunks or from RSS that evictions do not lower,
+     * would loop (drop, missing input, recompute, drop). */
+    if (idle[i]->recompute && !atomic_load(&idle[i]->read)) over = bytes > limit;
     size_t nbytes = idle[i]->nbytes;
     if (over && evict_one(t, store, idle[i])) freed += nbytes;
     tsr_chunk_unref(&idle[i]);  /* the bytes go here when the store let go */

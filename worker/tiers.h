@@ -12,7 +12,9 @@
  *           overhead), exceeds it, evict as well (memory the store does not
  *           manage: kernel scratch, fragmentation, malloc's caches).
  * Only chunks that nothing but the store references are evicted: never one
- * a running task reads, nor one the data socket is sending.
+ * a running task reads, nor one the data socket is sending. A recomputable
+ * chunk (below) that nobody has read yet is evicted last, and only when the
+ * chunks exceed the whole limit.
  *
  * Eviction: a chunk marked `recompute` (the output of a task without
  * inputs: random data, file reads, constants — cheaper to make again than
