@@ -23,8 +23,9 @@ typedef struct cluster {
   const char *worker_args[CLUSTER_MAX_ARGS];
 } cluster;
 
-/* Path of a binary in the build's bin dir ("tessera-worker"), in one of 8
- * rotating static buffers. */
+/* Path of a binary in the build's bin dir ("tessera-worker"), or in
+ * $TESSERA_TEST_BIN_DIR when set, in one of 8 rotating static buffers.
+ * A GPU worker is a worker with extra args {"--gpu", "N", NULL}. */
 const char *cluster_bin(const char *name);
 /* Starts a scheduler with extra args (NULL-terminated list, may be NULL)
  * and waits for its address file. 0 or -1 (message on stderr). */

@@ -115,8 +115,10 @@ static int random_arrays(suite *s, tsr_array_ctx *ctx)
   if (rc == 0) rc = keep(s, ctx, "random_uniform f64", a, 0);
   if (rc == 0) rc = tsr_random_uniform(ctx, 7, TSR_F32, 2, shape, chunks, &b);
   if (rc == 0) rc = keep(s, ctx, "random_uniform f32", b, 0);
+  /* f64 normals: CUDA's log and cos are 1-2 ulp from glibc's, so a few ulp
+   * (kernels/cuda/random.cu); uniforms and integers are bit-identical. */
   if (rc == 0) rc = tsr_random_normal(ctx, 8, TSR_F64, 2, shape, chunks, &c);
-  if (rc == 0) rc = keep(s, ctx, "random_normal f64", c, 0);
+  if (rc == 0) rc = keep(s, ctx, "random_normal f64", c, 1e-14);
   if (rc == 0) rc = tsr_randint(ctx, 9, 0, 3, TSR_U8, 2, ishape, ichunks, &d);
   if (rc == 0) rc = keep(s, ctx, "randint u8", d, 0);
   tsr_array_free(ctx, &a);
@@ -282,9 +284,23 @@ TEST(device_memory_limit_fails_the_graph_cleanly)
   snprintf(msg, sizeof msg, "%s", tsr_errmsg());
   fprintf(stderr, "  four chunks: %s: %s\n", tsr_err_name(rc), msg);
   bool sum_ok = rc == TSR_ETASK && strstr(msg, "device memory limit") && strstr(msg, "48.00 MiB");
-  /* the worker is still there and computes what fits */
+  /* the worker is still there and, once the three chunks that fitted are
+   * released (this client goes), computes what fits */
   bool alive = cluster_alive(c.workers[0]);
+  tsr_array_ctx_destroy(&ctx);
+  tsr_client_close(client);
+  client = NULL;
+  ok = ok && tsr_client_open(&client, c.address, NULL) == 0 && tsr_array_ctx_new(client, &ctx) == 0;
+  uint64_t used = UINT64_MAX;
+  for (int i = 0; ok && i < 100 && used != 0; i++) {
+    tsr_cluster_info *info = NULL;
+    if (tsr_cluster_info_get(client, 5000, &info) == 0 && info->n_workers == 1) used = info->workers[0].device_memory_used;
+    tsr_cluster_info_destroy(&info);
+    if (used != 0) usleep(200000);
+  }
+  fprintf(stderr, "  device memory in use after the release: %llu bytes\n", (unsigned long long)used);
   rc = ok ? compute_rows(ctx, 1024, 512, 3, key, sizeof key) : TSR_ECONN;
+  if (rc != 0) fprintf(stderr, "  small graph: %s: %s\n", tsr_err_name(rc), tsr_errmsg());
   tsr_array_ctx_destroy(&ctx);
   tsr_client_close(client);
   cluster_stop(&c, !(big_ok && sum_ok && alive && rc == 0));

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# bench/svd_gpu.sh — randomized SVD (k=10) of an N x 20,000 uint8 genotype
+# matrix (randint 0..2) on one GPU, same machine, same run:
+#   1. the seed's Dask + CuPy code (bench/svd_gpu_dask.py), N = 1M and 4M,
+#      against Tessera on `tessera local --gpus 0` on the same shapes
+#      (tsr-svd --persist: the array API, u8 X kept on the GPU, f64 passes;
+#      and tsr-svd-gpu --mode packed: X kept 2-bit packed, f32 passes);
+#   2. one pass X @ Om by a CuPy chunk loop and a PyTorch loop (fp32, bf16)
+#      (bench/svd_gpu_torch.py), against Tessera's whole SVD;
+#   3. 10,000,000 x 20,000 (200 GB as u8), kept 2-bit packed (50 GB), k=10,
+#      checked against the f64 answer.
+# Generation and SVD are timed apart; Tessera's times are the best of two
+# runs in one cluster (warm), Dask's the best of two runs (warm).
+#
+# Usage (on the GPU machine, from the repository root, after
+# scripts/device-tests.sh has put the binaries on PATH):
+#   bash bench/svd_gpu.sh [--rows "1000000 4000000"] [--big 10000000] [--skip-dask] [--skip-loops]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+rows="1000000 4000000" big=10000000 dask=1 loops=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rows) rows=$2; shift ;;
+    --big) big=$2; shift ;;
+    --skip-dask) dask=0 ;;
+    --skip-loops) loops=0 ;;
+    *) echo "svd_gpu.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+command -v tessera >/dev/null || export PATH="$PWD/build-device/bin:$PATH"
+results=$(mktemp)
+gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)
+echo "# bench/svd_gpu  $(date -u +%Y-%m-%d)  GPU: $gpu  $(nproc) cores"
+echo "# dask:    python3 bench/svd_gpu_dask.py --rows $rows --repeat 2"
+echo "# loops:   python3 bench/svd_gpu_torch.py --rows $rows"
+echo "# tessera: tessera local --gpus 0 -- tsr-svd --rows N --cols 20000 --chunks 20000,5000 --dtype u8 --dist randint:0:3 --k 10 --persist   (x2)"
+echo "#          tessera local --gpus 0 -- tsr-svd-gpu --rows N --cols 20000 --chunks 20000,5000 --k 10 --mode packed --repeat 2"
+echo "#          tessera local --gpus 0 -- tsr-svd-gpu --rows $big --cols 20000 --chunks 100000,20000 --k 10 --mode packed --repeat 2 --check"
+
+step() {  # label, timeout seconds, command...
+  local label=$1 limit=$2; shift 2
+  echo "== $label"
+  local start=$(date +%s)
+  timeout "$limit" "$@" 2>&1 | tee -a "$results.raw"
+  local rc=${PIPESTATUS[0]}
+  echo "== $label: exit $rc, $(( $(date +%s) - start )) s"
+}
+
+if [ $dask = 1 ]; then
+  step dask 300 python3 bench/svd_gpu_dask.py --rows $rows --repeat 2
+fi
+if [ $loops = 1 ]; then
+  step loops 240 python3 bench/svd_gpu_torch.py --rows $rows
+fi
+for n in $rows; do
+  tsvd="tsr-svd --rows $n --cols 20000 --chunks 20000,5000 --dtype u8 --dist randint:0:3 --k 10 --persist"
+  step "tessera-u8 $n" 240 tessera local --gpus 0 -- sh -c "$tsvd | sed 's/^/run0 /'; $tsvd | sed 's/^/run1 /'"
+  step "tessera-packed $n" 240 tessera local --gpus 0 -- tsr-svd-gpu --rows "$n" --cols 20000 --chunks 20000,5000 \
+    --k 10 --mode packed --repeat 2 $( [ "$n" = "${rows%% *}" ] && echo --check )
+done
+if [ -n "$big" ] && [ "$big" != 0 ]; then
+  step "tessera-packed $big" 420 tessera local --gpus 0 -- tsr-svd-gpu --rows "$big" --cols 20000 \
+    --chunks 100000,20000 --k 10 --mode packed --repeat 2 --check
+fi
+
+# ---- summary: best (warm) times and the ratios ----
+python3 - "$results.raw" "$rows" "$big" <<'PY'
+import re, sys
+raw = open(sys.argv[1]).read().splitlines()
+sizes = [int(s) for s in sys.argv[2].split()] + ([int(sys.argv[3])] if sys.argv[3] not in ("", "0") else [])
+best = {}
+def keep(key, gen, svd):
+    if key not in best or gen + svd < sum(best[key]):
+        best[key] = (gen, svd)
+label = None
+for line in raw:
+    m = re.match(r"dask (\d+) \d+ gen_s=([\d.]+) svd_s=([\d.]+)", line)
+    if m: keep(("dask", int(m[1])), float(m[2]), float(m[3]))
+    m = re.match(r"loop (\S+) (\d+) pass_s=([\d.]+)", line)
+    if m: best[(m[1], int(m[2]))] = (0.0, float(m[3]))
+    m = re.match(r"(run\d) tsr-svd (\d+) x", line) or re.match(r"tsr-svd-gpu (\d+) x", line)
+    if m and line.startswith("run"): label, n, pend = "tessera-u8", int(m[2]), {}
+    elif m: label, n = "tessera-packed", int(m[1])
+    m = re.match(r"run\d generation: ([\d.]+) s", line)
+    if m and label == "tessera-u8": pend["gen"] = float(m[1])
+    m = re.match(r"run\d svd: ([\d.]+) s", line)
+    if m and label == "tessera-u8": keep((label, n), pend.get("gen", 0.0), float(m[1]))
+    m = re.match(r"run \d+: generation ([\d.]+) s, svd ([\d.]+) s", line)
+    if m and label == "tessera-packed": keep((label, n), float(m[1]), float(m[2]))
+    m = re.match(r"check: .*max error s ([\d.e+-]+), v ([\d.e+-]+)", line)
+    if m and label == "tessera-packed": best[("check", n)] = (float(m[1]), float(m[2]))
+print()
+print(f"{'N':>10} {'what':<16} {'gen_s':>8} {'svd_s':>8} {'total_s':>8}")
+for n in sizes:
+    for what in ("dask", "tessera-u8", "tessera-packed", "cupy", "torch-fp32", "torch-bf16"):
+        if (what, n) in best:
+            g, s = best[(what, n)]
+            print(f"{n:>10} {what:<16} {g:>8.3f} {s:>8.3f} {g + s:>8.3f}")
+    if ("check", n) in best:
+        es, ev = best[("check", n)]
+        print(f"{n:>10} check vs f64: s {es:.2e}, v {ev:.2e} ({'OK' if max(es, ev) <= 1e-4 else 'above 1e-4'})")
+print()
+for n in sizes:
+    for t in ("tessera-packed", "tessera-u8"):
+        if (t, n) not in best:
+            continue
+        g, s = best[(t, n)]
+        if ("dask", n) in best:
+            dg, ds = best[("dask", n)]
+            print(f"ratio dask/{t} N={n}: generation {dg / g:.1f}x, svd {ds / s:.1f}x, total {(dg + ds) / (g + s):.1f}x (target >= 10x)")
+        for loop, target in (("cupy", 3), ("torch-fp32", None), ("torch-bf16", 1.5)):
+            if (loop, n) in best:
+                lp = best[(loop, n)][1]
+                tt = f" (target >= {target}x)" if target else ""
+                print(f"ratio {loop}-one-pass/{t}-svd N={n}: {lp / s:.2f}x{tt}")
+if (("tessera-packed", sizes[-1]) in best) and sys.argv[3] not in ("", "0"):
+    g, s = best[("tessera-packed", sizes[-1])]
+    print(f"{sizes[-1]} x 20000 packed: generation + svd {g + s:.3f} s (target <= 2 s), svd {s:.3f} s (target <= 1 s)")
+PY
+rm -f "$results" "$results.raw"

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# scripts/device-tests.sh — runs ON the GPU machine (the `device` tool),
+# from the repository root, with what scripts/device-run.sh prepared here
+# carried along (.deps/carry, .whl). Unpacks the binaries and libraries,
+# finds the machine's CUDA libraries, runs each GPU test binary directly
+# (CTest does not travel: the build tree's paths are this machine's) and
+# the GPU benchmark. Logs go to $OUT (or ./device-out).
+#
+#   bash scripts/device-tests.sh [all|tests|bench|smoke] [BENCH ARGS...]
+set -uo pipefail
+what=${1:-all}
+shift || true
+out=${OUT:-$PWD/device-out}
+mkdir -p "$out"
+t=/tmp/tessera-device
+rm -rf "$t" && mkdir -p "$t"
+tar -C "$t" -xJf .deps/carry/tessera-device.tar.xz || { echo "no .deps/carry/tessera-device.tar.xz: run scripts/device-run.sh here and carry .deps/carry" >&2; exit 1; }
+
+# CUDA 13 runtime libraries of the machine: the toolkit's, else the
+# Python wheels' (nvidia-*-cu13 in the torch environment).
+cuda_dirs=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64; do
+  [ -e "$d/libcublas.so.13" ] && cuda_dirs="$cuda_dirs:$d"
+done
+if [ -z "$cuda_dirs" ]; then
+  for d in $(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(" ".join(os.path.join(p, s, "lib") for s in os.listdir(p)))' 2>/dev/null); do
+    [ -d "$d" ] && cuda_dirs="$cuda_dirs:$d"
+  done
+fi
+# Our binaries see the carried Debian libraries; Python (the Dask, CuPy and
+# PyTorch benchmarks) does not: each binary is reached through a wrapper
+# that sets LD_LIBRARY_PATH for it and its children.
+libpath="$t/lib${cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+mkdir -p "$t/wrap"
+for b in "$t"/bin/*; do
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$libpath" "$b" > "$t/wrap/$(basename "$b")"
+  chmod +x "$t/wrap/$(basename "$b")"
+done
+export PATH="$t/wrap:$PATH"
+export TESSERA_TEST_BIN_DIR="$t/bin"
+{
+  echo "== $(date -u) $(hostname)"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  echo "LD_LIBRARY_PATH for our binaries: $libpath"
+  LD_LIBRARY_PATH="$libpath" ldd "$t/bin/tessera-worker" | grep -E "not found|cublas|cudart|cusolver|openblas|zmq" || true
+  tessera-worker --list-gpus
+} 2>&1 | tee "$out/env.log"
+
+rc=0
+run_tests() {
+  echo "== gpu tests" | tee "$out/tests.log"
+  local start=$(date +%s)
+  (cd /tmp && timeout 420 "$t/wrap/test_gpu") >>"$out/tests.log" 2>&1
+  local r=$?
+  echo "test_gpu exit $r ($(( $(date +%s) - start )) s)" | tee -a "$out/tests.log"
+  grep -E "^\[ (RUN|FAIL|  OK  )|passed|relative|bit-identical|SIGKILL|four chunks|one big|in use after|small graph|after the kill|SKIPPED|:[0-9]+: " "$out/tests.log" | head -60
+  [ $r = 0 ] || rc=1
+}
+run_bench() {
+  if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      && export PYTHONPATH=/tmp/site
+  fi
+  PYTHONUNBUFFERED=1 bash bench/svd_gpu.sh "$@" 2>&1 | tee "$out/bench.log"
+  [ ${PIPESTATUS[0]} = 0 ] || rc=1
+}
+case $what in
+  smoke) tessera local --gpus all -- tessera status 2>&1 | tee "$out/smoke.log" ;;
+  tests) run_tests ;;
+  bench) run_bench "$@" ;;
+  all) run_tests; run_bench "$@" ;;
+  *) echo "device-tests.sh: all|tests|bench|smoke" >&2; exit 2 ;;
+esac
+exit $rc
