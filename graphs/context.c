@@ -3,6 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "graphs.h"
 #include "wire/wire.h"
@@ -15,6 +18,11 @@ TSR_API int tsr_array_ctx_new(tsr_client *client, tsr_array_ctx **ctx_p)
   tsr_array_ctx *ctx = calloc(1, sizeof *ctx);
   if (ctx == NULL) return client_fail(TSR_ENOMEM, "tsr_array_ctx_new: out of memory");
   ctx->client = client;
+  /* Keys live on the scheduler, shared by every client: a context's names
+   * must not collide with another context's (which may still hold keys
+   * named by the same counter), so each context draws a random token. */
+  if (getrandom(&ctx->token, sizeof ctx->token, GRND_NONBLOCK) != (ssize_t)sizeof ctx->token)
+    ctx->token = (uint32_t)(tsr_now_ns() ^ ((uint64_t)getpid() << 16));
   ctx->task_index = tsr_strmap_new(1024);
   ctx->held = tsr_strmap_new(64);
   if (ctx->task_index == NULL || ctx->held == NULL) {
@@ -149,7 +157,7 @@ int garray_new(tsr_array_ctx *ctx, const char *label, tsr_dtype dtype, int ndim,
     a->nblocks *= (size_t)a->nchunks[d];
   }
   char name[256];
-  snprintf(name, sizeof name, "%s-%" PRIu64, label, ctx->next_name++);
+  snprintf(name, sizeof name, "%s-%08x-%" PRIu64, label, ctx->token, ctx->next_name++);
   a->keys = calloc(a->nblocks, sizeof *a->keys);
   for (size_t b = 0; a->keys != NULL && b < a->nblocks; b++) {
     int64_t idx[TSR_MAX_NDIM];
@@ -233,7 +241,7 @@ int gtask_add(tsr_array_ctx *ctx, const char *key, const char *op, const tsr_arg
 int gtask_add_tmp(tsr_array_ctx *ctx, const char *label, const char *op, const tsr_args *params,
                   const char *const *inputs, size_t n_inputs, char *key_out, size_t cap)
 {
-  snprintf(key_out, cap, "%s-%" PRIu64, label, ctx->next_name++);
+  snprintf(key_out, cap, "%s-%08x-%" PRIu64, label, ctx->token, ctx->next_name++);
   return gtask_add(ctx, key_out, op, params, inputs, n_inputs);
 }
 

@@ -43,7 +43,8 @@ struct tsr_array_ctx {
   tsr_strmap *held;               /* keys persisted on the cluster */
   tsr_future **persisted;         /* futures keeping persisted chunks */
   size_t n_persisted, cap_persisted;
-  uint64_t next_name;             /* makes array names unique */
+  uint64_t next_name;             /* makes array names unique within the context */
+  uint32_t token;                 /* random: makes them unique across contexts and clients */
   tsr_array *arrays;
 };
 

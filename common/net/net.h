@@ -66,15 +66,20 @@ int tsr_xfer_open(void *zctx, const char *address, tsr_xfer_conn **conn_p, tsr_e
 void tsr_xfer_close(tsr_xfer_conn **conn_p);            /* NULL is a no-op */
 const char *tsr_xfer_address(const tsr_xfer_conn *conn);
 
-/* Received chunk bytes. `data` is valid until tsr_xfer_data_release(). */
+/* Received chunk bytes, 64-byte aligned (kernels may load whole vectors).
+ * `data` is valid until tsr_xfer_data_release(). */
 typedef struct tsr_xfer_data {
   void *data;
   size_t nbytes;
-  void *owner;      /* private */
+  void *owner;      /* private: the zmq message holding the bytes, or NULL */
+  void *copy;       /* private: an aligned copy when ZeroMQ's buffer was not */
 } tsr_xfer_data;
 
+#define TSR_XFER_ALIGN 64
+
 /* Fetches key from the peer, waiting at most timeout_ms. On success fills
- * hdr and out (bytes exactly as sent, zero-copy from the receive buffer).
+ * hdr and out (bytes exactly as sent; zero-copy from the receive buffer
+ * when ZeroMQ placed it on a TSR_XFER_ALIGN boundary, else one copy).
  * Errors: TSR_ETIMEDOUT (the connection is then unusable: close it),
  * TSR_ENOTFOUND (the peer does not hold key), TSR_EPROTO. */
 int tsr_xfer_get(tsr_xfer_conn *conn, const char *key, int timeout_ms, tsr_chunk_header *hdr, tsr_xfer_data *out,

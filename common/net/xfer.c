@@ -58,7 +58,9 @@ void tsr_xfer_data_release(tsr_xfer_data *data)
     zmq_msg_close(data->owner);
     free(data->owner);
   }
+  free(data->copy);
   data->owner = NULL;
+  data->copy = NULL;
   data->data = NULL;
   data->nbytes = 0;
 }
@@ -93,6 +95,23 @@ static int decode_reply(tsr_frames *frames, const char *key, tsr_chunk_header *h
   return rc;
 }
 
+/* ZeroMQ's decoder places a frame anywhere in its receive buffer; kernels
+ * need aligned elements (an f64 load at an odd address is undefined), so a
+ * misaligned payload is copied once into an aligned buffer. */
+static int align_payload(tsr_xfer_data *out, tsr_errbuf *err)
+{
+  if ((uintptr_t)out->data % TSR_XFER_ALIGN == 0) return 0;
+  void *copy = NULL;
+  if (posix_memalign(&copy, TSR_XFER_ALIGN, out->nbytes ? out->nbytes : 1) != 0)
+    return tsr_fail(err, TSR_ENOMEM, "cannot allocate %zu bytes to align a received chunk", out->nbytes);
+  memcpy(copy, out->data, out->nbytes);
+  zmq_msg_close(out->owner);
+  free(out->owner);
+  out->owner = NULL;
+  out->copy = out->data = copy;
+  return 0;
+}
+
 int tsr_xfer_get(tsr_xfer_conn *conn, const char *key, int timeout_ms, tsr_chunk_header *hdr, tsr_xfer_data *out,
                  tsr_errbuf *err)
 {
@@ -124,6 +143,9 @@ int tsr_xfer_get(tsr_xfer_conn *conn, const char *key, int timeout_ms, tsr_chunk
     zmq_msg_move(out->owner, &frames.part[1]);
     out->data = zmq_msg_data(out->owner);
     out->nbytes = zmq_msg_size(out->owner);
+    out->copy = NULL;
+    rc = align_payload(out, err);
+    if (rc != 0) tsr_xfer_data_release(out);
   }
   tsr_frames_close(&frames);
   return rc;

@@ -458,6 +458,28 @@ TEST(chunk_directory_round_trip_and_constants)
   tsr_array_ctx_destroy(&ctx);
 }
 
+/* Regression (EEXIST "key 'load_npy-0-4-1' already exists"): two contexts
+ * number their arrays alike; their keys must still not collide while both
+ * are alive on the scheduler. */
+TEST(two_contexts_do_not_share_key_names)
+{
+  tsr_array_ctx *c1 = NULL, *c2 = NULL;
+  tsr_array *a = NULL, *b = NULL, *ka = NULL, *kb = NULL;
+  int64_t shape[1] = {10};
+  ASSERT_OK(tsr_array_ctx_new(client, &c1));
+  ASSERT_OK(tsr_array_ctx_new(client, &c2));
+  ASSERT_OK(tsr_full(c1, 1.0, TSR_F64, 1, shape, NULL, &a));
+  ASSERT_OK(tsr_full(c2, 2.0, TSR_F64, 1, shape, NULL, &b));
+  ASSERT_OK(tsr_persist(c1, a, 30000, &ka));
+  ASSERT_OK(tsr_persist(c2, b, 30000, &kb));
+  double x[10], y[10];
+  ASSERT_OK(tsr_compute(c1, ka, x, sizeof x, 30000));
+  ASSERT_OK(tsr_compute(c2, kb, y, sizeof y, 30000));
+  ASSERT_TRUE(x[9] == 1.0 && y[9] == 2.0);
+  tsr_array_ctx_destroy(&c1);
+  tsr_array_ctx_destroy(&c2);
+}
+
 int main(void)
 {
   signal(SIGPIPE, SIG_IGN);
@@ -474,6 +496,7 @@ int main(void)
   RUN(randomized_svd_on_a_decaying_spectrum);
   RUN(odd_shapes_and_clear_errors);
   RUN(chunk_directory_round_trip_and_constants);
+  RUN(two_contexts_do_not_share_key_names);
   tsr_client_close(client);
   cluster_stop(&c, kit_failed_tests > 0);
   char cmd[200];
