@@ -40,7 +40,7 @@ echo "#          tessera local --gpus 0 -- tsr-svd-gpu --rows $big --cols 20000 
 
 step() {  # label, timeout seconds, command...
   local label=$1 limit=$2; shift 2
-  echo "== $label"
+  echo "== $label" | tee -a "$results.raw"
   local start=$(date +%s)
   timeout "$limit" "$@" 2>&1 | tee -a "$results.raw"
   local rc=${PIPESTATUS[0]}
@@ -59,6 +59,10 @@ for n in $rows; do
   step "tessera-packed $n" 240 tessera local --gpus 0 -- tsr-svd-gpu --rows "$n" --cols 20000 --chunks 20000,5000 \
     --k 10 --mode packed --repeat 2 $( [ "$n" = "${rows%% *}" ] && echo --check )
 done
+# the same with 8 streams (executor threads) on the GPU worker instead of 4
+n=${rows##* }
+step "tessera-packed-8streams $n" 240 tessera local --gpus 0 --worker-arg --threads --worker-arg 8 -- tsr-svd-gpu \
+  --rows "$n" --cols 20000 --chunks 20000,5000 --k 10 --mode packed --repeat 2
 if [ -n "$big" ] && [ "$big" != 0 ]; then
   step "tessera-packed $big" 420 tessera local --gpus 0 -- tsr-svd-gpu --rows "$big" --cols 20000 \
     --chunks 100000,20000 --k 10 --mode packed --repeat 2 --check
@@ -73,36 +77,38 @@ best = {}
 def keep(key, gen, svd):
     if key not in best or gen + svd < sum(best[key]):
         best[key] = (gen, svd)
-label = None
+label, step = None, None
 for line in raw:
     m = re.match(r"dask (\d+) \d+ gen_s=([\d.]+) svd_s=([\d.]+)", line)
     if m: keep(("dask", int(m[1])), float(m[2]), float(m[3]))
     m = re.match(r"loop (\S+) (\d+) pass_s=([\d.]+)", line)
     if m: best[(m[1], int(m[2]))] = (0.0, float(m[3]))
+    m = re.match(r"== (tessera-\S+) \d+$", line)
+    if m: step = m[1]
     m = re.match(r"(run\d) tsr-svd (\d+) x", line) or re.match(r"tsr-svd-gpu (\d+) x", line)
     if m and line.startswith("run"): label, n, pend = "tessera-u8", int(m[2]), {}
-    elif m: label, n = "tessera-packed", int(m[1])
+    elif m: label, n = step, int(m[1])
     m = re.match(r"run\d generation: ([\d.]+) s", line)
     if m and label == "tessera-u8": pend["gen"] = float(m[1])
     m = re.match(r"run\d svd: ([\d.]+) s", line)
     if m and label == "tessera-u8": keep((label, n), pend.get("gen", 0.0), float(m[1]))
     m = re.match(r"run \d+: generation ([\d.]+) s, svd ([\d.]+) s", line)
-    if m and label == "tessera-packed": keep((label, n), float(m[1]), float(m[2]))
+    if m and label.startswith("tessera-packed"): keep((label, n), float(m[1]), float(m[2]))
     m = re.match(r"check: .*max error s ([\d.e+-]+), v ([\d.e+-]+)", line)
-    if m and label == "tessera-packed": best[("check", n)] = (float(m[1]), float(m[2]))
+    if m and label.startswith("tessera-packed"): best[("check", n)] = (float(m[1]), float(m[2]))
 print()
-print(f"{'N':>10} {'what':<16} {'gen_s':>8} {'svd_s':>8} {'total_s':>8}")
+print(f"{'N':>10} {'what':<24} {'gen_s':>8} {'svd_s':>8} {'total_s':>8}")
 for n in sizes:
-    for what in ("dask", "tessera-u8", "tessera-packed", "cupy", "torch-fp32", "torch-bf16"):
+    for what in ("dask", "tessera-u8", "tessera-packed", "tessera-packed-8streams", "cupy", "torch-fp32", "torch-bf16"):
         if (what, n) in best:
             g, s = best[(what, n)]
-            print(f"{n:>10} {what:<16} {g:>8.3f} {s:>8.3f} {g + s:>8.3f}")
+            print(f"{n:>10} {what:<24} {g:>8.3f} {s:>8.3f} {g + s:>8.3f}")
     if ("check", n) in best:
         es, ev = best[("check", n)]
         print(f"{n:>10} check vs f64: s {es:.2e}, v {ev:.2e} ({'OK' if max(es, ev) <= 1e-4 else 'above 1e-4'})")
 print()
 for n in sizes:
-    for t in ("tessera-packed", "tessera-u8"):
+    for t in ("tessera-packed", "tessera-packed-8streams", "tessera-u8"):
         if (t, n) not in best:
             continue
         g, s = best[(t, n)]

@@ -36,10 +36,12 @@ done
 
 targets=(tessera_cli tessera-scheduler tessera-worker test_gpu tsr-svd tsr-svd-gpu)
 if [ $build = 1 ]; then
+  mkdir -p .deps
+  log=.deps/build-device.log
   cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DTSR_CUDA=ON \
-        -DTSR_GPU_WORKER=ON >build-device.log 2>&1 || { tail -30 build-device.log; exit 1; }
-  cmake --build build-device -j"$(nproc)" --target "${targets[@]}" >>build-device.log 2>&1 \
-    || { grep -E "error|Error" build-device.log | head -30; exit 1; }
+        -DTSR_GPU_WORKER=ON >$log 2>&1 || { tail -30 $log; exit 1; }
+  cmake --build build-device -j"$(nproc)" --target "${targets[@]}" >>$log 2>&1 \
+    || { grep -E "error|Error" $log | head -30; exit 1; }
 fi
 bins=(tessera tessera-scheduler tessera-worker test_gpu tsr-svd tsr-svd-gpu)
 for b in "${bins[@]}"; do [ -x build-device/bin/$b ] || { echo "device-run.sh: build-device/bin/$b missing" >&2; exit 1; }; done
