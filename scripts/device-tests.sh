@@ -53,6 +53,10 @@ run_tests() {
   (cd /tmp && timeout 420 "$t/wrap/test_gpu") >>"$out/tests.log" 2>&1
   local r=$?
   echo "test_gpu exit $r ($(( $(date +%s) - start )) s)" | tee -a "$out/tests.log"
+  (cd /tmp && timeout 120 "$t/wrap/test_gpu_cli") >>"$out/tests.log" 2>&1
+  local r2=$?
+  echo "test_gpu_cli exit $r2" | tee -a "$out/tests.log"
+  [ $r2 = 0 ] || rc=1
   grep -E "^\[ (RUN|FAIL|  OK  )|passed|relative|bit-identical|SIGKILL|four chunks|one big|in use after|small graph|after the kill|SKIPPED|:[0-9]+: " "$out/tests.log" | head -60
   [ $r = 0 ] || rc=1
 }
