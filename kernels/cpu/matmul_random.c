@@ -233,7 +233,6 @@ static void mr_xb(const mr_plan *pl, const double *b, double *c, double *tile)
     }
 }
 
-
 /* xb goes through btx where X can be generated transposed (mr_xb_t);
  * xtb and bx go through btx: Xᵀ B = (Bᵀ X)ᵀ, computed into a scratch Cᵀ,
  * and B X = (Bᵀ)ᵀ X with B transposed first. Either way each element is

@@ -36,8 +36,8 @@
 #define AVX512 __attribute__((target("avx512f,avx512dq,avx512bw")))
 #define INLINE static inline __attribute__((always_inline))
 /* Groups of eight blocks in flight: a round is a chain of multiply, shift
- * and XOR (7 cycles), so three groups keep both vector ports busy (two
- * leave them idle part of the time, four spill registers). */
+ * and XOR (7 cycles), so one group leaves the vector ports idle; three
+ * measured best (four run out of registers). */
 #define GROUPS 3
 /* -O2 leaves short constant loops rolled, and the Philox state must live
  * in registers. */
