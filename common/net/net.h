@@ -77,10 +77,15 @@ typedef struct tsr_xfer_data {
 
 #define TSR_XFER_ALIGN 64
 
+/* How long a fetch waits for a connection to the peer before it reports
+ * TSR_ECONN (the peer is down or unreachable). */
+#define TSR_XFER_CONNECT_MS 3000
+
 /* Fetches key from the peer, waiting at most timeout_ms. On success fills
  * hdr and out (bytes exactly as sent; zero-copy from the receive buffer
  * when ZeroMQ placed it on a TSR_XFER_ALIGN boundary, else one copy).
- * Errors: TSR_ETIMEDOUT (the connection is then unusable: close it),
+ * Errors: TSR_ECONN (no connection to the peer within TSR_XFER_CONNECT_MS),
+ * TSR_ETIMEDOUT (the connection is then unusable: close it),
  * TSR_ENOTFOUND (the peer does not hold key), TSR_EPROTO. */
 int tsr_xfer_get(tsr_xfer_conn *conn, const char *key, int timeout_ms, tsr_chunk_header *hdr, tsr_xfer_data *out,
                  tsr_errbuf *err);

@@ -31,6 +31,11 @@ int tsr_xfer_open(void *zctx, const char *address, tsr_xfer_conn **conn_p, tsr_e
     return tsr_fail(err, TSR_ECONN, "zmq_socket: %s", zmq_strerror(zmq_errno()));
   }
   tsr_net_socket_defaults(conn->sock);
+  /* Queue requests only on a live connection: a dead peer then shows as
+   * "not writable" within TSR_XFER_CONNECT_MS instead of a silent wait for
+   * the whole fetch timeout. */
+  int immediate = 1;
+  zmq_setsockopt(conn->sock, ZMQ_IMMEDIATE, &immediate, sizeof immediate);
   if (zmq_connect(conn->sock, address) != 0) {
     int rc = tsr_fail(err, TSR_ECONN, "cannot connect to %s: %s", address, zmq_strerror(zmq_errno()));
     zmq_close(conn->sock);
@@ -115,11 +120,15 @@ static int align_payload(tsr_xfer_data *out, tsr_errbuf *err)
 int tsr_xfer_get(tsr_xfer_conn *conn, const char *key, int timeout_ms, tsr_chunk_header *hdr, tsr_xfer_data *out,
                  tsr_errbuf *err)
 {
+  int connect_ms = timeout_ms >= 0 && timeout_ms < TSR_XFER_CONNECT_MS ? timeout_ms : TSR_XFER_CONNECT_MS;
+  zmq_pollitem_t out_item = {conn->sock, 0, ZMQ_POLLOUT, 0};
+  if (zmq_poll(&out_item, 1, connect_ms) <= 0)
+    return tsr_fail(err, TSR_ECONN, "fetch of '%s': cannot reach %s within %d ms", key, conn->address, connect_ms);
   tsr_wbuf wb;
   tsr_wbuf_init(&wb);
   tsr_wbuf_begin(&wb, "get", 2);
   tsr_pack_kv_str(&wb.pk, "key", key);
-  int sent = tsr_net_send(conn->sock, NULL, 0, wb.sbuf.data, wb.sbuf.size, 0);
+  int sent = tsr_net_send(conn->sock, NULL, 0, wb.sbuf.data, wb.sbuf.size, ZMQ_DONTWAIT);
   tsr_wbuf_free(&wb);
   if (sent != 0) return tsr_fail(err, TSR_ECONN, "send to %s: %s", conn->address, zmq_strerror(zmq_errno()));
   zmq_pollitem_t item = {conn->sock, 0, ZMQ_POLLIN, 0};

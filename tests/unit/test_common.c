@@ -246,6 +246,24 @@ TEST(xfer_roundtrip_over_loopback)
   zmq_ctx_term(ctx);
 }
 
+TEST(xfer_to_a_dead_peer_fails_fast)
+{
+  void *ctx = zmq_ctx_new();
+  tsr_xfer_conn *conn = NULL;
+  tsr_errbuf err = {{0}};
+  tsr_chunk_header hdr;
+  tsr_xfer_data data = {0};
+  ASSERT_OK(tsr_xfer_open(ctx, "tcp://127.0.0.1:1", &conn, &err));
+  uint64_t t0 = tsr_now_ms();
+  int rc = tsr_xfer_get(conn, "k", 30000, &hdr, &data, &err);
+  uint64_t waited = tsr_now_ms() - t0;
+  tsr_xfer_close(&conn);
+  zmq_ctx_term(ctx);
+  ASSERT_EQ(rc, TSR_ECONN);
+  ASSERT_CONTAINS(err.text, "cannot reach");
+  ASSERT_TRUE(waited < 10000);
+}
+
 int main(void)
 {
   RUN(strerror_names_every_code);
@@ -256,5 +274,6 @@ int main(void)
   RUN(params_decode_and_typed_getters);
   RUN(chunk_header_checks_nbytes_against_shape);
   RUN(xfer_roundtrip_over_loopback);
+  RUN(xfer_to_a_dead_peer_fails_fast);
   return kit_summary();
 }
