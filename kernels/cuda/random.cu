@@ -2,11 +2,11 @@
  * GPU, with the words of docs/random.md from kernels/philox.h itself, so
  * uniform and integer chunks are bit-identical with the CPU's.
  *
- * Normals compute z = sqrt(-2 ln(1 - u1)) cos(2π u2) in double as the CPU
- * does, but with CUDA's log and cos (1 and 2 ulp), not glibc's: f64 normals
- * agree with the CPU within a few ulp, f32 normals (rounded from the same
- * double) almost always exactly (docs/kernels-cuda.md has the measured
- * distribution).
+ * Normals: z = sqrt(-2 ln(1 - u1)) cos(θ) from the same words and the same
+ * θ = fl(2π·u2), evaluated in double-double and rounded once (normal.cuh),
+ * so f64 normals are within 2 ulp of the CPU's (glibc's log and cos are off
+ * by about half an ulp) and f32 normals, rounded from that double, within 1
+ * (docs/kernels-cuda.md has the measured distribution).
  *
  * Layout of the work: a chunk is a set of runs of consecutive global index
  * L (as in cpu/random.c: the last dimension, extended over trailing
@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common.cuh"
+#include "normal.cuh"
 
 /* What the kernel needs of a tsr_k_gen, by value. */
 struct gen_dev {
@@ -28,19 +29,22 @@ struct gen_dev {
   int64_t low;
   uint64_t range;
   int64_t run, runs, nbr;  /* run length, run count, Philox blocks per run slot */
+  int64_t L0;              /* the first run's start (all of it when runs == 1) */
   int64_t shape[TSR_MAX_NDIM], global[TSR_MAX_NDIM], offset[TSR_MAX_NDIM];
 };
 
-/* L of the first element of run r. */
-__device__ static int64_t run_start(const gen_dev &g, int64_t r)
+/* L of the first element of run r (unrolled, so idx stays in registers). */
+__device__ __forceinline__ int64_t run_start(const gen_dev &g, int64_t r)
 {
-  int64_t idx[TSR_MAX_NDIM] = {0};
-  for (int d = g.j - 1; d >= 0; d--) {
-    idx[d] = r % g.shape[d];
-    r /= g.shape[d];
+  int64_t idx[TSR_MAX_NDIM], L = 0;
+#pragma unroll
+  for (int d = TSR_MAX_NDIM - 1; d >= 0; d--) {
+    idx[d] = 0;
+    if (d < g.j) idx[d] = r % g.shape[d], r /= g.shape[d];
   }
-  int64_t L = 0;
-  for (int d = 0; d < g.nd; d++) L = L * g.global[d] + g.offset[d] + idx[d];
+#pragma unroll
+  for (int d = 0; d < TSR_MAX_NDIM; d++)
+    if (d < g.nd) L = L * g.global[d] + g.offset[d] + idx[d];
   return L;
 }
 
@@ -50,8 +54,30 @@ template <class Out>
 __device__ __forceinline__ Out gen_value(const gen_dev &g, const uint32_t w[4], int e)
 {
   if (g.kind == TSR_K_GEN_RANDINT) return (Out)tsr_randint_map(w[e], g.low, g.range);
-  if (g.kind == TSR_K_GEN_NORMAL) return g.f64 ? (Out)tsr_normal_f64(w) : (Out)(float)tsr_normal_f64(w);
-  return g.f64 ? (Out)tsr_u01_f64(w[2 * e], w[2 * e + 1]) : (Out)tsr_u01_f32(w[e]);
+  if (g.kind == TSR_K_GEN_NORMAL) return g.f64 ? (Out)tsr_normal_f64_dd(w) : (Out)(float)tsr_normal_f64_dd(w);
+  return g.f64 ? (Out)tsr_u01_f64(w[(2 * e) & 3], w[(2 * e + 1) & 3]) : (Out)tsr_u01_f32(w[e]);
+}
+
+/* Four values to dst as one or two 16-byte-or-smaller stores when dst is
+ * aligned for them, else one by one. */
+template <class Out>
+__device__ __forceinline__ void store4(Out *dst, const Out (&v)[4])
+{
+  constexpr size_t BYTES = 4 * sizeof(Out), ALIGN = BYTES < 16 ? BYTES : 16;
+  struct alignas(ALIGN) piece {
+    Out x[ALIGN / sizeof(Out)];
+  };
+  if ((uintptr_t)dst % ALIGN != 0) {
+    for (int e = 0; e < 4; e++) dst[e] = v[e];
+    return;
+  }
+#pragma unroll
+  for (int h = 0; h < (int)(BYTES / ALIGN); h++) {
+    piece p;
+#pragma unroll
+    for (int e = 0; e < (int)(ALIGN / sizeof(Out)); e++) p.x[e] = v[h * (ALIGN / sizeof(Out)) + e];
+    ((piece *)dst)[h] = p;
+  }
 }
 
 template <class Out>
@@ -59,17 +85,24 @@ __global__ void gen_kernel(gen_dev g, Out *out)
 {
   TSR_GRID_STRIDE(i, g.runs * g.nbr)
   {
-    int64_t r = g.runs == 1 ? 0 : i / g.nbr, k = i - r * g.nbr;
-    int64_t L0 = run_start(g, r), L1 = L0 + g.run;
-    uint64_t b = (uint64_t)L0 / g.per + k;
-    int64_t first = (int64_t)b * g.per;
+    int64_t r = 0, k = i;
+    if (g.runs > 1) r = i / g.nbr, k = i - r * g.nbr;
+    const int64_t L0 = g.runs == 1 ? g.L0 : run_start(g, r), L1 = L0 + g.run;
+    const uint64_t b = (uint64_t)L0 / g.per + k;
+    const int64_t first = (int64_t)b * g.per;
     if (first >= L1) continue;
     uint32_t w[4];
     tsr_philox_block(g.seed, b, w);
-    Out *row = out + r * g.run;
-    for (int e = 0; e < g.per; e++) {
-      int64_t L = first + e;
-      if (L >= L0 && L < L1) row[L - L0] = gen_value<Out>(g, w, e);
+    Out *dst = out + r * g.run - L0 + first;  /* value e goes to dst[e] */
+    if (g.per == 4 && first >= L0 && first + 4 <= L1) {
+      Out v[4];
+#pragma unroll
+      for (int e = 0; e < 4; e++) v[e] = gen_value<Out>(g, w, e);
+      store4<Out>(dst, v);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; e++)  /* unrolled so w stays in registers */
+        if (e < g.per && first + e >= L0 && first + e < L1) dst[e] = gen_value<Out>(g, w, e);
     }
   }
 }
@@ -94,6 +127,8 @@ static gen_dev gen_dev_of(const tsr_k_gen *g)
   }
   /* A run of n values touches at most ceil(n / per) + 1 Philox blocks. */
   d.nbr = (d.run + d.per - 1) / d.per + 1;
+  d.L0 = 0;
+  for (int k = 0; k < gr->ndim; k++) d.L0 = d.L0 * gr->global[k] + gr->offset[k];
   return d;
 }
 
