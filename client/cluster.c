@@ -44,6 +44,9 @@ static int decode_worker(const msgpack_object *map, tsr_worker_info *w, tsr_errb
   if (rc == 0) rc = tsr_wire_opt_uint(map, "disk_bytes", 0, &w->disk_bytes, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "bytes_spilled", 0, &w->bytes_spilled, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "bytes_dropped", 0, &w->bytes_dropped, err);
+  bool paused = false;
+  if (rc == 0) rc = tsr_wire_opt_bool(map, "paused", false, &paused, err);
+  w->paused = paused;
   w->gpu_util = util == UINT64_MAX ? -1 : util > 100 ? 100 : (int)util;
   w->threads = threads > 1000000 ? 1000000 : (int)threads;
   return rc;

@@ -56,6 +56,8 @@ static void on_worker_heartbeat(msgctx *m)
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "disk_bytes", w->disk_bytes, &disk, &m->err);
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "bytes_spilled", w->bytes_spilled, &spilled, &m->err);
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "bytes_dropped", w->bytes_dropped, &dropped, &m->err);
+  bool paused = false;
+  if (rc == 0) rc = tsr_wire_opt_bool(m->map, "paused", false, &paused, &m->err);
   if (rc != 0) {
     reject(m, rc, "%s", m->err.text);
     return;
@@ -63,6 +65,8 @@ static void on_worker_heartbeat(msgctx *m)
   w->disk_bytes = disk;
   w->bytes_spilled = spilled;
   w->bytes_dropped = dropped;
+  if (paused != w->paused) TSR_INFO("worker '%s' %s", w->name, paused ? "paused (memory)" : "resumed");
+  w->paused = paused;
   w->device_memory_used = dev_used;
   w->gpu_util = util == UINT64_MAX ? -1 : util > 100 ? 100 : (int32_t)util;
   w->memory_used = used;

@@ -94,7 +94,7 @@ void sched_notify_lost(sched_state *st, uint32_t id)
 
 static void pack_worker(msgpack_packer *pk, const sched_worker *w)
 {
-  msgpack_pack_map(pk, 14 + (w->gpu_util >= 0));
+  msgpack_pack_map(pk, 15 + (w->gpu_util >= 0));
   tsr_pack_kv_str(pk, "name", w->name);
   tsr_pack_kv_str(pk, "address", w->address);
   tsr_pack_kv_str(pk, "device", w->device);
@@ -111,6 +111,7 @@ static void pack_worker(msgpack_packer *pk, const sched_worker *w)
   tsr_pack_kv_uint(pk, "disk_bytes", w->disk_bytes);
   tsr_pack_kv_uint(pk, "bytes_spilled", w->bytes_spilled);
   tsr_pack_kv_uint(pk, "bytes_dropped", w->bytes_dropped);
+  tsr_pack_kv_bool(pk, "paused", w->paused);
 }
 
 void sched_emit_status(sched_state *st, uint32_t peer, uint64_t req)

@@ -37,6 +37,7 @@ static uint64_t slots_per_thread(const sched_worker *w)
 
 uint32_t sched_worker_free_slots(const sched_worker *w)
 {
+  if (w->paused) return 0;  /* over its memory pause threshold */
   uint64_t slots = (uint64_t)(w->threads ? w->threads : 1) * slots_per_thread(w);
   return w->nprocessing >= slots ? 0 : (uint32_t)(slots - w->nprocessing);
 }

@@ -179,6 +179,7 @@ typedef struct sched_worker {
   uint64_t device_memory_limit, device_memory_used;
   int32_t gpu_util;           /* percent, -1 when not reported */
   uint64_t disk_bytes, bytes_spilled, bytes_dropped;  /* memory tiers, from heartbeats */
+  bool paused;                /* heartbeat: over its pause threshold, send it no new tasks */
   /* keys to `free`, packed as msgpack strings, sent once per iteration */
   msgpack_sbuffer freebuf;
   uint32_t nfree;

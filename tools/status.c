@@ -80,9 +80,9 @@ static void set_gpu_cells(table *t, size_t r, const tsr_worker_info *w)
 static void set_tier_cells(table *t, size_t r, size_t c, const tsr_worker_info *w)
 {
   char disk[32], spilled[32], dropped[32];
-  table_set(t, r, c, "%s / %s / %s", tsr_format_bytes(w->disk_bytes, disk, sizeof disk),
+  table_set(t, r, c, "%s / %s / %s%s", tsr_format_bytes(w->disk_bytes, disk, sizeof disk),
             tsr_format_bytes(w->bytes_spilled, spilled, sizeof spilled),
-            tsr_format_bytes(w->bytes_dropped, dropped, sizeof dropped));
+            tsr_format_bytes(w->bytes_dropped, dropped, sizeof dropped), w->paused ? " (paused)" : "");
 }
 
 static void print_workers(const tsr_cluster_info *info)

@@ -41,6 +41,7 @@ static void usage(FILE *out)
           "  --memory-limit BYTES       memory limit, e.g. 4GiB (default 0 = none); chunks spill to disk above it\n"
           "  --memory-target F          evict chunks when they hold more than F of the limit (default 0.6)\n"
           "  --memory-spill F           evict chunks when the process RSS exceeds F of the limit (default 0.7)\n"
+          "  --memory-pause F           take no new tasks while chunks in memory exceed F of the limit (default 0.8)\n"
           "  --spill-dir DIR            where spill files go (default $TMPDIR or /tmp; a private subdirectory)\n"
           "  --disk-limit BYTES         most bytes of spill files (default 0 = none)\n"
           "  --spill-codec C            blosclz|lz4|zstd|zlib (default lz4)\n"

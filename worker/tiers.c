@@ -36,11 +36,12 @@ struct tsr_tiers {
   tsr_tiers_stats stats;   /* under lock */
   bool warned_disk;
   uint64_t rss_base;       /* the process's RSS when the tiers were made: its fixed overhead */
+  bool paused;             /* last answer of tsr_tiers_paused (main thread) */
 };
 
 static int check_opts(const tsr_tiers_opts *o, tsr_errbuf *err)
 {
-  if (!(o->target > 0 && o->target <= 1) || !(o->spill >= 0 && o->spill <= 1))
+  if (!(o->target > 0 && o->target <= 1) || !(o->spill >= 0 && o->spill <= 1) || !(o->pause > 0 && o->pause <= 1))
     return tsr_fail(err, TSR_EINVAL, "memory target and spill fractions must be in (0, 1]");
   if (!tsr_spill_codec_ok(o->codec))
     return tsr_fail(err, TSR_EINVAL, "unknown spill codec '%s' (blosclz, lz4, zstd or zlib)", o->codec);
@@ -300,6 +301,19 @@ int tsr_tiers_load(tsr_tiers *t, tsr_wstore *store, const char *key, tsr_chunk *
   return 0;
 }
 
+bool tsr_tiers_paused(tsr_tiers *t, tsr_wstore *store)
+{
+  uint64_t limit = t->opts.memory_limit, bytes = tsr_wstore_bytes(store);
+  bool paused = limit != 0 && (double)bytes > (double)limit * t->opts.pause;
+  if (paused != t->paused) {
+    char held[32], lim[32];
+    TSR_INFO("%s: chunks in memory %s, limit %s", paused ? "paused (no new tasks)" : "resumed",
+             tsr_format_bytes(bytes, held, sizeof held), tsr_format_bytes(limit, lim, sizeof lim));
+    t->paused = paused;
+  }
+  return paused;
+}
+
 void tsr_tiers_stats_get(tsr_tiers *t, tsr_tiers_stats *stats)
 {
   pthread_mutex_lock(&t->lock);
@@ -321,10 +335,11 @@ uint64_t tsr_process_rss(void)
 int tsr_tiers_opt(tsr_tiers_opts *o, const char *flag, const char *v, tsr_errbuf *err)
 {
   char *end;
-  if (strcmp(flag, "--memory-target") == 0 || strcmp(flag, "--memory-spill") == 0) {
+  if (strcmp(flag, "--memory-target") == 0 || strcmp(flag, "--memory-spill") == 0 ||
+      strcmp(flag, "--memory-pause") == 0) {
     double f = strtod(v, &end);
     if (end == v || *end != '\0' || !(f > 0 && f <= 1)) return tsr_fail(err, TSR_EINVAL, "expected a fraction in (0, 1]");
-    *(flag[9] == 't' ? &o->target : &o->spill) = f;
+    *(flag[9] == 't' ? &o->target : flag[9] == 's' ? &o->spill : &o->pause) = f;
     return 0;
   }
   if (strcmp(flag, "--spill-dir") == 0) {

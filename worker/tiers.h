@@ -51,9 +51,10 @@ typedef struct tsr_tiers_opts {
   uint64_t disk_limit;           /* bytes of spill files; 0 = none */
   char codec[16];                /* blosclz, lz4, zstd, zlib */
   int level;                     /* 0-9 */
+  double pause;                  /* fraction of memory_limit, (0, 1]: see tsr_tiers_paused */
 } tsr_tiers_opts;
 
-#define TSR_TIERS_OPTS_DEFAULT {0, 0.6, 0.7, "", 0, "lz4", 5}
+#define TSR_TIERS_OPTS_DEFAULT {0, 0.6, 0.7, "", 0, "lz4", 5, 0.8}
 
 /* Counters since the worker started (not reset by a reconnect). */
 typedef struct tsr_tiers_stats {
@@ -97,8 +98,17 @@ bool tsr_tiers_del(tsr_tiers *tiers, const char *key);
 /* Forgets every key and deletes every file (a reconnect). */
 void tsr_tiers_clear(tsr_tiers *tiers);
 
+/* True while the chunks in memory (pinned ones included) exceed pause x
+ * the limit: evictions are not keeping up (running tasks pin more than the
+ * target), so the worker asks the scheduler for no new tasks (heartbeat
+ * `paused`). Unlike Dask's pause it ignores the RSS: a paused worker always
+ * resumes once its running tasks finish and their chunks can be evicted,
+ * so a cluster cannot stay paused forever. Logs each change at info. */
+bool tsr_tiers_paused(tsr_tiers *tiers, tsr_wstore *store);
+
 /* Applies one worker command-line flag (--memory-target, --memory-spill,
- * --spill-dir, --disk-limit, --spill-codec, --spill-level) with its value.
+ * --memory-pause, --spill-dir, --disk-limit, --spill-codec, --spill-level)
+ * with its value.
  * 0, TSR_EINVAL with a message for a bad value, TSR_ENOTFOUND when flag is
  * none of these. */
 int tsr_tiers_opt(tsr_tiers_opts *opts, const char *flag, const char *value, tsr_errbuf *err);

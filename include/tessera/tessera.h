@@ -173,6 +173,7 @@ typedef struct tsr_worker_info {
   uint64_t disk_bytes;           /* bytes of chunks in spill files now (uncompressed) */
   uint64_t bytes_spilled;        /* written to spill files since the worker started */
   uint64_t bytes_dropped;        /* evicted by dropping (recomputed if needed again) since it started */
+  int paused;                    /* 1 while over its memory pause threshold: it gets no new tasks */
 } tsr_worker_info;
 
 typedef struct tsr_graph_info {

@@ -345,6 +345,23 @@ TEST(tiers_options)
   ASSERT_EQ(o.disk_limit, 2ull << 30);
   ASSERT_OK(tsr_tiers_opt(&o, "--spill-dir", "/var/tmp", &err));
   ASSERT_EQ(tsr_tiers_opt(&o, "--threads", "2", &err), TSR_ENOTFOUND);
+  ASSERT_OK(tsr_tiers_opt(&o, "--memory-pause", "0.95", &err));
+  ASSERT_NEAR(o.pause, 0.95, 0);
+  ASSERT_EQ(tsr_tiers_opt(&o, "--memory-pause", "0", &err), TSR_EINVAL);
+}
+
+TEST(tiers_pause_over_the_pause_fraction)
+{
+  tsr_tiers *tiers;
+  tsr_wstore *store = tiered_store(1000, 0, &tiers);
+  tsr_chunk *a = make_chunk(store, "a", 500, 1, false);
+  ASSERT_TRUE(!tsr_tiers_paused(tiers, store));
+  tsr_chunk *b = make_chunk(store, "b", 400, 2, false);  /* 900 > 0.8 x 1000, pinned by us */
+  ASSERT_TRUE(tsr_tiers_paused(tiers, store));
+  tsr_chunk_unref(&b);
+  ASSERT_TRUE(!tsr_tiers_paused(tiers, store));
+  tsr_chunk_unref(&a);
+  close_store(&store, &tiers);
 }
 
 /* ---------- the executor ---------- */
@@ -421,6 +438,7 @@ int main(void)
   RUN(tiers_corrupted_file_is_a_miss);
   RUN(tiers_disk_limit_keeps_chunks_in_memory);
   RUN(tiers_options);
+  RUN(tiers_pause_over_the_pause_fraction);
   RUN(executor_chunk_larger_than_limit_fails);
   RUN(executor_marks_root_outputs_recomputable);
   rmdir(tmp_dir);

@@ -1,0 +1,174 @@
+/* Unit tests of the scheduler's memory-related behaviour on synthetic
+ * states, linked from tsr_sched without sockets: a worker's heartbeat
+ * `paused` stops placement on it until it resumes (and the status carries
+ * it); root tasks (no inputs) of a wide graph are handed out only as the
+ * workers free slots — never more in flight than the slots, whatever the
+ * graph's width — and the rest wait queued in the scheduler. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kit.h"
+#include "sched.h"
+
+static uint64_t now_ms = 1000;
+
+static sched_state *new_state(void)
+{
+  sched_config cfg = {.heartbeat_ms = 1000, .timeout_ms = 10000};
+  return sched_state_new(&cfg);
+}
+
+static void feed(sched_state *st, const char *identity, tsr_wbuf *wb)
+{
+  sched_handle_frame(st, identity, strlen(identity), wb->sbuf.data, wb->sbuf.size, now_ms);
+  tsr_wbuf_free(wb);
+}
+
+static uint16_t add_worker(sched_state *st, const char *name, int threads, const char *op)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "hello", 7);
+  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
+  tsr_pack_kv_str(&wb.pk, "role", "worker");
+  tsr_pack_kv_str(&wb.pk, "name", name);
+  tsr_pack_kv_uint(&wb.pk, "threads", (uint64_t)threads);
+  char addr[64];
+  snprintf(addr, sizeof addr, "tcp://%s:1", name);
+  tsr_pack_kv_str(&wb.pk, "data_address", addr);
+  tsr_pack_str(&wb.pk, "ops");
+  msgpack_pack_array(&wb.pk, 1);
+  tsr_pack_str(&wb.pk, op);
+  feed(st, name, &wb);
+  uint32_t p = sched_peer_find(st, name, strlen(name));
+  return p == SCHED_NONE ? SCHED_NO_WORKER : (uint16_t)st->peers[p].index;
+}
+
+static uint32_t add_client(sched_state *st, const char *name)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "hello", 4);
+  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
+  tsr_pack_kv_str(&wb.pk, "role", "client");
+  tsr_pack_kv_str(&wb.pk, "name", name);
+  feed(st, name, &wb);
+  uint32_t p = sched_peer_find(st, name, strlen(name));
+  return p == SCHED_NONE ? SCHED_NONE : st->peers[p].index;
+}
+
+static void heartbeat(sched_state *st, const char *name, bool paused)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "heartbeat", 3);  /* op + 2 fields */
+  tsr_pack_kv_uint(&wb.pk, "memory_used", 1);
+  tsr_pack_kv_bool(&wb.pk, "paused", paused);
+  feed(st, name, &wb);
+}
+
+/* n independent root tasks "r<i>" of op, all wanted. */
+static int add_roots(sched_state *st, uint32_t client, uint64_t gid, int n, const char *op)
+{
+  sched_task_spec *specs = calloc((size_t)n, sizeof *specs);
+  char (*keys)[16] = calloc((size_t)n, sizeof *keys);
+  for (int i = 0; i < n; i++) {
+    snprintf(keys[i], sizeof keys[i], "r%d", i);
+    specs[i].key = (sched_strref){keys[i], (uint32_t)strlen(keys[i])};
+    specs[i].op = (sched_strref){op, (uint32_t)strlen(op)};
+  }
+  tsr_errbuf err;
+  int rc = sched_graph_add(st, client, gid, specs, (uint32_t)n, NULL, 0, &err);
+  free(keys);
+  free(specs);
+  return rc;
+}
+
+static void done_id(sched_state *st, uint32_t id)
+{
+  tsr_meta meta = {.dtype = TSR_F64, .ndim = 1, .shape = {1}};
+  sched_tr_done(st, id, st->tasks[id].processing_on, 8, &meta);
+  sched_settle(st);
+}
+
+/* Finishes every task in flight on worker w; returns how many. */
+static uint32_t finish_all_on(sched_state *st, uint16_t w)
+{
+  uint32_t n = 0;
+  for (uint32_t id = 0; id < st->ntasks; id++)
+    if (st->tasks[id].state == TS_PROCESSING && st->tasks[id].processing_on == w) {
+      done_id(st, id);
+      n++;
+    }
+  return n;
+}
+
+TEST(paused_worker_gets_no_new_tasks)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  uint16_t w0 = add_worker(st, "w0", 1, "gen");
+  uint16_t w1 = add_worker(st, "w1", 1, "gen");
+  ASSERT_EQ(add_roots(st, c, 1, 20, "gen"), 20);
+  heartbeat(st, "w0", true);
+  ASSERT_TRUE(st->workers[w0].paused);
+  ASSERT_EQ(sched_worker_free_slots(&st->workers[w0]), 0);
+  ASSERT_EQ(sched_place_pass(st), 2);  /* w1's 1 thread x 2 slots only */
+  ASSERT_EQ(st->workers[w0].nprocessing, 0);
+  ASSERT_EQ(st->workers[w1].nprocessing, 2);
+  /* the status says so */
+  sched_emit_status(st, sched_peer_find(st, "c", 1), 1);
+  heartbeat(st, "w0", false);
+  ASSERT_TRUE(!st->workers[w0].paused);
+  ASSERT_EQ(sched_place_pass(st), 2);
+  ASSERT_EQ(st->workers[w0].nprocessing, 2);
+  /* a heartbeat without the field (an older worker) means not paused */
+  heartbeat(st, "w1", true);
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "heartbeat", 2);
+  tsr_pack_kv_uint(&wb.pk, "memory_used", 1);
+  feed(st, "w1", &wb);
+  ASSERT_TRUE(!st->workers[w1].paused);
+  sched_state_destroy(&st);
+}
+
+TEST(root_tasks_only_as_slots_free)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  uint16_t w = add_worker(st, "w", 2, "gen");
+  ASSERT_EQ(add_roots(st, c, 1, 1000, "gen"), 1000);
+  uint32_t slots = sched_worker_free_slots(&st->workers[w]);
+  ASSERT_EQ(slots, 2 * SCHED_SLOTS_PER_THREAD);
+  uint32_t finished = 0, max_in_flight = 0;
+  for (int round = 0; round < 2000 && finished < 1000; round++) {
+    sched_place_pass(st);
+    uint32_t in_flight = st->workers[w].nprocessing;
+    if (in_flight > max_in_flight) max_in_flight = in_flight;
+    ASSERT_TRUE(in_flight <= slots);
+    ASSERT_EQ(st->count_by_state[TS_PROCESSING], in_flight);
+    /* everything not in flight waits here, queued */
+    ASSERT_EQ(st->count_by_state[TS_QUEUED] + st->count_by_state[TS_READY] + in_flight + finished, 1000);
+    /* one task finishes per round: one slot frees, one more is handed out */
+    for (uint32_t id = 0; id < st->ntasks; id++)
+      if (st->tasks[id].state == TS_PROCESSING) {
+        done_id(st, id);
+        finished++;
+        break;
+      }
+  }
+  ASSERT_EQ(finished, 1000);
+  ASSERT_EQ(max_in_flight, slots);
+  ASSERT_EQ(finish_all_on(st, w), 0);
+  sched_state_destroy(&st);
+}
+
+int main(void)
+{
+  tsr_log_set_level(TSR_LOG_ERROR);
+  RUN(paused_worker_gets_no_new_tasks);
+  RUN(root_tasks_only_as_slots_free);
+  return kit_summary();
+}
