@@ -44,7 +44,7 @@ for l in $limits; do
   run "tessera-$l" tessera-worker $bin/tessera local --cpu-workers 2 --threads-per-worker 1 --memory-limit "$l" \
     --worker-arg=--spill-dir --worker-arg="$spill" -- $svd
 done
-run "dask-$dask_limit" "dask.distributed" timeout 900 $py bench/memory_dask.py --rows "$rows" --cols "$cols" \
+run "dask-$dask_limit" "spawn_main" timeout 900 $py bench/memory_dask.py --rows "$rows" --cols "$cols" \
   --chunk-rows "$chunk" --memory-limit "$dask_limit" --spill-dir "$spill"
 python3 - "$results" "$dask_limit" <<'PY'
 import sys
