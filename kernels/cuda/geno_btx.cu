@@ -2,38 +2,42 @@
  * thin f32 or f64 B [r, m] and a u8 (EPB 1) or 2-bit packed (EPB 4)
  * genotype matrix X [r, c] (genotype.cuh has the numerics).
  *
- * The MMA's M is B's columns (up to 32 per pass: two m16 tiles; more are
- * more passes, grid z), N is X's columns, K is X's rows. A block of 4 warps
- * owns 256 columns of X, a warp 64 (8 n8 tiles); the k loop goes in steps
- * of 16 rows, thread (g, t) taking rows 4t..4t+3 of the warp's 8 columns
- * 8g..8g+7 (u8: 8 bytes a row; 2-bit: the aligned word holding its 2
- * bytes). Those pieces stream through a ring of D steps per thread in
- * shared memory (cp.async; each thread reads back only its own copies),
- * D-1 steps in flight; PRMT interleaves row pairs into the B fragments.
- * Bᵀ's f16 parts come through shared memory in chunks of RC rows (double
- * buffered, copied in the same groups as the X steps) as the A fragments.
- * Rows are split across blocks when the columns alone do not fill the GPU;
- * the partial products are summed in split order afterwards. */
+ * The MMA computes (Xᵀ B) tiles: M is X's columns, N is B's columns (up to
+ * 32 per pass, NT n8 tiles; more are more passes, grid z), K is X's rows.
+ * A block of 8 warps owns 256 columns of X, a warp 32 (two m16 tiles);
+ * thread (g, t) owns columns 4g..4g+3 of its warp (u8: one word a row;
+ * 2-bit: one byte a row) and rows 8t..8t+7 of each 32-row k step. Its 8
+ * row pieces stream into a ring of D steps per thread in shared memory
+ * (cp.async; each thread reads back only its own copies), D-1 steps in
+ * flight; a 4×4 byte transpose (PRMT) turns 4 rows of 4 columns into the
+ * A fragments, one register a column. B's digits come through shared
+ * memory in chunks of RC rows (double buffered, copied in the same groups
+ * as the X steps) as the B fragments. Rows are split across blocks when
+ * the columns alone do not fill the GPU (and so that int32 sums cannot
+ * overflow); the partial products are summed in split order afterwards. */
 #include "genotype.cuh"
 
-#define BTX_COLS 256        /* columns of X per block: 4 warps × 64 */
-#define RC 256              /* rows of X per shared chunk of Bᵀ */
-#define BT_ROW_H (RC + 16)  /* halves per shared row: 32 pad bytes spread the banks */
+#define BTX_WARPS 8
+#define BTX_COLS (32 * BTX_WARPS)  /* columns of X per block */
+#define RC 256                     /* rows of X per shared chunk of B */
 
-template <int EPB, int MTB>
+template <int EPB, int NT>
 struct btx_cfg {
-  static constexpr int MP = 16 * MTB;              /* B's columns per pass */
-  static constexpr int BUF = 2 * MP * BT_ROW_H;    /* halves per chunk buffer (hi and lo) */
-  static constexpr int SPC = RC / 16;              /* steps per chunk */
-  static constexpr int PIECE = EPB == 1 ? 8 : 4;   /* ring bytes per row and step */
-  static constexpr int D = 8;                      /* ring depth: D - 1 <= SPC for two buffers */
-  static constexpr int SMEM = 2 * BUF * 2 + D * 4 * 128 * PIECE;
+  static constexpr int NP = 8 * NT;                 /* B's columns per pass */
+  static constexpr int ROWS = TSR_GENO_DIGITS * NP; /* shared rows of a chunk: (digit, column) */
+  static constexpr int ROWB = RC + 32;              /* bytes per shared row: 32 pad bytes spread the banks */
+  static constexpr int BUF = ROWS * ROWB;           /* bytes per chunk buffer */
+  static constexpr int SPC = RC / 32;               /* 32-row steps per chunk */
+  static constexpr int D = 8;                       /* ring depth: D - 1 <= SPC for two buffers */
+  static constexpr int SMEM = 2 * BUF + D * 8 * BTX_WARPS * 32 * 4;
+  /* Split k so that the int32 sums cannot overflow (255·128·65536 < 2^31). */
+  static constexpr int64_t MAX_CHUNKS = EPB == 1 ? 65536 / RC : 1 << 30;
 };
 
 struct btx_args {
   const uint8_t *x;
   int64_t r, c, cb;      /* X is r × c, rows of cb bytes */
-  const __half *bparts;  /* Bᵀ's parts [2][cols_tot][kp] halves */
+  const int8_t *digits;  /* B's digits [3][cols_tot][kp] */
   int64_t cols_tot, kp;
   const int *exps;
   int64_t m;             /* B's columns = the result's rows */
@@ -41,214 +45,190 @@ struct btx_args {
   int chunks, chunks_per_split;
 };
 
-/* Row q (0..3) of step s for thread t, clamped: B's rows past r are 0. */
+/* Row q (0..7) of step s for thread t, clamped: B's rows past r are 0. */
 __device__ __forceinline__ const uint8_t *btx_row(const btx_args &a, int64_t s, int t, int q)
 {
-  int64_t row = s * 16 + 4 * t + q;
+  int64_t row = s * 32 + 8 * t + q;
   return a.x + (row < a.r ? row : a.r - 1) * a.cb;
 }
 
-/* This thread's pieces of step s into its ring slot (zero past the row). */
-template <int EPB, int MTB, int VEC>
-__device__ __forceinline__ void btx_copy_x(const btx_args &a, char *ring, int64_t s, int t, int64_t bcol)
+/* The 4-byte word holding this thread's columns: u8 the word itself (at
+ * byte wcol), 2-bit the aligned word holding its byte. Zero past cb. */
+template <int EPB>
+__device__ __forceinline__ void btx_copy_x(const btx_args &a, uint32_t *ring, int64_t s, int t, int64_t wcol)
 {
-  typedef btx_cfg<EPB, MTB> C;
-  char *slot = ring + ((int)(s % C::D) * 4 * 128 + threadIdx.x) * C::PIECE;
+  typedef btx_cfg<EPB, 1> C;
+  uint32_t *slot = ring + (int)(s % C::D) * 8 * 256 + threadIdx.x;  /* [D][8 rows][256 threads] */
+  int64_t n = a.cb - wcol;
+  int bytes = n <= 0 ? 0 : n > 4 ? 4 : (int)n;
 #pragma unroll
-  for (int q = 0; q < 4; q++) {
-    const uint8_t *row = btx_row(a, s, t, q);
-    char *dst = slot + q * 128 * C::PIECE;
-    if constexpr (EPB == 4) {  /* the aligned word around the thread's 2 bytes */
-      int64_t w = bcol & ~(int64_t)3, n = a.cb - w;
-      cp_async<4>(dst, row + (n > 0 ? w : 0), n <= 0 ? 0 : n > 4 ? 4 : (int)n);
-    } else {
-#pragma unroll
-      for (int k = 0; k < 8 / VEC; k++) {
-        bool in = bcol + k * VEC < a.cb;
-        cp_async<VEC>(dst + k * VEC, row + (in ? bcol + k * VEC : 0), in ? VEC : 0);
-      }
-    }
+  for (int q = 0; q < 8; q++) cp_async<4>(slot + q * 256, btx_row(a, s, t, q) + (bytes ? wcol : 0), bytes);
+}
+
+template <int EPB, int NT>
+__device__ __forceinline__ void btx_copy_b(const btx_args &a, int64_t ch, int64_t nbase, char *buf)
+{
+  typedef btx_cfg<EPB, NT> C;
+  for (int u = threadIdx.x; u < C::ROWS * (RC / 16); u += 256) {
+    int row = u / (RC / 16), un = u % (RC / 16), d = row / C::NP, col = row - d * C::NP;
+    const int8_t *src = a.digits + (d * a.cols_tot + nbase + col) * a.kp + ch * RC + 16 * un;
+    cp_async<16>(buf + row * C::ROWB + 16 * un, src, 16);
   }
 }
 
-template <int EPB, int MTB>
-__device__ __forceinline__ void btx_copy_b(const btx_args &a, int64_t ch, int64_t mbase, __half *buf)
+/* The group of step s: its X words, and B's chunk when s starts one. */
+template <int EPB, int NT, bool ASYNC>
+__device__ __forceinline__ void btx_issue(const btx_args &a, char *smem, int64_t s, int64_t s_end, int ch0, int ch1,
+                                          int64_t nbase, int t, int64_t wcol)
 {
-  typedef btx_cfg<EPB, MTB> C;
-  for (int u = threadIdx.x; u < 2 * C::MP * (RC / 8); u += 128) {
-    int pr = u / (RC / 8), un = u % (RC / 8), part = pr / C::MP, mrow = pr - part * C::MP;
-    const __half *src = a.bparts + (part * a.cols_tot + mbase + mrow) * a.kp + ch * RC + 8 * un;
-    cp_async<16>(buf + pr * BT_ROW_H + 8 * un, src, 16);
-  }
-}
-
-/* The group of step s: its X pieces, and Bᵀ's chunk when s starts one. */
-template <int EPB, int MTB, int VEC>
-__device__ __forceinline__ void btx_issue(const btx_args &a, __half *smem, int64_t s, int64_t s_end, int ch0, int ch1,
-                                          int64_t mbase, int t, int64_t bcol)
-{
-  typedef btx_cfg<EPB, MTB> C;
+  typedef btx_cfg<EPB, NT> C;
   if (s < s_end) {
     int64_t ch = s / C::SPC;
-    if (s % C::SPC == 0 && ch < ch1) btx_copy_b<EPB, MTB>(a, ch, mbase, smem + (int)((ch - ch0) & 1) * C::BUF);
-    if constexpr (VEC >= 4) btx_copy_x<EPB, MTB, VEC>(a, (char *)(smem + 2 * C::BUF), s, t, bcol);
+    if (s % C::SPC == 0 && ch < ch1) btx_copy_b<EPB, NT>(a, ch, nbase, smem + (int)((ch - ch0) & 1) * C::BUF);
+    if constexpr (ASYNC) btx_copy_x<EPB>(a, (uint32_t *)(smem + 2 * C::BUF), s, t, wcol);
   }
   cp_async_commit();
 }
 
-/* This thread's 4 rows of step s, synchronously (rows not aligned for
- * cp.async): u8 8 bytes, 2-bit 2 bytes in the low half; zero past cb. */
-template <int EPB>
-__device__ __forceinline__ void btx_load_x(uint2 (&v)[4], const btx_args &a, int64_t s, int t, int64_t bcol)
+/* The words synchronously, byte by byte (rows not 4-byte aligned). */
+__device__ __forceinline__ void btx_load_x(uint32_t (&w)[8], const btx_args &a, int64_t s, int t, int64_t wcol)
 {
-  constexpr int BYTES = EPB == 1 ? 8 : 2;
 #pragma unroll
-  for (int q = 0; q < 4; q++) {
-    const uint8_t *p = btx_row(a, s, t, q) + bcol;
-    uint32_t w[2] = {0, 0};
-    for (int e = 0; e < BYTES; e++)
-      if (bcol + e < a.cb) w[e / 4] |= (uint32_t)p[e] << (8 * (e % 4));
-    v[q] = make_uint2(w[0], w[1]);
+  for (int q = 0; q < 8; q++) {
+    const uint8_t *p = btx_row(a, s, t, q);
+    w[q] = 0;
+    for (int e = 0; e < 4; e++)
+      if (wcol + e < a.cb) w[q] |= (uint32_t)p[wcol + e] << (8 * e);
   }
 }
 
-/* X's fragments: column jn of the thread's 8, rows (0,1) and (2,3). */
+/* Rows 4h..4h+3 of the thread's 4 columns, one register a column (byte q
+ * = row 4h+q). u8: a 4×4 byte transpose; 2-bit: the thread's byte of each
+ * word gathered, then (x >> 2j) & 0x03030303 per genotype j. */
 template <int EPB>
-__device__ __forceinline__ void btx_frags(const uint2 (&v)[4], uint32_t (&bf)[8][2])
+__device__ __forceinline__ void btx_columns(const uint32_t (&w)[8], int h, int g, uint32_t (&col)[4])
 {
+  const uint32_t r0 = w[4 * h], r1 = w[4 * h + 1], r2 = w[4 * h + 2], r3 = w[4 * h + 3];
   if constexpr (EPB == 1) {
-#pragma unroll
-    for (int w = 0; w < 2; w++) {
-      uint32_t x0 = w ? v[0].y : v[0].x, x1 = w ? v[1].y : v[1].x, x2 = w ? v[2].y : v[2].x, x3 = w ? v[3].y : v[3].x;
-      uint32_t p01 = __byte_perm(x0, x1, 0x5140), q01 = __byte_perm(x0, x1, 0x7362);
-      uint32_t p23 = __byte_perm(x2, x3, 0x5140), q23 = __byte_perm(x2, x3, 0x7362);
-      bf[4 * w + 0][0] = u8_pair(p01, 0x4140), bf[4 * w + 1][0] = u8_pair(p01, 0x4342);
-      bf[4 * w + 2][0] = u8_pair(q01, 0x4140), bf[4 * w + 3][0] = u8_pair(q01, 0x4342);
-      bf[4 * w + 0][1] = u8_pair(p23, 0x4140), bf[4 * w + 1][1] = u8_pair(p23, 0x4342);
-      bf[4 * w + 2][1] = u8_pair(q23, 0x4140), bf[4 * w + 3][1] = u8_pair(q23, 0x4342);
-    }
+    uint32_t t0 = __byte_perm(r0, r1, 0x5140), t1 = __byte_perm(r2, r3, 0x5140);
+    uint32_t t2 = __byte_perm(r0, r1, 0x7362), t3 = __byte_perm(r2, r3, 0x7362);
+    col[0] = __byte_perm(t0, t1, 0x5410), col[1] = __byte_perm(t0, t1, 0x7632);
+    col[2] = __byte_perm(t2, t3, 0x5410), col[3] = __byte_perm(t2, t3, 0x7632);
   } else {
-    uint32_t p01 = __byte_perm(v[0].x, v[1].x, 0x5410), p23 = __byte_perm(v[2].x, v[3].x, 0x5410);
+    uint32_t b = g & 3, sel = b | (b + 4) << 4;
+    uint32_t x = __byte_perm(__byte_perm(r0, r1, sel), __byte_perm(r2, r3, sel), 0x5410);
 #pragma unroll
-    for (int jn = 0; jn < 8; jn++) bf[jn][0] = g2_pair(p01, jn), bf[jn][1] = g2_pair(p23, jn);
+    for (int j = 0; j < 4; j++) col[j] = (x >> (2 * j)) & 0x03030303u;
   }
 }
 
-/* One step (16 rows of X) of the warp's 64 columns. */
-template <int MTB>
-__device__ __forceinline__ void btx_step(const uint32_t (&bf)[8][2], const __half *buf, int ks, int g, int t,
-                                         float (&acc)[MTB][8][4])
+template <int EPB, int NT>
+__device__ __forceinline__ void btx_step(const uint32_t (&w)[8], const char *buf, int ks, int g, int t,
+                                         int (&acc)[2][NT][TSR_GENO_DIGITS][4])
 {
-  constexpr int MP = 16 * MTB;
+  typedef btx_cfg<EPB, NT> C;
+  uint32_t lo[4], hi[4];  /* columns 4g..4g+3: rows 8t..8t+3 and 8t+4..8t+7 */
+  btx_columns<EPB>(w, 0, g, lo);
+  btx_columns<EPB>(w, 1, g, hi);
+  /* tile i: MMA row g = column 4g+2i, row g+8 = column 4g+2i+1 */
+  const uint32_t A[2][4] = {{lo[0], lo[1], hi[0], hi[1]}, {lo[2], lo[3], hi[2], hi[3]}};
 #pragma unroll
-  for (int i = 0; i < MTB; i++)
+  for (int jn = 0; jn < NT; jn++)
 #pragma unroll
-    for (int part = 1; part >= 0; part--) {
-      const __half *row = buf + (part * MP + 16 * i + g) * BT_ROW_H + 16 * ks + 4 * t;
-      uint2 top = *(const uint2 *)row, bot = *(const uint2 *)(row + 8 * BT_ROW_H);
-      uint32_t A[4] = {top.x, bot.x, top.y, bot.y};
+    for (int d = 0; d < TSR_GENO_DIGITS; d++) {
+      const uint2 b = *(const uint2 *)(buf + (d * C::NP + 8 * jn + g) * C::ROWB + 32 * ks + 8 * t);
 #pragma unroll
-      for (int jn = 0; jn < 8; jn++) mma16816(acc[i][jn], A, bf[jn][0], bf[jn][1]);
+      for (int i = 0; i < 2; i++) imma16832(acc[i][jn][d], A[i], b.x, b.y);
     }
 }
 
-template <int MTB>
-__device__ __forceinline__ void btx_store(const btx_args &a, const float (&tot)[MTB][8][4], int64_t mbase,
-                                          int64_t col0, int g, int t)
+/* D's (row g or g+8 of tile i, column 2t+e1 of n-tile jn) is out[8jn+2t+e1]
+ * [col0 + 4g + 2i + h]: the four (i, h) of one (jn, e1) are 4 adjacent
+ * columns. */
+template <int NT>
+__device__ __forceinline__ void btx_store(const btx_args &a, const int (&acc)[2][NT][TSR_GENO_DIGITS][4],
+                                          int64_t nbase, int64_t col0, int g, int t)
 {
   float *dst = a.out + (int64_t)blockIdx.y * a.m * a.c;
+  const int64_t c = col0 + 4 * g;
 #pragma unroll
-  for (int i = 0; i < MTB; i++)
+  for (int jn = 0; jn < NT; jn++)
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-      int64_t m = mbase + 16 * i + g + 8 * h;
+    for (int e1 = 0; e1 < 2; e1++) {
+      int64_t m = nbase + 8 * jn + 2 * t + e1;
       if (m >= a.m) continue;
       int e = a.exps[m];
-#pragma unroll
-      for (int e1 = 0; e1 < 2; e1++) {
-        int64_t cb0 = col0 + 16 * t + 8 * e1;  /* D's column 2t+e1 holds columns cb0 .. cb0+7 */
-        float v[8];
-#pragma unroll
-        for (int jn = 0; jn < 8; jn++) v[jn] = ldexpf(tot[i][jn][2 * h + e1], -e);
-        float *d = dst + m * a.c + cb0;
-        if (cb0 + 8 <= a.c && a.c % 4 == 0) {
-          ((float4 *)d)[0] = make_float4(v[0], v[1], v[2], v[3]);
-          ((float4 *)d)[1] = make_float4(v[4], v[5], v[6], v[7]);
-        } else {
-          for (int jn = 0; jn < 8; jn++)
-            if (cb0 + jn < a.c) d[jn] = v[jn];
-        }
-      }
-    }
-}
-
-template <int EPB, int MTB, int VEC>
-__global__ void __launch_bounds__(128, 2) btx_kernel(btx_args a)
-{
-  typedef btx_cfg<EPB, MTB> C;
-  extern __shared__ uint4 smem4[];
-  __half *smem = (__half *)smem4;
-  const char *ring = (const char *)(smem + 2 * C::BUF);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int64_t col0 = (int64_t)blockIdx.x * BTX_COLS + warp * 64, mbase = (int64_t)blockIdx.z * C::MP;
-  const int64_t bcol = EPB == 1 ? col0 + 8 * g : col0 / 4 + 2 * g;
-  const int ch0 = blockIdx.y * a.chunks_per_split, ch1 = min(ch0 + a.chunks_per_split, a.chunks);
-  const int64_t s0 = (int64_t)ch0 * C::SPC, s_end = min((int64_t)ch1 * C::SPC, (a.r + 15) / 16);
-  float acc[MTB][8][4] = {}, tot[MTB][8][4] = {};
-  for (int d = 0; d < C::D - 1; d++) btx_issue<EPB, MTB, VEC>(a, smem, s0 + d, s_end, ch0, ch1, mbase, t, bcol);
-  for (int64_t s = s0; s < s_end; s++) {
-    btx_issue<EPB, MTB, VEC>(a, smem, s + C::D - 1, s_end, ch0, ch1, mbase, t, bcol);
-    cp_async_wait<C::D - 1>();
-    const int ks = (int)(s % C::SPC);
-    if (ks == 0) __syncthreads();  /* this chunk of Bᵀ is in for everyone; the other buffer is free */
-    uint2 cur[4];
-    if constexpr (VEC >= 4) {
-      const char *slot = ring + ((int)(s % C::D) * 4 * 128 + threadIdx.x) * C::PIECE;
+      float v[4];
 #pragma unroll
       for (int q = 0; q < 4; q++) {
-        if constexpr (EPB == 1) {
-          cur[q] = *(const uint2 *)(slot + q * 128 * C::PIECE);
-        } else {
-          uint32_t w = *(const uint32_t *)(slot + q * 128 * C::PIECE);
-          cur[q] = make_uint2((bcol & 2) ? w >> 16 : w & 0xffffu, 0);
-        }
+        const int i = q / 2, k = 2 * (q % 2) + e1;
+        v[q] = digits_value(acc[i][jn][0][k], acc[i][jn][1][k], acc[i][jn][2][k], e);
       }
-    } else {
-      btx_load_x<EPB>(cur, a, s, t, bcol);
+      float *p = dst + m * a.c + c;
+      if (c + 4 <= a.c && a.c % 4 == 0) {
+        *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+      } else {
+        for (int q = 0; q < 4; q++)
+          if (c + q < a.c) p[q] = v[q];
+      }
     }
-    uint32_t bf[8][2];
-    btx_frags<EPB>(cur, bf);
-    btx_step<MTB>(bf, smem + (int)((s / C::SPC - ch0) & 1) * C::BUF, ks, g, t, acc);
-    if (ks == C::SPC - 1 || s + 1 == s_end)
-#pragma unroll
-      for (int i = 0; i < MTB; i++)
-#pragma unroll
-        for (int jn = 0; jn < 8; jn++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) tot[i][jn][e] += acc[i][jn][e], acc[i][jn][e] = 0.0f;
-  }
-  btx_store<MTB>(a, tot, mbase, col0, g, t);
 }
 
-template <int EPB, int MTB, int VEC>
+template <int EPB, int NT, bool ASYNC>
+__global__ void __launch_bounds__(256, NT == 4 ? 1 : 2) btx_kernel(btx_args a)
+{
+  typedef btx_cfg<EPB, NT> C;
+  extern __shared__ uint4 smem4[];
+  char *smem = (char *)smem4;
+  const uint32_t *ring = (const uint32_t *)(smem + 2 * C::BUF);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int64_t col0 = (int64_t)blockIdx.x * BTX_COLS + warp * 32, nbase = (int64_t)blockIdx.z * C::NP;
+  const int64_t wcol = EPB == 1 ? col0 + 4 * g : (col0 / 4 + g) & ~(int64_t)3;
+  const int ch0 = blockIdx.y * a.chunks_per_split, ch1 = min(ch0 + a.chunks_per_split, a.chunks);
+  const int64_t s0 = (int64_t)ch0 * C::SPC, s_end = min((int64_t)ch1 * C::SPC, (a.r + 31) / 32);
+  int acc[2][NT][TSR_GENO_DIGITS][4] = {};
+  for (int d = 0; d < C::D - 1; d++) btx_issue<EPB, NT, ASYNC>(a, smem, s0 + d, s_end, ch0, ch1, nbase, t, wcol);
+  for (int64_t s = s0; s < s_end; s++) {
+    btx_issue<EPB, NT, ASYNC>(a, smem, s + C::D - 1, s_end, ch0, ch1, nbase, t, wcol);
+    cp_async_wait<C::D - 1>();
+    const int ks = (int)(s % C::SPC);
+    if (ks == 0) __syncthreads();  /* this chunk of B is in for everyone; the other buffer is free */
+    uint32_t w[8];
+    if constexpr (ASYNC) {
+#pragma unroll
+      for (int q = 0; q < 8; q++) w[q] = ring[(int)(s % C::D) * 8 * 256 + q * 256 + threadIdx.x];
+    } else {
+      btx_load_x(w, a, s, t, wcol);
+    }
+    btx_step<EPB, NT>(w, smem + (int)((s / C::SPC - ch0) & 1) * C::BUF, ks, g, t, acc);
+  }
+  btx_store<NT>(a, acc, nbase, col0, g, t);
+}
+
+template <int EPB, int NT, bool ASYNC>
 static int btx_launch(const btx_args &a, dim3 grid, cudaStream_t s, tsr_errbuf *err)
 {
-  const int smem = btx_cfg<EPB, MTB>::SMEM;
+  const int smem = btx_cfg<EPB, NT>::SMEM;
   int rc = TSR_CUDA_CHECK(
-      cudaFuncSetAttribute(btx_kernel<EPB, MTB, VEC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
+      cudaFuncSetAttribute(btx_kernel<EPB, NT, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
   if (rc != 0) return rc;
-  btx_kernel<EPB, MTB, VEC><<<grid, 128, smem, s>>>(a);
+  btx_kernel<EPB, NT, ASYNC><<<grid, 256, smem, s>>>(a);
   return TSR_CUDA_LAUNCHED("btx_kernel", err);
 }
 
-/* Loads: u8 rows in 8- or 4-byte copies, 2-bit rows in aligned words;
- * anything else byte by byte (VEC 1). */
-template <int EPB, int MTB>
-static int btx_by_vec(int vec, const btx_args &a, dim3 grid, cudaStream_t s, tsr_errbuf *err)
+template <int EPB>
+static int btx_by_nt(int nt, bool async, const btx_args &a, dim3 grid, cudaStream_t s, tsr_errbuf *err)
 {
-  if (vec >= 8 && EPB == 1) return btx_launch<EPB, MTB, 8>(a, grid, s, err);
-  if (vec >= 4) return btx_launch<EPB, MTB, 4>(a, grid, s, err);
-  return btx_launch<EPB, MTB, 1>(a, grid, s, err);
+  switch (nt * 2 + async) {
+  case 2: return btx_launch<EPB, 1, false>(a, grid, s, err);
+  case 3: return btx_launch<EPB, 1, true>(a, grid, s, err);
+  case 4: return btx_launch<EPB, 2, false>(a, grid, s, err);
+  case 5: return btx_launch<EPB, 2, true>(a, grid, s, err);
+  case 6: return btx_launch<EPB, 3, false>(a, grid, s, err);
+  case 7: return btx_launch<EPB, 3, true>(a, grid, s, err);
+  case 8: return btx_launch<EPB, 4, false>(a, grid, s, err);
+  default: return btx_launch<EPB, 4, true>(a, grid, s, err);
+  }
 }
 
 int tsr_cuda_geno_btx(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t r, int64_t c, const void *b,
@@ -258,20 +238,20 @@ int tsr_cuda_geno_btx(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t
   if (c == 0 || m == 0) return 0;
   if (r == 0) return TSR_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)(m * c) * sizeof(float), s), err);
   int64_t cb = epb == 1 ? c : tsr_packed_len(c), chunks = (r + RC - 1) / RC, groups = (m + 31) / 32;
-  int mtb = groups > 1 ? 2 : (int)((m + 15) / 16), per_split = 1;
+  int nt = groups > 1 ? 4 : (int)((m + 7) / 8), per_split = 1;
   int64_t col_blocks = (c + BTX_COLS - 1) / BTX_COLS;
-  int splits = tsr_geno_split_count(col_blocks, chunks, 1056, &per_split);
+  int64_t max_chunks = epb == 1 ? btx_cfg<1, 1>::MAX_CHUNKS : btx_cfg<4, 1>::MAX_CHUNKS;
+  int splits = tsr_geno_split_count(col_blocks, chunks, 1056, max_chunks, &per_split);
   tsr_scratch scr(gpu);
-  bsplit bs;
+  bdigits bs;
   float *part = nullptr;
-  int rc = tsr_geno_split_b(b, bdt, r, m, 16 * mtb * groups, chunks * RC, false, scr, s, &bs, err);
+  int rc = tsr_geno_digits(b, bdt, r, m, 8 * nt * groups, chunks * RC, false, scr, s, &bs, err);
   if (rc == 0 && splits > 1) rc = scr.get(splits * m * c, &part, "btx's partial products", err);
   if (rc != 0) return rc;
-  btx_args a = {x, r, c, cb, bs.parts, bs.cols_tot, bs.kp, bs.exps, m, splits > 1 ? part : out, (int)chunks,
+  btx_args a = {x, r, c, cb, bs.digits, bs.cols_tot, bs.kp, bs.exps, m, splits > 1 ? part : out, (int)chunks,
                 per_split};
   dim3 grid((unsigned)col_blocks, (unsigned)splits, (unsigned)groups);
-  int vec = tsr_geno_load_width(x, cb, epb == 1 ? 8 : 4);
-  if (epb == 1) rc = mtb == 1 ? btx_by_vec<1, 1>(vec, a, grid, s, err) : btx_by_vec<1, 2>(vec, a, grid, s, err);
-  else rc = mtb == 1 ? btx_by_vec<4, 1>(vec, a, grid, s, err) : btx_by_vec<4, 2>(vec, a, grid, s, err);
+  bool async = tsr_geno_load_width(x, cb, 4) == 4;  /* cp.async needs 4-byte aligned rows */
+  rc = epb == 1 ? btx_by_nt<1>(nt, async, a, grid, s, err) : btx_by_nt<4>(nt, async, a, grid, s, err);
   return rc != 0 || splits == 1 ? rc : tsr_geno_sum_splits(part, splits, m * c, out, s, err);
 }

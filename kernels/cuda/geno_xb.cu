@@ -9,32 +9,33 @@
  * pieces stream into a ring of D steps per thread in shared memory with
  * cp.async (each thread reads back only what it copied, so the ring needs
  * no barrier) — D-1 steps in flight, enough bytes to cover the memory
- * latency. Converted in registers (PRMT for u8, shift/mask for 2-bit) they
- * are the MMA's A fragments: the MMA's k order is permuted to match, and
- * B's f16 parts are laid out in that same order. B streams through shared
- * memory in chunks of KC k, three buffers deep, copied in the same groups
- * as the X steps, with a barrier at each chunk's first step. */
+ * latency. They are the MMA's A fragments as they are (u8), or after
+ * (w >> 2j) & 0x03030303 (2-bit); the MMA's k order is permuted to match,
+ * and B's digits are laid out in that same order. B streams through
+ * shared memory in chunks of KC k, three buffers deep, copied in the same
+ * groups as the X steps, with a barrier at each chunk's first step. */
 #include "genotype.cuh"
 
 #define XB_ROWS 256  /* rows of X per block: 8 warps × 32 */
 
 template <int EPB, int NT>
 struct xb_cfg {
-  static constexpr int KC = EPB == 1 ? 128 : 256;     /* k per shared chunk of B */
-  static constexpr int ROWU = KC / 8 + 1;             /* 16-byte units per shared row, one of padding */
-  static constexpr int SPC = KC / EPB / 64;           /* 64-byte steps of X per chunk */
-  static constexpr int FLUSH = 4 / EPB;               /* steps between accumulator flushes: 256 k */
-  static constexpr int NP = 8 * NT;                   /* B's columns per pass */
-  static constexpr int BUF = 2 * NP * ROWU;           /* units per chunk buffer (hi and lo) */
-  static constexpr int NBUF = 3;                      /* chunk buffers: D - 1 <= 2·SPC */
-  static constexpr int D = EPB == 1 ? (NT == 4 ? 3 : 4) : 2;  /* ring depth, within 2 blocks/SM of smem */
-  static constexpr int SMEM = (NBUF * BUF + D * 4 * 256) * 16;
+  static constexpr int KC = 256;                    /* k per shared chunk of B */
+  static constexpr int SPC = KC / EPB / 64;         /* 64-byte steps of X per chunk: 4 (u8) or 1 */
+  static constexpr int NP = 8 * NT;                 /* B's columns per pass */
+  static constexpr int ROWS = TSR_GENO_DIGITS * NP; /* shared rows of a chunk: (digit, column) */
+  static constexpr int BUF = ROWS * KC / 16;        /* 16-byte units per chunk buffer */
+  static constexpr int NBUF = 3;                    /* chunk buffers: D - 1 <= (NBUF - 1)·SPC */
+  static constexpr int D = EPB == 1 ? 8 : 3;        /* ring depth: 7 (u8) or 2 steps in flight */
+  static constexpr int SMEM = (NBUF * BUF + D * 4 * 256) * 16;  /* 104..205 KB: one block per SM */
+  /* Split k so that the int32 sums cannot overflow (255·128·65536 < 2^31). */
+  static constexpr int64_t MAX_CHUNKS = EPB == 1 ? 65536 / KC : 1 << 30;
 };
 
 struct xb_args {
   const uint8_t *x;
   int64_t r, cb;        /* rows; bytes per row (the row stride) */
-  const uint4 *bparts;  /* B's parts [2][cols_tot][kp] halves */
+  const uint4 *digits;  /* B's digits [3][cols_tot][kp] bytes */
   int64_t cols_tot, kp;
   const int *exps;
   int64_t n;            /* B's columns */
@@ -42,24 +43,28 @@ struct xb_args {
   int chunks, chunks_per_split;
 };
 
-/* Unit u of a shared row is stored at swz(u): each group of 8 units is
- * rotated by 2·(u/8), so the four threads of a quad, whose units are 8
- * apart in the 2-bit kernel, hit different banks. */
-__device__ __forceinline__ int swz(int u)
+/* Where unit u (16 bytes) of shared row `row` lives: the eight lanes of a
+ * quarter-warp (rows g and g+1, t = 0..3) must hit eight different 16-byte
+ * bank groups. u8: lane t reads unit 4ks + t, so odd rows move by 4 units.
+ * 2-bit: lane t reads units 4t..4t+3, so units 8 apart are told apart by
+ * bit 1 and odd rows by bit 0. */
+template <int EPB>
+__device__ __forceinline__ int swz(int u, int row)
 {
-  return (u & ~7) | ((u + 2 * (u >> 3)) & 7);
+  if constexpr (EPB == 1) return u ^ ((row & 1) << 2);
+  else return u ^ (((u >> 3) & 1) << 1) ^ (row & 1);
 }
 
-/* Copies chunk ch of B's parts (this block's NP columns) into buf. */
+/* Copies chunk ch of B's digits (this block's NP columns) into buf. */
 template <int EPB, int NT>
 __device__ __forceinline__ void xb_copy_b(const xb_args &a, int64_t ch, int64_t col_base, uint4 *buf)
 {
   typedef xb_cfg<EPB, NT> C;
-  constexpr int UPR = C::KC / 8;  /* units per row */
-  for (int u = threadIdx.x; u < 2 * C::NP * UPR; u += 256) {
-    int pr = u / UPR, un = u % UPR, part = pr / C::NP, col = pr - part * C::NP;
-    int64_t half = (part * a.cols_tot + col_base + col) * a.kp + ch * C::KC;
-    cp_async<16>(buf + pr * C::ROWU + swz(un), a.bparts + half / 8 + un, 16);
+  constexpr int UPR = C::KC / 16;  /* units per row */
+  for (int u = threadIdx.x; u < C::ROWS * UPR; u += 256) {
+    int row = u / UPR, un = u % UPR, d = row / C::NP, col = row - d * C::NP;
+    int64_t byte = (d * a.cols_tot + col_base + col) * a.kp + ch * C::KC;
+    cp_async<16>(buf + row * UPR + swz<EPB>(un, row), a.digits + byte / 16 + un, 16);
   }
 }
 
@@ -95,59 +100,49 @@ __device__ __forceinline__ void xb_issue(const xb_args &a, uint4 *smem, const ui
 }
 
 /* One 64-byte step of the warp's two m16 tiles against NT n8 tiles of B
- * from the chunk in buf (ks: the step within the chunk). */
+ * from the chunk in buf (ks: the step within the chunk). u8: the thread's
+ * word pair (2h, 2h+1) of a row is one k32 MMA. 2-bit: word j of a row is
+ * 16 genotypes, four registers (w >> 2q) & 0x03030303, two MMAs. */
 template <int EPB, int NT>
 __device__ __forceinline__ void xb_step(const uint4 (&cur)[4], const uint4 *buf, int ks, int g, int t,
-                                        float (&acc)[2][NT][4])
+                                        int (&acc)[2][NT][TSR_GENO_DIGITS][4])
 {
   typedef xb_cfg<EPB, NT> C;
+  constexpr int UPR = C::KC / 16;
 #pragma unroll
-  for (int v = 0; v < 2 * EPB; v++) {
-    uint32_t A[2][2][4];  /* [tile][substep][register] */
+  for (int j = 0; j < (EPB == 1 ? 1 : 4); j++) {  /* 16 bytes of B's digits per (digit, column): 2 MMAs */
+    uint32_t A[2][2][4];  /* [tile][MMA][register] */
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
-      for (int sub = 0; sub < 2; sub++) {
+      for (int h = 0; h < 2; h++) {
         if constexpr (EPB == 1) {
-          uint32_t w0 = word_of(cur[2 * i], 2 * v + sub), w8 = word_of(cur[2 * i + 1], 2 * v + sub);
-          A[i][sub][0] = u8_pair(w0, 0x4140), A[i][sub][2] = u8_pair(w0, 0x4342);
-          A[i][sub][1] = u8_pair(w8, 0x4140), A[i][sub][3] = u8_pair(w8, 0x4342);
+          A[i][h][0] = word_of(cur[2 * i], 2 * h), A[i][h][2] = word_of(cur[2 * i], 2 * h + 1);
+          A[i][h][1] = word_of(cur[2 * i + 1], 2 * h), A[i][h][3] = word_of(cur[2 * i + 1], 2 * h + 1);
         } else {
-          uint32_t w0 = word_of(cur[2 * i], v >> 1), w8 = word_of(cur[2 * i + 1], v >> 1);
-          int u = 2 * (v & 1) + sub;
-          A[i][sub][0] = g2_pair(w0, 2 * u), A[i][sub][2] = g2_pair(w0, 2 * u + 1);
-          A[i][sub][1] = g2_pair(w8, 2 * u), A[i][sub][3] = g2_pair(w8, 2 * u + 1);
+          uint32_t w0 = word_of(cur[2 * i], j), w8 = word_of(cur[2 * i + 1], j);
+          A[i][h][0] = (w0 >> (4 * h)) & 0x03030303u, A[i][h][2] = (w0 >> (4 * h + 2)) & 0x03030303u;
+          A[i][h][1] = (w8 >> (4 * h)) & 0x03030303u, A[i][h][3] = (w8 >> (4 * h + 2)) & 0x03030303u;
         }
       }
-    const int unit = swz(ks * 8 * EPB + 2 * EPB * t + v);
-#pragma unroll
-    for (int jn = 0; jn < NT; jn++) {
-      const uint4 bh = buf[(8 * jn + g) * C::ROWU + unit];
-      const uint4 bl = buf[(C::NP + 8 * jn + g) * C::ROWU + unit];
-#pragma unroll
-      for (int i = 0; i < 2; i++) {
-        mma16816(acc[i][jn], A[i][0], bl.x, bl.y);
-        mma16816(acc[i][jn], A[i][0], bh.x, bh.y);
-        mma16816(acc[i][jn], A[i][1], bl.z, bl.w);
-        mma16816(acc[i][jn], A[i][1], bh.z, bh.w);
-      }
-    }
-  }
-}
-
-template <int NT>
-__device__ __forceinline__ void flush(float (&acc)[2][NT][4], float (&tot)[2][NT][4])
-{
-#pragma unroll
-  for (int i = 0; i < 2; i++)
+    const int unit = ks * 4 * EPB + EPB * t + j;
 #pragma unroll
     for (int jn = 0; jn < NT; jn++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) tot[i][jn][e] += acc[i][jn][e], acc[i][jn][e] = 0.0f;
+      for (int d = 0; d < TSR_GENO_DIGITS; d++) {
+        const int row = d * C::NP + 8 * jn + g;
+        const uint4 b = buf[row * UPR + swz<EPB>(unit, row)];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+          imma16832(acc[i][jn][d], A[i][0], b.x, b.y);
+          imma16832(acc[i][jn][d], A[i][1], b.z, b.w);
+        }
+      }
+  }
 }
 
 template <int EPB, int NT, int VEC>
-__global__ void __launch_bounds__(256, xb_cfg<EPB, NT>::SMEM <= 113 * 1024 ? 2 : 1) xb_kernel(xb_args a)
+__global__ void __launch_bounds__(256, 1) xb_kernel(xb_args a)
 {
   typedef xb_cfg<EPB, NT> C;
   extern __shared__ uint4 smem[];
@@ -161,7 +156,7 @@ __global__ void __launch_bounds__(256, xb_cfg<EPB, NT>::SMEM <= 113 * 1024 ? 2 :
     int64_t row = rbase + 16 * (p / 2) + 8 * (p % 2) + g;
     xr[p] = a.x + (row < a.r ? row : a.r - 1) * a.cb;  /* rows past r: read, never stored */
   }
-  float acc[2][NT][4] = {}, tot[2][NT][4] = {};
+  int acc[2][NT][TSR_GENO_DIGITS][4] = {};
   const int64_t s0 = (int64_t)ch0 * C::SPC, s_end = min((int64_t)ch1 * C::SPC, (a.cb + 63) / 64);
   for (int d = 0; d < C::D - 1; d++) xb_issue<EPB, NT, VEC>(a, smem, xr, s0 + d, s_end, ch0, ch1, col_base, t);
   for (int64_t s = s0; s < s_end; s++) {
@@ -176,7 +171,6 @@ __global__ void __launch_bounds__(256, xb_cfg<EPB, NT>::SMEM <= 113 * 1024 ? 2 :
       else cur[p] = tsr_geno_load16<1>(xr[p], s * 64 + 16 * t, a.cb);
     }
     xb_step<EPB, NT>(cur, smem + (int)((s / C::SPC - ch0) % C::NBUF) * C::BUF, ks, g, t, acc);
-    if ((s + 1 - s0) % C::FLUSH == 0 || s + 1 == s_end) flush<NT>(acc, tot);
   }
   float *dst = a.out + (int64_t)blockIdx.y * a.r * a.n;
 #pragma unroll
@@ -186,7 +180,8 @@ __global__ void __launch_bounds__(256, xb_cfg<EPB, NT>::SMEM <= 113 * 1024 ? 2 :
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         int64_t row = rbase + 16 * i + g + (e >= 2 ? 8 : 0), col = col_base + 8 * jn + 2 * t + (e & 1);
-        if (row < a.r && col < a.n) dst[row * a.n + col] = ldexpf(tot[i][jn][e], -a.exps[col]);
+        if (row < a.r && col < a.n)
+          dst[row * a.n + col] = digits_value(acc[i][jn][0][e], acc[i][jn][1][e], acc[i][jn][2][e], a.exps[col]);
       }
 }
 
@@ -229,18 +224,19 @@ int tsr_cuda_geno_xb(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t 
   cudaStream_t s = tsr_stream(gpu);
   if (r == 0 || n == 0) return 0;
   if (c == 0) return TSR_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)(r * n) * sizeof(float), s), err);
-  const int kc = epb == 1 ? xb_cfg<1, 1>::KC : xb_cfg<4, 1>::KC;
+  const int kc = xb_cfg<1, 1>::KC;
   int64_t cb = epb == 1 ? c : tsr_packed_len(c), chunks = (cb * epb + kc - 1) / kc, groups = (n + 31) / 32;
   int nt = groups > 1 ? 4 : (int)((n + 7) / 8), per_split = 1;
   int64_t row_blocks = (r + XB_ROWS - 1) / XB_ROWS;
-  int splits = tsr_geno_split_count(row_blocks, chunks, 528, &per_split);
+  int64_t max_chunks = epb == 1 ? xb_cfg<1, 1>::MAX_CHUNKS : xb_cfg<4, 1>::MAX_CHUNKS;
+  int splits = tsr_geno_split_count(row_blocks, chunks, 528, max_chunks, &per_split);
   tsr_scratch scr(gpu);
-  bsplit bs;
+  bdigits bs;
   float *part = nullptr;
-  int rc = tsr_geno_split_b(b, bdt, c, n, 8 * nt * groups, chunks * kc, epb == 4, scr, s, &bs, err);
+  int rc = tsr_geno_digits(b, bdt, c, n, 8 * nt * groups, chunks * kc, epb == 4, scr, s, &bs, err);
   if (rc == 0 && splits > 1) rc = scr.get(splits * r * n, &part, "xb's partial products", err);
   if (rc != 0) return rc;
-  xb_args a = {x, r, cb, (const uint4 *)bs.parts, bs.cols_tot, bs.kp, bs.exps, n, splits > 1 ? part : out,
+  xb_args a = {x, r, cb, (const uint4 *)bs.digits, bs.cols_tot, bs.kp, bs.exps, n, splits > 1 ? part : out,
                (int)chunks, per_split};
   dim3 grid((unsigned)row_blocks, (unsigned)splits, (unsigned)groups);
   int vec = tsr_geno_load_width(x, cb, 16);

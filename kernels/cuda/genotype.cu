@@ -1,7 +1,7 @@
 /* kernels/cuda/genotype.cu — genotype data on the GPU: pack2bit and
  * unpack2bit (cpu/pack2bit.c has the format), matmul_2bit, and the shared
  * parts of the fused products of a u8 or 2-bit genotype matrix X with a
- * thin float matrix B (geno_xb.cu: X·B, geno_btx.cu: Bᵀ·X): B's f16 parts
+ * thin float matrix B (geno_xb.cu: X·B, geno_btx.cu: Bᵀ·X): B's digits
  * and the sum of split partial products. genotype.cuh has the numerics. */
 #include <string.h>
 
@@ -77,7 +77,7 @@ TSR_CUDA_VARIANT(unpack2bit)
   return rc == 0 ? 0 : tsr_cuda_fail_op("unpack2bit", rc, err);
 }
 
-/* ---------- B's parts: per-column scale, f16 hi/lo, the kernels' k order ---------- */
+/* ---------- B's digits: per-column scale, base-256 digits, the kernels' k order ---------- */
 
 /* Largest |B[k, col]| per column as float bits (non-negative floats order
  * like their bits; max is order-free, so atomics keep this deterministic). */
@@ -99,7 +99,9 @@ __global__ void colmax_kernel(const BT *b, int64_t rows, int64_t cols, unsigned 
   atomicMax(&maxbits[col], m);
 }
 
-/* e per column: largest·2^e in [2^13, 2^14); 0 for zero or non-finite. */
+/* e per column: largest·2^e in [2^21, 2^22) (a float rounded up to the
+ * next power of two only lowers it to 2^22: still three digits); 0 for
+ * zero or non-finite columns. */
 __global__ void exps_kernel(const unsigned *maxbits, int64_t cols, int *exps)
 {
   TSR_GRID_STRIDE(j, cols)
@@ -108,48 +110,48 @@ __global__ void exps_kernel(const unsigned *maxbits, int64_t cols, int *exps)
     int e = 0;
     if (m > 0.0f && isfinite(m)) {
       frexpf(m, &e);
-      e = 14 - e;
-    } else {
-      e = 0;
+      e = 22 - e;
     }
     exps[j] = e;
   }
 }
 
-/* Storage position p of a 16-genotype word holds genotype perm16[p]: the
- * pairs (q, q+8) that g2_pair makes, in the order the 2-bit xb kernel uses. */
+/* Storage position p of a 16-genotype word holds genotype 4·(p%4) + p/4:
+ * the bytes (w >> 2j) & 0x03030303 that the 2-bit xb kernel makes. */
 __device__ __forceinline__ int perm16(int p)
 {
-  return (p & 1) ? (p >> 1) + 8 : (p >> 1);
+  return 4 * (p & 3) + (p >> 2);
 }
 
-/* out[part][col][kk] (halves, cols_tot × kp per part) from B's element
- * (k, col), k = kk or its 2-bit permutation; zero outside B. */
+/* out[d][col][kk] from B's element (k, col), k = kk or its 2-bit
+ * permutation: the balanced base-256 digits of q = round(B·2^e), d0 and d1
+ * in [-128, 127] and d2 = the rest (|q| <= 2^22, so |d2| <= 64). */
 template <class BT>
-__global__ void split_kernel(const BT *b, int64_t nk, int64_t ncols, const int *exps, int64_t cols_tot, int64_t kp,
-                             int perm, __half *out)
+__global__ void digits_kernel(const BT *b, int64_t nk, int64_t ncols, const int *exps, int64_t cols_tot, int64_t kp,
+                              int perm, int8_t *out)
 {
   TSR_GRID_STRIDE(i, cols_tot * kp)
   {
     int64_t col = i / kp, kk = i - col * kp;
     int64_t k = perm ? (kk & ~(int64_t)15) + perm16((int)(kk & 15)) : kk;
     double v = col < ncols && k < nk ? (double)b[k * ncols + col] : 0.0;
-    double s = ldexp(v, exps[col]);
-    __half hi = __double2half(s);
-    __half lo = __double2half(s - (double)__half2float(hi));
-    out[i] = hi;
-    out[cols_tot * kp + i] = lo;
+    int q = isfinite(v) ? (int)rint(ldexp(v, exps[col])) : 0;
+    int d0 = ((q + 128) & 255) - 128, q1 = (q - d0) / 256;
+    int d1 = ((q1 + 128) & 255) - 128, d2 = (q1 - d1) / 256;
+    out[i] = (int8_t)d0;
+    out[cols_tot * kp + i] = (int8_t)d1;
+    out[2 * cols_tot * kp + i] = (int8_t)d2;
   }
 }
 
-int tsr_geno_split_b(const void *b, tsr_dtype bdt, int64_t nk, int64_t ncols, int64_t cols_tot, int64_t kp, bool perm,
-                     tsr_scratch &scr, cudaStream_t s, bsplit *out, tsr_errbuf *err)
+int tsr_geno_digits(const void *b, tsr_dtype bdt, int64_t nk, int64_t ncols, int64_t cols_tot, int64_t kp, bool perm,
+                    tsr_scratch &scr, cudaStream_t s, bdigits *out, tsr_errbuf *err)
 {
   unsigned *maxbits = nullptr;
   out->cols_tot = cols_tot, out->kp = kp;
   int rc = scr.get(cols_tot, &maxbits, "B's column maxima", err);
   if (rc == 0) rc = scr.get(cols_tot, &out->exps, "B's column scales", err);
-  if (rc == 0) rc = scr.get(2 * cols_tot * kp, &out->parts, "B's f16 parts", err);
+  if (rc == 0) rc = scr.get(TSR_GENO_DIGITS * cols_tot * kp, &out->digits, "B's digits", err);
   if (rc == 0) rc = TSR_CUDA_CHECK(cudaMemsetAsync(maxbits, 0, (size_t)cols_tot * sizeof *maxbits, s), err);
   if (rc != 0) return rc;
   int64_t gy = (nk + 255) / 256;
@@ -158,12 +160,12 @@ int tsr_geno_split_b(const void *b, tsr_dtype bdt, int64_t nk, int64_t ncols, in
   else colmax_kernel<float><<<grid, dim3(32, 8), 0, s>>>((const float *)b, nk, ncols, maxbits);
   exps_kernel<<<tsr_grid(cols_tot, 256), 256, 0, s>>>(maxbits, cols_tot, out->exps);
   if (bdt == TSR_F64)
-    split_kernel<double><<<tsr_grid(cols_tot * kp, 256), 256, 0, s>>>((const double *)b, nk, ncols, out->exps, cols_tot,
-                                                                      kp, perm, out->parts);
+    digits_kernel<double><<<tsr_grid(cols_tot * kp, 256), 256, 0, s>>>((const double *)b, nk, ncols, out->exps,
+                                                                       cols_tot, kp, perm, out->digits);
   else
-    split_kernel<float><<<tsr_grid(cols_tot * kp, 256), 256, 0, s>>>((const float *)b, nk, ncols, out->exps, cols_tot,
-                                                                     kp, perm, out->parts);
-  return TSR_CUDA_LAUNCHED("split_kernel", err);
+    digits_kernel<float><<<tsr_grid(cols_tot * kp, 256), 256, 0, s>>>((const float *)b, nk, ncols, out->exps, cols_tot,
+                                                                      kp, perm, out->digits);
+  return TSR_CUDA_LAUNCHED("digits_kernel", err);
 }
 
 __global__ void splits_sum_kernel(const float *part, int splits, int64_t stride, float *out)
@@ -190,10 +192,11 @@ int tsr_geno_load_width(const void *x, int64_t cb, int widest)
   return 1;
 }
 
-int tsr_geno_split_count(int64_t blocks, int64_t chunks, int64_t want_blocks, int *per_split)
+int tsr_geno_split_count(int64_t blocks, int64_t chunks, int64_t want_blocks, int64_t max_per_split, int *per_split)
 {
   int64_t splits = blocks >= want_blocks ? 1 : (want_blocks + blocks - 1) / blocks;
   splits = splits > chunks ? chunks : splits < 1 ? 1 : splits;
+  if ((chunks + splits - 1) / splits > max_per_split) splits = (chunks + max_per_split - 1) / max_per_split;
   *per_split = (int)((chunks + splits - 1) / splits);
   return (int)((chunks + *per_split - 1) / *per_split);
 }

@@ -1,23 +1,21 @@
 /* kernels/cuda/genotype.cuh — what the fused genotype products share
- * (genotype.cu, geno_xb.cu, geno_btx.cu): converting genotype bytes into
- * f16 tensor-core fragments, the MMA, asynchronous copies, and B's f16
- * parts.
+ * (genotype.cu, geno_xb.cu, geno_btx.cu): the int8 tensor-core MMA,
+ * asynchronous copies, and B's digits.
  *
- * Numerics of the fused products. Genotypes (0..255) are exact in f16. B is
- * split per column into two f16 parts, B·2^e ≈ hi + lo, with the power of
- * two 2^e putting the column's largest |B| just under 2^14; hi + lo holds B
- * to about 2^-22 of that largest entry. Each product x·hi, x·lo is exact in
- * the f32 accumulators of mma.sync m16n8k16. Tensor cores add with
- * truncation, an error that grows with the number of MMAs summed into one
- * accumulator, so the kernels move the MMA accumulators into ordinary f32
- * totals (round to nearest) every 256 k: the result is then within f32
- * GEMM accuracy of the exact product (measured in docs/kernels-cuda.md),
- * not the CPU's bytes (which come from f64), and deterministic — a fixed
- * order that depends on the shapes only. */
+ * Numerics of the fused products. The genotypes are the MMA's unsigned
+ * 8-bit operand as they are (u8) or unpacked with a shift and a mask
+ * (2-bit): no conversion to float at all. B is quantized per column:
+ * q = round(B·2^e) with 2^e putting the column's largest |B| in [2^21,
+ * 2^22), written as three signed base-256 digits q = d0 + 256·d1 + 65536·d2,
+ * each an 8-bit operand. mma.sync m16n8k32 sums x·d exactly in int32 (k
+ * per split is capped so the sums cannot overflow); the three digit sums
+ * are combined exactly in double, scaled by 2^-e and rounded once to f32.
+ * The only error is B's quantization, at most 2^-22 of each column's
+ * largest |B| per element: results are within f32 GEMM accuracy of the
+ * exact product (measured in docs/kernels-cuda.md), independent of k and of
+ * the summation order, and bit-for-bit reproducible. */
 #ifndef TSR_KERNELS_CUDA_GENOTYPE_CUH
 #define TSR_KERNELS_CUDA_GENOTYPE_CUH
-
-#include <cuda_fp16.h>
 
 #include "common.cuh"
 
@@ -26,37 +24,23 @@ static inline int64_t tsr_packed_len(int64_t c)
   return c / 4 + (c % 4 != 0);
 }
 
-/* ---------- fragments ---------- */
+/* ---------- the MMA ---------- */
 
-#define HALF2_1024 0x64006400u  /* (1024, 1024) as f16x2 */
-
-__device__ __forceinline__ uint32_t hsub2_1024(uint32_t x)
-{
-  uint32_t d;
-  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(HALF2_1024));
-  return d;
-}
-
-/* u8: two of w's bytes as f16x2 (sel puts them in the low bytes of each
- * half, 0x64 above: 1024 + x, then minus 1024). 0x4140: bytes 0,1; 0x4342:
- * bytes 2,3. */
-__device__ __forceinline__ uint32_t u8_pair(uint32_t w, uint32_t sel)
-{
-  return hsub2_1024(__byte_perm(w, 0x64646464u, sel));
-}
-
-/* 2-bit: the genotypes at bits 2q and 2q+16 of w as f16x2. */
-__device__ __forceinline__ uint32_t g2_pair(uint32_t w, int q)
-{
-  return hsub2_1024(((w >> (2 * q)) & 0x00030003u) | HALF2_1024);
-}
-
-__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+/* c += a·b for an m16n8k32 tile: a unsigned 8-bit (4 per register, row
+ * layout), b signed 8-bit (column layout), c int32. */
+__device__ __forceinline__ void imma16832(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
   asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* The digit sums of one result: (s0 + 256·s1 + 65536·s2)·2^-e, exact in
+ * double until the one rounding to f32. */
+__device__ __forceinline__ float digits_value(int s0, int s1, int s2, int e)
+{
+  return (float)ldexp((double)s0 + 256.0 * (double)s1 + 65536.0 * (double)s2, -e);
 }
 
 __device__ __forceinline__ uint32_t word_of(const uint4 &v, int j)
@@ -117,28 +101,31 @@ __device__ __forceinline__ uint4 tsr_geno_load16(const uint8_t *row, int64_t off
   return v;
 }
 
-/* ---------- B's f16 parts (genotype.cu) ---------- */
+/* ---------- B's digits (genotype.cu) ---------- */
 
-/* B (nk × ncols, row-major) prepared for a kernel: [2][cols_tot][kp]
- * halves (hi, then lo; zero past B), scaled per column by 2^exps[col]. */
-struct bsplit {
-  __half *parts;
+#define TSR_GENO_DIGITS 3
+
+/* B (nk × ncols, row-major) prepared for a kernel: digits [3][cols_tot][kp]
+ * (signed bytes, zero past B) of q = round(B·2^exps[col]). */
+struct bdigits {
+  int8_t *digits;
   int *exps;
   int64_t cols_tot, kp;
 };
 
 /* Prepares B in scratch; perm: the 2-bit xb kernel's k order (within each
- * 16 genotypes, storage position p holds genotype p/2 + 8·(p%2)). */
-int tsr_geno_split_b(const void *b, tsr_dtype bdt, int64_t nk, int64_t ncols, int64_t cols_tot, int64_t kp, bool perm,
-                     tsr_scratch &scr, cudaStream_t s, bsplit *out, tsr_errbuf *err);
+ * 16 genotypes, storage position p holds genotype 4·(p%4) + p/4). */
+int tsr_geno_digits(const void *b, tsr_dtype bdt, int64_t nk, int64_t ncols, int64_t cols_tot, int64_t kp, bool perm,
+                    tsr_scratch &scr, cudaStream_t s, bdigits *out, tsr_errbuf *err);
 
 /* out[i] = the sum over s < splits of part[s·stride + i], in split order. */
 int tsr_geno_sum_splits(const float *part, int splits, int64_t stride, float *out, cudaStream_t s, tsr_errbuf *err);
 
 /* Splits of the k chunks over blocks: enough blocks for any GPU, from the
- * shape alone (so the summation order never depends on the device).
- * Returns the split count; *per_split chunks each. */
-int tsr_geno_split_count(int64_t blocks, int64_t chunks, int64_t want_blocks, int *per_split);
+ * shape alone (so the summation order never depends on the device), and
+ * at most max_per_split chunks each (int32 sums cannot overflow). Returns
+ * the split count; *per_split chunks each. */
+int tsr_geno_split_count(int64_t blocks, int64_t chunks, int64_t want_blocks, int64_t max_per_split, int *per_split);
 
 /* The widest load (a power of two up to widest) that every row start and
  * every piece allows. */
