@@ -303,6 +303,9 @@ int tsr_tiers_load(tsr_tiers *t, tsr_wstore *store, const char *key, tsr_chunk *
 
 bool tsr_tiers_paused(tsr_tiers *t, tsr_wstore *store)
 {
+  /* Chunks unpinned since the last task (sends completed) may be evictable
+   * now; without this a worker idle and paused would wait for nothing. */
+  if (t->opts.memory_limit != 0) tsr_tiers_balance(t, store);
   uint64_t limit = t->opts.memory_limit, bytes = tsr_wstore_bytes(store);
   bool paused = limit != 0 && (double)bytes > (double)limit * t->opts.pause;
   if (paused != t->paused) {

@@ -103,7 +103,9 @@ void tsr_tiers_clear(tsr_tiers *tiers);
  * target), so the worker asks the scheduler for no new tasks (heartbeat
  * `paused`). Unlike Dask's pause it ignores the RSS: a paused worker always
  * resumes once its running tasks finish and their chunks can be evicted,
- * so a cluster cannot stay paused forever. Logs each change at info. */
+ * so a cluster cannot stay paused forever. Balances first (chunks whose
+ * sends finished since the last task may be evictable now). Logs each
+ * change at info. */
 bool tsr_tiers_paused(tsr_tiers *tiers, tsr_wstore *store);
 
 /* Applies one worker command-line flag (--memory-target, --memory-spill,
