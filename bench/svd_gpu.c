@@ -17,8 +17,9 @@
  *   [B_j] = Ub S V'                          (svd) -> s[:k], v = V'[:k]
  * Packed mode works in f32 (the GPU's tensor cores); u8 mode in --dtype.
  *
- * --check recomputes the same SVD in f64 from X regenerated inside each
- * pass (never stored: any size fits) with the same Om (f64), and prints
+ * --check recomputes the same SVD in f64 with X generated inside each
+ * product (matmul_random: never stored, so any size fits) and the same Om
+ * (f64), and prints
  * the largest error of s and of v (rows up to sign) relative to the
  * largest value: the f64 answer. Uses only the public API. */
 #include <math.h>
@@ -126,11 +127,28 @@ static int add_assemble(tsr_graph *g, const char *key, const char *const *in, in
   return add(g, key, "assemble", a, in, (size_t)n);
 }
 
-/* X @ B (xb) or B' @ X (btx) for block (i, j) of X; in[0] the X block key. */
-static int add_product(tsr_graph *g, const plan *p, const char *key, const char *x, const char *b, bool btx, int64_t j)
+/* X_ij @ B (xb) or B' @ X_ij (btx): from the kept block x, or (fused)
+ * with X_ij generated inside the product, tile by tile, never stored
+ * (matmul_random: the same values as randint, so the same answer). */
+static int add_product(tsr_graph *g, const plan *p, const char *key, const char *x, const char *b, bool btx, int64_t i,
+                       int64_t j)
 {
   const char *in[2] = {x, b};
   tsr_args *a = args();
+  if (p->fused) {
+    int64_t shape[2] = {rows_of(p, i), cols_of(p, j)}, global[2] = {p->o->rows, p->o->cols};
+    int64_t off[2] = {i * p->o->crow, j * p->o->ccol};
+    tsr_args_str(a, "side", btx ? "btx" : "xb");
+    tsr_args_str(a, "dist", "randint");
+    tsr_args_int(a, "seed", (int64_t)p->o->seed);
+    tsr_args_int(a, "low", 0);
+    tsr_args_int(a, "high", 3);
+    tsr_args_str(a, "dtype", "u8");
+    tsr_args_ints(a, "shape", shape, 2);
+    tsr_args_ints(a, "global_shape", global, 2);
+    tsr_args_ints(a, "offset", off, 2);
+    return add(g, key, "matmul_random", a, &b, 1);
+  }
   if (p->packed) {
     tsr_args_int(a, "cols", cols_of(p, j));
     tsr_args_str(a, "side", btx ? "btx" : "xb");
@@ -190,15 +208,12 @@ static int build_generation(tsr_graph *g, const plan *p)
   return rc;
 }
 
-/* The X block for pass `pass`: the kept one, or (fused) a fresh randint. */
+/* The kept X block (unused when fused). */
 static int x_block(tsr_graph *g, const plan *p, int64_t i, int64_t j, int pass, char *key)
 {
-  if (!p->fused) {
-    x_key(p, i, j, key);
-    return 0;
-  }
-  snprintf(key, KEY, "%s-X%d-%lld-%lld", p->prefix, pass, (long long)i, (long long)j);
-  return add_randint(g, p, key, i, j);
+  (void)g, (void)pass;
+  x_key(p, i, j, key);
+  return 0;
 }
 
 /* Y_i = sum_j X_ij @ Om_j; Q_i R_i = qr(Y_i). Writes the Q_i and R_i keys. */
@@ -217,7 +232,7 @@ static int pass_one(tsr_graph *g, const plan *p, char (*q)[KEY], char (*r)[KEY])
       snprintf(om, sizeof om, "%s-om-%lld", p->prefix, (long long)j);
       snprintf(parts[j], KEY, "%s-y-%lld-%lld", p->prefix, (long long)i, (long long)j);
       rc = x_block(g, p, i, j, 1, x);
-      if (rc == 0) rc = add_product(g, p, parts[j], x, om, false, j);
+      if (rc == 0) rc = add_product(g, p, parts[j], x, om, false, i, j);
     }
     char y[KEY], qr[KEY], pre[64];
     snprintf(pre, sizeof pre, "%s-ys-%lld", p->prefix, (long long)i);
@@ -273,7 +288,7 @@ static int pass_two(tsr_graph *g, const plan *p, char (*q)[KEY], char *s_key, ch
       char x[KEY];
       snprintf(parts[i], KEY, "%s-b-%lld-%lld", p->prefix, (long long)i, (long long)j);
       rc = x_block(g, p, i, j, 2, x);
-      if (rc == 0) rc = add_product(g, p, parts[i], x, q[i], true, j);
+      if (rc == 0) rc = add_product(g, p, parts[i], x, q[i], true, i, j);
     }
     char pre[64];
     snprintf(pre, sizeof pre, "%s-bs-%lld", p->prefix, (long long)j);

@@ -267,7 +267,8 @@ static int compute_rows(tsr_array_ctx *ctx, int64_t rows, int64_t chunk_rows, ui
 TEST(device_memory_limit_fails_the_graph_cleanly)
 {
   cluster c;
-  const char *limit[] = {"--device-memory-limit", "48MiB", NULL};
+  /* frequent heartbeats: the status's device_memory_used is fresh */
+  const char *limit[] = {"--device-memory-limit", "48MiB", "--heartbeat-interval", "100ms", NULL};
   ASSERT_EQ(start(&c, "gpu", limit, NULL), 0);
   tsr_client *client = NULL;
   tsr_array_ctx *ctx = NULL;
@@ -292,6 +293,7 @@ TEST(device_memory_limit_fails_the_graph_cleanly)
   client = NULL;
   ok = ok && tsr_client_open(&client, c.address, NULL) == 0 && tsr_array_ctx_new(client, &ctx) == 0;
   uint64_t used = UINT64_MAX;
+  usleep(500000);
   for (int i = 0; ok && i < 100 && used != 0; i++) {
     tsr_cluster_info *info = NULL;
     if (tsr_cluster_info_get(client, 5000, &info) == 0 && info->n_workers == 1) used = info->workers[0].device_memory_used;
