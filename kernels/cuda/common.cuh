@@ -193,6 +193,9 @@ int tsr_cuda_geno_xb(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t 
                      tsr_dtype bdt, int64_t n, float *out, tsr_errbuf *err);
 int tsr_cuda_geno_btx(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t r, int64_t c, const void *b,
                       tsr_dtype bdt, int64_t m, float *out, tsr_errbuf *err);
+/* Test hook: true makes tsr_cuda_geno_xb use the narrow configuration
+ * that GPUs with less shared memory get. Not for production use. */
+extern "C" void tsr_cuda_geno_test_narrow(bool on);
 /* Fills a device buffer of n elements of dt (f32/f64) with NaN when any of
  * info[0 .. ninfo) is nonzero — how a solver's failure shows without a
  * synchronization (solver.cu). */

@@ -603,6 +603,41 @@ TEST(matmul_genotype_fused)
   tsr_params_clear(&p);
 }
 
+/* The internal hook of kernels/cuda/geno_xb.cu: the narrow configuration
+ * that GPUs with less shared memory (A100) get. */
+void tsr_cuda_geno_test_narrow(bool on);
+
+/* X @ B in the narrow configuration, u8 and 2-bit, against the CPU. */
+TEST(matmul_genotype_narrow_config)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf c, g;
+  static const int64_t cases[][3] = {{1000, 2048, 20}, {777, 1001, 33}, {3000, 520, 8}};
+  tsr_cuda_geno_test_narrow(true);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int64_t sx[2] = {cases[i][0], cases[i][1]}, sb[2] = {cases[i][1], cases[i][2]};
+    tsr_buf in[2] = {rand_buf(TSR_U8, 2, sx, 3), rand_buf(TSR_F32, 2, sb, 0)}, pk;
+    tsr_errbuf err;
+    mm_params(&p, false, false, false, true);
+    BOTH("matmul", &p, in, 2, &c, &g);
+    double e1 = rel_err(&g, &c);
+    free(c.data), free(g.data);
+    ASSERT_OK(cpu_run("pack2bit", NULL, &in[0], 1, &pk, &err));
+    tsr_buf in2[2] = {pk, in[1]};
+    tsr_params_clear(&p);
+    tsr_params_add_int(&p, "cols", cases[i][1]);
+    BOTH("matmul_2bit", &p, in2, 2, &c, &g);
+    double e2 = rel_err(&g, &c);
+    fprintf(stderr, "  narrow %lldx%lld, %lld thin: u8 %.2e, 2-bit %.2e\n", (long long)cases[i][0],
+            (long long)cases[i][1], (long long)cases[i][2], e1, e2);
+    ASSERT_TRUE(e1 <= 1e-4 && e2 <= 1e-4);
+    free(c.data), free(g.data), free(pk.data);
+    free_bufs(in, 2);
+  }
+  tsr_cuda_geno_test_narrow(false);
+  tsr_params_clear(&p);
+}
+
 TEST(matmul_integer_generic)
 {
   tsr_params p = TSR_PARAMS_INIT;
@@ -1175,6 +1210,7 @@ int main(int argc, char **argv)
   RUN_IF(layout_ops_bit_identical);
   RUN_IF(matmul_float);
   RUN_IF(matmul_genotype_fused);
+  RUN_IF(matmul_genotype_narrow_config);
   RUN_IF(matmul_integer_generic);
   RUN_IF(matmul_random_all_sides);
   RUN_IF(qr_against_cpu_and_definition);
