@@ -4,8 +4,9 @@
  * The rule of the registry: every op is deterministic. The same params and
  * the same input bytes give the same output bytes, on any worker, any
  * thread count and any run. The scheduler relies on this to recompute a lost
- * or evicted chunk instead of storing it. Ops that read files are
- * deterministic while the file is unchanged.
+ * or evicted chunk instead of storing it (docs/memory.md: a worker under
+ * memory pressure drops recomputable chunks rather than spilling them).
+ * Ops that read files are deterministic while the file is unchanged.
  *
  * Kernels get their inputs and an output buffer the caller allocated, own
  * nothing, allocate nothing that outlives the call, and never print: a
