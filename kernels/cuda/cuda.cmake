@@ -23,6 +23,9 @@ if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
 endif()
 set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
 enable_language(CUDA)
+# tsr_kernels was created before the variable existed, so its property was
+# initialized empty; a fresh build dir then fails to generate.
+set_target_properties(tsr_kernels PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
 find_package(CUDAToolkit REQUIRED)
 set(TSR_HAVE_CUDA ON)
 
