@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 tsizes=${1:-10000,100000,1000000}
 dsizes=${2:-10000}
 bench/setup-venv.sh >/dev/null
-cmd_t="build/bin/tessera local --cpu-workers 2 --threads-per-worker 1 -- build/bin/tsr-bench-overhead --sizes $tsizes"
+cmd_t="${BIN:-build/bin}/tessera local --cpu-workers 2 --threads-per-worker 1 -- ${BIN:-build/bin}/tsr-bench-overhead --sizes $tsizes"
 cmd_d="bench/.venv/bin/python bench/overhead_dask.py --sizes $dsizes"
 echo "# bench/overhead  $(date -u +%Y-%m-%d)  $(nproc) cores  $(uname -m)"
 echo "# tessera: $cmd_t"
