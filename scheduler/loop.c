@@ -123,8 +123,8 @@ static int open_socket(void *ctx, const sched_loop_opts *opts, void **sock_p)
     zmq_close(sock);
     return TSR_EIO;
   }
-  TSR_INFO("listening on %s (heartbeat every %llu ms, timeout %llu ms)", address,
-           (unsigned long long)opts->cfg.heartbeat_ms, (unsigned long long)opts->cfg.timeout_ms);
+  TSR_INFO("listening on %s (heartbeat every %llu ms, timeout %llu ms, fuse width %u)", address,
+           (unsigned long long)opts->cfg.heartbeat_ms, (unsigned long long)opts->cfg.timeout_ms, opts->cfg.fuse_width);
   *sock_p = sock;
   return 0;
 }

@@ -24,6 +24,8 @@ static void usage(FILE *out)
           "  --heartbeat-interval DUR   heartbeat to every peer this often (default 1s)\n"
           "  --heartbeat-timeout DUR    drop a peer silent this long (default 10s)\n"
           "  --address-file PATH        write the address peers connect to, once bound\n"
+          "  --fuse-width N             fuse chains and fan-ins of at most N branches into one task (default 1: chains)\n"
+          "  --no-fuse                  never fuse tasks (same as --fuse-width 0)\n"
           "  --help, --version\n");
 }
 
@@ -72,6 +74,13 @@ static int parse_args(int argc, char **argv, sched_loop_opts *opts, int *exit_p)
     } else if ((v = flag_value(argc, argv, &i, "--heartbeat-timeout")) != NULL) {
       if (tsr_parse_duration_ms(v, &ms) != 0 || ms == 0) return *exit_p = bad_flag("bad --heartbeat-timeout '%s'", v), 1;
       opts->cfg.timeout_ms = ms;
+    } else if ((v = flag_value(argc, argv, &i, "--fuse-width")) != NULL) {
+      char *end;
+      unsigned long n = strtoul(v, &end, 10);
+      if (*v < '0' || *v > '9' || *end != '\0' || n > 1000000) return *exit_p = bad_flag("bad --fuse-width '%s' (0 to 1000000)", v), 1;
+      opts->cfg.fuse_width = (uint32_t)n;
+    } else if (strcmp(a, "--no-fuse") == 0) {
+      opts->cfg.fuse_width = 0;
     } else {
       return *exit_p = bad_flag("unknown or incomplete option '%s'", a), 1;
     }
@@ -81,7 +90,7 @@ static int parse_args(int argc, char **argv, sched_loop_opts *opts, int *exit_p)
 
 int main(int argc, char **argv)
 {
-  sched_loop_opts opts = {.listen = "tcp://0.0.0.0:8786", .cfg = {.heartbeat_ms = 1000, .timeout_ms = 10000}};
+  sched_loop_opts opts = {.listen = "tcp://0.0.0.0:8786", .cfg = {.heartbeat_ms = 1000, .timeout_ms = 10000, .fuse_width = 1}};
   tsr_log_set_component("scheduler");
   int code = 0;
   if (parse_args(argc, argv, &opts, &code) != 0) return code;

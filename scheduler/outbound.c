@@ -131,14 +131,16 @@ void sched_emit_status(sched_state *st, uint32_t peer, uint64_t req)
   for (uint32_t g = 0; g < st->ngraphs; g++) {
     const sched_graph *gr = st->graphs[g];
     if (gr == NULL) continue;
-    msgpack_pack_map(pk, 5);
+    msgpack_pack_map(pk, 7);
     tsr_pack_kv_str(pk, "client", gr->client_name);
     tsr_pack_kv_uint(pk, "graph", gr->graph_id);
-    tsr_pack_kv_uint(pk, "tasks_total", gr->ntasks);
+    tsr_pack_kv_uint(pk, "tasks_total", gr->ntasks);   /* fused tasks count by their parts */
     tsr_pack_kv_uint(pk, "tasks_done", gr->ndone);
     tsr_pack_kv_uint(pk, "tasks_erred", gr->nerred);
+    tsr_pack_kv_uint(pk, "fused_tasks", gr->nfused);
+    tsr_pack_kv_uint(pk, "fused_parts", gr->nfused_parts);
   }
-  tsr_pack_kv_uint(pk, "tasks_total", st->nlive);
+  tsr_pack_kv_uint(pk, "tasks_total", (uint64_t)st->nlive + st->nfused_extra);
 }
 
 void sched_emit_heartbeats(sched_state *st)

@@ -100,7 +100,7 @@ static int set_ops(sched_state *st, sched_worker *w, const worker_hello *h)
     w->nativebits[o / 64] |= 1ull << (o % 64);
     st->ops[o].ngpu_native++;
   }
-  return 0;
+  return sched_fuse_worker_ops(st, (uint32_t)(w - st->workers));
 }
 
 static void unset_ops(sched_state *st, const sched_worker *w)

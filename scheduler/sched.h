@@ -6,6 +6,7 @@
  *   policy_order.c priorities from graph order
  *   policy_place.c which worker runs a ready task; the placement pass
  *   policy_release.c when a task's result or record may go
+ *   fuse.c         task fusion at admission (chains and narrow fan-ins)
  *   submit.c       graph validation and admission
  *   outbound.c     messages the scheduler originates (compute, key_*)
  *   handlers.c     decoding and dispatch of inbound messages
@@ -114,6 +115,22 @@ int sched_graph_add(sched_state *st, uint32_t client, uint64_t graph_id, const s
  * and calls sched_graph_add. Same returns. */
 int sched_submit_maps(sched_state *st, uint32_t client, uint64_t graph_id, const msgpack_object *const *maps,
                       uint32_t nmaps, tsr_errbuf *err);
+
+/* ---------- fuse.c ---------- */
+/* Fuses linear chains and narrow fan-ins among the n NEW tasks fresh[] of
+ * graph g (validated, linked, acyclic; want_ids are the ids the client
+ * will want), as docs/scheduler.md "Fusion" says: each group becomes its
+ * output task with a fused op, params {parts} and the group's external
+ * inputs as dependencies; the other parts are discarded and fresh[] is
+ * compacted. Returns the number of tasks left in fresh[]. Never fails: a
+ * group that cannot be built stays unfused. No-op when cfg.fuse_width is 0. */
+int sched_fuse_graph(sched_state *st, uint32_t g, uint32_t *fresh, uint32_t n, const uint32_t *want_ids, uint32_t nwant);
+/* Gives worker w the fused ops it can run (after its advertised ops are
+ * set). 0 or TSR_ENOMEM. */
+int sched_fuse_worker_ops(sched_state *st, uint32_t w);
+/* For a fused task: NULL when spec defines the same task as the group's
+ * last part (op, params bytes, input keys), else what differs. */
+const char *sched_fused_differs(const sched_state *st, uint32_t id, const sched_task_spec *s);
 
 /* ---------- outbound.c ---------- */
 void sched_emit_compute(sched_state *st, uint32_t id, uint16_t w);

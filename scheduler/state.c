@@ -119,6 +119,7 @@ void sched_state_destroy(sched_state **st_p)
   free(st->graphs);
   for (uint32_t o = 0; o < st->nops; o++) {
     free(st->ops[o].name);
+    free(st->ops[o].fused_ops);
     free(st->ops[o].queue.ids);
   }
   free(st->ops);
@@ -203,6 +204,7 @@ void sched_task_free(sched_state *st, uint32_t id)
   }
   st->count_by_state[t->state]--;
   st->nlive--;
+  if (t->fused_parts > 0) st->nfused_extra -= t->fused_parts - 1;
   t->state = TS_FREE;
   t->gen++;
   t->key = NULL;

@@ -114,7 +114,11 @@ typedef struct sched_task {
   uint8_t suspicion;          /* workers that died while it ran */
   uint8_t dtype;
   uint8_t ndim;
+  uint32_t fused_parts;       /* tasks fused into this one (fuse.c); 0 for a plain task */
 } sched_task;
+
+/* What a task counts for in status: its parts when fused, else 1. */
+static inline uint32_t sched_task_weight(const sched_task *t) { return t->fused_parts ? t->fused_parts : 1; }
 
 /* key -> task id: open addressing over {hash, id} slots; the keys are the
  * tasks' own (keyidx.c). */
@@ -140,6 +144,8 @@ typedef struct sched_graph {
   uint32_t ntasks;            /* live tasks owned */
   uint32_t ndone;             /* owned tasks in memory or released */
   uint32_t nerred;
+  uint32_t nfused;            /* live fused tasks owned, and their parts */
+  uint32_t nfused_parts;
   char client_name[TSR_MAX_NAME_LEN + 1];
   sched_arena arena;
   bool pinned;                /* being admitted: not freed at ntasks == 0 */
@@ -236,11 +242,18 @@ typedef struct sched_op {
   uint32_t ncpu;              /* live CPU workers advertising it */
   sched_heap queue;           /* READY and QUEUED tasks of this op */
   uint32_t free_slots;        /* scratch of the placement pass */
+  /* A fused op (fuse.c): the distinct ops of its tasks' parts, sorted. Not
+   * in op_index and never advertised: a worker has it when it has `fused`
+   * and every part op, natively when every part op is native. NULL for an
+   * op of the registry. */
+  uint16_t *fused_ops;
+  uint32_t nfused_ops;
 } sched_op;
 
 typedef struct sched_config {
   uint64_t heartbeat_ms;
   uint64_t timeout_ms;
+  uint32_t fuse_width;        /* --fuse-width (fuse.c); 0: no fusion (--no-fuse) */
 } sched_config;
 
 typedef struct sched_state {
@@ -250,7 +263,8 @@ typedef struct sched_state {
   uint32_t ntasks;            /* slots ever used (high-water mark) */
   uint32_t cap_tasks;
   uint32_t free_head;         /* free list threaded through heap_pos */
-  uint32_t nlive;             /* tasks in the scheduler (status tasks_total) */
+  uint32_t nlive;             /* task records in the scheduler */
+  uint32_t nfused_extra;      /* sum of fused_parts - 1 over live fused tasks: nlive + this = tasks by parts */
   uint32_t count_by_state[TS_COUNT];
   sched_keyidx keyidx;        /* key -> task id (keyidx.c) */
   int64_t next_priority;

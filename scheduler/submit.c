@@ -39,6 +39,7 @@ static bool same_spec(const sched_task_spec *a, const sched_task_spec *b)
 static const char *differs_from_task(const sched_state *st, uint32_t id, const sched_task_spec *s)
 {
   const sched_task *t = &st->tasks[id];
+  if (t->fused_parts > 0) return sched_fused_differs(st, id, s);
   const char *op = st->ops[t->op].name;
   if (!strref_eq(op, strlen(op), s->op.s, s->op.len)) return "op";
   if (t->params_len != s->params_len || (s->params_len && memcmp(t->params, s->params, s->params_len) != 0))
@@ -61,6 +62,7 @@ typedef struct admit {
   uint32_t *local;   /* spec index -> task id */
   uint32_t *fresh;   /* the NEW task ids, in spec order */
   uint32_t nfresh;
+  uint32_t nparts;   /* new tasks as submitted (nfresh before fusion) */
   uint32_t *spec_of; /* position in fresh -> spec index */
   uint32_t *hashes;  /* sched_key_hash of each spec's key */
   tsr_errbuf *err;
@@ -300,7 +302,7 @@ static void commit(admit *a, uint32_t client, const uint32_t *want_ids, uint32_t
 {
   sched_state *st = a->st;
   sched_graph *gr = st->graphs[a->g];
-  gr->ntasks = a->nfresh;
+  gr->ntasks = a->nparts;  /* fused tasks count by their parts */
   for (uint32_t k = 0; k < a->nfresh; k++) {
     uint32_t id = a->fresh[k];
     const sched_task *t = &st->tasks[id];
@@ -313,7 +315,7 @@ static void commit(admit *a, uint32_t client, const uint32_t *want_ids, uint32_t
     tsr_wbuf *wb = sched_out(st, st->clients[client].peer);
     tsr_wbuf_begin(wb, "submitted", 3);
     tsr_pack_kv_uint(&wb->pk, "graph", a->graph_id);
-    tsr_pack_kv_uint(&wb->pk, "tasks", a->nfresh);
+    tsr_pack_kv_uint(&wb->pk, "tasks", a->nparts);
   }
   sched_policy_order(st, a->fresh, a->nfresh, st->next_priority, order);
   st->next_priority += a->nfresh;
@@ -367,6 +369,8 @@ int sched_graph_add(sched_state *st, uint32_t client, uint64_t graph_id, const s
   if (rc == 0) rc = link_dependents(&a);
   if (rc == 0) rc = check_cycles(&a);
   if (rc == 0) rc = resolve_wants(&a, wants, nwants, &want_ids, &nwant);
+  a.nparts = a.nfresh;
+  if (rc == 0) a.nfresh = (uint32_t)sched_fuse_graph(st, a.g, a.fresh, a.nfresh, want_ids, nwant);
   if (rc == 0) {
     uint32_t *order = malloc(sz);
     if (order == NULL) rc = tsr_fail(err, TSR_ENOMEM, "out of memory");
@@ -377,7 +381,7 @@ int sched_graph_add(sched_state *st, uint32_t client, uint64_t graph_id, const s
   else {
     st->graphs[a.g]->pinned = false;
     if (st->graphs[a.g]->ntasks == 0) sched_graph_free(st, a.g);
-    rc = (int)a.nfresh;
+    rc = (int)a.nparts;
   }
   free(want_ids);
   free(a.local);

@@ -113,8 +113,9 @@ static void set_state(sched_state *st, uint32_t id, int to)
   t->state = (uint8_t)to;
   if (t->graph != SCHED_NONE) {
     sched_graph *g = st->graphs[t->graph];
-    g->ndone += (uint32_t)(counts_done(to) - counts_done(from));
-    g->nerred += (uint32_t)((to == TS_ERRED) - (from == TS_ERRED));
+    uint32_t w = sched_task_weight(t);  /* a fused task counts by its parts */
+    g->ndone += w * (uint32_t)(counts_done(to) - counts_done(from));
+    g->nerred += w * (uint32_t)((to == TS_ERRED) - (from == TS_ERRED));
   }
   if (active(from) != active(to)) needed_changed(st, t, active(to));
   if ((from == TS_MEMORY) != (to == TS_MEMORY)) each_dependent(st, id, to == TS_MEMORY ? input_arrived : input_departed, NULL);
@@ -220,9 +221,15 @@ static void forget(sched_state *st, uint32_t id)
   }
   if (t->graph != SCHED_NONE) {
     sched_graph *g = st->graphs[t->graph];
-    g->ndone -= (uint32_t)counts_done(t->state);
-    g->nerred -= (uint32_t)(t->state == TS_ERRED);
-    if (--g->ntasks == 0 && !g->pinned) sched_graph_free(st, t->graph);
+    uint32_t w = sched_task_weight(t);
+    g->ndone -= w * (uint32_t)counts_done(t->state);
+    g->nerred -= w * (uint32_t)(t->state == TS_ERRED);
+    if (t->fused_parts > 0) {
+      g->nfused--;
+      g->nfused_parts -= t->fused_parts;
+    }
+    g->ntasks -= w;
+    if (g->ntasks == 0 && !g->pinned) sched_graph_free(st, t->graph);
   }
   sched_task_free(st, id);
 }

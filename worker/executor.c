@@ -4,6 +4,7 @@
  * the pool is the parallelism, and N pools of N BLAS threads would only
  * fight over the cores. */
 #include "exec_int.h"
+#include "fused.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -96,9 +97,20 @@ void tsr_wexec_erred(tsr_wtask *task, const char *text)
 void tsr_wexec_store(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunk_p)
 {
   tsr_chunk *chunk = *chunk_p;
+  if (task->keep_p != NULL) {
+    /* a part of a fused task: its runner keeps the output (fused.c) */
+    task->status = TSR_WTASK_DONE;
+    task->out_meta = chunk->meta;
+    task->out_nbytes = chunk->nbytes;
+    *task->keep_p = chunk;
+    *chunk_p = NULL;
+    return;
+  }
   /* Outputs of tasks without inputs (random data, file reads, constants)
-   * are cheaper to recompute than to spill: the tiers drop them. */
-  chunk->recompute = task->n_inputs == 0;
+   * are cheaper to recompute than to spill: the tiers drop them. Not a
+   * fused task's: its parts may be many, so recomputing it is not the
+   * cheap step that dropping assumes. */
+  chunk->recompute = task->n_inputs == 0 && task->parts == NULL;
   if (tsr_wstore_put(store, chunk, task->epoch, &task->cancelled) != 0) {
     task->status = TSR_WTASK_CANCELLED;
   } else {
@@ -129,7 +141,7 @@ static void keep_output(tsr_wtask *task, tsr_wstore *store, tsr_buf *out)
   tsr_wexec_store(task, store, &chunk);
 }
 
-static void run_op(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunks)
+void tsr_wexec_run_cpu(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunks)
 {
   size_t n = task->n_inputs;
   tsr_buf *in = n ? calloc(n, sizeof *in) : NULL;
@@ -163,7 +175,7 @@ void tsr_wtask_run_on(tsr_wtask *task, tsr_wstore *store, tsr_wfetcher *fetcher,
     task->status = TSR_WTASK_CANCELLED;
     return;
   }
-  if (task->op == NULL) {
+  if (task->op == NULL && task->parts == NULL) {
     tsr_wtask_erred(task, "unknown op '%s' on worker %s", task->op_name, worker_name);
     return;
   }
@@ -183,10 +195,12 @@ void tsr_wtask_run_on(tsr_wtask *task, tsr_wstore *store, tsr_wfetcher *fetcher,
       return;
     }
   }
-  if (slot != NULL)
+  if (task->parts != NULL)
+    tsr_wfused_run(task, store, chunks, slot, worker_name);
+  else if (slot != NULL)
     tsr_wexec_run_gpu(task, store, chunks, slot);
   else
-    run_op(task, store, chunks);
+    tsr_wexec_run_cpu(task, store, chunks);
   release_inputs(chunks, task->n_inputs);
   /* The output (and any fetched or reloaded input) may have pushed the
    * store over its thresholds; the inputs are unpinned now. */

@@ -13,7 +13,9 @@ static void pack_native_ops(msgpack_packer *pk)
   size_t n = tsr_op_count(), native = 0;
   for (size_t i = 0; i < n; i++) native += tsr_op_at(i)->cuda != NULL;
   tsr_pack_str(pk, "native_ops");
-  msgpack_pack_array(pk, native);
+  /* `fused` too: a fused task runs its parts where each one is native */
+  msgpack_pack_array(pk, native + 1);
+  tsr_pack_str(pk, "fused");
   for (size_t i = 0; i < n; i++)
     if (tsr_op_at(i)->cuda != NULL) tsr_pack_str(pk, tsr_op_at(i)->name);
 }
@@ -34,8 +36,9 @@ void tsr_report_hello(tsr_worker *w)
   tsr_pack_kv_str(pk, "device", w->gpu ? device : "cpu");
   tsr_pack_str(pk, "ops");
   size_t n = tsr_op_count();
-  msgpack_pack_array(pk, n);
+  msgpack_pack_array(pk, n + 1);
   for (size_t i = 0; i < n; i++) tsr_pack_str(pk, tsr_op_at(i)->name);
+  tsr_pack_str(pk, "fused");  /* it runs fused tasks (fused.h) */
   if (w->gpu == NULL) return;
   pack_native_ops(pk);
   tsr_pack_kv_str(pk, "gpu_name", tsr_wgpu_name(w->gpu));

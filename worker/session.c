@@ -257,7 +257,7 @@ static void on_compute(tsr_worker *w, const msgpack_object *map)
     reject_compute(w, map, err.text);
     return;
   }
-  if (task->op == NULL) {
+  if (task->op == NULL && task->parts == NULL) {
     char message[TSR_MAX_NAME_LEN * 2 + 64];
     snprintf(message, sizeof message, "unknown op '%s' on worker %s", task->op_name, w->opts.name);
     TSR_WARN("task %s: %s", task->key, message);

@@ -1,6 +1,8 @@
 /* Tasks: decoding a `compute` message, and the executor's priority queue. */
 #include "task.h"
 
+#include "fused.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,8 +82,11 @@ static int decode_body(const msgpack_object *map, tsr_wtask *task, tsr_errbuf *e
   if (rc == 0) rc = tsr_wire_str(map, "task_op", TSR_MAX_NAME_LEN, &op, &op_len, err);
   if (rc == 0 && (task->op_name = dup_n(op, op_len)) == NULL) rc = TSR_ENOMEM;
   if (rc == 0) rc = tsr_wire_opt_int(map, "priority", 0, &task->priority, err);
-  if (rc == 0) rc = tsr_wire_params(tsr_wire_field(map, "params"), &task->params, err);
+  /* A fused task's params hold its parts, whose refs need the inputs. */
+  bool fused = rc == 0 && strcmp(task->op_name, "fused") == 0;
+  if (rc == 0 && !fused) rc = tsr_wire_params(tsr_wire_field(map, "params"), &task->params, err);
   if (rc == 0) rc = decode_inputs(map, task, err);
+  if (rc == 0 && fused) rc = tsr_wfused_decode(tsr_wire_field(map, "params"), task, err);
   return rc;
 }
 
@@ -122,6 +127,7 @@ void tsr_wtask_free(tsr_wtask **task_p)
     free(task->inputs[i].from);
   }
   free(task->inputs);
+  tsr_wfused_free(task);
   tsr_params_clear(&task->params);
   free(task->message);
   free(task->op_name);

@@ -57,6 +57,12 @@ typedef struct tsr_wtask {
   uint64_t duration_us;
   size_t missing_input;
   char *message;                        /* ERRED: owned, NULL when out of memory */
+  /* A fused task (op_name "fused", op NULL): its parts (worker/fused.h). */
+  struct tsr_wpart *parts;
+  size_t n_parts;
+  /* Set only on a fused task's part while it runs: the output chunk is
+   * handed here (a new reference) instead of being put in the store. */
+  struct tsr_chunk **keep_p;
 } tsr_wtask;
 
 /* Decodes a `compute` map into a new task (params decoded, op looked up

@@ -144,10 +144,14 @@ static int count_in_logs(const cluster *c, const char *needle)
 static double *reference_x2;
 static double reference_sum;
 
-static int limited_cluster(cluster *c, char *spill_dir, size_t cap)
+/* Two workers of 16 MiB. Without fuse, the scheduler runs --no-fuse, so
+ * the random roots are chunks of their own (fused into X2 they would not
+ * exist, and could not be dropped and recomputed). */
+static int limited_cluster(cluster *c, char *spill_dir, size_t cap, bool fuse)
 {
   memset(c, 0, sizeof *c);
-  if (cluster_start_scheduler(c, NULL) != 0) return -1;
+  const char *no_fuse[] = {"--no-fuse", NULL};
+  if (cluster_start_scheduler(c, fuse ? NULL : no_fuse) != 0) return -1;
   snprintf(spill_dir, cap, "%s/spill", c->dir);
   const char *args[] = {"--memory-limit", "16MiB", "--spill-dir", spill_dir, "--heartbeat-interval", "250ms", NULL};
   for (int i = 0; i < 2; i++)
@@ -177,7 +181,7 @@ TEST(spill_reload_and_corrupted_files)
   ASSERT_TRUE(reference_x2 != NULL);
   cluster c;
   char spill_dir[512];
-  ASSERT_OK(limited_cluster(&c, spill_dir, sizeof spill_dir));
+  ASSERT_OK(limited_cluster(&c, spill_dir, sizeof spill_dir, false));
   tsr_client *client = NULL;
   double sum = 0, sum2 = 0;
   double *x2 = malloc((size_t)NX * CHUNK_N * sizeof(double));
@@ -234,7 +238,7 @@ TEST(worker_killed_while_spilling)
   ASSERT_TRUE(reference_x2 != NULL);
   cluster c;
   char spill_dir[512];
-  ASSERT_OK(limited_cluster(&c, spill_dir, sizeof spill_dir));
+  ASSERT_OK(limited_cluster(&c, spill_dir, sizeof spill_dir, true));
   tsr_client *client = NULL;
   tsr_graph *g = NULL;
   tsr_future *f = NULL;
@@ -267,7 +271,7 @@ TEST(chunk_larger_than_the_limit_fails_with_key_and_limit)
 {
   cluster c;
   char spill_dir[512];
-  ASSERT_OK(limited_cluster(&c, spill_dir, sizeof spill_dir));
+  ASSERT_OK(limited_cluster(&c, spill_dir, sizeof spill_dir, true));
   tsr_client *client = NULL;
   tsr_graph *g = NULL;
   tsr_future *f = NULL;
