@@ -60,6 +60,8 @@ static int decode_graph(const msgpack_object *map, tsr_graph_info *g, tsr_errbuf
   if (rc == 0) rc = tsr_wire_opt_uint(map, "tasks_total", 0, &g->tasks_total, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "tasks_done", 0, &g->tasks_done, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "tasks_erred", 0, &g->tasks_erred, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "fused_tasks", 0, &g->fused_tasks, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "fused_parts", 0, &g->fused_parts, err);
   return rc;
 }
 

@@ -121,15 +121,21 @@ static void print_workers(const tsr_cluster_info *info)
 static void print_graphs(const tsr_cluster_info *info)
 {
   table t;
-  if (table_init(&t, info->n_graphs + 1, 4) != 0) return;
-  const char *head[4] = {"CLIENT", "GRAPH", "DONE / TOTAL", "ERRED"};
-  for (size_t c = 0; c < 4; c++) table_set(&t, 0, c, "%s", head[c]);
+  if (table_init(&t, info->n_graphs + 1, 5) != 0) return;
+  const char *head[5] = {"CLIENT", "GRAPH", "DONE / TOTAL", "ERRED", "FUSED"};
+  for (size_t c = 0; c < 5; c++) table_set(&t, 0, c, "%s", head[c]);
   for (size_t i = 0; i < info->n_graphs; i++) {
     const tsr_graph_info *g = &info->graphs[i];
     table_set(&t, i + 1, 0, "%s", g->client);
     table_set(&t, i + 1, 1, "%" PRIu64, g->graph);
     table_set(&t, i + 1, 2, "%" PRIu64 " / %" PRIu64, g->tasks_done, g->tasks_total);
     table_set(&t, i + 1, 3, "%" PRIu64, g->tasks_erred);
+    /* the tasks counted by their parts above ran as this many tasks */
+    if (g->fused_tasks > 0)
+      table_set(&t, i + 1, 4, "%" PRIu64 " task%s of %" PRIu64 " parts", g->fused_tasks, g->fused_tasks == 1 ? "" : "s",
+                g->fused_parts);
+    else
+      table_set(&t, i + 1, 4, "-");
   }
   table_print(&t);
 }

@@ -179,9 +179,11 @@ typedef struct tsr_worker_info {
 typedef struct tsr_graph_info {
   char client[64];
   uint64_t graph;
-  uint64_t tasks_total;
+  uint64_t tasks_total;  /* tasks as submitted: a fused task counts by its parts */
   uint64_t tasks_done;
   uint64_t tasks_erred;
+  uint64_t fused_tasks;  /* tasks the scheduler fused parts into (docs/scheduler.md "Fusion") */
+  uint64_t fused_parts;  /* the parts they hold */
 } tsr_graph_info;
 
 typedef struct tsr_cluster_info {
