@@ -3,7 +3,7 @@
  * shows it as one fused task of 10,000 parts; a wanted key in the middle of
  * a chain is still delivered; a fused task whose worker is SIGKILLed while
  * it runs, and later while it holds the result, is recomputed; `tessera
- * status` names the fused tasks. */
+ * status` names the fused tasks and counts the graph by its parts. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,11 +118,19 @@ TEST(wanted_middle_key_is_delivered)
   if (rc == 0 && tsr_cluster_info_get(client, 10000, &info) == 0 && info->n_graphs == 1)
     fused_tasks = info->graphs[0].fused_tasks;
   tsr_cluster_info_destroy(&info);
+  /* while the graph is held, `tessera status` names its fused tasks */
+  char out[8192] = "";
+  const char *status[] = {cluster_bin("tessera"), "status", "--scheduler", c.address, NULL};
+  int status_rc = rc == 0 ? run_capture(status, NULL, out, sizeof out, 20) : -1;
   tsr_future_release(&f);
   tsr_graph_destroy(&g);
   tsr_client_close(client);
   cluster_stop(&c, rc != 0);
   ASSERT_OK(rc);
+  ASSERT_EQ(status_rc, 0);
+  ASSERT_CONTAINS(out, "FUSED");
+  ASSERT_CONTAINS(out, "2 tasks of 100 parts");
+  ASSERT_CONTAINS(out, "100 / 100");
   ASSERT_TRUE(mid == 51.0);   /* task 50: 1 + 50 links of +1 */
   ASSERT_TRUE(sum == 4.0 * 99);
   ASSERT_EQ(fused_tasks, 2);  /* up to the wanted key, and after it */
