@@ -769,6 +769,76 @@ TEST(malformed_messages_do_not_kill_the_worker)
   ASSERT_OK(stop_all());
 }
 
+/* A fused compute (task_op "fused", docs/protocol.md) with two parts,
+ * then one whose part names a value that does not exist: the first is
+ * done, the second answered with task_erred naming the field, and the
+ * worker goes on. */
+static void send_fused(wproc *w, uint64_t id, const char *key, uint32_t sum_ref)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "compute", 6);
+  tsr_pack_kv_uint(&wb.pk, "id", id);
+  tsr_pack_kv_str(&wb.pk, "key", key);
+  tsr_pack_kv_str(&wb.pk, "task_op", "fused");
+  tsr_pack_str(&wb.pk, "params");
+  msgpack_pack_map(&wb.pk, 1);
+  tsr_pack_str(&wb.pk, "parts");
+  msgpack_pack_array(&wb.pk, 2);
+  msgpack_pack_map(&wb.pk, 4);
+  tsr_pack_kv_str(&wb.pk, "key", "u");
+  tsr_pack_kv_str(&wb.pk, "op", "random_uniform");
+  tsr_pack_str(&wb.pk, "params");
+  msgpack_pack_map(&wb.pk, 2);
+  tsr_pack_kv_int(&wb.pk, "seed", 3);
+  tsr_pack_str(&wb.pk, "shape");
+  msgpack_pack_array(&wb.pk, 1);
+  msgpack_pack_int64(&wb.pk, 10);
+  tsr_pack_str(&wb.pk, "inputs");
+  msgpack_pack_array(&wb.pk, 0);
+  msgpack_pack_map(&wb.pk, 4);
+  tsr_pack_kv_str(&wb.pk, "key", key);
+  tsr_pack_kv_str(&wb.pk, "op", "sum");
+  tsr_pack_str(&wb.pk, "params");
+  msgpack_pack_map(&wb.pk, 0);
+  tsr_pack_str(&wb.pk, "inputs");
+  msgpack_pack_array(&wb.pk, 1);
+  msgpack_pack_uint32(&wb.pk, sum_ref);
+  tsr_pack_str(&wb.pk, "inputs");
+  msgpack_pack_array(&wb.pk, 0);
+  tsr_pack_kv_int(&wb.pk, "priority", 0);
+  send_wbuf(w, &wb);
+}
+
+TEST(fused_compute_runs_and_a_malformed_one_is_answered)
+{
+  ASSERT_OK(sched_open());
+  wproc *w = spawn("w1", (char *)NULL);
+  ASSERT_OK(hello_welcome(w, 1, 200));
+  send_fused(w, 5, "fs", 0);
+  msg *m = expect(w, "task_done", 5000);
+  ASSERT_TRUE(m != NULL);
+  ASSERT_EQ(m_uint(m, "id"), 5);
+  msg_free(m);
+  send_fused(w, 6, "bad", 7);
+  m = expect(w, "task_erred", 5000);
+  ASSERT_TRUE(m != NULL);
+  char buf[512];
+  ASSERT_EQ(m_uint(m, "id"), 6);
+  ASSERT_CONTAINS(m_str(m, "message", buf, sizeof buf), "params.parts[1].inputs[0]");
+  msg_free(m);
+  /* The result is there, the intermediate is not; the worker goes on. */
+  tsr_chunk_header hdr;
+  void *bytes = NULL;
+  ASSERT_OK(fetch(w->data_addr, "fs", &hdr, &bytes));
+  free(bytes);
+  bytes = NULL;
+  ASSERT_TRUE(fetch(w->data_addr, "u", &hdr, &bytes) != 0);
+  free(bytes);
+  ASSERT_TRUE(alive(w));
+  ASSERT_OK(stop_all());
+}
+
 TEST(sleep_keeps_a_thread_busy_while_heartbeats_flow)
 {
   ASSERT_OK(sched_open());
@@ -969,6 +1039,7 @@ int main(int argc, char **argv)
   RUNW(task_erred_unknown_op_and_shape_mismatch);
   RUNW(free_then_fetch_is_not_found);
   RUNW(malformed_messages_do_not_kill_the_worker);
+  RUNW(fused_compute_runs_and_a_malformed_one_is_answered);
   RUNW(sleep_keeps_a_thread_busy_while_heartbeats_flow);
   RUNW(free_cancels_a_queued_task);
   RUNW(worker_started_before_its_scheduler);
