@@ -60,7 +60,7 @@ typedef struct fuser {
   uint32_t *consumer;    /* the one task using it, or SCHED_NONE */
   uint32_t *width;       /* branches of the group rooted here */
   uint32_t *nparts;      /* parts of that group */
-  uint32_t *next;        /* external input edges of that group (a bound) */
+  uint32_t *ext_edges;   /* external input edges of that group (a bound) */
   uint32_t *aux;         /* Kahn counters; then the part index in its group */
   uint32_t *rootof;      /* the group root of a part */
   uint32_t *cursor;      /* DFS cursor; then the edge de-duplication stamps */
@@ -224,7 +224,7 @@ static void decide(fuser *f, uint32_t p)
     k++;
     width += f->width[q];
     parts += f->nparts[q];
-    ext += f->next[q];
+    ext += f->ext_edges[q];
   }
   bool take = (k == 1 || (k > 1 && width <= f->limit)) && parts <= SCHED_FUSE_MAX_PARTS && ext <= TSR_MAX_INPUTS;
   for (uint32_t j = 0; j < t->ndeps && k > 0; j++) {
@@ -236,7 +236,7 @@ static void decide(fuser *f, uint32_t p)
   }
   f->width[p] = take ? (uint32_t)width : 1;
   f->nparts[p] = take ? (uint32_t)parts : 1;
-  f->next[p] = take ? (uint32_t)ext : t->ndeps;
+  f->ext_edges[p] = take ? (uint32_t)ext : t->ndeps;
 }
 
 /* ---------- building one fused task ---------- */
@@ -278,15 +278,15 @@ static bool internal(const fuser *f, uint32_t d, uint32_t root)
 }
 
 /* Index of external input id in the group, adding it when new. */
-static uint32_t ext_index(fuser *f, uint32_t id, uint32_t *next_p)
+static uint32_t ext_index(fuser *f, uint32_t id, uint32_t *count_p)
 {
   uint32_t mask = f->ext_cap - 1, i = (id * 2654435761u) & mask;
   while (f->ext[i].stamp == f->stamp) {
     if (f->ext[i].id == id) return f->ext[i].index;
     i = (i + 1) & mask;
   }
-  f->ext[i] = (ext_slot){id, f->stamp, *next_p};
-  return (*next_p)++;
+  f->ext[i] = (ext_slot){id, f->stamp, *count_p};
+  return (*count_p)++;
 }
 
 static void add_op(fuser *f, uint32_t *nops, uint16_t op)
@@ -300,8 +300,8 @@ static void add_op(fuser *f, uint32_t *nops, uint16_t op)
 }
 
 /* Packs {parts: [{key, op, params, inputs: [ref]}]} into f->buf; a ref is
- * an external input's index, or nexts + the index of an earlier part. */
-static void pack_parts(fuser *f, uint32_t root, uint32_t np, uint32_t next)
+ * an external input's index, or n_ext + the index of an earlier part. */
+static void pack_parts(fuser *f, uint32_t root, uint32_t np, uint32_t n_ext)
 {
   sched_state *st = f->st;
   msgpack_packer pk;
@@ -322,7 +322,8 @@ static void pack_parts(fuser *f, uint32_t root, uint32_t np, uint32_t next)
     msgpack_pack_array(&pk, t->ndeps);
     for (uint32_t j = 0; j < t->ndeps; j++) {
       uint32_t d = t->deps[j];
-      uint32_t ref = internal(f, d, root) ? next + f->aux[pos_of(st, d)] : ext_index(f, d, &(uint32_t){0});
+      /* every external input is in the map already (fuse_group's first pass) */
+      uint32_t ref = internal(f, d, root) ? n_ext + f->aux[pos_of(st, d)] : ext_index(f, d, &(uint32_t){0});
       msgpack_pack_uint32(&pk, ref);
     }
   }
@@ -333,21 +334,21 @@ static void pack_parts(fuser *f, uint32_t root, uint32_t np, uint32_t next)
 static int fuse_group(fuser *f, uint32_t root, uint32_t *np_p)
 {
   sched_state *st = f->st;
-  uint32_t np = *np_p = collect(f, root), next = 0, nops = 0;
+  uint32_t np = *np_p = collect(f, root), n_ext = 0, nops = 0;
   f->stamp++;
   for (uint32_t k = 0; k < np; k++) {
     const sched_task *t = &st->tasks[f->parts[k]];
     add_op(f, &nops, t->op);
     for (uint32_t j = 0; j < t->ndeps; j++)
-      if (!internal(f, t->deps[j], root)) ext_index(f, t->deps[j], &next);
+      if (!internal(f, t->deps[j], root)) ext_index(f, t->deps[j], &n_ext);
   }
   sched_arena *arena = &st->graphs[f->g]->arena;
-  uint32_t *deps = next ? sched_arena_alloc(arena, next * sizeof *deps, sizeof *deps) : NULL;
+  uint32_t *deps = n_ext ? sched_arena_alloc(arena, n_ext * sizeof *deps, sizeof *deps) : NULL;
   int op = fused_op(st, f->ops, nops);
-  if ((next && deps == NULL) || op < 0) return op < 0 ? op : TSR_ENOMEM;
+  if ((n_ext && deps == NULL) || op < 0) return op < 0 ? op : TSR_ENOMEM;
   for (uint32_t i = 0; i < f->ext_cap; i++)
     if (f->ext[i].stamp == f->stamp) deps[f->ext[i].index] = f->ext[i].id;
-  pack_parts(f, root, np, next);
+  pack_parts(f, root, np, n_ext);
   uint8_t *params = sched_arena_alloc(arena, f->buf.size, 1);
   if (params == NULL || f->buf.size > UINT32_MAX) return TSR_ENOMEM;
   memcpy(params, f->buf.data, f->buf.size);
@@ -356,7 +357,7 @@ static int fuse_group(fuser *f, uint32_t root, uint32_t *np_p)
   t->params = params;
   t->params_len = (uint32_t)f->buf.size;
   t->deps = deps;
-  t->ndeps = next;
+  t->ndeps = n_ext;
   t->fused_parts = np;
   st->nfused_extra += np - 1;
   st->graphs[f->g]->nfused++;
@@ -415,7 +416,7 @@ static int fuser_init(fuser *f, sched_state *st, uint32_t g, uint32_t *fresh, ui
   f->plain_fused = sched_op_find(st, "fused", 5);
   size_t sz = (size_t)n * sizeof(uint32_t);
   f->flags = calloc(n, 1);
-  uint32_t **arrays[] = {&f->consumer, &f->width, &f->nparts, &f->next, &f->aux,
+  uint32_t **arrays[] = {&f->consumer, &f->width, &f->nparts, &f->ext_edges, &f->aux,
                          &f->rootof, &f->cursor, &f->order, &f->parts, &f->stack};
   bool ok = f->flags != NULL;
   for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) ok = (*arrays[i] = malloc(sz)) != NULL && ok;
@@ -426,7 +427,7 @@ static int fuser_init(fuser *f, sched_state *st, uint32_t g, uint32_t *fresh, ui
 
 static void fuser_free(fuser *f)
 {
-  uint32_t *arrays[] = {f->consumer, f->width, f->nparts, f->next, f->aux, f->rootof, f->cursor, f->order, f->parts, f->stack};
+  uint32_t *arrays[] = {f->consumer, f->width, f->nparts, f->ext_edges, f->aux, f->rootof, f->cursor, f->order, f->parts, f->stack};
   for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) free(arrays[i]);
   free(f->flags);
   free(f->ops);
@@ -439,7 +440,7 @@ static int alloc_ext(fuser *f)
 {
   uint64_t most = 1;
   for (uint32_t p = 0; p < f->n; p++)
-    if (!(f->flags[p] & F_ABSORBED) && f->nparts[p] > 1 && f->next[p] > most) most = f->next[p];
+    if (!(f->flags[p] & F_ABSORBED) && f->nparts[p] > 1 && f->ext_edges[p] > most) most = f->ext_edges[p];
   f->ext_cap = 4;
   while (f->ext_cap < 2 * most) f->ext_cap *= 2;
   f->ext = calloc(f->ext_cap, sizeof *f->ext);
