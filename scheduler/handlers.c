@@ -116,6 +116,7 @@ static void on_task_done(msgctx *m)
   /* +1 keeps a sub-microsecond task from reading as "no data". */
   sched_worker *w = &m->st->workers[m->st->peers[m->p].index];
   w->avg_task_us = w->avg_task_us == 0 ? duration + 1 : (7 * w->avg_task_us + duration + 1) / 8;
+  w->avg_out_bytes = w->avg_out_bytes == 0 ? nbytes + 1 : (7 * w->avg_out_bytes + nbytes + 1) / 8;
   sched_tr_done(m->st, id, (uint16_t)m->st->peers[m->p].index, nbytes, &meta);
 }
 

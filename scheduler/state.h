@@ -43,6 +43,11 @@
  * scheduler round trip (~100-200 us) between tasks, up to this many. */
 #define SCHED_INFLIGHT_US 2000
 #define SCHED_MAX_SLOTS_PER_THREAD 256
+/* On a worker with a memory limit, the outputs of its tasks in flight
+ * (estimated by its average output size) stay within this fraction of the
+ * limit: short tasks widen the window, big outputs narrow it again, never
+ * below one task per thread. */
+#define SCHED_INFLIGHT_MEMORY_FRACTION 4   /* 1/4 of the limit */
 
 /* Task states. See transitions.c for the machine. NEW is the short-lived
  * state of a task created by a submit that is still being validated. */
@@ -169,6 +174,7 @@ typedef struct sched_worker {
   uint64_t memory_used, tasks_running, tasks_done, chunks;  /* from heartbeats */
   uint32_t nprocessing;       /* tasks sent and not reported back */
   uint64_t avg_task_us;       /* moving average of reported task durations; 0: none yet */
+  uint64_t avg_out_bytes;     /* moving average of reported output sizes; 0: none yet */
   uint64_t bytes_held;        /* sum of nbytes of results it holds */
   uint64_t *opbits;           /* bitset over op ids advertised */
   uint64_t *nativebits;       /* ops native to its device (same allocation as opbits) */
