@@ -350,6 +350,31 @@ TEST(tiers_options)
   ASSERT_EQ(tsr_tiers_opt(&o, "--memory-pause", "0", &err), TSR_EINVAL);
 }
 
+/* A worker whose memory is all unread recomputable chunks (a persisted
+ * random array larger than its limit) must not stay paused: above the
+ * pause threshold they are dropped, oldest first, down to the target. */
+TEST(tiers_unread_recomputable_chunks_never_stall_a_pause)
+{
+  tsr_tiers *tiers;
+  tsr_wstore *store = tiered_store(10000, 0, &tiers);
+  for (int i = 0; i < 4; i++) {  /* 8800 bytes: over pause (8000), under the limit */
+    char key[8];
+    snprintf(key, sizeof key, "r%d", i);
+    put(store, key, 2200, (unsigned)i, true);
+  }
+  tsr_wstore_balance(store);
+  ASSERT_TRUE(!tsr_tiers_paused(tiers, store));
+  tsr_tiers_stats st;
+  tsr_tiers_stats_get(tiers, &st);
+  ASSERT_EQ(st.chunks_spilled, 0);   /* dropped, never written */
+  ASSERT_TRUE(st.chunks_dropped >= 1);
+  tsr_chunk *got = NULL;
+  ASSERT_TRUE(tsr_wstore_get_mem(store, "r0", &got) != 0);  /* the oldest went first */
+  ASSERT_OK(tsr_wstore_get_mem(store, "r3", &got));
+  tsr_chunk_unref(&got);
+  close_store(&store, &tiers);
+}
+
 TEST(tiers_pause_over_the_pause_fraction)
 {
   tsr_tiers *tiers;
@@ -438,6 +463,7 @@ int main(void)
   RUN(tiers_corrupted_file_is_a_miss);
   RUN(tiers_disk_limit_keeps_chunks_in_memory);
   RUN(tiers_options);
+  RUN(tiers_unread_recomputable_chunks_never_stall_a_pause);
   RUN(tiers_pause_over_the_pause_fraction);
   RUN(executor_chunk_larger_than_limit_fails);
   RUN(executor_marks_root_outputs_recomputable);
