@@ -256,6 +256,7 @@ void tsr_tiers_balance(tsr_tiers *t, tsr_wstore *store)
   if (limit == 0) return;
   uint64_t target = (uint64_t)((double)limit * t->opts.target);
   uint64_t spill = (uint64_t)((double)limit * t->opts.spill);
+  uint64_t pause = (uint64_t)((double)limit * t->opts.pause);
   uint64_t rss = 0;
   if (t->opts.spill > 0) {
     rss = tsr_process_rss();
@@ -270,10 +271,12 @@ void tsr_tiers_balance(tsr_tiers *t, tsr_wstore *store)
     uint64_t bytes = tsr_wstore_bytes(store);
     bool over = bytes > target || (spill > 0 && rss > freed && rss - freed > spill);
     /* A recomputable chunk nobody has read yet goes only when the chunks
-     * alone exceed the whole limit: dropping it earlier, when the pressure
-     * comes from pinned chunks or from RSS that evictions do not lower,
-     * would loop (drop, missing input, recompute, drop). */
-    if (idle[i]->recompute && !atomic_load(&idle[i]->read)) over = bytes > limit;
+     * alone exceed the pause threshold: dropping it earlier, when the
+     * pressure comes from pinned chunks or from RSS that evictions do not
+     * lower, would loop (drop, missing input, recompute, drop); keeping it
+     * past the pause threshold could leave the worker paused for good,
+     * holding chunks whose consumers it is not sent. */
+    if (idle[i]->recompute && !atomic_load(&idle[i]->read)) over = bytes > pause;
     size_t nbytes = idle[i]->nbytes;
     if (over && evict_one(t, store, idle[i])) freed += nbytes;
     tsr_chunk_unref(&idle[i]);  /* the bytes go here when the store let go */

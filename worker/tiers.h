@@ -14,7 +14,8 @@
  * Only chunks that nothing but the store references are evicted: never one
  * a running task reads, nor one the data socket is sending. A recomputable
  * chunk (below) that nobody has read yet is evicted last, and only when the
- * chunks exceed the whole limit.
+ * chunks exceed the pause threshold (so a worker never stays paused on
+ * chunks whose consumers it is not sent).
  *
  * Eviction: a chunk marked `recompute` (the output of a task without
  * inputs: random data, file reads, constants — cheaper to make again than
