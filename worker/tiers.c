@@ -38,7 +38,43 @@ struct tsr_tiers {
   uint64_t rss_base;       /* the process's RSS when the tiers were made: its fixed overhead */
   bool paused;             /* last answer of tsr_tiers_paused (main thread) */
   tsr_strmap *moves;       /* key -> tsr_tier_move since the last take; under lock */
+  uint64_t probe_write_bps, probe_read_bps;  /* measured at start-up (probe_speed) */
 };
+
+#define PROBE_BYTES (2u << 20)
+
+/* Times one write and one load of a 2 MiB chunk of pseudo-random doubles
+ * (about as compressible as random data) in the spill directory, so the
+ * scheduler's spill cost has a figure from this machine, under its present
+ * load, before the first real spill. A failure leaves 0: the scheduler's
+ * defaults. */
+static void probe_speed(tsr_tiers *t)
+{
+  double *data = malloc(PROBE_BYTES);
+  if (data == NULL) return;
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < PROBE_BYTES / sizeof *data; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    data[i] = (double)(x >> 11) / 9007199254740992.0;
+  }
+  char path[sizeof t->dir + 32];
+  snprintf(path, sizeof path, "%s/probe.blosc", t->dir);
+  tsr_errbuf err = {{0}};
+  uint64_t file_bytes, t0 = tsr_now_us();
+  int rc = tsr_spill_write(path, t->opts.codec, t->opts.level, sizeof *data, data, PROBE_BYTES, &file_bytes, &err);
+  uint64_t t1 = tsr_now_us();
+  void *back = NULL;
+  if (rc == 0) rc = tsr_spill_read(path, PROBE_BYTES, &back, &err);
+  uint64_t t2 = tsr_now_us();
+  remove(path);
+  free(back);
+  free(data);
+  if (rc != 0) return;
+  t->probe_write_bps = (uint64_t)((double)PROBE_BYTES * 1e6 / (double)(t1 - t0 ? t1 - t0 : 1));
+  t->probe_read_bps = (uint64_t)((double)PROBE_BYTES * 1e6 / (double)(t2 - t1 ? t2 - t1 : 1));
+  TSR_INFO("spill throughput at start-up: write %.0f MB/s, read %.0f MB/s", (double)t->probe_write_bps / 1e6,
+           (double)t->probe_read_bps / 1e6);
+}
 
 static int check_opts(const tsr_tiers_opts *o, tsr_errbuf *err)
 {
@@ -92,6 +128,7 @@ int tsr_tiers_new(const tsr_tiers_opts *opts, tsr_tiers **tiers_p, tsr_errbuf *e
    * chunk-sized block mmapped, so freeing it lowers the RSS. */
   if (opts->memory_limit != 0) mallopt(M_MMAP_THRESHOLD, 256 << 10);
   t->rss_base = tsr_process_rss();
+  probe_speed(t);
   *tiers_p = t;
   return 0;
 }
@@ -351,12 +388,20 @@ void tsr_tiers_stats_get(tsr_tiers *t, tsr_tiers_stats *stats)
 {
   pthread_mutex_lock(&t->lock);
   *stats = t->stats;
+  stats->probe_write_bps = t->probe_write_bps;
+  stats->probe_read_bps = t->probe_read_bps;
   pthread_mutex_unlock(&t->lock);
 }
 
 static uint64_t per_second(uint64_t bytes, uint64_t us) { return us == 0 ? 0 : (uint64_t)((double)bytes * 1e6 / (double)us); }
-uint64_t tsr_tiers_stats_write_bps(const tsr_tiers_stats *s) { return per_second(s->bytes_spilled, s->write_us); }
-uint64_t tsr_tiers_stats_read_bps(const tsr_tiers_stats *s) { return per_second(s->bytes_loaded, s->read_us); }
+uint64_t tsr_tiers_stats_write_bps(const tsr_tiers_stats *s)
+{
+  return s->write_us ? per_second(s->bytes_spilled, s->write_us) : s->probe_write_bps;
+}
+uint64_t tsr_tiers_stats_read_bps(const tsr_tiers_stats *s)
+{
+  return s->read_us ? per_second(s->bytes_loaded, s->read_us) : s->probe_read_bps;
+}
 
 typedef struct take_ctx {
   tsr_tier_moved *moved;

@@ -77,10 +77,12 @@ typedef struct tsr_tiers_stats {
   uint64_t chunks_corrupt;  /* spill files that failed their checks */
   uint64_t write_us;        /* time spent writing spill files (bytes_spilled of them) */
   uint64_t read_us;         /* time spent loading them (bytes_loaded) */
+  uint64_t probe_write_bps, probe_read_bps;  /* one 2 MiB write and load timed at start-up */
 } tsr_tiers_stats;
 
 /* Measured throughput of spill writes / loads in bytes per second
- * (compression and checksums included); 0 until one was timed. */
+ * (compression and checksums included): over the real spills and loads
+ * once there were some, else the start-up probe's; 0 if neither. */
 uint64_t tsr_tiers_stats_write_bps(const tsr_tiers_stats *stats);
 uint64_t tsr_tiers_stats_read_bps(const tsr_tiers_stats *stats);
 

@@ -324,6 +324,12 @@ TEST(tiers_record_moves_for_the_scheduler)
 {
   tsr_tiers *tiers;
   tsr_wstore *store = tiered_store(10000, 0, &tiers);
+  tsr_tiers_stats st;
+  tsr_tiers_stats_get(tiers, &st);
+  /* timed once at start-up, before any real spill */
+  ASSERT_TRUE(st.probe_write_bps > 0 && st.probe_read_bps > 0);
+  ASSERT_EQ(tsr_tiers_stats_write_bps(&st), st.probe_write_bps);
+  ASSERT_EQ(count_files(tsr_tiers_dir(tiers)), 0);  /* the probe's file is gone */
   put(store, "a", 3000, 1, false);
   put(store, "b", 3000, 2, true);
   tsr_chunk *rep = make_chunk(store, "rep", 3000, 3, false);
@@ -365,7 +371,6 @@ TEST(tiers_record_moves_for_the_scheduler)
   tsr_tiers_forget_moves(tiers, "d");
   ASSERT_EQ(tsr_tiers_take_moves(tiers, NULL, &moved), 0);
   /* the throughput of writes and loads is measured */
-  tsr_tiers_stats st;
   tsr_tiers_stats_get(tiers, &st);
   ASSERT_TRUE(st.bytes_spilled > 0 && st.bytes_loaded > 0);
   ASSERT_TRUE(tsr_tiers_stats_write_bps(&st) > 0);
