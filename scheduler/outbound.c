@@ -31,8 +31,9 @@ void sched_emit_compute(sched_state *st, uint32_t id, uint16_t w)
   }
   tsr_pack_kv_int(pk, "priority", t->priority);
   /* may the worker drop it (recomputed when needed) rather than spill it */
-  tsr_pack_kv_bool(pk, "recompute", sched_evict_may_drop(st, id, w));
-  TSR_DEBUG("task '%s': compute on worker '%s'", t->key, st->workers[w].name);
+  bool drop = sched_evict_may_drop(st, id, w);
+  tsr_pack_kv_bool(pk, "recompute", drop);
+  TSR_DEBUG("task '%s': compute on worker '%s'%s", t->key, st->workers[w].name, drop ? " (may be dropped)" : "");
 }
 
 static bool client_wants(const sched_state *st, uint32_t c, uint32_t id, uint32_t only)

@@ -69,18 +69,26 @@ static uint64_t largest_input(const sched_state *st, const sched_task *t)
   return most;
 }
 
+/* Estimates scale with the task's largest input where the op has been
+ * measured per input byte (one op serves chunks of very different sizes:
+ * an add of two 2 MiB chunks and an add of two scalars), else they are the
+ * op's plain averages, else an elementwise guess. */
 uint64_t sched_evict_estimate_bytes(const sched_state *st, uint32_t id)
 {
   const sched_task *t = &st->tasks[id];
   const sched_op *op = &st->ops[t->op];
-  return op->measured ? op->avg_bytes : largest_input(st, t);
+  uint64_t in = largest_input(st, t);
+  if (in > 0 && op->measured_in) return (uint64_t)(op->out_per_in * (double)in);
+  return op->measured ? op->avg_bytes : in;
 }
 
 uint64_t sched_evict_estimate_us(const sched_state *st, uint32_t id)
 {
   const sched_task *t = &st->tasks[id];
   const sched_op *op = &st->ops[t->op];
-  return op->measured ? op->avg_us : transfer_us(largest_input(st, t), SCHED_OP_BPS_DEFAULT);
+  uint64_t in = largest_input(st, t);
+  if (in > 0 && op->measured_in) return (uint64_t)(op->us_per_in * (double)in);
+  return op->measured ? op->avg_us : transfer_us(in, SCHED_OP_BPS_DEFAULT);
 }
 
 bool sched_evict_may_drop(const sched_state *st, uint32_t id, uint16_t w)
@@ -99,15 +107,25 @@ static uint64_t ewma(uint64_t avg, uint64_t sample, bool first)
   return first ? sample : (7 * avg + sample) / 8;
 }
 
+static double ewma_f(double avg, double sample, bool first) { return first ? sample : (7 * avg + sample) / 8; }
+
+static void measure_op(sched_op *op, uint64_t in, uint64_t duration_us, uint64_t nbytes)
+{
+  op->avg_us = ewma(op->avg_us, duration_us, !op->measured);
+  op->avg_bytes = ewma(op->avg_bytes, nbytes, !op->measured);
+  op->measured = true;
+  if (in == 0) return;
+  op->us_per_in = ewma_f(op->us_per_in, (double)duration_us / (double)in, !op->measured_in);
+  op->out_per_in = ewma_f(op->out_per_in, (double)nbytes / (double)in, !op->measured_in);
+  op->measured_in = true;
+}
+
 void sched_evict_on_done(sched_state *st, uint32_t id, uint16_t w, uint64_t duration_us, uint64_t nbytes)
 {
   sched_task *t = &st->tasks[id];
   uint64_t cost = sat_add(duration_us, sched_evict_lineage_us(st, id));
   t->cost_us = cost > UINT32_MAX ? UINT32_MAX : (uint32_t)cost;
-  sched_op *op = &st->ops[t->op];
-  op->avg_us = ewma(op->avg_us, duration_us, !op->measured);
-  op->avg_bytes = ewma(op->avg_bytes, nbytes, !op->measured);
-  op->measured = true;
+  measure_op(&st->ops[t->op], largest_input(st, t), duration_us, nbytes);
   if (t->evict & SCHED_EV_RAN) {
     st->workers[w].tasks_recomputed++;
     st->workers[w].bytes_recomputed += nbytes;

@@ -14,9 +14,11 @@
  *       0             when i stays in memory (the lineage stops there).
  *   Memoized in sched_task.cost_us when k reports task_done (measured
  *   duration; the inputs' memos): O(inputs) per task, no recursion, so a
- *   10^6-long chain costs 10^6 steps. Before k has run, duration(k) is its
- *   op's moving average (or, for an op never measured, its largest input
- *   at SCHED_OP_BPS_DEFAULT).
+ *   10^6-long chain costs 10^6 steps. Before k has run, duration(k) and
+ *   nbytes(k) are estimated from its largest input and its op's moving
+ *   averages of duration and output bytes per input byte (a task without
+ *   inputs: the op's averages; an op never measured: the input's size,
+ *   made at SCHED_OP_BPS_DEFAULT).
  *   spill_cost(k) = nbytes × (1/write_bps + 1/read_bps), with the
  *   throughput the worker measured and reports in its heartbeat, or the
  *   SCHED_SPILL_*_BPS_DEFAULT constants until it has.

@@ -250,8 +250,11 @@ typedef struct sched_op {
   uint32_t ncpu;              /* live CPU workers advertising it */
   sched_heap queue;           /* READY and QUEUED tasks of this op */
   uint32_t free_slots;        /* scratch of the placement pass */
-  uint64_t avg_us, avg_bytes; /* moving averages of its tasks' durations and output sizes; 0: none yet */
-  bool measured;              /* avg_* hold at least one task_done */
+  /* measured tasks (policy_evict.h): moving averages of durations and
+   * output sizes, and of both per byte of the task's largest input */
+  uint64_t avg_us, avg_bytes;
+  double us_per_in, out_per_in;
+  bool measured, measured_in; /* avg_* / *_per_in hold at least one task_done */
 } sched_op;
 
 /* --recompute: how results that workers evict are chosen to be dropped
