@@ -119,7 +119,17 @@ typedef struct sched_task {
   uint8_t suspicion;          /* workers that died while it ran */
   uint8_t dtype;
   uint8_t ndim;
+  /* memory-aware eviction (policy_evict.h) */
+  uint8_t evict;              /* SCHED_EV_* bits */
+  uint32_t cost_us;           /* recompute cost of the result, memoized when it was made (saturating) */
+  uint32_t ndeferred_deps;    /* deps (with multiplicity) that are deferred drops (meaningful while WAITING) */
 } sched_task;
+
+/* sched_task.evict bits (policy_evict.h, transitions.c) */
+#define SCHED_EV_ON_DISK 0x01   /* MEMORY: its holder moved it to its disk tier */
+#define SCHED_EV_RAN 0x02       /* computed at least once: a later run is a recomputation */
+#define SCHED_EV_DEFERRED 0x04  /* RELEASED: dropped by its holder while dependents need it; recomputed
+                                   when one of them has every other input in memory */
 
 /* key -> task id: open addressing over {hash, id} slots; the keys are the
  * tasks' own (keyidx.c). */
@@ -186,6 +196,10 @@ typedef struct sched_worker {
   int32_t gpu_util;           /* percent, -1 when not reported */
   uint64_t disk_bytes, bytes_spilled, bytes_dropped;  /* memory tiers, from heartbeats */
   bool paused;                /* heartbeat: over its pause threshold, send it no new tasks */
+  /* memory-aware eviction (policy_evict.h) */
+  uint64_t held_disk;         /* of bytes_held, results its chunks_moved reports put on its disk tier */
+  uint64_t spill_write_bps, spill_read_bps;  /* measured spill throughput (heartbeat); 0: not yet */
+  uint64_t tasks_recomputed, bytes_recomputed;  /* results it made that had been made before */
   /* keys to `free`, packed as msgpack strings, sent once per iteration */
   msgpack_sbuffer freebuf;
   uint32_t nfree;
@@ -242,11 +256,25 @@ typedef struct sched_op {
   uint32_t ncpu;              /* live CPU workers advertising it */
   sched_heap queue;           /* READY and QUEUED tasks of this op */
   uint32_t free_slots;        /* scratch of the placement pass */
+  /* measured tasks (policy_evict.h): moving averages of durations and
+   * output sizes, and of both per byte of the task's largest input */
+  uint64_t avg_us, avg_bytes;
+  double us_per_in, out_per_in;
+  bool measured, measured_in; /* avg_* / *_per_in hold at least one task_done */
 } sched_op;
+
+/* --recompute: how results that workers evict are chosen to be dropped
+ * (recomputed when needed again) or spilled (policy_evict.h). */
+typedef enum sched_recompute_mode {
+  SCHED_RECOMPUTE_AUTO = 0,   /* by cost: recompute when cheaper than a spill write and reload */
+  SCHED_RECOMPUTE_NEVER,      /* spill everything the scheduler tracks */
+  SCHED_RECOMPUTE_ALWAYS,     /* drop everything not wanted by a client */
+} sched_recompute_mode;
 
 typedef struct sched_config {
   uint64_t heartbeat_ms;
   uint64_t timeout_ms;
+  sched_recompute_mode recompute;
 } sched_config;
 
 typedef struct sched_state {

@@ -4,6 +4,7 @@
  * the pool is the parallelism, and N pools of N BLAS threads would only
  * fight over the cores. */
 #include "exec_int.h"
+#include "tiers.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -96,9 +97,14 @@ void tsr_wexec_erred(tsr_wtask *task, const char *text)
 void tsr_wexec_store(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunk_p)
 {
   tsr_chunk *chunk = *chunk_p;
-  /* Outputs of tasks without inputs (random data, file reads, constants)
-   * are cheaper to recompute than to spill: the tiers drop them. */
-  chunk->recompute = task->n_inputs == 0;
+  /* The scheduler says whether the output may be dropped (recomputed when
+   * needed) rather than spilled; an older scheduler says nothing, and then
+   * outputs of tasks without inputs (random data, file reads, constants)
+   * are taken as cheaper to recompute than to spill. */
+  chunk->recompute = task->recompute == TSR_WTASK_RECOMPUTE_UNSET ? task->n_inputs == 0
+                                                                  : task->recompute == TSR_WTASK_RECOMPUTE_DROP;
+  /* Moves recorded for an older chunk of this key are not this one's. */
+  if (tsr_wstore_tiers(store) != NULL) tsr_tiers_forget_moves(tsr_wstore_tiers(store), task->key);
   if (tsr_wstore_put(store, chunk, task->epoch, &task->cancelled) != 0) {
     task->status = TSR_WTASK_CANCELLED;
   } else {
