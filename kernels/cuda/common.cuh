@@ -202,6 +202,16 @@ extern "C" void tsr_cuda_geno_test_narrow(bool on);
 int tsr_cuda_poison_on_info(const int *info, int ninfo, tsr_dtype dt, void *data, int64_t n, cudaStream_t s,
                             tsr_errbuf *err);
 
+/* ---------- deferred checks (kernels.h: tsr_cuda_deferred_check) ---------- */
+
+/* Copies the device status words info[0 .. ninfo) (ninfo <= 8) into pinned
+ * host memory at this point of stream s, for tsr_cuda_deferred_check to
+ * read once the stream has finished: a nonzero word fails the task as
+ * "OP: cuSOLVER NAMES[k] reported info N". op and names must be string
+ * literals (kept until the check). One pending check per thread. */
+int tsr_cuda_defer_info(const char *op, const int *info, int ninfo, const char *const *names, cudaStream_t s,
+                        tsr_errbuf *err);
+
 /* ---------- the variants (tsr_cuda_fn each; variants.cu lists them) ---------- */
 
 #define TSR_CUDA_VARIANT(name)                                                                            \
