@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels.h"
 #include "kit.h"
@@ -1287,6 +1288,92 @@ static void bench_genotype_f64(void)
   }
 }
 
+static double now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* Per-task cost of the 2-bit products at the chunk shapes an SVD graph
+ * gives its tasks: 64 calls back to back on one stream, and spread over
+ * four streams (as a GPU worker's four slots run them), per call; and the
+ * host's time to enqueue one. The narrow X·B configuration (half the
+ * shared memory: two blocks an SM) beside the wide one. */
+static void bench_task_costs(void)
+{
+  enum { CALLS = 64, STREAMS = 4 };
+  static const int64_t shapes[][2] = {{20000, 5000}, {100000, 20000}};
+  cudaStream_t st[STREAMS];
+  tsr_gpu_ctx ctx[STREAMS];
+  cudaEvent_t ev[STREAMS + 1];
+  for (int i = 0; i < STREAMS; i++) {
+    cudaStreamCreate(&st[i]);
+    ctx[i] = g_ctx, ctx[i].stream = st[i], ctx[i].pool = st[i];
+  }
+  for (int i = 0; i <= STREAMS; i++) cudaEventCreate(&ev[i]);
+  printf("%-44s %10s %10s %10s\n", "per call (ms)", "1 stream", "4 streams", "host");
+  for (int sh = 0; sh < 2; sh++) {
+    const int64_t R = shapes[sh][0], C = shapes[sh][1], K = 20;
+    tsr_params p = TSR_PARAMS_INIT;
+    tsr_buf x = {0}, pk = {0}, out[STREAMS];
+    rparams(&p, 11, "u8", 2, (int64_t[2]){R, C}, (int64_t[2]){R, C}, (int64_t[2]){0, 0});
+    tsr_params_add_int(&p, "low", 0);
+    tsr_params_add_int(&p, "high", 3);
+    bench_op("randint", &p, NULL, 0, &x, 0);
+    bench_op("pack2bit", NULL, &x, 1, &pk, 0);
+    dfree(&x);
+    for (int d = 0; d < 2; d++)
+      for (int side = 0; side < 2; side++)
+        for (int narrow = 0; narrow <= (side == 0); narrow++) {
+          const char *dt = d ? "f64" : "f32";
+          tsr_buf b = {0};
+          int64_t bs[2] = {side ? R : C, K};
+          rparams(&p, 12, dt, 2, bs, bs, (int64_t[2]){0, 0});
+          bench_op("random_normal", &p, NULL, 0, &b, 0);
+          tsr_params_clear(&p);
+          tsr_params_add_int(&p, "cols", C);
+          tsr_params_add_str(&p, "side", side ? "btx" : "xb", side ? 3 : 2);
+          tsr_buf in[2] = {pk, b};
+          const tsr_op_def *op = tsr_op_find("matmul_2bit");
+          tsr_meta om;
+          tsr_errbuf err;
+          tsr_meta metas[2] = {pk.meta, b.meta};
+          op->infer(&p, metas, 2, &om, &err);
+          for (int i = 0; i < STREAMS; i++) out[i] = dalloc(om.dtype, om.ndim, om.shape);
+          tsr_cuda_geno_test_narrow(narrow);
+          double ms[2] = {0, 0}, host = 0;
+          for (int ns = 1, k = 0; ns <= STREAMS; ns *= 4, k++) {
+            for (int w = 0; w < 2 * ns; w++) op->cuda(&p, in, 2, &out[w % ns], &ctx[w % ns], &err);  /* warm-up */
+            cudaDeviceSynchronize();
+            cudaEventRecord(ev[STREAMS], st[0]);
+            for (int i = 1; i < ns; i++) cudaStreamWaitEvent(st[i], ev[STREAMS], 0);
+            double t0 = now_ms();
+            for (int c = 0; c < CALLS; c++) op->cuda(&p, in, 2, &out[c % ns], &ctx[c % ns], &err);
+            if (ns == 1) host = (now_ms() - t0) / CALLS;
+            for (int i = 1; i < ns; i++) cudaEventRecord(ev[i], st[i]), cudaStreamWaitEvent(st[0], ev[i], 0);
+            cudaEventRecord(ev[0], st[0]);
+            cudaEventSynchronize(ev[0]);
+            float f = 0;
+            cudaEventElapsedTime(&f, ev[STREAMS], ev[0]);
+            ms[k] = f / CALLS;
+          }
+          tsr_cuda_geno_test_narrow(false);
+          char what[96];
+          snprintf(what, sizeof what, "%s %s X[%lld,%lld]%s", side ? "Q'X" : "X@B", dt, (long long)R, (long long)C,
+                   narrow ? " narrow" : "");
+          printf("%-44s %10.4f %10.4f %10.4f\n", what, ms[0], ms[1], host);
+          fflush(stdout);
+          for (int i = 0; i < STREAMS; i++) dfree(&out[i]);
+          dfree(&b);
+        }
+    dfree(&pk);
+    tsr_params_clear(&p);
+  }
+  for (int i = 0; i < STREAMS; i++) cudaStreamDestroy(st[i]);
+  for (int i = 0; i <= STREAMS; i++) cudaEventDestroy(ev[i]);
+}
+
 /* Runs a test unless TSR_TEST_FILTER is set and not part of its name. */
 #define RUN_IF(name)                                                       \
   do {                                                                     \
@@ -1310,6 +1397,7 @@ int main(int argc, char **argv)
     if (strcmp(what, "all") == 0 || strcmp(what, "svd") == 0) bench_svd();
     if (strcmp(what, "all") == 0 || strcmp(what, "genotype") == 0) bench_genotype();
     if (strcmp(what, "all") == 0 || strcmp(what, "genotype64") == 0) bench_genotype_f64();
+    if (strcmp(what, "all") == 0 || strcmp(what, "tasks") == 0) bench_task_costs();
     return 0;
   }
   RUN_IF(random_uniform_and_int_bit_identical);
