@@ -21,7 +21,14 @@ static void pack_native_ops(msgpack_packer *pk)
 void tsr_report_hello(tsr_worker *w)
 {
   msgpack_packer *pk = &w->out.pk;
-  tsr_wbuf_begin(&w->out, "hello", w->gpu ? 13 : 10);
+  /* The disk speeds go in the hello too: the scheduler prices its first
+   * recompute-or-spill decisions with them, before any heartbeat. */
+  tsr_tiers_stats tiers = {0};
+  if (tsr_wstore_tiers(w->store) != NULL) tsr_tiers_stats_get(tsr_wstore_tiers(w->store), &tiers);
+  uint64_t write_bps = tsr_tiers_stats_write_bps(&tiers), read_bps = tsr_tiers_stats_read_bps(&tiers);
+  tsr_wbuf_begin(&w->out, "hello", (w->gpu ? 13 : 10) + (write_bps > 0) + (read_bps > 0));
+  if (write_bps > 0) tsr_pack_kv_uint(pk, "spill_write_bps", write_bps);
+  if (read_bps > 0) tsr_pack_kv_uint(pk, "spill_read_bps", read_bps);
   tsr_pack_kv_uint(pk, "proto", TSR_PROTOCOL_VERSION);
   tsr_pack_kv_str(pk, "role", "worker");
   tsr_pack_kv_str(pk, "name", w->opts.name);

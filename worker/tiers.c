@@ -128,7 +128,7 @@ int tsr_tiers_new(const tsr_tiers_opts *opts, tsr_tiers **tiers_p, tsr_errbuf *e
    * chunk-sized block mmapped, so freeing it lowers the RSS. */
   if (opts->memory_limit != 0) mallopt(M_MMAP_THRESHOLD, 256 << 10);
   t->rss_base = tsr_process_rss();
-  probe_speed(t);
+  if (opts->spill_bps == 0) probe_speed(t);
   *tiers_p = t;
   return 0;
 }
@@ -391,16 +391,19 @@ void tsr_tiers_stats_get(tsr_tiers *t, tsr_tiers_stats *stats)
   *stats = t->stats;
   stats->probe_write_bps = t->probe_write_bps;
   stats->probe_read_bps = t->probe_read_bps;
+  stats->assumed_bps = t->opts.spill_bps;
   pthread_mutex_unlock(&t->lock);
 }
 
 static uint64_t per_second(uint64_t bytes, uint64_t us) { return us == 0 ? 0 : (uint64_t)((double)bytes * 1e6 / (double)us); }
 uint64_t tsr_tiers_stats_write_bps(const tsr_tiers_stats *s)
 {
+  if (s->assumed_bps) return s->assumed_bps;
   return s->write_us ? per_second(s->bytes_spilled, s->write_us) : s->probe_write_bps;
 }
 uint64_t tsr_tiers_stats_read_bps(const tsr_tiers_stats *s)
 {
+  if (s->assumed_bps) return s->assumed_bps;
   return s->read_us ? per_second(s->bytes_loaded, s->read_us) : s->probe_read_bps;
 }
 
@@ -496,6 +499,11 @@ int tsr_tiers_opt(tsr_tiers_opts *o, const char *flag, const char *v, tsr_errbuf
   }
   if (strcmp(flag, "--disk-limit") == 0)
     return tsr_parse_bytes(v, &o->disk_limit) == 0 ? 0 : tsr_fail(err, TSR_EINVAL, "expected a size like 100GiB");
+  if (strcmp(flag, "--spill-bandwidth") == 0) {
+    if (tsr_parse_bytes(v, &o->spill_bps) != 0 || o->spill_bps == 0)
+      return tsr_fail(err, TSR_EINVAL, "expected bytes per second like 400MB");
+    return 0;
+  }
   if (strcmp(flag, "--spill-codec") == 0) {
     if (!tsr_spill_codec_ok(v)) return tsr_fail(err, TSR_EINVAL, "expected blosclz, lz4, zstd or zlib");
     snprintf(o->codec, sizeof o->codec, "%s", v);

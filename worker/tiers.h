@@ -60,9 +60,11 @@ typedef struct tsr_tiers_opts {
   char codec[16];                /* blosclz, lz4, zstd, zlib */
   int level;                     /* 0-9 */
   double pause;                  /* fraction of memory_limit, (0, 1]: see tsr_tiers_paused */
+  uint64_t spill_bps;            /* disk throughput (bytes/s) reported to the scheduler for its
+                                    recompute-or-spill costs; 0 = measured */
 } tsr_tiers_opts;
 
-#define TSR_TIERS_OPTS_DEFAULT {0, 0.6, 0.7, "", 0, "lz4", 5, 0.8}
+#define TSR_TIERS_OPTS_DEFAULT {0, 0.6, 0.7, "", 0, "lz4", 5, 0.8, 0}
 
 /* Counters since the worker started (not reset by a reconnect). */
 typedef struct tsr_tiers_stats {
@@ -78,11 +80,13 @@ typedef struct tsr_tiers_stats {
   uint64_t write_us;        /* time spent writing spill files (bytes_spilled of them) */
   uint64_t read_us;         /* time spent loading them (bytes_loaded) */
   uint64_t probe_write_bps, probe_read_bps;  /* one 2 MiB write and load timed at start-up */
+  uint64_t assumed_bps;     /* opts.spill_bps: given, not measured (0: measured) */
 } tsr_tiers_stats;
 
-/* Measured throughput of spill writes / loads in bytes per second
- * (compression and checksums included): over the real spills and loads
- * once there were some, else the start-up probe's; 0 if neither. */
+/* Throughput of spill writes / loads in bytes per second (compression and
+ * checksums included): --spill-bandwidth when given; else measured over
+ * the real spills and loads once there were some, else the start-up
+ * probe's; 0 if neither. */
 uint64_t tsr_tiers_stats_write_bps(const tsr_tiers_stats *stats);
 uint64_t tsr_tiers_stats_read_bps(const tsr_tiers_stats *stats);
 
@@ -133,7 +137,7 @@ void tsr_tiers_clear(tsr_tiers *tiers);
 bool tsr_tiers_paused(tsr_tiers *tiers, tsr_wstore *store);
 
 /* Applies one worker command-line flag (--memory-target, --memory-spill,
- * --memory-pause, --spill-dir, --disk-limit, --spill-codec, --spill-level)
+ * --memory-pause, --spill-dir, --disk-limit, --spill-codec, --spill-level, --spill-bandwidth)
  * with its value.
  * 0, TSR_EINVAL with a message for a bad value, TSR_ENOTFOUND when flag is
  * none of these. */
