@@ -15,7 +15,14 @@
  *   Q_i  <- Q_i @ U_i                        (U_i: block i of U's rows)
  *   B_j   = sum_i Q_i' @ X_ij                (matmul_2bit btx / matmul)
  *   [B_j] = Ub S V'                          (svd) -> s[:k], v = V'[:k]
- * Packed mode works in f32 (the GPU's tensor cores); u8 mode in --dtype.
+ * Both modes work in --dtype (default f64): Om, Y, the QRs, Q and B. In
+ * packed mode the products run on int8 tensor cores either way (f64: B
+ * quantized to 30 bits per column, error <= 2^-31 of its largest entry;
+ * f32: 22 bits), so f64 costs a fourth digit there, not f64 arithmetic.
+ * The thin matrices must be f64 for v to be within 1e-4 of the f64
+ * answer: s[1..10] of a random genotype matrix lie within 0.1% of each
+ * other and s[0] is ~170 times larger, so f32 rounding of Y, of its QR and
+ * of B, relative to s[0], moves those vectors by ~1e-3 (bench/RESULTS.md).
  *
  * --check recomputes the same SVD in f64 with X generated inside each
  * product (matmul_random: never stored, so any size fits) and the same Om
@@ -36,7 +43,7 @@ typedef struct opts {
   int64_t rows, cols, crow, ccol;
   int k, over, repeat;
   bool packed, check;
-  tsr_dtype dtype;   /* u8 mode: f32 or f64 */
+  tsr_dtype dtype;   /* of the thin matrices: f32 or f64 */
   uint64_t seed;
 } opts;
 
@@ -305,11 +312,13 @@ static int pass_two(tsr_graph *g, const plan *p, char (*q)[KEY], char *s_key, ch
   char b64[KEY];
   snprintf(b64, sizeof b64, "%s-B64", p->prefix);
   const char *in = b;
-  tsr_args *a = args();
-  tsr_args_str(a, "dtype", "f64");
-  if (rc == 0) rc = add(g, b64, "astype", a, &in, 1);
-  else tsr_args_destroy(&a);
-  in = b64;
+  if (strcmp(p->fdt, "f64") != 0) {
+    tsr_args *a = args();
+    tsr_args_str(a, "dtype", "f64");
+    if (rc == 0) rc = add(g, b64, "astype", a, &in, 1);
+    else tsr_args_destroy(&a);
+    in = b64;
+  }
   if (rc == 0) rc = tsr_graph_add(g, f, "svd", NULL, 0, &in, 1);
   int64_t sshape[1] = {p->o->k}, vshape[2] = {p->o->k, p->o->cols};
   snprintf(s_key, KEY, "%s-s", p->prefix);
@@ -431,14 +440,16 @@ static void compare(const opts *o, const run_result *a, const run_result *b, dou
 
 static void usage(void)
 {
-  fprintf(stderr, "usage: tsr-svd-gpu --rows N --cols M [--chunks R,C] [--k K] [--oversamples P]\n"
-                  "                   [--mode packed|u8] [--dtype f32|f64] [--seed S] [--repeat N] [--check]\n"
+  fprintf(stderr, "usage: tsr-svd-gpu --rows N --cols M [--chunks R,C (100000,20000)] [--k K] [--oversamples P]\n"
+                  "                   [--mode packed|u8] [--dtype f64|f32] [--seed S] [--repeat N] [--check]\n"
                   "Connects to $TESSERA_SCHEDULER (run it under `tessera local --gpus 0`).\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
 {
-  *o = (opts){1000000, 20000, 20000, 5000, 10, 10, 1, true, false, TSR_F32, 42};
+  /* default chunks: the GPU path's (bench/RESULTS.md: at (20000, 5000) a product task is
+   * mostly fixed cost) */
+  *o = (opts){1000000, 20000, 100000, 20000, 10, 10, 1, true, false, TSR_F64, 42};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--check") == 0) { o->check = true; continue; }
@@ -479,16 +490,16 @@ int main(int argc, char **argv)
     fprintf(stderr, "tsr-svd-gpu: %s\n", tsr_errmsg());
     return 1;
   }
-  printf("tsr-svd-gpu %lld x %lld u8 randint(0,3) chunks %lld,%lld k=%d l=%d mode=%s%s\n", (long long)o.rows,
+  printf("tsr-svd-gpu %lld x %lld u8 randint(0,3) chunks %lld,%lld k=%d l=%d mode=%s (%s)\n", (long long)o.rows,
          (long long)o.cols, (long long)o.crow, (long long)o.ccol, o.k, o.k + o.over, o.packed ? "packed" : "u8",
-         o.packed ? " (f32)" : o.dtype == TSR_F64 ? " (f64)" : " (f32)");
+         o.dtype == TSR_F64 ? "f64" : "f32");
   run_result best = {1e30, 1e30, NULL, NULL};
   int rc = 0;
   for (int r = 0; r < o.repeat && rc == 0; r++) {
     plan p;
     char prefix[32];
     snprintf(prefix, sizeof prefix, "g%d", r);
-    make_plan(&p, &o, prefix, false, o.packed, o.packed || o.dtype == TSR_F32 ? "f32" : "f64");
+    make_plan(&p, &o, prefix, false, o.packed, o.dtype == TSR_F32 ? "f32" : "f64");
     run_result res = {0};
     rc = run_once(c, &p, &res);
     if (rc == 0) printf("run %d: generation %.3f s, svd %.3f s, total %.3f s\n", r, res.gen_s, res.svd_s,

@@ -4,26 +4,36 @@
 #   1. the seed's Dask + CuPy code (bench/svd_gpu_dask.py), N = 1M and 4M,
 #      against Tessera on `tessera local --gpus 0` on the same shapes
 #      (tsr-svd --persist: the array API, u8 X kept on the GPU, f64 passes;
-#      and tsr-svd-gpu --mode packed: X kept 2-bit packed, f32 passes);
+#      and tsr-svd-gpu --mode packed: X kept 2-bit packed, f64 thin
+#      matrices, the products on int8 tensor cores — with Dask's chunks
+#      (20,000, 5,000) and with larger ones, --packed-chunks);
 #   2. one pass X @ Om by a CuPy chunk loop and a PyTorch loop (fp32, bf16)
 #      (bench/svd_gpu_torch.py), against Tessera's whole SVD;
 #   3. 10,000,000 x 20,000 (200 GB as u8), kept 2-bit packed (50 GB), k=10,
 #      checked against the f64 answer.
-# Generation and SVD are timed apart; Tessera's times are the best of two
-# runs in one cluster (warm), Dask's the best of two runs (warm).
+# Generation and SVD are timed apart; Tessera's times are the best of
+# --repeat runs in one cluster (warm), Dask's the best of two runs (warm).
+# Every packed run is checked against the f64 answer (--check).
 #
 # Usage (on the GPU machine, from the repository root, after
 # scripts/device-tests.sh has put the binaries on PATH):
-#   bash bench/svd_gpu.sh [--rows "1000000 4000000"] [--big 10000000] [--skip-dask] [--skip-loops]
+#   bash bench/svd_gpu.sh [--rows "1000000 4000000"] [--big 10000000] [--packed-chunks "20000,5000 100000,20000"]
+#                         [--repeat 3] [--packed-dtype f64|f32] [--skip-dask] [--skip-loops] [--skip-u8] [--skip-8streams]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-rows="1000000 4000000" big=10000000 dask=1 loops=1
+rows="1000000 4000000" big=10000000 dask=1 loops=1 u8=1 streams8=1 repeat=3 pdt=f64
+pchunks="20000,5000 100000,20000"
 while [ $# -gt 0 ]; do
   case $1 in
     --rows) rows=$2; shift ;;
     --big) big=$2; shift ;;
+    --packed-chunks) pchunks=$2; shift ;;
+    --repeat) repeat=$2; shift ;;
+    --packed-dtype) pdt=$2; shift ;;
     --skip-dask) dask=0 ;;
     --skip-loops) loops=0 ;;
+    --skip-u8) u8=0 ;;
+    --skip-8streams) streams8=0 ;;
     *) echo "svd_gpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -35,8 +45,8 @@ echo "# bench/svd_gpu  $(date -u +%Y-%m-%d)  GPU: $gpu  $(nproc) cores"
 echo "# dask:    python3 bench/svd_gpu_dask.py --rows $rows --repeat 2"
 echo "# loops:   python3 bench/svd_gpu_torch.py --rows $rows"
 echo "# tessera: tessera local --gpus 0 -- tsr-svd --rows N --cols 20000 --chunks 20000,5000 --dtype u8 --dist randint:0:3 --k 10 --persist   (x2)"
-echo "#          tessera local --gpus 0 -- tsr-svd-gpu --rows N --cols 20000 --chunks 20000,5000 --k 10 --mode packed --repeat 2"
-echo "#          tessera local --gpus 0 -- tsr-svd-gpu --rows $big --cols 20000 --chunks 100000,20000 --k 10 --mode packed --repeat 2 --check"
+echo "#          tessera local --gpus 0 -- tsr-svd-gpu --rows N --cols 20000 --chunks R,C --k 10 --mode packed --dtype $pdt --repeat $repeat --check   (R,C in: $pchunks)"
+echo "#          tessera local --gpus 0 -- tsr-svd-gpu --rows $big --cols 20000 --chunks 100000,20000 --k 10 --mode packed --dtype $pdt --repeat 2 --check"
 
 step() {  # label, timeout seconds, command...
   local label=$1 limit=$2; shift 2
@@ -54,30 +64,38 @@ if [ $loops = 1 ]; then
   step loops 240 python3 bench/svd_gpu_torch.py --rows $rows
 fi
 for n in $rows; do
-  tsvd="tsr-svd --rows $n --cols 20000 --chunks 20000,5000 --dtype u8 --dist randint:0:3 --k 10 --persist"
-  step "tessera-u8 $n" 240 tessera local --gpus 0 -- sh -c "$tsvd | sed 's/^/run0 /'; $tsvd | sed 's/^/run1 /'"
-  step "tessera-packed $n" 240 tessera local --gpus 0 -- tsr-svd-gpu --rows "$n" --cols 20000 --chunks 20000,5000 \
-    --k 10 --mode packed --repeat 2 $( [ "$n" = "${rows%% *}" ] && echo --check )
+  if [ $u8 = 1 ]; then
+    tsvd="tsr-svd --rows $n --cols 20000 --chunks 20000,5000 --dtype u8 --dist randint:0:3 --k 10 --persist"
+    step "tessera-u8 $n" 240 tessera local --gpus 0 -- sh -c "$tsvd | sed 's/^/run0 /'; $tsvd | sed 's/^/run1 /'"
+  fi
+  for ch in $pchunks; do
+    step "tessera-packed-${ch/,/x}-$pdt $n" 240 tessera local --gpus 0 -- tsr-svd-gpu --rows "$n" --cols 20000 \
+      --chunks "$ch" --k 10 --mode packed --dtype "$pdt" --repeat "$repeat" --check
+  done
 done
 # the same with 8 streams (executor threads) on the GPU worker instead of 4
-n=${rows##* }
-step "tessera-packed-8streams $n" 240 tessera local --gpus 0 --worker-arg --threads --worker-arg 8 -- tsr-svd-gpu \
-  --rows "$n" --cols 20000 --chunks 20000,5000 --k 10 --mode packed --repeat 2
+if [ $streams8 = 1 ]; then
+  n=${rows##* } ch=${pchunks##* }
+  step "tessera-packed-${ch/,/x}-$pdt-8streams $n" 240 tessera local --gpus 0 --worker-arg --threads --worker-arg 8 -- \
+    tsr-svd-gpu --rows "$n" --cols 20000 --chunks "$ch" --k 10 --mode packed --dtype "$pdt" --repeat "$repeat"
+fi
 if [ -n "$big" ] && [ "$big" != 0 ]; then
-  step "tessera-packed $big" 420 tessera local --gpus 0 -- tsr-svd-gpu --rows "$big" --cols 20000 \
-    --chunks 100000,20000 --k 10 --mode packed --repeat 2 --check
+  step "tessera-packed-100000x20000-$pdt $big" 420 tessera local --gpus 0 -- tsr-svd-gpu --rows "$big" --cols 20000 \
+    --chunks 100000,20000 --k 10 --mode packed --dtype "$pdt" --repeat 2 --check
 fi
 
-# ---- summary: best (warm) times and the ratios ----
+# ---- summary: best (warm) times, the f64 checks and the ratios ----
 python3 - "$results.raw" "$rows" "$big" <<'PY'
 import re, sys
 raw = open(sys.argv[1]).read().splitlines()
 sizes = [int(s) for s in sys.argv[2].split()] + ([int(sys.argv[3])] if sys.argv[3] not in ("", "0") else [])
-best = {}
+best, checks, labels = {}, {}, []
 def keep(key, gen, svd):
+    if key[0] not in labels:
+        labels.append(key[0])
     if key not in best or gen + svd < sum(best[key]):
         best[key] = (gen, svd)
-label, step = None, None
+label, step, n = None, None, 0
 for line in raw:
     m = re.match(r"dask (\d+) \d+ gen_s=([\d.]+) svd_s=([\d.]+)", line)
     if m: keep(("dask", int(m[1])), float(m[2]), float(m[3]))
@@ -95,20 +113,21 @@ for line in raw:
     m = re.match(r"run \d+: generation ([\d.]+) s, svd ([\d.]+) s", line)
     if m and label.startswith("tessera-packed"): keep((label, n), float(m[1]), float(m[2]))
     m = re.match(r"check: .*max error s ([\d.e+-]+), v ([\d.e+-]+)", line)
-    if m and label.startswith("tessera-packed"): best[("check", n)] = (float(m[1]), float(m[2]))
+    if m and label.startswith("tessera-packed"): checks[(label, n)] = (float(m[1]), float(m[2]))
+tessera = [l for l in labels if l.startswith("tessera")]
 print()
-print(f"{'N':>10} {'what':<24} {'gen_s':>8} {'svd_s':>8} {'total_s':>8}")
+print(f"{'N':>10} {'what':<36} {'gen_s':>8} {'svd_s':>8} {'total_s':>8}")
 for n in sizes:
-    for what in ("dask", "tessera-u8", "tessera-packed", "tessera-packed-8streams", "cupy", "torch-fp32", "torch-bf16"):
+    for what in ["dask"] + tessera + ["cupy", "torch-fp32", "torch-bf16"]:
         if (what, n) in best:
             g, s = best[(what, n)]
-            print(f"{n:>10} {what:<24} {g:>8.3f} {s:>8.3f} {g + s:>8.3f}")
-    if ("check", n) in best:
-        es, ev = best[("check", n)]
-        print(f"{n:>10} check vs f64: s {es:.2e}, v {ev:.2e} ({'OK' if max(es, ev) <= 1e-4 else 'above 1e-4'})")
+            print(f"{n:>10} {what:<36} {g:>8.3f} {s:>8.3f} {g + s:>8.3f}")
+    for (what, m), (es, ev) in checks.items():
+        if m == n:
+            print(f"{n:>10} {what:<36} check vs f64: s {es:.2e}, v {ev:.2e} ({'OK' if max(es, ev) <= 1e-4 else 'above 1e-4'})")
 print()
 for n in sizes:
-    for t in ("tessera-packed", "tessera-packed-8streams", "tessera-u8"):
+    for t in tessera:
         if (t, n) not in best:
             continue
         g, s = best[(t, n)]
@@ -120,8 +139,10 @@ for n in sizes:
                 lp = best[(loop, n)][1]
                 tt = f" (target >= {target}x)" if target else ""
                 print(f"ratio {loop}-one-pass/{t}-svd N={n}: {lp / s:.2f}x{tt}")
-if (("tessera-packed", sizes[-1]) in best) and sys.argv[3] not in ("", "0"):
-    g, s = best[("tessera-packed", sizes[-1])]
-    print(f"{sizes[-1]} x 20000 packed: generation + svd {g + s:.3f} s (target <= 2 s), svd {s:.3f} s (target <= 1 s)")
+if sys.argv[3] not in ("", "0"):
+    key = next((k for k in best if k[1] == sizes[-1] and k[0].startswith("tessera-packed-100000x20000")), None)
+    if key is not None:
+        g, s = best[key]
+        print(f"{sizes[-1]} x 20000 packed: generation + svd {g + s:.3f} s (target <= 2 s), svd {s:.3f} s (target <= 1 s)")
 PY
 rm -f "$results" "$results.raw"

@@ -47,6 +47,10 @@ static int decode_worker(const msgpack_object *map, tsr_worker_info *w, tsr_errb
   bool paused = false;
   if (rc == 0) rc = tsr_wire_opt_bool(map, "paused", false, &paused, err);
   w->paused = paused;
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "memory_held", 0, &w->memory_held, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "disk_held", 0, &w->disk_held, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "tasks_recomputed", 0, &w->tasks_recomputed, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "bytes_recomputed", 0, &w->bytes_recomputed, err);
   w->gpu_util = util == UINT64_MAX ? -1 : util > 100 ? 100 : (int)util;
   w->threads = threads > 1000000 ? 1000000 : (int)threads;
   return rc;

@@ -55,19 +55,25 @@ static operand resolve(const tsr_array_ctx *ctx, const char *key)
 
 /* Which fused form applies, or NULL: X @ B ("xb"), X^T @ B ("xtb"),
  * B @ X ("bx"), B^T @ X ("btx"); a transposed other operand on the right
- * is not fused. */
-static const char *fused_side(const operand *a, const operand *b)
+ * is not fused. Only a random block at least as large as the other one is
+ * fused: generating it inside the product then saves storing the big
+ * side, while a small random block (the test matrix Omega beside a stored
+ * X) would be generated again for every tile of X — stored once, it is
+ * read by every block instead. na, nb: elements of the two blocks. */
+static const char *fused_side(const operand *a, const operand *b, int64_t na, int64_t nb)
 {
-  if (a->random != NULL && !b->transposed) return a->transposed ? "xtb" : "xb";
-  if (b->random != NULL && !b->transposed) return a->transposed ? "btx" : "bx";
+  if (a->random != NULL && !b->transposed && na >= nb) return a->transposed ? "xtb" : "xb";
+  if (b->random != NULL && !b->transposed && nb >= na) return a->transposed ? "btx" : "bx";
   return NULL;
 }
 
-/* Emits one partial product; writes its key to key_out. */
-static int partial_product(tsr_array_ctx *ctx, const char *a_key, const char *b_key, char *key_out, size_t cap)
+/* Emits one partial product of blocks of na and nb elements; writes its
+ * key to key_out. */
+static int partial_product(tsr_array_ctx *ctx, const char *a_key, const char *b_key, int64_t na, int64_t nb,
+                           char *key_out, size_t cap)
 {
   operand a = resolve(ctx, a_key), b = resolve(ctx, b_key);
-  const char *side = fused_side(&a, &b);
+  const char *side = fused_side(&a, &b, na, nb);
   tsr_args *args = NULL;
   int rc = tsr_args_new(&args);
   if (rc == 0 && side != NULL) {
@@ -127,9 +133,12 @@ TSR_API int tsr_matmul(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *
   for (int64_t i = 0; rc == 0 && i < out->nchunks[0]; i++)
     for (int64_t j = 0; rc == 0 && j < out->nchunks[1]; j++) {
       for (int64_t p = 0; rc == 0 && p < np; p++) {
-        int64_t ia[2] = {i, p}, ib[2] = {p, j};
+        int64_t ia[2] = {i, p}, ib[2] = {p, j}, sa[2], sb[2];
         char key[256];
-        rc = partial_product(ctx, a->keys[garray_block(a, ia)], bb->keys[garray_block(bb, ib)], key, sizeof key);
+        garray_block_shape(a, ia, sa);
+        garray_block_shape(bb, ib, sb);
+        rc = partial_product(ctx, a->keys[garray_block(a, ia)], bb->keys[garray_block(bb, ib)], sa[0] * sa[1],
+                             sb[0] * sb[1], key, sizeof key);
         partials[p] = strdup(key);
       }
       char root[256];

@@ -11,3 +11,9 @@ bool tsr_ops_have_cuda(void)
 {
   return false;
 }
+
+int tsr_cuda_deferred_check(tsr_errbuf *err)
+{
+  (void)err;
+  return 0;
+}

@@ -73,6 +73,16 @@ typedef struct tsr_op_def {
  * found at configure time). Says nothing about whether a GPU is present. */
 bool tsr_ops_have_cuda(void);
 
+/* What a CUDA variant could only find out on the device, checked once its
+ * stream has finished: call it after every CUDA variant (succeeded or not),
+ * on the thread that ran the variant, after synchronizing its stream.
+ * Returns 0, or the failure the variant left behind — qr and svd: a
+ * cuSOLVER routine reported info != 0 (no convergence, a bad argument) —
+ * with a message naming the routine and info; a failed task's output is
+ * NaN and must not be kept. Clears what it checked. Always 0 in a build
+ * without CUDA. */
+int tsr_cuda_deferred_check(tsr_errbuf *err);
+
 /* Builds the registry; idempotent. test_ops adds the ops marked test_only
  * (crash, fail, sleep) that the integration tests use; a later call with
  * false hides them again. The regular ops are findable even before the

@@ -350,7 +350,8 @@ static int fuse_group(fuser *f, uint32_t root, uint32_t *np_p)
     if (f->ext[i].stamp == f->stamp) deps[f->ext[i].index] = f->ext[i].id;
   pack_parts(f, root, np, n_ext);
   uint8_t *params = sched_arena_alloc(arena, f->buf.size, 1);
-  if (params == NULL || f->buf.size > UINT32_MAX) return TSR_ENOMEM;
+  sched_task_ext *ext = sched_task_ext_get(st, root);  /* holds the part count */
+  if (params == NULL || ext == NULL || f->buf.size > UINT32_MAX) return TSR_ENOMEM;
   memcpy(params, f->buf.data, f->buf.size);
   sched_task *t = &st->tasks[root];
   t->op = (uint16_t)op;
@@ -358,7 +359,7 @@ static int fuse_group(fuser *f, uint32_t root, uint32_t *np_p)
   t->params_len = (uint32_t)f->buf.size;
   t->deps = deps;
   t->ndeps = n_ext;
-  t->fused_parts = np;
+  ext->fused_parts = np;
   st->nfused_extra += np - 1;
   st->graphs[f->g]->nfused++;
   st->graphs[f->g]->nfused_parts += np;
@@ -392,7 +393,7 @@ static void relink_dependents(fuser *f)
     for (uint32_t e = 0; e < t->ndependents; e++) {
       uint32_t q = pos_of(st, edges[e].id);
       uint32_t target = (f->flags[q] & F_ABSORBED) ? f->rootof[q] : edges[e].id;
-      if (st->tasks[target].fused_parts > 0) {
+      if (sched_task_fused_parts(&st->tasks[target]) > 0) {
         uint32_t tq = pos_of(st, target);
         if (f->cursor[tq] == p + 1) continue;
         f->cursor[tq] = p + 1;

@@ -9,6 +9,7 @@
  * `error` naming the problem with `ref` = its op, one log line naming the
  * peer, and nothing else changes. The state is settled after every
  * message, so each message sees a consistent state. */
+#include "policy_evict.h"
 #include "sched.h"
 
 #include <stdio.h>
@@ -58,11 +59,16 @@ static void on_worker_heartbeat(msgctx *m)
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "bytes_dropped", w->bytes_dropped, &dropped, &m->err);
   bool paused = false;
   if (rc == 0) rc = tsr_wire_opt_bool(m->map, "paused", false, &paused, &m->err);
+  uint64_t write_bps, read_bps;
+  if (rc == 0) rc = tsr_wire_opt_uint(m->map, "spill_write_bps", w->spill_write_bps, &write_bps, &m->err);
+  if (rc == 0) rc = tsr_wire_opt_uint(m->map, "spill_read_bps", w->spill_read_bps, &read_bps, &m->err);
   if (rc != 0) {
     reject(m, rc, "%s", m->err.text);
     return;
   }
   w->disk_bytes = disk;
+  w->spill_write_bps = write_bps;
+  w->spill_read_bps = read_bps;
   w->bytes_spilled = spilled;
   w->bytes_dropped = dropped;
   if (paused != w->paused) TSR_INFO("worker '%s' %s", w->name, paused ? "paused (memory)" : "resumed");
@@ -116,6 +122,8 @@ static void on_task_done(msgctx *m)
   /* +1 keeps a sub-microsecond task from reading as "no data". */
   sched_worker *w = &m->st->workers[m->st->peers[m->p].index];
   w->avg_task_us = w->avg_task_us == 0 ? duration + 1 : (7 * w->avg_task_us + duration + 1) / 8;
+  w->avg_out_bytes = w->avg_out_bytes == 0 ? nbytes + 1 : (7 * w->avg_out_bytes + nbytes + 1) / 8;
+  sched_evict_on_done(m->st, id, (uint16_t)m->st->peers[m->p].index, duration, nbytes);
   sched_tr_done(m->st, id, (uint16_t)m->st->peers[m->p].index, nbytes, &meta);
 }
 
@@ -158,6 +166,38 @@ static void on_missing_input(msgctx *m)
     x = SCHED_NONE;
   }
   sched_tr_missing_input(st, id, x, from, flen);
+}
+
+/* chunks_moved: {spilled, loaded, dropped: [key]}, each key at most once
+ * (the worker sends the last move of each key since its previous report).
+ * Keys that are not in memory on this worker are stale and ignored. */
+static void on_chunks_moved(msgctx *m)
+{
+  static const char *const fields[] = {"spilled", "loaded", "dropped"};
+  static const sched_move moves[] = {SCHED_MOVE_SPILLED, SCHED_MOVE_LOADED, SCHED_MOVE_DROPPED};
+  const msgpack_object *keys[3];
+  size_t n[3];
+  for (int f = 0; f < 3; f++) {
+    int rc = tsr_wire_opt_array(m->map, fields[f], TSR_MAX_BATCH_TASKS, &keys[f], &n[f], &m->err);
+    const char *key;
+    size_t len;
+    for (size_t i = 0; rc == 0 && i < n[f]; i++)
+      if (tsr_obj_str(&keys[f][i], TSR_MAX_KEY_LEN, &key, &len, NULL) != 0)
+        rc = tsr_fail(&m->err, TSR_EPROTO, "field '%s' must hold key strings (entry %zu is not one)", fields[f], i);
+    if (rc != 0) {
+      reject(m, TSR_EPROTO, "%s", m->err.text);
+      return;
+    }
+  }
+  uint16_t w = (uint16_t)m->st->peers[m->p].index;
+  for (int f = 0; f < 3; f++)
+    for (size_t i = 0; i < n[f]; i++) {
+      const char *key;
+      size_t len;
+      tsr_obj_str(&keys[f][i], TSR_MAX_KEY_LEN, &key, &len, NULL);
+      uint32_t id = sched_task_find(m->st, key, len);
+      if (id != SCHED_NONE) sched_evict_moved(m->st, w, moves[f], id);
+    }
 }
 
 /* ---------- client messages ---------- */
@@ -315,6 +355,7 @@ static void on_goodbye(msgctx *m) { sched_peer_drop(m->st, m->p, "said goodbye")
 static const route routes[] = {
   {"task_done", PEER_WORKER, on_task_done},   {"task_erred", PEER_WORKER, on_task_erred},
   {"missing_input", PEER_WORKER, on_missing_input}, {"heartbeat", PEER_WORKER, on_worker_heartbeat},
+  {"chunks_moved", PEER_WORKER, on_chunks_moved},
   {"goodbye", PEER_WORKER, on_goodbye},       {"submit", PEER_CLIENT, on_submit},
   {"release", PEER_CLIENT, on_release},       {"status", PEER_CLIENT, on_status},
   {"goodbye", PEER_CLIENT, on_goodbye},       {"heartbeat", PEER_CLIENT, NULL},

@@ -14,6 +14,7 @@
 #include <zmq.h>
 
 #include "net/net.h"
+#include "policy_evict.h"
 #include "sched.h"
 
 #define MAX_FRAMES_PER_ITERATION 10000
@@ -123,8 +124,9 @@ static int open_socket(void *ctx, const sched_loop_opts *opts, void **sock_p)
     zmq_close(sock);
     return TSR_EIO;
   }
-  TSR_INFO("listening on %s (heartbeat every %llu ms, timeout %llu ms, fuse width %u)", address,
-           (unsigned long long)opts->cfg.heartbeat_ms, (unsigned long long)opts->cfg.timeout_ms, opts->cfg.fuse_width);
+  TSR_INFO("listening on %s (heartbeat every %llu ms, timeout %llu ms, recompute %s, fuse width %u)", address,
+           (unsigned long long)opts->cfg.heartbeat_ms, (unsigned long long)opts->cfg.timeout_ms,
+           sched_recompute_mode_name(opts->cfg.recompute), opts->cfg.fuse_width);
   *sock_p = sock;
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "policy_evict.h"
 #include "sched.h"
 
 static volatile sig_atomic_t stop_requested = 0;
@@ -24,6 +25,7 @@ static void usage(FILE *out)
           "  --heartbeat-interval DUR   heartbeat to every peer this often (default 1s)\n"
           "  --heartbeat-timeout DUR    drop a peer silent this long (default 10s)\n"
           "  --address-file PATH        write the address peers connect to, once bound\n"
+          "  --recompute MODE           auto|never|always: what workers may drop rather than spill (default auto)\n"
           "  --fuse-width N             fuse chains and fan-ins of at most N branches into one task (default 1: chains)\n"
           "  --no-fuse                  never fuse tasks (same as --fuse-width 0)\n"
           "  --help, --version\n");
@@ -71,6 +73,10 @@ static int parse_args(int argc, char **argv, sched_loop_opts *opts, int *exit_p)
     } else if ((v = flag_value(argc, argv, &i, "--heartbeat-interval")) != NULL) {
       if (tsr_parse_duration_ms(v, &ms) != 0 || ms == 0) return *exit_p = bad_flag("bad --heartbeat-interval '%s'", v), 1;
       opts->cfg.heartbeat_ms = ms;
+    } else if ((v = flag_value(argc, argv, &i, "--recompute")) != NULL) {
+      int mode = sched_recompute_mode_parse(v);
+      if (mode < 0) return *exit_p = bad_flag("bad --recompute '%s' (auto|never|always)", v), 1;
+      opts->cfg.recompute = (sched_recompute_mode)mode;
     } else if ((v = flag_value(argc, argv, &i, "--heartbeat-timeout")) != NULL) {
       if (tsr_parse_duration_ms(v, &ms) != 0 || ms == 0) return *exit_p = bad_flag("bad --heartbeat-timeout '%s'", v), 1;
       opts->cfg.timeout_ms = ms;

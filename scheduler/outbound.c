@@ -2,6 +2,7 @@
  * workers; `key_done`, `key_erred`, `key_lost`, `status_reply` to clients;
  * `heartbeat` to everyone. They are appended to the peer's outbox and go
  * out in one frame per peer at the end of the loop iteration. */
+#include "policy_evict.h"
 #include "sched.h"
 
 #include <stdio.h>
@@ -12,7 +13,7 @@ void sched_emit_compute(sched_state *st, uint32_t id, uint16_t w)
   const sched_task *t = &st->tasks[id];
   tsr_wbuf *wb = sched_out(st, st->workers[w].peer);
   msgpack_packer *pk = &wb->pk;
-  tsr_wbuf_begin(wb, "compute", 7);
+  tsr_wbuf_begin(wb, "compute", 8);
   tsr_pack_kv_uint(pk, "id", id);
   tsr_pack_kv_strn(pk, "key", t->key, t->key_len);
   tsr_pack_kv_str(pk, "task_op", st->ops[t->op].name);
@@ -29,7 +30,10 @@ void sched_emit_compute(sched_state *st, uint32_t id, uint16_t w)
     msgpack_pack_uint64(pk, d->nbytes);
   }
   tsr_pack_kv_int(pk, "priority", t->priority);
-  TSR_DEBUG("task '%s': compute on worker '%s'", t->key, st->workers[w].name);
+  /* may the worker drop it (recomputed when needed) rather than spill it */
+  bool drop = sched_evict_may_drop(st, id, w);
+  tsr_pack_kv_bool(pk, "recompute", drop);
+  TSR_DEBUG("task '%s': compute on worker '%s'%s", t->key, st->workers[w].name, drop ? " (may be dropped)" : "");
 }
 
 static bool client_wants(const sched_state *st, uint32_t c, uint32_t id, uint32_t only)
@@ -94,7 +98,7 @@ void sched_notify_lost(sched_state *st, uint32_t id)
 
 static void pack_worker(msgpack_packer *pk, const sched_worker *w)
 {
-  msgpack_pack_map(pk, 15 + (w->gpu_util >= 0));
+  msgpack_pack_map(pk, 19 + (w->gpu_util >= 0));
   tsr_pack_kv_str(pk, "name", w->name);
   tsr_pack_kv_str(pk, "address", w->address);
   tsr_pack_kv_str(pk, "device", w->device);
@@ -112,6 +116,11 @@ static void pack_worker(msgpack_packer *pk, const sched_worker *w)
   tsr_pack_kv_uint(pk, "bytes_spilled", w->bytes_spilled);
   tsr_pack_kv_uint(pk, "bytes_dropped", w->bytes_dropped);
   tsr_pack_kv_bool(pk, "paused", w->paused);
+  /* the scheduler's own accounting (policy_evict.h) */
+  tsr_pack_kv_uint(pk, "memory_held", w->bytes_held - (w->held_disk <= w->bytes_held ? w->held_disk : w->bytes_held));
+  tsr_pack_kv_uint(pk, "disk_held", w->held_disk);
+  tsr_pack_kv_uint(pk, "tasks_recomputed", w->tasks_recomputed);
+  tsr_pack_kv_uint(pk, "bytes_recomputed", w->bytes_recomputed);
 }
 
 void sched_emit_status(sched_state *st, uint32_t peer, uint64_t req)

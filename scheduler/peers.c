@@ -15,6 +15,7 @@ typedef struct worker_hello {
   char device[TSR_MAX_NAME_LEN + 1];
   char gpu_name[TSR_MAX_NAME_LEN + 1];
   uint64_t pid, threads, memory_limit, device_memory_limit;
+  uint64_t spill_write_bps, spill_read_bps;   /* 0: not given */
   const msgpack_object *ops;
   size_t nops;
   const msgpack_object *native;   /* NULL: every op is native */
@@ -51,6 +52,8 @@ static int parse_worker_hello(const msgpack_object *map, worker_hello *h, tsr_er
   if (rc == 0) rc = opt_strcpy(map, "device", "cpu", h->device, sizeof h->device, err);
   if (rc == 0) rc = opt_strcpy(map, "gpu_name", "", h->gpu_name, sizeof h->gpu_name, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "device_memory_limit", 0, &h->device_memory_limit, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "spill_write_bps", 0, &h->spill_write_bps, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "spill_read_bps", 0, &h->spill_read_bps, err);
   h->native = NULL;
   if (rc == 0 && tsr_wire_field(map, "native_ops") != NULL)
     rc = tsr_wire_array(map, "native_ops", SCHED_MAX_OPS, &h->native, &h->nnative, err);
@@ -192,6 +195,8 @@ static void hello_worker(sched_state *st, uint32_t p, const msgpack_object *map)
   wk->memory_limit = h.memory_limit;
   memcpy(wk->gpu_name, h.gpu_name, sizeof wk->gpu_name);
   wk->device_memory_limit = h.device_memory_limit;
+  wk->spill_write_bps = h.spill_write_bps;
+  wk->spill_read_bps = h.spill_read_bps;
   wk->gpu_util = -1;
   wk->peer_id = ++st->next_peer_id;
   if (set_ops(st, wk, &h) != 0) {

@@ -18,7 +18,12 @@
  * A worker has threads x slots-per-thread slots, so its executor has the
  * next task at hand when one finishes. Slots per thread start at
  * SCHED_SLOTS_PER_THREAD and grow for short tasks (measured durations) so
- * the in-flight work covers the round trip; everything beyond stays QUEUED
+ * the in-flight work covers the round trip. On a worker with a memory
+ * limit (the device limit on a GPU worker: outputs stay there) the window
+ * is also capped so that its tasks' outputs, at the worker's average output
+ * size, stay within 1/SCHED_INFLIGHT_MEMORY_FRACTION of the limit — a
+ * smooth cap with no size threshold (Dask queues root tasks only below a
+ * fixed ratio), never below one task per thread. Everything beyond stays QUEUED
  * here, in per-op heaps ordered by priority, so late-arriving urgent work
  * is not stuck behind a deep worker-side queue.
  *
@@ -35,10 +40,22 @@ static uint64_t slots_per_thread(const sched_worker *w)
   return per < SCHED_SLOTS_PER_THREAD ? SCHED_SLOTS_PER_THREAD : per > SCHED_MAX_SLOTS_PER_THREAD ? SCHED_MAX_SLOTS_PER_THREAD : per;
 }
 
+/* Most tasks in flight whose outputs fit the memory share above; no cap
+ * without a limit or before the first output size is known. */
+static uint64_t memory_cap(const sched_worker *w, uint64_t threads)
+{
+  uint64_t limit = w->gpu && w->device_memory_limit ? w->device_memory_limit : w->memory_limit;
+  if (limit == 0 || w->avg_out_bytes == 0) return UINT64_MAX;
+  uint64_t cap = limit / SCHED_INFLIGHT_MEMORY_FRACTION / w->avg_out_bytes;
+  return cap < threads ? threads : cap;
+}
+
 uint32_t sched_worker_free_slots(const sched_worker *w)
 {
   if (w->paused) return 0;  /* over its memory pause threshold */
-  uint64_t slots = (uint64_t)(w->threads ? w->threads : 1) * slots_per_thread(w);
+  uint64_t threads = w->threads ? w->threads : 1;
+  uint64_t slots = threads * slots_per_thread(w), cap = memory_cap(w, threads);
+  if (slots > cap) slots = cap;
   return w->nprocessing >= slots ? 0 : (uint32_t)(slots - w->nprocessing);
 }
 

@@ -6,6 +6,7 @@
  *   policy_order.c priorities from graph order
  *   policy_place.c which worker runs a ready task; the placement pass
  *   policy_release.c when a task's result or record may go
+ *   policy_evict.c recompute or spill; tier and recompute accounting (policy_evict.h)
  *   fuse.c         task fusion at admission (chains and narrow fan-ins)
  *   submit.c       graph validation and admission
  *   outbound.c     messages the scheduler originates (compute, key_*)
@@ -59,6 +60,11 @@ void sched_tr_erred(sched_state *st, uint32_t id, const char *message, size_t le
 /* PROCESSING -> WAITING because input `input` could not be fetched from
  * `from`; the input is marked lost there and recomputed. */
 void sched_tr_missing_input(sched_state *st, uint32_t id, uint32_t input, const char *from, size_t from_len);
+/* MEMORY -> its holder dropped it (chunks_moved; the caller checked the
+ * holder). Wanted: LOST (key_lost, recomputed now). Needed by dependents
+ * only: RELEASED and deferred, recomputed when a dependent is otherwise
+ * ready, with its priority (see transitions.c). Else RELEASED. */
+void sched_tr_dropped(sched_state *st, uint32_t id);
 /* Everything worker w was running or holding, after it died. The worker
  * must already be marked dead. Returns counts for the log line. */
 void sched_tr_worker_lost(sched_state *st, uint16_t w, uint32_t *rescheduled_p, uint32_t *lost_p);

@@ -196,6 +196,8 @@ uint32_t sched_task_alloc(sched_state *st)
 void sched_task_free(sched_state *st, uint32_t id)
 {
   sched_task *t = &st->tasks[id];
+  uint32_t parts = sched_task_fused_parts(t);
+  if (parts > 0) st->nfused_extra -= parts - 1;
   if (t->ext != NULL) {
     free(t->ext->xdeps);
     sched_error_unref(t->ext->error);
@@ -204,7 +206,6 @@ void sched_task_free(sched_state *st, uint32_t id)
   }
   st->count_by_state[t->state]--;
   st->nlive--;
-  if (t->fused_parts > 0) st->nfused_extra -= t->fused_parts - 1;
   t->state = TS_FREE;
   t->gen++;
   t->key = NULL;

@@ -43,6 +43,11 @@
  * scheduler round trip (~100-200 us) between tasks, up to this many. */
 #define SCHED_INFLIGHT_US 2000
 #define SCHED_MAX_SLOTS_PER_THREAD 256
+/* On a worker with a memory limit, the outputs of its tasks in flight
+ * (estimated by its average output size) stay within this fraction of the
+ * limit: short tasks widen the window, big outputs narrow it again, never
+ * below one task per thread. */
+#define SCHED_INFLIGHT_MEMORY_FRACTION 4   /* 1/4 of the limit */
 
 /* Task states. See transitions.c for the machine. NEW is the short-lived
  * state of a task created by a submit that is still being validated. */
@@ -85,6 +90,7 @@ typedef struct sched_task_ext {
   sched_edge *xdeps;   /* dependents added by later graphs (malloc'd) */
   uint32_t nx, capx;
   sched_error *error;  /* only for erred tasks */
+  uint32_t fused_parts; /* tasks fused into this one (fuse.c); 0 for a plain task */
 } sched_task_ext;
 
 typedef struct sched_task {
@@ -114,11 +120,26 @@ typedef struct sched_task {
   uint8_t suspicion;          /* workers that died while it ran */
   uint8_t dtype;
   uint8_t ndim;
-  uint32_t fused_parts;       /* tasks fused into this one (fuse.c); 0 for a plain task */
+  /* memory-aware eviction (policy_evict.h) */
+  uint8_t evict;              /* SCHED_EV_* bits */
+  uint32_t cost_us;           /* recompute cost of the result, memoized when it was made (saturating) */
+  uint32_t ndeferred_deps;    /* deps (with multiplicity) that are deferred drops (meaningful while WAITING) */
 } sched_task;
 
-/* What a task counts for in status: its parts when fused, else 1. */
-static inline uint32_t sched_task_weight(const sched_task *t) { return t->fused_parts ? t->fused_parts : 1; }
+/* Parts of a fused task (fuse.c), 0 for a plain task; what a task counts
+ * for in status: its parts when fused, else 1. */
+static inline uint32_t sched_task_fused_parts(const sched_task *t) { return t->ext ? t->ext->fused_parts : 0; }
+static inline uint32_t sched_task_weight(const sched_task *t)
+{
+  uint32_t parts = sched_task_fused_parts(t);
+  return parts ? parts : 1;
+}
+
+/* sched_task.evict bits (policy_evict.h, transitions.c) */
+#define SCHED_EV_ON_DISK 0x01   /* MEMORY: its holder moved it to its disk tier */
+#define SCHED_EV_RAN 0x02       /* computed at least once: a later run is a recomputation */
+#define SCHED_EV_DEFERRED 0x04  /* RELEASED: dropped by its holder while dependents need it; recomputed
+                                   when one of them has every other input in memory */
 
 /* key -> task id: open addressing over {hash, id} slots; the keys are the
  * tasks' own (keyidx.c). */
@@ -175,6 +196,7 @@ typedef struct sched_worker {
   uint64_t memory_used, tasks_running, tasks_done, chunks;  /* from heartbeats */
   uint32_t nprocessing;       /* tasks sent and not reported back */
   uint64_t avg_task_us;       /* moving average of reported task durations; 0: none yet */
+  uint64_t avg_out_bytes;     /* moving average of reported output sizes; 0: none yet */
   uint64_t bytes_held;        /* sum of nbytes of results it holds */
   uint64_t *opbits;           /* bitset over op ids advertised */
   uint64_t *nativebits;       /* ops native to its device (same allocation as opbits) */
@@ -186,6 +208,10 @@ typedef struct sched_worker {
   int32_t gpu_util;           /* percent, -1 when not reported */
   uint64_t disk_bytes, bytes_spilled, bytes_dropped;  /* memory tiers, from heartbeats */
   bool paused;                /* heartbeat: over its pause threshold, send it no new tasks */
+  /* memory-aware eviction (policy_evict.h) */
+  uint64_t held_disk;         /* of bytes_held, results its chunks_moved reports put on its disk tier */
+  uint64_t spill_write_bps, spill_read_bps;  /* measured spill throughput (heartbeat); 0: not yet */
+  uint64_t tasks_recomputed, bytes_recomputed;  /* results it made that had been made before */
   /* keys to `free`, packed as msgpack strings, sent once per iteration */
   msgpack_sbuffer freebuf;
   uint32_t nfree;
@@ -242,6 +268,11 @@ typedef struct sched_op {
   uint32_t ncpu;              /* live CPU workers advertising it */
   sched_heap queue;           /* READY and QUEUED tasks of this op */
   uint32_t free_slots;        /* scratch of the placement pass */
+  /* measured tasks (policy_evict.h): moving averages of durations and
+   * output sizes, and of both per byte of the task's largest input */
+  uint64_t avg_us, avg_bytes;
+  double us_per_in, out_per_in;
+  bool measured, measured_in; /* avg_* / *_per_in hold at least one task_done */
   /* A fused op (fuse.c): the distinct ops of its tasks' parts, sorted. Not
    * in op_index and never advertised: a worker has it when it has `fused`
    * and every part op, natively when every part op is native. NULL for an
@@ -250,9 +281,18 @@ typedef struct sched_op {
   uint32_t nfused_ops;
 } sched_op;
 
+/* --recompute: how results that workers evict are chosen to be dropped
+ * (recomputed when needed again) or spilled (policy_evict.h). */
+typedef enum sched_recompute_mode {
+  SCHED_RECOMPUTE_AUTO = 0,   /* by cost: recompute when cheaper than a spill write and reload */
+  SCHED_RECOMPUTE_NEVER,      /* spill everything the scheduler tracks */
+  SCHED_RECOMPUTE_ALWAYS,     /* drop everything not wanted by a client */
+} sched_recompute_mode;
+
 typedef struct sched_config {
   uint64_t heartbeat_ms;
   uint64_t timeout_ms;
+  sched_recompute_mode recompute;
   uint32_t fuse_width;        /* --fuse-width (fuse.c); 0: no fusion (--no-fuse) */
 } sched_config;
 

@@ -39,7 +39,7 @@ static bool same_spec(const sched_task_spec *a, const sched_task_spec *b)
 static const char *differs_from_task(const sched_state *st, uint32_t id, const sched_task_spec *s)
 {
   const sched_task *t = &st->tasks[id];
-  if (t->fused_parts > 0) return sched_fused_differs(st, id, s);
+  if (sched_task_fused_parts(t) > 0) return sched_fused_differs(st, id, s);
   const char *op = st->ops[t->op].name;
   if (!strref_eq(op, strlen(op), s->op.s, s->op.len)) return "op";
   if (t->params_len != s->params_len || (s->params_len && memcmp(t->params, s->params, s->params_len) != 0))

@@ -25,6 +25,16 @@
  *   lost       its holder died; immediately WAITING if needed, else RELEASED
  *   (forgotten) the slot goes to the free list and the key is unmapped
  *
+ * Deferred recomputation (policy_evict.h): a result its worker dropped
+ * under memory pressure (`chunks_moved`) leaves MEMORY at once. Wanted by a
+ * client, it is LOST (key_lost, recomputed now). Needed only by dependents,
+ * it is RELEASED with SCHED_EV_DEFERRED and stays so until one of them is
+ * *otherwise ready* — waiting, and every input it misses is a deferred one
+ * (nwaiting_deps == ndeferred_deps) — then it goes back to WAITING with
+ * that dependent's priority (and so do the released inputs it needs), so
+ * dropped chunks are made again one consumer at a time, in the consumers'
+ * order, never a whole pass ahead of its use.
+ *
  * Derived counters, kept exact by set_state():
  *   nneeded        dependents (with multiplicity) in an active state
  *                  (waiting, ready, queued, processing)
@@ -81,11 +91,31 @@ static void needed_changed(sched_state *st, const sched_task *t, bool entering)
 
 static void set_state(sched_state *st, uint32_t id, int to);
 
+static inline bool is_deferred(const sched_task *t)
+{
+  return t->state == TS_RELEASED && (t->evict & SCHED_EV_DEFERRED);
+}
+
+/* A waiting task whose only missing inputs are deferred drops. */
+static inline bool otherwise_ready(const sched_task *t)
+{
+  return t->state == TS_WAITING && t->ndeferred_deps > 0 && t->nwaiting_deps == t->ndeferred_deps;
+}
+
+/* Queues the deferred inputs of an otherwise-ready task: examine() wakes them. */
+static void recheck_deferred_inputs(sched_state *st, uint32_t id)
+{
+  const sched_task *t = &st->tasks[id];
+  for (uint32_t i = 0; i < t->ndeps; i++)
+    if (is_deferred(&st->tasks[t->deps[i]])) sched_recheck(st, t->deps[i]);
+}
+
 static void input_arrived(sched_state *st, uint32_t dependent, void *arg)
 {
   (void)arg;
   sched_task *d = &st->tasks[dependent];
   if (d->state == TS_WAITING && d->nwaiting_deps > 0 && --d->nwaiting_deps == 0) sched_recheck(st, dependent);
+  else if (otherwise_ready(d)) recheck_deferred_inputs(st, dependent);
 }
 
 static void input_departed(sched_state *st, uint32_t dependent, void *arg)
@@ -98,6 +128,7 @@ static void input_departed(sched_state *st, uint32_t dependent, void *arg)
     sched_queue_remove(st, dependent);
     set_state(st, dependent, TS_WAITING);
     d->nwaiting_deps = 0;
+    d->ndeferred_deps = 0;
   }
   if (d->state == TS_WAITING) d->nwaiting_deps++;
 }
@@ -165,7 +196,7 @@ static void err_cascade(sched_state *st, uint32_t root, sched_error *e)
 static void enter_waiting(sched_state *st, uint32_t id)
 {
   sched_task *t = &st->tasks[id];
-  uint32_t missing = 0;
+  uint32_t missing = 0, deferred = 0;
   for (uint32_t i = 0; i < t->ndeps; i++) {
     const sched_task *d = &st->tasks[t->deps[i]];
     if (d->state == TS_ERRED) {
@@ -174,9 +205,12 @@ static void enter_waiting(sched_state *st, uint32_t id)
       return;
     }
     missing += d->state != TS_MEMORY;
+    deferred += is_deferred(d);
   }
   set_state(st, id, TS_WAITING);
   t->nwaiting_deps = missing;
+  t->ndeferred_deps = deferred;
+  if (otherwise_ready(t)) recheck_deferred_inputs(st, id);
   sched_recheck(st, id);
 }
 
@@ -198,16 +232,94 @@ static void release_record(sched_state *st, uint32_t id)
   sched_recheck(st, id);
 }
 
+static uint64_t minus_sat(uint64_t a, uint64_t b) { return b <= a ? a - b : 0; }
+
+/* Forgets where the result is held, and its bytes in the holder's tiers. */
+static void unhold(sched_state *st, sched_task *t)
+{
+  if (t->who_has != SCHED_NO_WORKER) {
+    sched_worker *w = &st->workers[t->who_has];
+    w->bytes_held = minus_sat(w->bytes_held, t->nbytes);
+    if (t->evict & SCHED_EV_ON_DISK) w->held_disk = minus_sat(w->held_disk, t->nbytes);
+  }
+  t->evict &= (uint8_t)~SCHED_EV_ON_DISK;
+  t->who_has = SCHED_NO_WORKER;
+}
+
 static void free_result(sched_state *st, uint32_t id)
 {
   sched_task *t = &st->tasks[id];
-  if (t->who_has != SCHED_NO_WORKER) {
-    sched_worker *w = &st->workers[t->who_has];
-    sched_queue_free(st, t->who_has, t->key, t->key_len);
-    w->bytes_held -= t->nbytes <= w->bytes_held ? t->nbytes : w->bytes_held;
-    t->who_has = SCHED_NO_WORKER;
-  }
+  if (t->who_has != SCHED_NO_WORKER) sched_queue_free(st, t->who_has, t->key, t->key_len);
+  unhold(st, t);
   release_record(st, id);
+}
+
+/* Adds *(int *)arg to the deferred-input count of a waiting dependent. */
+static void count_deferred(sched_state *st, uint32_t dependent, void *arg)
+{
+  sched_task *d = &st->tasks[dependent];
+  int delta = *(const int *)arg;
+  if (d->state != TS_WAITING) return;
+  if (delta > 0) d->ndeferred_deps++;
+  else if (d->ndeferred_deps > 0) d->ndeferred_deps--;
+}
+
+/* Clears the deferred mark, and its count in the waiting dependents. */
+static void undefer(sched_state *st, uint32_t id)
+{
+  sched_task *t = &st->tasks[id];
+  if (!(t->evict & SCHED_EV_DEFERRED)) return;
+  t->evict &= (uint8_t)~SCHED_EV_DEFERRED;
+  int minus = -1;
+  each_dependent(st, id, count_deferred, &minus);
+}
+
+typedef struct urgent_dependent {
+  int64_t priority;
+  bool found;
+} urgent_dependent;
+
+static void find_otherwise_ready(sched_state *st, uint32_t dependent, void *arg)
+{
+  urgent_dependent *u = arg;
+  const sched_task *d = &st->tasks[dependent];
+  if (otherwise_ready(d) && (!u->found || d->priority < u->priority)) *u = (urgent_dependent){d->priority, true};
+}
+
+/* Gives id, and the released inputs its recomputation needs, priority at
+ * least prio: they run just before the dependent that needs them rather
+ * than at their original place in the graph's order (a whole pass
+ * earlier). Iterative (explicit stack), each task visited once per prio. */
+static void inherit_priority(sched_state *st, uint32_t id, int64_t prio)
+{
+  push_stack(st, id);
+  while (st->nstack > 0) {
+    sched_task *t = &st->tasks[st->stack[--st->nstack]];
+    if (t->priority >= prio) continue;
+    t->priority = prio;
+    for (uint32_t i = 0; i < t->ndeps; i++) {
+      const sched_task *d = &st->tasks[t->deps[i]];
+      if ((d->state == TS_RELEASED || d->state == TS_LOST) && d->priority < prio) push_stack(st, t->deps[i]);
+    }
+  }
+}
+
+/* RELEASED and needed again: back to WAITING — at once, unless it is a
+ * deferred drop that no client wants, which waits for a dependent that is
+ * otherwise ready and takes the most urgent such dependent's priority.
+ * Returns without a change while it waits. */
+static void recompute_released(sched_state *st, uint32_t id)
+{
+  sched_task *t = &st->tasks[id];
+  if ((t->evict & SCHED_EV_DEFERRED) && t->nwanted == 0) {
+    urgent_dependent u = {0, false};
+    each_dependent(st, id, find_otherwise_ready, &u);
+    if (!u.found) return;
+    undefer(st, id);
+    inherit_priority(st, id, u.priority);
+  }
+  undefer(st, id);
+  enter_waiting(st, id);
 }
 
 static void forget(sched_state *st, uint32_t id)
@@ -224,9 +336,9 @@ static void forget(sched_state *st, uint32_t id)
     uint32_t w = sched_task_weight(t);
     g->ndone -= w * (uint32_t)counts_done(t->state);
     g->nerred -= w * (uint32_t)(t->state == TS_ERRED);
-    if (t->fused_parts > 0) {
+    if (sched_task_fused_parts(t) > 0) {
       g->nfused--;
-      g->nfused_parts -= t->fused_parts;
+      g->nfused_parts -= sched_task_fused_parts(t);
     }
     g->ntasks -= w;
     if (g->ntasks == 0 && !g->pinned) sched_graph_free(st, t->graph);
@@ -258,8 +370,12 @@ static void examine(sched_state *st, uint32_t id)
     else release_record(st, id);
     return;
   case TS_RELEASED:
-    if (sched_needed(t)) enter_waiting(st, id);
-    else if (sched_forgettable(t)) forget(st, id);
+    if (sched_needed(t)) {
+      recompute_released(st, id);
+      return;
+    }
+    undefer(st, id);
+    if (sched_forgettable(t)) forget(st, id);
     return;
   case TS_ERRED:
     if (sched_forgettable(t)) forget(st, id);
@@ -328,6 +444,7 @@ void sched_tr_done(sched_state *st, uint32_t id, uint16_t w, uint64_t nbytes, co
   sched_task *t = &st->tasks[id];
   stop_processing(st, t);
   t->who_has = w;
+  t->evict &= (uint8_t)~SCHED_EV_ON_DISK;
   t->nbytes = nbytes;
   t->dtype = (uint8_t)meta->dtype;
   t->ndim = (uint8_t)meta->ndim;
@@ -352,7 +469,7 @@ void sched_tr_erred(sched_state *st, uint32_t id, const char *message, size_t le
 static void lose_result(sched_state *st, uint32_t id)
 {
   sched_task *t = &st->tasks[id];
-  t->who_has = SCHED_NO_WORKER;
+  unhold(st, t);
   set_state(st, id, TS_LOST);
   if (t->nwanted > 0) sched_notify_lost(st, id);
   sched_recheck(st, id);
@@ -370,7 +487,6 @@ void sched_tr_missing_input(sched_state *st, uint32_t id, uint32_t input, const 
                h->name);
       /* The holder may still list it: make it drop its copy too. */
       sched_queue_free(st, x->who_has, x->key, x->key_len);
-      h->bytes_held -= x->nbytes <= h->bytes_held ? x->nbytes : h->bytes_held;
       lose_result(st, input);
     }
   }
@@ -406,8 +522,30 @@ void sched_tr_worker_lost(sched_state *st, uint16_t w, uint32_t *rescheduled_p, 
   }
   st->workers[w].nprocessing = 0;
   st->workers[w].bytes_held = 0;
+  st->workers[w].held_disk = 0;
   *rescheduled_p = rescheduled;
   *lost_p = lost;
+}
+
+void sched_tr_dropped(sched_state *st, uint32_t id)
+{
+  sched_task *t = &st->tasks[id];
+  if (t->nwanted > 0) {
+    lose_result(st, id);  /* key_lost; recomputed now, as for a dead holder */
+    return;
+  }
+  TSR_DEBUG("task '%s': dropped by worker '%s'%s", t->key, st->workers[t->who_has].name,
+            sched_needed(t) ? "; recomputed when a dependent needs it" : "");
+  unhold(st, t);
+  if (!sched_needed(t)) {
+    release_record(st, id);
+    return;
+  }
+  t->evict |= SCHED_EV_DEFERRED;
+  set_state(st, id, TS_RELEASED);
+  int plus = 1;
+  each_dependent(st, id, count_deferred, &plus);
+  sched_recheck(st, id);
 }
 
 void sched_tr_want(sched_state *st, uint32_t client, uint32_t id)

@@ -6,7 +6,8 @@
 # (CTest does not travel: the build tree's paths are this machine's) and
 # the GPU benchmark. Logs go to $OUT (or ./device-out).
 #
-#   bash scripts/device-tests.sh [all|tests|bench|smoke] [BENCH ARGS...]
+#   bash scripts/device-tests.sh [all|tests|bench|kbench|smoke] [BENCH ARGS...]
+# (kbench: test_kernels_cuda --bench ARGS, e.g. genotype64)
 set -uo pipefail
 what=${1:-all}
 shift || true
@@ -57,6 +58,11 @@ run_tests() {
   local r2=$?
   echo "test_gpu_cli exit $r2" | tee -a "$out/tests.log"
   [ $r2 = 0 ] || rc=1
+  (cd /tmp && timeout 300 "$t/wrap/test_kernels_cuda") >"$out/kernels.log" 2>&1
+  local r3=$?
+  echo "test_kernels_cuda exit $r3" | tee -a "$out/tests.log"
+  grep -E "^\[ (FAIL)|passed|failed|:[0-9]+: " "$out/kernels.log" | head -20
+  [ $r3 = 0 ] || rc=1
   grep -E "^\[ (RUN|FAIL|  OK  )|passed|relative|bit-identical|SIGKILL|four chunks|one big|in use after|small graph|after the kill|SKIPPED|:[0-9]+: " "$out/tests.log" | head -60
   [ $r = 0 ] || rc=1
 }
@@ -72,7 +78,8 @@ case $what in
   smoke) tessera local --gpus all -- tessera status 2>&1 | tee "$out/smoke.log" ;;
   tests) run_tests ;;
   bench) run_bench "$@" ;;
+  kbench) (cd /tmp && timeout 300 "$t/wrap/test_kernels_cuda" --bench "$@") 2>&1 | tee "$out/kbench.log" ;;
   all) run_tests; run_bench "$@" ;;
-  *) echo "device-tests.sh: all|tests|bench|smoke" >&2; exit 2 ;;
+  *) echo "device-tests.sh: all|tests|bench|kbench|smoke" >&2; exit 2 ;;
 esac
 exit $rc

@@ -22,12 +22,13 @@ static void usage(FILE *out)
 
 #define NCOLS_W 7
 #define NCOLS_GPU 3
+#define NCOLS_TIERS 2  /* ON DISK / SPILLED / DROPPED, RECOMPUTED */
 #define CELL 96
 
 typedef struct table {
   size_t rows, cols;
   char (*cells)[CELL];
-  int width[NCOLS_W + NCOLS_GPU];
+  int width[NCOLS_W + NCOLS_GPU + NCOLS_TIERS];
 } table;
 
 static int table_init(table *t, size_t rows, size_t cols)
@@ -76,13 +77,15 @@ static void set_gpu_cells(table *t, size_t r, const tsr_worker_info *w)
 }
 
 /* A memory-limited worker's tiers: on disk now, spilled and dropped since
- * it started (docs/memory.md). */
+ * it started (docs/memory.md); then what the scheduler recomputed on it. */
 static void set_tier_cells(table *t, size_t r, size_t c, const tsr_worker_info *w)
 {
-  char disk[32], spilled[32], dropped[32];
+  char disk[32], spilled[32], dropped[32], recomputed[32];
   table_set(t, r, c, "%s / %s / %s%s", tsr_format_bytes(w->disk_bytes, disk, sizeof disk),
             tsr_format_bytes(w->bytes_spilled, spilled, sizeof spilled),
             tsr_format_bytes(w->bytes_dropped, dropped, sizeof dropped), w->paused ? " (paused)" : "");
+  table_set(t, r, c + 1, "%" PRIu64 " / %s", w->tasks_recomputed,
+            tsr_format_bytes(w->bytes_recomputed, recomputed, sizeof recomputed));
 }
 
 static void print_workers(const tsr_cluster_info *info)
@@ -93,12 +96,13 @@ static void print_workers(const tsr_cluster_info *info)
     gpus |= info->workers[i].gpu_name[0] != '\0' || info->workers[i].device_memory_limit != 0;
   bool tiers = false;
   for (size_t i = 0; i < info->n_workers; i++) tiers |= info->workers[i].memory_limit != 0;
-  size_t cols = NCOLS_W + (gpus ? NCOLS_GPU : 0) + tiers;
+  size_t cols = NCOLS_W + (gpus ? NCOLS_GPU : 0) + (tiers ? NCOLS_TIERS : 0);
   if (table_init(&t, info->n_workers + 1, cols) != 0) return;
   const char *head[NCOLS_W + NCOLS_GPU] = {"WORKER", "ADDRESS", "DEVICE", "THREADS", "MEMORY USED / LIMIT", "RUNNING",
                                            "DONE", "GPU", "DEVICE MEMORY USED / LIMIT", "GPU UTIL"};
-  for (size_t c = 0; c < cols - tiers; c++) table_set(&t, 0, c, "%s", head[c]);
-  if (tiers) table_set(&t, 0, cols - 1, "ON DISK / SPILLED / DROPPED");
+  for (size_t c = 0; c < cols - (tiers ? NCOLS_TIERS : 0); c++) table_set(&t, 0, c, "%s", head[c]);
+  if (tiers) table_set(&t, 0, cols - 2, "ON DISK / SPILLED / DROPPED");
+  if (tiers) table_set(&t, 0, cols - 1, "RECOMPUTED TASKS / BYTES");
   for (size_t i = 0; i < info->n_workers; i++) {
     const tsr_worker_info *w = &info->workers[i];
     char used[32], limit[32];
@@ -113,7 +117,7 @@ static void print_workers(const tsr_cluster_info *info)
     table_set(&t, i + 1, 5, "%" PRIu64, w->tasks_running);
     table_set(&t, i + 1, 6, "%" PRIu64, w->tasks_done);
     if (gpus) set_gpu_cells(&t, i + 1, w);
-    if (tiers) set_tier_cells(&t, i + 1, cols - 1, w);
+    if (tiers) set_tier_cells(&t, i + 1, cols - 2, w);
   }
   table_print(&t);
 }

@@ -5,6 +5,7 @@
  * fight over the cores. */
 #include "exec_int.h"
 #include "fused.h"
+#include "tiers.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -106,11 +107,15 @@ void tsr_wexec_store(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunk_p)
     *chunk_p = NULL;
     return;
   }
-  /* Outputs of tasks without inputs (random data, file reads, constants)
-   * are cheaper to recompute than to spill: the tiers drop them. Not a
-   * fused task's: its parts may be many, so recomputing it is not the
-   * cheap step that dropping assumes. */
-  chunk->recompute = task->n_inputs == 0 && task->parts == NULL;
+  /* The scheduler says whether the output may be dropped (recomputed when
+   * needed) rather than spilled; an older scheduler says nothing, and then
+   * outputs of tasks without inputs (random data, file reads, constants)
+   * are taken as cheaper to recompute than to spill, but not a fused
+   * task's: its parts may be many steps. */
+  chunk->recompute = task->recompute == TSR_WTASK_RECOMPUTE_UNSET ? task->n_inputs == 0 && task->parts == NULL
+                                                                  : task->recompute == TSR_WTASK_RECOMPUTE_DROP;
+  /* Moves recorded for an older chunk of this key are not this one's. */
+  if (tsr_wstore_tiers(store) != NULL) tsr_tiers_forget_moves(tsr_wstore_tiers(store), task->key);
   if (tsr_wstore_put(store, chunk, task->epoch, &task->cancelled) != 0) {
     task->status = TSR_WTASK_CANCELLED;
   } else {

@@ -11,7 +11,13 @@
  * consumer elsewhere asks for it.
  *
  * An op without one runs on the host as on a CPU worker, its device inputs
- * copied down first; its output is a host chunk.
+ * copied down first; its output is a host chunk. So does an op whose CUDA
+ * variant declines these inputs (TSR_ENODEV before enqueuing anything:
+ * integer div, whose zero divisor must fail the task naming the element).
+ *
+ * After the stream has finished, tsr_cuda_deferred_check reports what a
+ * variant could only find out on the device (qr/svd: cuSOLVER's info), so
+ * such a task fails with that message instead of storing NaN.
  *
  * A CUDA error that leaves the context unusable ends the process (exit
  * 70): the scheduler sees a lost worker and recomputes its results
@@ -99,17 +105,23 @@ static int launch(gpu_run *r)
   int rc = r->task->op->cuda(&r->task->params, r->in, (int)r->n, &r->out, tsr_wgpu_slot_ctx(r->slot), &r->err);
   /* Even after a failed launch: whatever was enqueued must finish before
    * buffers are freed or reused. */
-  tsr_errbuf sync_err = {{0}};
+  tsr_errbuf sync_err = {{0}}, check_err = {{0}};
   int sync_rc = tsr_wgpu_sync(r->slot, &sync_err);
+  int check_rc = tsr_cuda_deferred_check(&check_err);  /* always: it also clears */
   r->task->duration_us = tsr_now_us() - t0;
   if (rc == 0 && sync_rc != 0) {
     rc = sync_rc;
     r->err = sync_err;
+  } else if (rc == 0 && check_rc != 0) {
+    rc = check_rc;
+    r->err = check_err;
   }
   return rc;
 }
 
-static void run_cuda(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunks, tsr_wgpu_slot *slot)
+/* Returns TSR_ENODEV, having reported nothing, when the variant declined
+ * the task (the caller then runs it on the host); otherwise 0. */
+static int run_cuda(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunks, tsr_wgpu_slot *slot)
 {
   gpu_run r = {.task = task, .slot = slot, .n = task->n_inputs};
   r.in = calloc(r.n ? r.n : 1, sizeof *r.in);
@@ -129,8 +141,9 @@ static void run_cuda(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunks, tsr
   if (rc != 0) {
     if (have_out) tsr_wgpu_free(slot, r.out.data, r.out.nbytes, false);
     exit_if_broken(slot, task, r.err.text);
+    if (rc == TSR_ENODEV && have_out) return TSR_ENODEV;  /* declined by the variant itself */
     tsr_wexec_erred(task, r.err.text[0] ? r.err.text : tsr_strerror(rc));
-    return;
+    return 0;
   }
   tsr_wgpu *gpu = tsr_wgpu_slot_gpu(slot);
   tsr_chunk *chunk;
@@ -138,9 +151,10 @@ static void run_cuda(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunks, tsr
                            tsr_wgpu_release, gpu, &chunk) != 0) {
     tsr_wgpu_free(slot, r.out.data, r.out.nbytes, false);
     tsr_wexec_erred(task, "out of memory storing the output");
-    return;
+    return 0;
   }
   tsr_wexec_store(task, store, &chunk);
+  return 0;
 }
 
 /* Host copies of device inputs, for an op that runs on the host. */
@@ -191,8 +205,5 @@ static void run_host(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunks, tsr
 
 void tsr_wexec_run_gpu(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunks, tsr_wgpu_slot *slot)
 {
-  if (task->op->cuda != NULL)
-    run_cuda(task, store, chunks, slot);
-  else
-    run_host(task, store, chunks, slot);
+  if (task->op->cuda == NULL || run_cuda(task, store, chunks, slot) == TSR_ENODEV) run_host(task, store, chunks, slot);
 }

@@ -46,6 +46,8 @@ static void usage(FILE *out)
           "  --disk-limit BYTES         most bytes of spill files (default 0 = none)\n"
           "  --spill-codec C            blosclz|lz4|zstd|zlib (default lz4)\n"
           "  --spill-level N            compression level 0-9 (default 5)\n"
+          "  --spill-bandwidth BYTES    disk throughput per second assumed by the scheduler's recompute-or-spill\n"
+          "                             costs (default: measured at start-up, then over real spills)\n"
           "  --name NAME                worker name (default HOSTNAME-PID)\n"
           "  --listen-data ADDR         data socket (default tcp://IP:0, IP the route to the scheduler)\n"
           "  --log-level LEVEL          debug|info|warn|error (default info)\n"

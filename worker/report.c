@@ -23,7 +23,14 @@ static void pack_native_ops(msgpack_packer *pk)
 void tsr_report_hello(tsr_worker *w)
 {
   msgpack_packer *pk = &w->out.pk;
-  tsr_wbuf_begin(&w->out, "hello", w->gpu ? 13 : 10);
+  /* The disk speeds go in the hello too: the scheduler prices its first
+   * recompute-or-spill decisions with them, before any heartbeat. */
+  tsr_tiers_stats tiers = {0};
+  if (tsr_wstore_tiers(w->store) != NULL) tsr_tiers_stats_get(tsr_wstore_tiers(w->store), &tiers);
+  uint64_t write_bps = tsr_tiers_stats_write_bps(&tiers), read_bps = tsr_tiers_stats_read_bps(&tiers);
+  tsr_wbuf_begin(&w->out, "hello", (w->gpu ? 13 : 10) + (write_bps > 0) + (read_bps > 0));
+  if (write_bps > 0) tsr_pack_kv_uint(pk, "spill_write_bps", write_bps);
+  if (read_bps > 0) tsr_pack_kv_uint(pk, "spill_read_bps", read_bps);
   tsr_pack_kv_uint(pk, "proto", TSR_PROTOCOL_VERSION);
   tsr_pack_kv_str(pk, "role", "worker");
   tsr_pack_kv_str(pk, "name", w->opts.name);
@@ -49,19 +56,46 @@ void tsr_report_heartbeat(tsr_worker *w)
 {
   msgpack_packer *pk = &w->out.pk;
   int util = w->gpu ? tsr_wgpu_util(w->gpu) : -1;
-  tsr_wbuf_begin(&w->out, "heartbeat", 9 + (w->gpu != NULL) + (util >= 0));
+  tsr_tiers_stats tiers = {0};
+  if (tsr_wstore_tiers(w->store) != NULL) tsr_tiers_stats_get(tsr_wstore_tiers(w->store), &tiers);
+  uint64_t write_bps = tsr_tiers_stats_write_bps(&tiers), read_bps = tsr_tiers_stats_read_bps(&tiers);
+  tsr_wbuf_begin(&w->out, "heartbeat", 9 + (w->gpu != NULL) + (util >= 0) + (write_bps > 0) + (read_bps > 0));
   tsr_pack_kv_uint(pk, "memory_used", tsr_wstore_bytes(w->store));
   tsr_pack_kv_uint(pk, "tasks_running", w->exec ? tsr_wexec_running(w->exec) : 0);
   tsr_pack_kv_uint(pk, "tasks_done", w->tasks_done);
   tsr_pack_kv_uint(pk, "chunks", tsr_wstore_count(w->store));
-  tsr_tiers_stats tiers = {0};
-  if (tsr_wstore_tiers(w->store) != NULL) tsr_tiers_stats_get(tsr_wstore_tiers(w->store), &tiers);
   tsr_pack_kv_uint(pk, "disk_bytes", tiers.disk_bytes);
   tsr_pack_kv_uint(pk, "bytes_spilled", tiers.bytes_spilled);
   tsr_pack_kv_uint(pk, "bytes_dropped", tiers.bytes_dropped);
   tsr_pack_kv_bool(pk, "paused", tsr_wstore_tiers(w->store) != NULL && tsr_tiers_paused(tsr_wstore_tiers(w->store), w->store));
   if (w->gpu != NULL) tsr_pack_kv_uint(pk, "device_memory_used", tsr_wgpu_used(w->gpu));
   if (util >= 0) tsr_pack_kv_uint(pk, "gpu_util", (uint64_t)util);
+  /* measured spill throughput: the scheduler's spill cost (policy_evict.h) */
+  if (write_bps > 0) tsr_pack_kv_uint(pk, "spill_write_bps", write_bps);
+  if (read_bps > 0) tsr_pack_kv_uint(pk, "spill_read_bps", read_bps);
+}
+
+static void pack_moved(msgpack_packer *pk, const char *field, const tsr_tier_moved *moved, size_t n, tsr_tier_move m)
+{
+  size_t count = 0;
+  for (size_t i = 0; i < n; i++) count += moved[i].move == m;
+  tsr_pack_str(pk, field);
+  msgpack_pack_array(pk, count);
+  for (size_t i = 0; i < n; i++)
+    if (moved[i].move == m) tsr_pack_str(pk, moved[i].key);
+}
+
+void tsr_report_moves(tsr_worker *w, const char *skip_key)
+{
+  tsr_tiers *tiers = tsr_wstore_tiers(w->store);
+  tsr_tier_moved *moved = NULL;
+  size_t n = tiers != NULL ? tsr_tiers_take_moves(tiers, skip_key, &moved) : 0;
+  if (n == 0) return;
+  tsr_wbuf_begin(&w->out, "chunks_moved", 4);
+  pack_moved(&w->out.pk, "spilled", moved, n, TSR_TIER_SPILLED);
+  pack_moved(&w->out.pk, "loaded", moved, n, TSR_TIER_LOADED);
+  pack_moved(&w->out.pk, "dropped", moved, n, TSR_TIER_DROPPED);
+  tsr_tiers_moved_free(&moved, n);
 }
 
 static void report_done(tsr_worker *w, const tsr_wtask *task)

@@ -95,6 +95,8 @@ void tsr_link_tick(tsr_worker *w, uint64_t now_ms)
     tsr_report_heartbeat(w);
     w->next_beat_ms = now_ms + w->beat_ms;
   }
+  /* tier moves since the last iteration, batched into one message */
+  if (w->link == TSR_LINK_READY) tsr_report_moves(w, NULL);
 }
 
 uint64_t tsr_link_next_deadline(const tsr_worker *w)
@@ -294,6 +296,8 @@ static void on_free(tsr_worker *w, const msgpack_object *map)
       tsr_strmap_del(w->pending, key, len);
     }
     dropped += tsr_wstore_del(w->store, key);
+    /* the scheduler forgot it here: its moves would be stale */
+    if (tsr_wstore_tiers(w->store) != NULL) tsr_tiers_forget_moves(tsr_wstore_tiers(w->store), key);
   }
   TSR_DEBUG("free: %zu keys, %zu chunks dropped", n, dropped);
 }
@@ -389,6 +393,10 @@ void tsr_worker_complete(tsr_worker *w, tsr_wtask *task)
       TSR_WARN("task %s (id %llu) erred: %s", task->key, (unsigned long long)task->id,
                task->message ? task->message : "(no message)");
     }
+    /* Moves before the report that follows them, so the scheduler never
+     * applies a drop to a result made after it; the moves of this task's
+     * own output go after its task_done. */
+    tsr_report_moves(w, task->status == TSR_WTASK_DONE ? task->key : NULL);
     tsr_report_task(w, task);
   }
   tsr_wtask_free(&task);

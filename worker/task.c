@@ -82,6 +82,11 @@ static int decode_body(const msgpack_object *map, tsr_wtask *task, tsr_errbuf *e
   if (rc == 0) rc = tsr_wire_str(map, "task_op", TSR_MAX_NAME_LEN, &op, &op_len, err);
   if (rc == 0 && (task->op_name = dup_n(op, op_len)) == NULL) rc = TSR_ENOMEM;
   if (rc == 0) rc = tsr_wire_opt_int(map, "priority", 0, &task->priority, err);
+  bool recompute = false;
+  if (rc == 0 && tsr_wire_field(map, "recompute") != NULL) {
+    rc = tsr_wire_opt_bool(map, "recompute", false, &recompute, err);
+    task->recompute = recompute ? TSR_WTASK_RECOMPUTE_DROP : TSR_WTASK_RECOMPUTE_SPILL;
+  }
   /* A fused task's params hold its parts, whose refs need the inputs. */
   bool fused = rc == 0 && strcmp(task->op_name, "fused") == 0;
   if (rc == 0 && !fused) rc = tsr_wire_params(tsr_wire_field(map, "params"), &task->params, err);

@@ -38,6 +38,9 @@ typedef enum {
   TSR_WTASK_CANCELLED,    /* freed or dropped before it could report: say nothing */
 } tsr_wtask_status;
 
+/* What the scheduler said of the output under memory pressure. */
+enum { TSR_WTASK_RECOMPUTE_UNSET = 0, TSR_WTASK_RECOMPUTE_DROP, TSR_WTASK_RECOMPUTE_SPILL };
+
 typedef struct tsr_wtask {
   uint64_t id;
   char *key;                            /* owned */
@@ -47,6 +50,7 @@ typedef struct tsr_wtask {
   tsr_winput *inputs;
   size_t n_inputs;
   int64_t priority;                     /* lower runs first */
+  uint8_t recompute;                    /* compute.recompute: TSR_WTASK_RECOMPUTE_* */
   uint64_t seq;                         /* arrival order: ties on priority */
   uint64_t epoch;                       /* store epoch when it arrived */
   atomic_bool cancelled;                /* set by the main thread */

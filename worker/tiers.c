@@ -37,7 +37,44 @@ struct tsr_tiers {
   bool warned_disk;
   uint64_t rss_base;       /* the process's RSS when the tiers were made: its fixed overhead */
   bool paused;             /* last answer of tsr_tiers_paused (main thread) */
+  tsr_strmap *moves;       /* key -> tsr_tier_move since the last take; under lock */
+  uint64_t probe_write_bps, probe_read_bps;  /* measured at start-up (probe_speed) */
 };
+
+#define PROBE_BYTES (2u << 20)
+
+/* Times one write and one load of a 2 MiB chunk of pseudo-random doubles
+ * (about as compressible as random data) in the spill directory, so the
+ * scheduler's spill cost has a figure from this machine, under its present
+ * load, before the first real spill. A failure leaves 0: the scheduler's
+ * defaults. */
+static void probe_speed(tsr_tiers *t)
+{
+  double *data = malloc(PROBE_BYTES);
+  if (data == NULL) return;
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < PROBE_BYTES / sizeof *data; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    data[i] = (double)(x >> 11) / 9007199254740992.0;
+  }
+  char path[sizeof t->dir + 32];
+  snprintf(path, sizeof path, "%s/probe.blosc", t->dir);
+  tsr_errbuf err = {{0}};
+  uint64_t file_bytes, t0 = tsr_now_us();
+  int rc = tsr_spill_write(path, t->opts.codec, t->opts.level, sizeof *data, data, PROBE_BYTES, &file_bytes, &err);
+  uint64_t t1 = tsr_now_us();
+  void *back = NULL;
+  if (rc == 0) rc = tsr_spill_read(path, PROBE_BYTES, &back, &err);
+  uint64_t t2 = tsr_now_us();
+  remove(path);
+  free(back);
+  free(data);
+  if (rc != 0) return;
+  t->probe_write_bps = (uint64_t)((double)PROBE_BYTES * 1e6 / (double)(t1 - t0 ? t1 - t0 : 1));
+  t->probe_read_bps = (uint64_t)((double)PROBE_BYTES * 1e6 / (double)(t2 - t1 ? t2 - t1 : 1));
+  TSR_INFO("spill throughput at start-up: write %.0f MB/s, read %.0f MB/s", (double)t->probe_write_bps / 1e6,
+           (double)t->probe_read_bps / 1e6);
+}
 
 static int check_opts(const tsr_tiers_opts *o, tsr_errbuf *err)
 {
@@ -68,7 +105,8 @@ int tsr_tiers_new(const tsr_tiers_opts *opts, tsr_tiers **tiers_p, tsr_errbuf *e
   int rc = check_opts(opts, err);
   if (rc != 0) return rc;
   tsr_tiers *t = calloc(1, sizeof *t);
-  if (t == NULL || (t->entries = tsr_strmap_new(1024)) == NULL) {
+  if (t == NULL || (t->entries = tsr_strmap_new(1024)) == NULL || (t->moves = tsr_strmap_new(256)) == NULL) {
+    if (t != NULL) tsr_strmap_destroy(&t->entries);
     free(t);
     return tsr_fail(err, TSR_ENOMEM, "out of memory");
   }
@@ -76,6 +114,7 @@ int tsr_tiers_new(const tsr_tiers_opts *opts, tsr_tiers **tiers_p, tsr_errbuf *e
   rc = make_dir(t, err);
   if (rc != 0) {
     tsr_strmap_destroy(&t->entries);
+    tsr_strmap_destroy(&t->moves);
     free(t);
     return rc;
   }
@@ -89,6 +128,7 @@ int tsr_tiers_new(const tsr_tiers_opts *opts, tsr_tiers **tiers_p, tsr_errbuf *e
    * chunk-sized block mmapped, so freeing it lowers the RSS. */
   if (opts->memory_limit != 0) mallopt(M_MMAP_THRESHOLD, 256 << 10);
   t->rss_base = tsr_process_rss();
+  if (opts->spill_bps == 0) probe_speed(t);
   *tiers_p = t;
   return 0;
 }
@@ -129,6 +169,12 @@ void tsr_tiers_clear(tsr_tiers *t)
   }
   tsr_strmap_destroy(&t->entries);
   t->entries = fresh;
+  /* moves of the previous session's chunks mean nothing to the next one */
+  tsr_strmap *no_moves = tsr_strmap_new(256);
+  if (no_moves != NULL) {
+    tsr_strmap_destroy(&t->moves);
+    t->moves = no_moves;
+  }
   pthread_mutex_unlock(&t->lock);
 }
 
@@ -138,6 +184,7 @@ void tsr_tiers_destroy(tsr_tiers **tiers_p)
   tsr_tiers *t = *tiers_p;
   tsr_strmap_each(t->entries, remove_each, t);
   tsr_strmap_destroy(&t->entries);
+  tsr_strmap_destroy(&t->moves);
   if (rmdir(t->dir) != 0) TSR_WARN("cannot remove spill directory %s: %s", t->dir, strerror(errno));
   pthread_mutex_destroy(&t->balancing);
   pthread_mutex_destroy(&t->lock);
@@ -174,6 +221,14 @@ bool tsr_tiers_del(tsr_tiers *t, const char *key)
   return e != NULL;
 }
 
+/* Records key's latest move for the scheduler; under lock. Without memory
+ * for it the scheduler learns of a drop through missing_input instead. */
+static void record_move(tsr_tiers *t, const char *key, tsr_tier_move move)
+{
+  if (tsr_strmap_put(t->moves, key, strlen(key), (uint64_t)move) != 0)
+    TSR_WARN("out of memory recording that '%s' moved; the scheduler will learn it later", key);
+}
+
 /* Writes chunk to a new spill file and records it; under lock. 0 or the
  * write's error (the chunk then stays in memory). */
 static int spill_one(tsr_tiers *t, tsr_chunk *chunk)
@@ -193,8 +248,10 @@ static int spill_one(tsr_tiers *t, tsr_chunk *chunk)
   char path[sizeof t->dir + 32];
   entry_path(t, e, path, sizeof path);
   tsr_errbuf err = {{0}};
+  uint64_t t0 = tsr_now_us();
   int rc = tsr_spill_write(path, t->opts.codec, t->opts.level, tsr_dtype_size(chunk->meta.dtype), chunk->data,
                            chunk->nbytes, &e->file_bytes, &err);
+  uint64_t took = tsr_now_us() - t0;
   if (rc == 0) rc = tsr_strmap_put(t->entries, chunk->key, strlen(chunk->key), (uint64_t)(uintptr_t)e);
   if (rc != 0) {
     TSR_WARN("cannot spill '%s' (%zu bytes): %s", chunk->key, chunk->nbytes, err.text[0] ? err.text : tsr_strerror(rc));
@@ -207,6 +264,7 @@ static int spill_one(tsr_tiers *t, tsr_chunk *chunk)
   t->stats.disk_chunks++;
   t->stats.bytes_spilled += e->nbytes;
   t->stats.chunks_spilled++;
+  t->stats.write_us += took;
   TSR_DEBUG("spilled '%s': %zu bytes -> %llu on disk", chunk->key, chunk->nbytes, (unsigned long long)e->file_bytes);
   return 0;
 }
@@ -219,6 +277,7 @@ static bool evict_one(tsr_tiers *t, tsr_wstore *store, tsr_chunk *chunk)
   pthread_mutex_lock(&t->lock);
   bool ok = drop || find(t, chunk->key) != NULL || spill_one(t, chunk) == 0;
   ok = ok && tsr_wstore_evict(store, chunk);
+  if (ok && !chunk->replica) record_move(t, chunk->key, drop ? TSR_TIER_DROPPED : TSR_TIER_SPILLED);
   if (ok && drop) {
     t->stats.bytes_dropped += chunk->nbytes;
     t->stats.chunks_dropped++;
@@ -234,6 +293,7 @@ void tsr_tiers_balance(tsr_tiers *t, tsr_wstore *store)
   if (limit == 0) return;
   uint64_t target = (uint64_t)((double)limit * t->opts.target);
   uint64_t spill = (uint64_t)((double)limit * t->opts.spill);
+  uint64_t pause = (uint64_t)((double)limit * t->opts.pause);
   uint64_t rss = 0;
   if (t->opts.spill > 0) {
     rss = tsr_process_rss();
@@ -248,10 +308,13 @@ void tsr_tiers_balance(tsr_tiers *t, tsr_wstore *store)
     uint64_t bytes = tsr_wstore_bytes(store);
     bool over = bytes > target || (spill > 0 && rss > freed && rss - freed > spill);
     /* A recomputable chunk nobody has read yet goes only when the chunks
-     * alone exceed the whole limit: dropping it earlier, when the pressure
-     * comes from pinned chunks or from RSS that evictions do not lower,
-     * would loop (drop, missing input, recompute, drop). */
-    if (idle[i]->recompute && !atomic_load(&idle[i]->read)) over = bytes > limit;
+     * alone exceed the pause threshold: dropping it earlier, when the
+     * pressure comes from pinned chunks or from RSS that evictions do not
+     * lower, would loop (drop, missing input, recompute, drop); keeping it
+     * past the pause threshold would stall a worker whose memory is all
+     * such chunks (a persisted random array larger than the limit): paused,
+     * nothing running, nothing evictable. */
+    if (idle[i]->recompute && !atomic_load(&idle[i]->read)) over = bytes > pause;
     size_t nbytes = idle[i]->nbytes;
     if (over && evict_one(t, store, idle[i])) freed += nbytes;
     tsr_chunk_unref(&idle[i]);  /* the bytes go here when the store let go */
@@ -278,9 +341,12 @@ int tsr_tiers_load(tsr_tiers *t, tsr_wstore *store, const char *key, tsr_chunk *
   tsr_errbuf err = {{0}};
   void *data = NULL;
   tsr_chunk *chunk = NULL;
+  uint64_t t0 = tsr_now_us();
   int rc = tsr_spill_read(path, e->nbytes, &data, &err);
+  uint64_t took = tsr_now_us() - t0;
   if (rc == TSR_EIO) {
     TSR_WARN("chunk '%s' is lost: %s; it will be recomputed", key, err.text);
+    record_move(t, key, TSR_TIER_DROPPED);
     t->stats.chunks_corrupt++;
     tsr_strmap_del(t->entries, key, strlen(key));
     entry_remove(t, e);
@@ -288,7 +354,9 @@ int tsr_tiers_load(tsr_tiers *t, tsr_wstore *store, const char *key, tsr_chunk *
     free(data);
   } else if (rc == 0) {
     tsr_wstore_put(store, chunk, tsr_wstore_epoch(store), NULL);
+    record_move(t, key, TSR_TIER_LOADED);
     t->stats.bytes_loaded += e->nbytes;
+    t->stats.read_us += took;
   } else {
     TSR_WARN("cannot load spilled chunk '%s': %s", key, err.text);
   }
@@ -321,6 +389,85 @@ void tsr_tiers_stats_get(tsr_tiers *t, tsr_tiers_stats *stats)
 {
   pthread_mutex_lock(&t->lock);
   *stats = t->stats;
+  stats->probe_write_bps = t->probe_write_bps;
+  stats->probe_read_bps = t->probe_read_bps;
+  stats->assumed_bps = t->opts.spill_bps;
+  pthread_mutex_unlock(&t->lock);
+}
+
+static uint64_t per_second(uint64_t bytes, uint64_t us) { return us == 0 ? 0 : (uint64_t)((double)bytes * 1e6 / (double)us); }
+uint64_t tsr_tiers_stats_write_bps(const tsr_tiers_stats *s)
+{
+  if (s->assumed_bps) return s->assumed_bps;
+  return s->write_us ? per_second(s->bytes_spilled, s->write_us) : s->probe_write_bps;
+}
+uint64_t tsr_tiers_stats_read_bps(const tsr_tiers_stats *s)
+{
+  if (s->assumed_bps) return s->assumed_bps;
+  return s->read_us ? per_second(s->bytes_loaded, s->read_us) : s->probe_read_bps;
+}
+
+typedef struct take_ctx {
+  tsr_tier_moved *moved;
+  size_t n;
+  const char *skip;
+  uint64_t skip_move;
+  bool skipped, failed;
+} take_ctx;
+
+static void take_one(void *arg, const char *key, size_t key_len, uint64_t value)
+{
+  take_ctx *c = arg;
+  if (c->skip != NULL && strlen(c->skip) == key_len && memcmp(c->skip, key, key_len) == 0) {
+    c->skipped = true;
+    c->skip_move = value;
+    return;
+  }
+  char *copy = malloc(key_len + 1);
+  if (copy == NULL) {
+    c->failed = true;
+    return;
+  }
+  memcpy(copy, key, key_len);
+  copy[key_len] = '\0';
+  c->moved[c->n++] = (tsr_tier_moved){copy, (tsr_tier_move)value};
+}
+
+size_t tsr_tiers_take_moves(tsr_tiers *t, const char *skip_key, tsr_tier_moved **moved_p)
+{
+  *moved_p = NULL;
+  pthread_mutex_lock(&t->lock);
+  size_t count = tsr_strmap_count(t->moves);
+  tsr_strmap *fresh = count ? tsr_strmap_new(256) : NULL;
+  take_ctx c = {.skip = skip_key};
+  c.moved = count && fresh ? malloc(count * sizeof *c.moved) : NULL;
+  if (c.moved != NULL) {
+    tsr_strmap_each(t->moves, take_one, &c);
+    if (c.skipped && tsr_strmap_put(fresh, skip_key, strlen(skip_key), c.skip_move) != 0) c.failed = true;
+    tsr_strmap_destroy(&t->moves);
+    t->moves = fresh;
+    fresh = NULL;
+  }
+  pthread_mutex_unlock(&t->lock);
+  tsr_strmap_destroy(&fresh);
+  if (count && c.moved == NULL) TSR_WARN("out of memory taking %zu chunk moves; they are reported later", count);
+  if (c.failed) TSR_WARN("out of memory reporting chunk moves; the scheduler will learn of them later");
+  *moved_p = c.moved;
+  return c.n;
+}
+
+void tsr_tiers_moved_free(tsr_tier_moved **moved_p, size_t n)
+{
+  if (moved_p == NULL || *moved_p == NULL) return;
+  for (size_t i = 0; i < n; i++) free((*moved_p)[i].key);
+  free(*moved_p);
+  *moved_p = NULL;
+}
+
+void tsr_tiers_forget_moves(tsr_tiers *t, const char *key)
+{
+  pthread_mutex_lock(&t->lock);
+  tsr_strmap_del(t->moves, key, strlen(key));
   pthread_mutex_unlock(&t->lock);
 }
 
@@ -352,6 +499,11 @@ int tsr_tiers_opt(tsr_tiers_opts *o, const char *flag, const char *v, tsr_errbuf
   }
   if (strcmp(flag, "--disk-limit") == 0)
     return tsr_parse_bytes(v, &o->disk_limit) == 0 ? 0 : tsr_fail(err, TSR_EINVAL, "expected a size like 100GiB");
+  if (strcmp(flag, "--spill-bandwidth") == 0) {
+    if (tsr_parse_bytes(v, &o->spill_bps) != 0 || o->spill_bps == 0)
+      return tsr_fail(err, TSR_EINVAL, "expected bytes per second like 400MB");
+    return 0;
+  }
   if (strcmp(flag, "--spill-codec") == 0) {
     if (!tsr_spill_codec_ok(v)) return tsr_fail(err, TSR_EINVAL, "expected blosclz, lz4, zstd or zlib");
     snprintf(o->codec, sizeof o->codec, "%s", v);

@@ -14,7 +14,8 @@
  * Only chunks that nothing but the store references are evicted: never one
  * a running task reads, nor one the data socket is sending. A recomputable
  * chunk (below) that nobody has read yet is evicted last, and only when the
- * chunks exceed the whole limit.
+ * chunks exceed the pause threshold (so a worker never stays paused on
+ * chunks whose consumers it is not sent).
  *
  * Eviction: a chunk marked `recompute` (the output of a task without
  * inputs: random data, file reads, constants — cheaper to make again than
@@ -24,10 +25,17 @@
  * so evicting the same chunk again after a reload costs no write. When the
  * disk limit would be exceeded the chunk stays in memory (logged once).
  *
- * A dropped chunk, or one whose spill file fails its checksums, is simply
- * not found any more: the task that needs it reports `missing_input` for
- * it (also when it is fetched from this worker by a peer) and the
- * scheduler recomputes it from the graph.
+ * Which chunks are `recompute` is the scheduler's decision (the `compute`
+ * message's `recompute` flag, policy_evict.h); without one (an older
+ * scheduler) the executor falls back to "output of a task without inputs".
+ *
+ * Moves are recorded for the scheduler: every chunk that is not a replica
+ * and goes to disk (spilled), comes back (loaded) or leaves this worker
+ * (dropped, or its spill file failed its checks), the last move of each
+ * key since the previous tsr_tiers_take_moves(); the main thread sends them
+ * as `chunks_moved`. A dropped chunk is also simply not found any more: a
+ * task that needs it reports `missing_input` (the fallback when the report
+ * has not reached the scheduler first) and the scheduler recomputes it.
  *
  * Locks: the tiers' own mutex is taken before the store's, never after
  * (the store calls in here only without holding its lock).
@@ -52,9 +60,11 @@ typedef struct tsr_tiers_opts {
   char codec[16];                /* blosclz, lz4, zstd, zlib */
   int level;                     /* 0-9 */
   double pause;                  /* fraction of memory_limit, (0, 1]: see tsr_tiers_paused */
+  uint64_t spill_bps;            /* disk throughput (bytes/s) reported to the scheduler for its
+                                    recompute-or-spill costs; 0 = measured */
 } tsr_tiers_opts;
 
-#define TSR_TIERS_OPTS_DEFAULT {0, 0.6, 0.7, "", 0, "lz4", 5, 0.8}
+#define TSR_TIERS_OPTS_DEFAULT {0, 0.6, 0.7, "", 0, "lz4", 5, 0.8, 0}
 
 /* Counters since the worker started (not reset by a reconnect). */
 typedef struct tsr_tiers_stats {
@@ -67,7 +77,25 @@ typedef struct tsr_tiers_stats {
   uint64_t chunks_dropped;
   uint64_t bytes_loaded;    /* read back from spill files */
   uint64_t chunks_corrupt;  /* spill files that failed their checks */
+  uint64_t write_us;        /* time spent writing spill files (bytes_spilled of them) */
+  uint64_t read_us;         /* time spent loading them (bytes_loaded) */
+  uint64_t probe_write_bps, probe_read_bps;  /* one 2 MiB write and load timed at start-up */
+  uint64_t assumed_bps;     /* opts.spill_bps: given, not measured (0: measured) */
 } tsr_tiers_stats;
+
+/* Throughput of spill writes / loads in bytes per second (compression and
+ * checksums included): --spill-bandwidth when given; else measured over
+ * the real spills and loads once there were some, else the start-up
+ * probe's; 0 if neither. */
+uint64_t tsr_tiers_stats_write_bps(const tsr_tiers_stats *stats);
+uint64_t tsr_tiers_stats_read_bps(const tsr_tiers_stats *stats);
+
+typedef enum { TSR_TIER_SPILLED = 0, TSR_TIER_LOADED, TSR_TIER_DROPPED } tsr_tier_move;
+
+typedef struct tsr_tier_moved {
+  char *key;            /* malloc'd */
+  tsr_tier_move move;
+} tsr_tier_moved;
 
 typedef struct tsr_tiers tsr_tiers;
 
@@ -109,13 +137,25 @@ void tsr_tiers_clear(tsr_tiers *tiers);
 bool tsr_tiers_paused(tsr_tiers *tiers, tsr_wstore *store);
 
 /* Applies one worker command-line flag (--memory-target, --memory-spill,
- * --memory-pause, --spill-dir, --disk-limit, --spill-codec, --spill-level)
+ * --memory-pause, --spill-dir, --disk-limit, --spill-codec, --spill-level, --spill-bandwidth)
  * with its value.
  * 0, TSR_EINVAL with a message for a bad value, TSR_ENOTFOUND when flag is
  * none of these. */
 int tsr_tiers_opt(tsr_tiers_opts *opts, const char *flag, const char *value, tsr_errbuf *err);
 
 void tsr_tiers_stats_get(tsr_tiers *tiers, tsr_tiers_stats *stats);
+
+/* Takes the moves recorded since the last take (the last of each key),
+ * except skip_key's (NULL: none), which stay for the next take: a task's
+ * report must reach the scheduler before the moves of the chunk it made.
+ * Returns the count and a malloc'd array in *moved_p (NULL when 0; on
+ * ENOMEM the moves are lost, 0). Free with tsr_tiers_moved_free. */
+size_t tsr_tiers_take_moves(tsr_tiers *tiers, const char *skip_key, tsr_tier_moved **moved_p);
+void tsr_tiers_moved_free(tsr_tier_moved **moved_p, size_t n);
+/* Forgets key's recorded moves: the scheduler freed it, or a task is
+ * storing a new chunk under it (moves of an older copy must not be applied
+ * to the new one). */
+void tsr_tiers_forget_moves(tsr_tiers *tiers, const char *key);
 /* Resident set size of this process in bytes (from /proc), 0 if unknown. */
 uint64_t tsr_process_rss(void);
 

@@ -64,6 +64,9 @@ void tsr_worker_complete(tsr_worker *w, tsr_wtask *task);
 void tsr_report_hello(tsr_worker *w);
 void tsr_report_heartbeat(tsr_worker *w);
 void tsr_report_task(tsr_worker *w, const tsr_wtask *task);
+/* chunks_moved with the tier moves recorded since the last one, except
+ * skip_key's (NULL: none); nothing when there are none. */
+void tsr_report_moves(tsr_worker *w, const char *skip_key);
 void tsr_report_task_erred(tsr_worker *w, uint64_t id, const char *key, const char *message);
 void tsr_report_error(tsr_worker *w, int code, const char *message, const char *ref);
 void tsr_report_goodbye(tsr_worker *w);

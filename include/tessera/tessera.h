@@ -174,6 +174,14 @@ typedef struct tsr_worker_info {
   uint64_t bytes_spilled;        /* written to spill files since the worker started */
   uint64_t bytes_dropped;        /* evicted by dropping (recomputed if needed again) since it started */
   int paused;                    /* 1 while over its memory pause threshold: it gets no new tasks */
+  /* The scheduler's accounting of the results it placed on this worker
+   * (docs/memory.md): bytes in memory and on its disk tier now, and the
+   * tasks it ran again (and their output bytes) because their results had
+   * been dropped or lost. */
+  uint64_t memory_held;
+  uint64_t disk_held;
+  uint64_t tasks_recomputed;
+  uint64_t bytes_recomputed;
 } tsr_worker_info;
 
 typedef struct tsr_graph_info {

@@ -11,12 +11,14 @@
  * == x exactly whenever every x is 0..3.
  *
  * matmul_2bit: input 0 the packed X [r, ceil(c/4)] with param cols = c,
- * input 1 B (f32 or f64), param side:
- *   "xb"  (default): X @ B,  B [c, n] → f32 [r, n]
- *   "btx":           Bᵀ @ X, B [r, m] → f32 [m, c]
- * Here computed in f64 (row panels through dgemm) and rounded once to f32.
- * The CUDA variant accumulates in f32 on tensor cores instead: within f32
- * accuracy of this, not the same bytes (docs/kernels-cuda.md). */
+ * input 1 B (f32 or f64), param side; the output has B's dtype:
+ *   "xb"  (default): X @ B,  B [c, n] → [r, n]
+ *   "btx":           Bᵀ @ X, B [r, m] → [m, c]
+ * Here computed in f64 (row panels through dgemm), rounded once to f32
+ * for an f32 B. The CUDA variant sums exactly on int8 tensor cores with B
+ * quantized per column (22 bits for f32, 30 for f64): within f32 GEMM
+ * accuracy of this for f32, within 2^-31 of each column's largest |B| for
+ * f64; not the same bytes (docs/kernels-cuda.md). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,7 +151,7 @@ static int mm2_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *o
   int rc = mm2_check(p, in, n, &pl, err);
   if (rc != 0) return rc;
   int64_t shape[2] = {pl.btx ? pl.k : pl.r, pl.btx ? pl.c : pl.k};
-  tsr_k_meta_set(out, TSR_F32, 2, shape);
+  tsr_k_meta_set(out, in[1].dtype == TSR_F64 ? TSR_F64 : TSR_F32, 2, shape);
   return 0;
 }
 
@@ -163,21 +165,29 @@ static void unpack_panel(const uint8_t *x, int64_t c, int64_t r0, int64_t w, dou
   }
 }
 
+/* n f64 sums into out as odt (f64 as they are, f32 rounded once). */
+static void store_sums(const double *acc, int64_t n, tsr_dtype odt, void *out, int64_t at)
+{
+  if (odt == TSR_F64) memcpy((double *)out + at, acc, (size_t)n * sizeof *acc);
+  else
+    for (int64_t i = 0; i < n; i++) ((float *)out)[at + i] = (float)acc[i];
+}
+
 /* out[r, n] = X B, a row panel at a time (panels are output rows). */
 static void mm2_xb(const mm2_plan *pl, const uint8_t *x, const double *b, int64_t rows, double *xp, double *cp,
-                   float *out)
+                   tsr_dtype odt, void *out)
 {
   for (int64_t r0 = 0; r0 < pl->r; r0 += rows) {
     int64_t w = pl->r - r0 < rows ? pl->r - r0 : rows;
     unpack_panel(x, pl->c, r0, w, xp);
     tsr_k_gemm(TSR_F64, false, false, w, pl->k, pl->c, xp, pl->c, b, pl->k, 0.0, cp, pl->k);
-    for (int64_t i = 0; i < w * pl->k; i++) out[r0 * pl->k + i] = (float)cp[i];
+    store_sums(cp, w * pl->k, odt, out, r0 * pl->k);
   }
 }
 
 /* acc[m, c] = Bᵀ X accumulated over row panels; b is B [r, m] as f64. */
 static void mm2_btx(const mm2_plan *pl, const uint8_t *x, const double *b, int64_t rows, double *xp, double *acc,
-                    float *out)
+                    tsr_dtype odt, void *out)
 {
   memset(acc, 0, (size_t)(pl->k * pl->c) * sizeof *acc);
   for (int64_t r0 = 0; r0 < pl->r; r0 += rows) {
@@ -185,7 +195,7 @@ static void mm2_btx(const mm2_plan *pl, const uint8_t *x, const double *b, int64
     unpack_panel(x, pl->c, r0, w, xp);
     tsr_k_gemm(TSR_F64, true, false, pl->k, pl->c, w, b + r0 * pl->k, pl->k, xp, pl->c, 1.0, acc, pl->c);
   }
-  for (int64_t i = 0; i < pl->k * pl->c; i++) out[i] = (float)acc[i];
+  store_sums(acc, pl->k * pl->c, odt, out, 0);
 }
 
 static int mm2_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
@@ -210,8 +220,8 @@ static int mm2_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, 
   }
   if (conv) tsr_k_to_float(TSR_F64, metas[1].dtype, in[1].data, (size_t)bcount, b64);
   const double *b = conv ? b64 : in[1].data;
-  if (pl.btx) mm2_btx(&pl, in[0].data, b, rows, xp, acc, out->data);
-  else mm2_xb(&pl, in[0].data, b, rows, xp, acc, out->data);
+  if (pl.btx) mm2_btx(&pl, in[0].data, b, rows, xp, acc, out->meta.dtype, out->data);
+  else mm2_xb(&pl, in[0].data, b, rows, xp, acc, out->meta.dtype, out->data);
   free(b64), free(xp), free(acc);
   return 0;
 }

@@ -1,9 +1,11 @@
 /* kernels/cpu/test_ops.c — crash, fail and sleep: ops the integration tests
- * use to kill a worker, fail a task and hold a thread. Registered only with
+ * use to kill a worker, fail a task and hold a thread (sleep with `copy`
+ * also passes its first input through: a slow step with a large output). Registered only with
  * tsr_ops_init(true) (TESSERA_TEST_OPS=1). They break the registry's
  * determinism rule on purpose, except fail, which fails every time. */
 #include <errno.h>
 #include <signal.h>
+#include <string.h>
 #include <time.h>
 
 #include "ops.h"
@@ -51,25 +53,40 @@ static int sleep_ms_param(const tsr_params *p, int64_t *ms_p, tsr_errbuf *err)
   return 0;
 }
 
+/* copy: true asks for input 0 as the output (absent: false). */
+static int sleep_copy_param(const tsr_params *p, int n, bool *copy_p, tsr_errbuf *err)
+{
+  *copy_p = false;
+  if (tsr_params_find(p, "copy") == NULL) return 0;
+  int rc = tsr_params_get_bool(p, "copy", copy_p, err);
+  if (rc != 0) return tsr_k_param_fail("sleep", rc, err);
+  if (*copy_p && n < 1) return tsr_fail(err, TSR_EINVAL, "sleep: copy needs an input");
+  return 0;
+}
+
 static int sleep_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
 {
-  (void)in, (void)n;
   int64_t ms;
+  bool copy;
   int rc = sleep_ms_param(p, &ms, err);
-  if (rc == 0) tsr_k_meta_set(out, TSR_I64, 0, NULL);
+  if (rc == 0) rc = sleep_copy_param(p, n, &copy, err);
+  if (rc == 0 && copy) *out = in[0];
+  else if (rc == 0) tsr_k_meta_set(out, TSR_I64, 0, NULL);
   return rc;
 }
 
 static int sleep_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
 {
-  (void)in, (void)n;
   int64_t ms;
+  bool copy;
   int rc = sleep_ms_param(p, &ms, err);
+  if (rc == 0) rc = sleep_copy_param(p, n, &copy, err);
   if (rc != 0) return rc;
   struct timespec left = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
   while (nanosleep(&left, &left) != 0 && errno == EINTR) {
   }
-  *(int64_t *)out->data = ms;
+  if (copy) memcpy(out->data, in[0].data, in[0].nbytes);
+  else *(int64_t *)out->data = ms;
   return 0;
 }
 

@@ -87,3 +87,49 @@ int tsr_cuda_sm_count(void)
     return 1;
   return sms > 0 ? sms : 1;
 }
+
+/* ---------- deferred checks ---------- */
+
+#define DEFER_MAX 8
+
+/* The thread's pending check: pinned words the stream fills, and what they
+ * mean. The pinned buffer lives as long as the thread (one per executor
+ * slot), like gesvdj's settings in solver.cu. */
+struct deferred {
+  int *words = nullptr;
+  int n = 0;
+  const char *op = nullptr;
+  const char *names[DEFER_MAX] = {};
+};
+static thread_local deferred pending;
+
+int tsr_cuda_defer_info(const char *op, const int *info, int ninfo, const char *const *names, cudaStream_t s,
+                        tsr_errbuf *err)
+{
+  if (ninfo > DEFER_MAX) return tsr_fail(err, TSR_EINTERNAL, "%s: %d status words, at most %d", op, ninfo, DEFER_MAX);
+  if (pending.words == nullptr) {
+    int rc = TSR_CUDA_CHECK(cudaMallocHost(&pending.words, DEFER_MAX * sizeof(int)), err);
+    if (rc != 0) return rc;
+  }
+  pending.n = 0;
+  int rc = TSR_CUDA_CHECK(cudaMemcpyAsync(pending.words, info, (size_t)ninfo * sizeof(int), cudaMemcpyDeviceToHost, s), err);
+  if (rc != 0) return rc;
+  pending.n = ninfo, pending.op = op;
+  for (int k = 0; k < ninfo; k++) pending.names[k] = names[k];
+  return 0;
+}
+
+extern "C" int tsr_cuda_deferred_check(tsr_errbuf *err)
+{
+  int n = pending.n;
+  pending.n = 0;
+  for (int k = 0; k < n; k++) {
+    int info = pending.words[k];
+    if (info == 0) continue;
+    if (info < 0)
+      return tsr_fail(err, TSR_EINTERNAL, "%s: cuSOLVER %s rejected argument %d (info %d)", pending.op,
+                      pending.names[k], -info, info);
+    return tsr_fail(err, TSR_EINVAL, "%s: cuSOLVER %s did not converge (info %d)", pending.op, pending.names[k], info);
+  }
+  return 0;
+}

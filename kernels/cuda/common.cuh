@@ -185,14 +185,16 @@ int tsr_cuda_gemm(const tsr_gpu_ctx *gpu, tsr_dtype dt, bool ta, bool tb, int64_
 int tsr_cuda_gen_fill(const tsr_k_gen *g, tsr_dtype out_dtype, void *out, cudaStream_t s, tsr_errbuf *err);
 /* The fused genotype products (genotype.cu): X is r x c genotypes, u8
  * (epb 1, rows of c bytes) or 2-bit packed (epb 4, rows of ceil(c/4)
- * bytes); B is f32 or f64 (bdt), row-major; out is f32, row-major.
+ * bytes); B is f32 or f64 (bdt), row-major; out has B's dtype, row-major
+ * (genotype.cuh: f32 with f32 GEMM accuracy, f64 within 2^-31 of each
+ * column's largest |B|).
  *   xb:  out [r, n] = X · B,  B [c, n]
  *   btx: out [m, c] = Bᵀ · X, B [r, m]
  * X is read once per 32 columns of B and never converted whole. */
 int tsr_cuda_geno_xb(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t r, int64_t c, const void *b,
-                     tsr_dtype bdt, int64_t n, float *out, tsr_errbuf *err);
+                     tsr_dtype bdt, int64_t n, void *out, tsr_errbuf *err);
 int tsr_cuda_geno_btx(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t r, int64_t c, const void *b,
-                      tsr_dtype bdt, int64_t m, float *out, tsr_errbuf *err);
+                      tsr_dtype bdt, int64_t m, void *out, tsr_errbuf *err);
 /* Test hook: true makes tsr_cuda_geno_xb use the narrow configuration
  * that GPUs with less shared memory get. Not for production use. */
 extern "C" void tsr_cuda_geno_test_narrow(bool on);
@@ -201,6 +203,16 @@ extern "C" void tsr_cuda_geno_test_narrow(bool on);
  * synchronization (solver.cu). */
 int tsr_cuda_poison_on_info(const int *info, int ninfo, tsr_dtype dt, void *data, int64_t n, cudaStream_t s,
                             tsr_errbuf *err);
+
+/* ---------- deferred checks (kernels.h: tsr_cuda_deferred_check) ---------- */
+
+/* Copies the device status words info[0 .. ninfo) (ninfo <= 8) into pinned
+ * host memory at this point of stream s, for tsr_cuda_deferred_check to
+ * read once the stream has finished: a nonzero word fails the task as
+ * "OP: cuSOLVER NAMES[k] reported info N". op and names must be string
+ * literals (kept until the check). One pending check per thread. */
+int tsr_cuda_defer_info(const char *op, const int *info, int ninfo, const char *const *names, cudaStream_t s,
+                        tsr_errbuf *err);
 
 /* ---------- the variants (tsr_cuda_fn each; variants.cu lists them) ---------- */
 

@@ -1,6 +1,7 @@
 /* kernels/cuda/geno_btx.cu — the fused product out [m, c] = Bᵀ · X of a
  * thin f32 or f64 B [r, m] and a u8 (EPB 1) or 2-bit packed (EPB 4)
- * genotype matrix X [r, c] (genotype.cuh has the numerics).
+ * genotype matrix X [r, c], out in B's dtype (genotype.cuh has the
+ * numerics: B in D = 3 digits for f32, 4 for f64).
  *
  * The MMA computes (Xᵀ B) tiles: M is X's columns, N is B's columns (up to
  * 32 per pass, NT n8 tiles; more are more passes, grid z), K is X's rows.
@@ -21,10 +22,10 @@
 #define BTX_COLS (32 * BTX_WARPS)  /* columns of X per block */
 #define RC 256                     /* rows of X per shared chunk of B */
 
-template <int EPB, int NT>
+template <int EPB, int NT, int DG = 3>
 struct btx_cfg {
   static constexpr int NP = 8 * NT;                 /* B's columns per pass */
-  static constexpr int ROWS = TSR_GENO_DIGITS * NP; /* shared rows of a chunk: (digit, column) */
+  static constexpr int ROWS = DG * NP;              /* shared rows of a chunk: (digit, column) */
   static constexpr int ROWB = RC + 32;              /* bytes per shared row: 32 pad bytes spread the banks */
   static constexpr int BUF = ROWS * ROWB;           /* bytes per chunk buffer */
   static constexpr int SPC = RC / 32;               /* 32-row steps per chunk */
@@ -37,11 +38,11 @@ struct btx_cfg {
 struct btx_args {
   const uint8_t *x;
   int64_t r, c, cb;      /* X is r × c, rows of cb bytes */
-  const int8_t *digits;  /* B's digits [3][cols_tot][kp] */
+  const int8_t *digits;  /* B's digits [DG][cols_tot][kp] */
   int64_t cols_tot, kp;
   const int *exps;
   int64_t m;             /* B's columns = the result's rows */
-  float *out;            /* [splits][m][c] */
+  void *out;             /* [splits][m][c], B's dtype */
   int chunks, chunks_per_split;
 };
 
@@ -65,10 +66,10 @@ __device__ __forceinline__ void btx_copy_x(const btx_args &a, uint32_t *ring, in
   for (int q = 0; q < 8; q++) cp_async<4>(slot + q * 256, btx_row(a, s, t, q) + (bytes ? wcol : 0), bytes);
 }
 
-template <int EPB, int NT>
+template <int EPB, int NT, int DG>
 __device__ __forceinline__ void btx_copy_b(const btx_args &a, int64_t ch, int64_t nbase, char *buf)
 {
-  typedef btx_cfg<EPB, NT> C;
+  typedef btx_cfg<EPB, NT, DG> C;
   for (int u = threadIdx.x; u < C::ROWS * (RC / 16); u += 256) {
     int row = u / (RC / 16), un = u % (RC / 16), d = row / C::NP, col = row - d * C::NP;
     const int8_t *src = a.digits + (d * a.cols_tot + nbase + col) * a.kp + ch * RC + 16 * un;
@@ -77,14 +78,14 @@ __device__ __forceinline__ void btx_copy_b(const btx_args &a, int64_t ch, int64_
 }
 
 /* The group of step s: its X words, and B's chunk when s starts one. */
-template <int EPB, int NT, bool ASYNC>
+template <int EPB, int NT, int DG, bool ASYNC>
 __device__ __forceinline__ void btx_issue(const btx_args &a, char *smem, int64_t s, int64_t s_end, int ch0, int ch1,
                                           int64_t nbase, int t, int64_t wcol)
 {
-  typedef btx_cfg<EPB, NT> C;
+  typedef btx_cfg<EPB, NT, DG> C;
   if (s < s_end) {
     int64_t ch = s / C::SPC;
-    if (s % C::SPC == 0 && ch < ch1) btx_copy_b<EPB, NT>(a, ch, nbase, smem + (int)((ch - ch0) & 1) * C::BUF);
+    if (s % C::SPC == 0 && ch < ch1) btx_copy_b<EPB, NT, DG>(a, ch, nbase, smem + (int)((ch - ch0) & 1) * C::BUF);
     if constexpr (ASYNC) btx_copy_x<EPB>(a, (uint32_t *)(smem + 2 * C::BUF), s, t, wcol);
   }
   cp_async_commit();
@@ -122,11 +123,11 @@ __device__ __forceinline__ void btx_columns(const uint32_t (&w)[8], int h, int g
   }
 }
 
-template <int EPB, int NT>
+template <int EPB, int NT, int DG>
 __device__ __forceinline__ void btx_step(const uint32_t (&w)[8], const char *buf, int ks, int g, int t,
-                                         int (&acc)[2][NT][TSR_GENO_DIGITS][4])
+                                         int (&acc)[2][NT][DG][4])
 {
-  typedef btx_cfg<EPB, NT> C;
+  typedef btx_cfg<EPB, NT, DG> C;
   uint32_t lo[4], hi[4];  /* columns 4g..4g+3: rows 8t..8t+3 and 8t+4..8t+7 */
   btx_columns<EPB>(w, 0, g, lo);
   btx_columns<EPB>(w, 1, g, hi);
@@ -135,7 +136,7 @@ __device__ __forceinline__ void btx_step(const uint32_t (&w)[8], const char *buf
 #pragma unroll
   for (int jn = 0; jn < NT; jn++)
 #pragma unroll
-    for (int d = 0; d < TSR_GENO_DIGITS; d++) {
+    for (int d = 0; d < DG; d++) {
       const uint2 b = *(const uint2 *)(buf + (d * C::NP + 8 * jn + g) * C::ROWB + 32 * ks + 8 * t);
 #pragma unroll
       for (int i = 0; i < 2; i++) imma16832(acc[i][jn][d], A[i], b.x, b.y);
@@ -145,11 +146,11 @@ __device__ __forceinline__ void btx_step(const uint32_t (&w)[8], const char *buf
 /* D's (row g or g+8 of tile i, column 2t+e1 of n-tile jn) is out[8jn+2t+e1]
  * [col0 + 4g + 2i + h]: the four (i, h) of one (jn, e1) are 4 adjacent
  * columns. */
-template <int NT>
-__device__ __forceinline__ void btx_store(const btx_args &a, const int (&acc)[2][NT][TSR_GENO_DIGITS][4],
-                                          int64_t nbase, int64_t col0, int g, int t)
+template <class OutT, int NT, int DG>
+__device__ __forceinline__ void btx_store(const btx_args &a, const int (&acc)[2][NT][DG][4], int64_t nbase,
+                                          int64_t col0, int g, int t)
 {
-  float *dst = a.out + (int64_t)blockIdx.y * a.m * a.c;
+  OutT *dst = (OutT *)a.out + (int64_t)blockIdx.y * a.m * a.c;
   const int64_t c = col0 + 4 * g;
 #pragma unroll
   for (int jn = 0; jn < NT; jn++)
@@ -158,15 +159,23 @@ __device__ __forceinline__ void btx_store(const btx_args &a, const int (&acc)[2]
       int64_t m = nbase + 8 * jn + 2 * t + e1;
       if (m >= a.m) continue;
       int e = a.exps[m];
-      float v[4];
+      OutT v[4];
 #pragma unroll
       for (int q = 0; q < 4; q++) {
         const int i = q / 2, k = 2 * (q % 2) + e1;
-        v[q] = digits_value(acc[i][jn][0][k], acc[i][jn][1][k], acc[i][jn][2][k], e);
+        int sums[DG];
+#pragma unroll
+        for (int d = 0; d < DG; d++) sums[d] = acc[i][jn][d][k];
+        v[q] = digits_value<OutT, DG>(sums, e);
       }
-      float *p = dst + m * a.c + c;
+      OutT *p = dst + m * a.c + c;
       if (c + 4 <= a.c && a.c % 4 == 0) {
-        *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+        if constexpr (sizeof(OutT) == 4) {
+          *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+        } else {
+          ((double2 *)p)[0] = make_double2(v[0], v[1]);
+          ((double2 *)p)[1] = make_double2(v[2], v[3]);
+        }
       } else {
         for (int q = 0; q < 4; q++)
           if (c + q < a.c) p[q] = v[q];
@@ -174,10 +183,19 @@ __device__ __forceinline__ void btx_store(const btx_args &a, const int (&acc)[2]
     }
 }
 
-template <int EPB, int NT, bool ASYNC>
-__global__ void __launch_bounds__(256, NT == 4 ? 1 : 2) btx_kernel(btx_args a)
+/* Two blocks an SM where their registers allow (8 warps each are few for
+ * the ring's latency); the widest tiles, and f64's four digits of three
+ * tiles, need more than 128 registers a thread. */
+template <class OutT, int NT>
+struct btx_blocks {
+  static constexpr int N = NT * geno_digits<OutT>::D > 9 ? 1 : 2;
+};
+
+template <class OutT, int EPB, int NT, bool ASYNC>
+__global__ void __launch_bounds__(256, btx_blocks<OutT, NT>::N) btx_kernel(btx_args a)
 {
-  typedef btx_cfg<EPB, NT> C;
+  constexpr int DG = geno_digits<OutT>::D;
+  typedef btx_cfg<EPB, NT, DG> C;
   extern __shared__ uint4 smem4[];
   char *smem = (char *)smem4;
   const uint32_t *ring = (const uint32_t *)(smem + 2 * C::BUF);
@@ -186,10 +204,10 @@ __global__ void __launch_bounds__(256, NT == 4 ? 1 : 2) btx_kernel(btx_args a)
   const int64_t wcol = EPB == 1 ? col0 + 4 * g : (col0 / 4 + g) & ~(int64_t)3;
   const int ch0 = blockIdx.y * a.chunks_per_split, ch1 = min(ch0 + a.chunks_per_split, a.chunks);
   const int64_t s0 = (int64_t)ch0 * C::SPC, s_end = min((int64_t)ch1 * C::SPC, (a.r + 31) / 32);
-  int acc[2][NT][TSR_GENO_DIGITS][4] = {};
-  for (int d = 0; d < C::D - 1; d++) btx_issue<EPB, NT, ASYNC>(a, smem, s0 + d, s_end, ch0, ch1, nbase, t, wcol);
+  int acc[2][NT][DG][4] = {};
+  for (int d = 0; d < C::D - 1; d++) btx_issue<EPB, NT, DG, ASYNC>(a, smem, s0 + d, s_end, ch0, ch1, nbase, t, wcol);
   for (int64_t s = s0; s < s_end; s++) {
-    btx_issue<EPB, NT, ASYNC>(a, smem, s + C::D - 1, s_end, ch0, ch1, nbase, t, wcol);
+    btx_issue<EPB, NT, DG, ASYNC>(a, smem, s + C::D - 1, s_end, ch0, ch1, nbase, t, wcol);
     cp_async_wait<C::D - 1>();
     const int ks = (int)(s % C::SPC);
     if (ks == 0) __syncthreads();  /* this chunk of B is in for everyone; the other buffer is free */
@@ -200,43 +218,50 @@ __global__ void __launch_bounds__(256, NT == 4 ? 1 : 2) btx_kernel(btx_args a)
     } else {
       btx_load_x(w, a, s, t, wcol);
     }
-    btx_step<EPB, NT>(w, smem + (int)((s / C::SPC - ch0) & 1) * C::BUF, ks, g, t, acc);
+    btx_step<EPB, NT, DG>(w, smem + (int)((s / C::SPC - ch0) & 1) * C::BUF, ks, g, t, acc);
   }
-  btx_store<NT>(a, acc, nbase, col0, g, t);
+  btx_store<OutT, NT, DG>(a, acc, nbase, col0, g, t);
 }
 
-template <int EPB, int NT, bool ASYNC>
+template <class OutT, int EPB, int NT, bool ASYNC>
 static int btx_launch(const btx_args &a, dim3 grid, cudaStream_t s, tsr_errbuf *err)
 {
-  const int smem = btx_cfg<EPB, NT>::SMEM;
+  const int smem = btx_cfg<EPB, NT, geno_digits<OutT>::D>::SMEM;
   int rc = TSR_CUDA_CHECK(
-      cudaFuncSetAttribute(btx_kernel<EPB, NT, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
+      cudaFuncSetAttribute(btx_kernel<OutT, EPB, NT, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
   if (rc != 0) return rc;
-  btx_kernel<EPB, NT, ASYNC><<<grid, 256, smem, s>>>(a);
+  btx_kernel<OutT, EPB, NT, ASYNC><<<grid, 256, smem, s>>>(a);
   return TSR_CUDA_LAUNCHED("btx_kernel", err);
 }
 
-template <int EPB>
+template <class OutT, int EPB>
 static int btx_by_nt(int nt, bool async, const btx_args &a, dim3 grid, cudaStream_t s, tsr_errbuf *err)
 {
   switch (nt * 2 + async) {
-  case 2: return btx_launch<EPB, 1, false>(a, grid, s, err);
-  case 3: return btx_launch<EPB, 1, true>(a, grid, s, err);
-  case 4: return btx_launch<EPB, 2, false>(a, grid, s, err);
-  case 5: return btx_launch<EPB, 2, true>(a, grid, s, err);
-  case 6: return btx_launch<EPB, 3, false>(a, grid, s, err);
-  case 7: return btx_launch<EPB, 3, true>(a, grid, s, err);
-  case 8: return btx_launch<EPB, 4, false>(a, grid, s, err);
-  default: return btx_launch<EPB, 4, true>(a, grid, s, err);
+  case 2: return btx_launch<OutT, EPB, 1, false>(a, grid, s, err);
+  case 3: return btx_launch<OutT, EPB, 1, true>(a, grid, s, err);
+  case 4: return btx_launch<OutT, EPB, 2, false>(a, grid, s, err);
+  case 5: return btx_launch<OutT, EPB, 2, true>(a, grid, s, err);
+  case 6: return btx_launch<OutT, EPB, 3, false>(a, grid, s, err);
+  case 7: return btx_launch<OutT, EPB, 3, true>(a, grid, s, err);
+  case 8: return btx_launch<OutT, EPB, 4, false>(a, grid, s, err);
+  default: return btx_launch<OutT, EPB, 4, true>(a, grid, s, err);
   }
 }
 
+template <class OutT>
+static int btx_dispatch(int epb, int nt, bool async, const btx_args &a, dim3 grid, cudaStream_t s, tsr_errbuf *err)
+{
+  return epb == 1 ? btx_by_nt<OutT, 1>(nt, async, a, grid, s, err) : btx_by_nt<OutT, 4>(nt, async, a, grid, s, err);
+}
+
 int tsr_cuda_geno_btx(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t r, int64_t c, const void *b,
-                      tsr_dtype bdt, int64_t m, float *out, tsr_errbuf *err)
+                      tsr_dtype bdt, int64_t m, void *out, tsr_errbuf *err)
 {
   cudaStream_t s = tsr_stream(gpu);
+  const size_t es = bdt == TSR_F64 ? 8 : 4;
   if (c == 0 || m == 0) return 0;
-  if (r == 0) return TSR_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)(m * c) * sizeof(float), s), err);
+  if (r == 0) return TSR_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)(m * c) * es, s), err);
   int64_t cb = epb == 1 ? c : tsr_packed_len(c), chunks = (r + RC - 1) / RC, groups = (m + 31) / 32;
   int nt = groups > 1 ? 4 : (int)((m + 7) / 8), per_split = 1;
   int64_t col_blocks = (c + BTX_COLS - 1) / BTX_COLS;
@@ -244,14 +269,15 @@ int tsr_cuda_geno_btx(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t
   int splits = tsr_geno_split_count(col_blocks, chunks, 1056, max_chunks, &per_split);
   tsr_scratch scr(gpu);
   bdigits bs;
-  float *part = nullptr;
+  void *part = nullptr;
   int rc = tsr_geno_digits(b, bdt, r, m, 8 * nt * groups, chunks * RC, false, scr, s, &bs, err);
-  if (rc == 0 && splits > 1) rc = scr.get(splits * m * c, &part, "btx's partial products", err);
+  if (rc == 0 && splits > 1) rc = scr.get((size_t)(splits * m * c) * es, &part, "btx's partial products", err);
   if (rc != 0) return rc;
   btx_args a = {x, r, c, cb, bs.digits, bs.cols_tot, bs.kp, bs.exps, m, splits > 1 ? part : out, (int)chunks,
                 per_split};
   dim3 grid((unsigned)col_blocks, (unsigned)splits, (unsigned)groups);
   bool async = tsr_geno_load_width(x, cb, 4) == 4;  /* cp.async needs 4-byte aligned rows */
-  rc = epb == 1 ? btx_by_nt<1>(nt, async, a, grid, s, err) : btx_by_nt<4>(nt, async, a, grid, s, err);
-  return rc != 0 || splits == 1 ? rc : tsr_geno_sum_splits(part, splits, m * c, out, s, err);
+  rc = bdt == TSR_F64 ? btx_dispatch<double>(epb, nt, async, a, grid, s, err)
+                      : btx_dispatch<float>(epb, nt, async, a, grid, s, err);
+  return rc != 0 || splits == 1 ? rc : tsr_geno_sum_splits(part, splits, m * c, out, bdt, s, err);
 }

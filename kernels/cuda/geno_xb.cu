@@ -1,6 +1,7 @@
 /* kernels/cuda/geno_xb.cu — the fused product out [r, n] = X · B of a u8
  * (EPB 1) or 2-bit packed (EPB 4) genotype matrix X [r, c] and a thin f32
- * or f64 B [c, n] (genotype.cuh has the numerics).
+ * or f64 B [c, n], out in B's dtype (genotype.cuh has the numerics: B in
+ * D = 3 digits for f32, 4 for f64).
  *
  * A block of 8 warps owns 256 rows of X, a warp 32 (two m16 tiles), and up
  * to 32 columns of B (NT n8 tiles; more columns are more passes, grid z).
@@ -20,26 +21,26 @@
 
 /* WIDE: the steps above, for GPUs with 227 KB of shared memory a block
  * (Hopper); otherwise half as wide (an A100 has 163 KB). */
-template <int EPB, int NT, bool WIDE = true>
+template <int EPB, int NT, bool WIDE = true, int D = 3>
 struct xb_cfg {
   static constexpr int SB = (EPB == 1 ? 256 : 128) / (WIDE ? 1 : 2);  /* bytes of each row of X per step */
   static constexpr int KC = SB * EPB;               /* k per step = per chunk of B */
   static constexpr int XROW = (SB + 127) / 128 * 128 + 64;  /* X stage row stride: odd rows 64 bytes over (banks) */
   static constexpr int NP = 8 * NT;                 /* B's columns per pass */
-  static constexpr int ROWS = TSR_GENO_DIGITS * NP; /* shared rows of a B chunk: (digit, column) */
+  static constexpr int ROWS = D * NP;               /* shared rows of a B chunk: (digit, column) */
   static constexpr int BBUF = ROWS * KC;            /* bytes of a B chunk */
   static constexpr int XBUF = XB_ROWS * XROW;       /* bytes of an X stage */
-  static constexpr int SMEM = 2 * (BBUF + XBUF);    /* wide 170..209 KB, else 84..110 KB */
+  static constexpr int SMEM = 2 * (BBUF + XBUF);    /* D 3: wide 170..209 KB, else 84..110; D 4: to 224 KB */
 };
 
 struct xb_args {
   const uint8_t *x;
   int64_t r, cb;        /* rows; bytes per row (the row stride) */
-  const uint4 *digits;  /* B's digits [3][cols_tot][kp] bytes */
+  const uint4 *digits;  /* B's digits [D][cols_tot][kp] bytes */
   int64_t cols_tot, kp;
   const int *exps;
   int64_t n;            /* B's columns */
-  float *out;           /* [splits][r][n] */
+  void *out;            /* [splits][r][n], B's dtype */
   int chunks, chunks_per_split;
 };
 
@@ -56,10 +57,10 @@ __device__ __forceinline__ int swz(int u, int row)
 }
 
 /* Copies chunk ch of B's digits (this block's NP columns) into buf. */
-template <int EPB, int NT, bool WIDE>
+template <int EPB, int NT, bool WIDE, int D>
 __device__ __forceinline__ void xb_copy_b(const xb_args &a, int64_t ch, int64_t col_base, uint4 *buf)
 {
-  typedef xb_cfg<EPB, NT, WIDE> C;
+  typedef xb_cfg<EPB, NT, WIDE, D> C;
   constexpr int UPR = C::KC / 16;  /* units per row */
   for (int u = threadIdx.x; u < C::ROWS * UPR; u += 256) {
     int row = u / UPR, un = u % UPR, d = row / C::NP, col = row - d * C::NP;
@@ -91,11 +92,11 @@ __device__ __forceinline__ void xb_copy_x(const xb_args &a, int64_t s, int64_t r
  * from the chunk in buf (ks: the step within the chunk). u8: the thread's
  * word pair (2h, 2h+1) of a row is one k32 MMA. 2-bit: word j of a row is
  * 16 genotypes, four registers (w >> 2q) & 0x03030303, two MMAs. */
-template <int EPB, int NT, bool WIDE>
+template <int EPB, int NT, bool WIDE, int D>
 __device__ __forceinline__ void xb_step(const uint4 (&cur)[4], const uint4 *buf, int ks, int g, int t,
-                                        int (&acc)[2][NT][TSR_GENO_DIGITS][4])
+                                        int (&acc)[2][NT][D][4])
 {
-  typedef xb_cfg<EPB, NT, WIDE> C;
+  typedef xb_cfg<EPB, NT, WIDE, D> C;
   constexpr int UPR = C::KC / 16;
 #pragma unroll
   for (int j = 0; j < (EPB == 1 ? 1 : 4); j++) {  /* 16 bytes of B's digits per (digit, column): 2 MMAs */
@@ -117,7 +118,7 @@ __device__ __forceinline__ void xb_step(const uint4 (&cur)[4], const uint4 *buf,
 #pragma unroll
     for (int jn = 0; jn < NT; jn++)
 #pragma unroll
-      for (int d = 0; d < TSR_GENO_DIGITS; d++) {
+      for (int d = 0; d < D; d++) {
         const int row = d * C::NP + 8 * jn + g;
         const uint4 b = buf[row * UPR + swz<EPB>(unit, row)];
 #pragma unroll
@@ -129,18 +130,19 @@ __device__ __forceinline__ void xb_step(const uint4 (&cur)[4], const uint4 *buf,
   }
 }
 
-template <int EPB, int NT, bool WIDE, int VEC>
+template <class OutT, int EPB, int NT, bool WIDE, int VEC>
 __global__ void __launch_bounds__(256, 1) xb_kernel(xb_args a)
 {
-  typedef xb_cfg<EPB, NT, WIDE> C;
+  constexpr int D = geno_digits<OutT>::D;
+  typedef xb_cfg<EPB, NT, WIDE, D> C;
   extern __shared__ uint4 smem4[];
   char *smem = (char *)smem4;  /* two of: a B chunk, then an X stage */
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t rbase = (int64_t)blockIdx.x * XB_ROWS, col_base = (int64_t)blockIdx.z * C::NP;
   const int64_t ch0 = (int64_t)blockIdx.y * a.chunks_per_split, ch1 = min(ch0 + a.chunks_per_split, (int64_t)a.chunks);
-  int acc[2][NT][TSR_GENO_DIGITS][4] = {};
+  int acc[2][NT][D][4] = {};
   if (ch0 < ch1) {
-    xb_copy_b<EPB, NT, WIDE>(a, ch0, col_base, (uint4 *)smem);
+    xb_copy_b<EPB, NT, WIDE, D>(a, ch0, col_base, (uint4 *)smem);
     xb_copy_x<EPB, NT, WIDE, VEC>(a, ch0, rbase, smem + C::BBUF);
     cp_async_commit();
   }
@@ -149,7 +151,7 @@ __global__ void __launch_bounds__(256, 1) xb_kernel(xb_args a)
     __syncthreads();  /* step s is in for everyone, and everyone is done with step s-1's buffers */
     if (s + 1 < ch1) {
       char *next = smem + (int)((s + 1 - ch0) & 1) * (C::BBUF + C::XBUF);
-      xb_copy_b<EPB, NT, WIDE>(a, s + 1, col_base, (uint4 *)next);
+      xb_copy_b<EPB, NT, WIDE, D>(a, s + 1, col_base, (uint4 *)next);
       xb_copy_x<EPB, NT, WIDE, VEC>(a, s + 1, rbase, next + C::BBUF);
     }
     cp_async_commit();
@@ -160,10 +162,10 @@ __global__ void __launch_bounds__(256, 1) xb_kernel(xb_args a)
 #pragma unroll
       for (int p = 0; p < 4; p++)
         cur[p] = *(const uint4 *)(xs + (warp * 32 + 16 * (p / 2) + 8 * (p % 2) + g) * C::XROW + 64 * ss + 16 * t);
-      xb_step<EPB, NT, WIDE>(cur, (const uint4 *)buf, ss, g, t, acc);
+      xb_step<EPB, NT, WIDE, D>(cur, (const uint4 *)buf, ss, g, t, acc);
     }
   }
-  float *dst = a.out + (int64_t)blockIdx.y * a.r * a.n;
+  OutT *dst = (OutT *)a.out + (int64_t)blockIdx.y * a.r * a.n;
   const int64_t row0 = rbase + warp * 32;
 #pragma unroll
   for (int i = 0; i < 2; i++)
@@ -172,42 +174,56 @@ __global__ void __launch_bounds__(256, 1) xb_kernel(xb_args a)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         int64_t row = row0 + 16 * i + g + (e >= 2 ? 8 : 0), col = col_base + 8 * jn + 2 * t + (e & 1);
-        if (row < a.r && col < a.n)
-          dst[row * a.n + col] = digits_value(acc[i][jn][0][e], acc[i][jn][1][e], acc[i][jn][2][e], a.exps[col]);
+        if (row < a.r && col < a.n) {
+          int sums[D];
+#pragma unroll
+          for (int d = 0; d < D; d++) sums[d] = acc[i][jn][d][e];
+          dst[row * a.n + col] = digits_value<OutT, D>(sums, a.exps[col]);
+        }
       }
 }
 
-template <int EPB, int NT, bool WIDE, int VEC>
+template <class OutT, int EPB, int NT, bool WIDE, int VEC>
 static int xb_launch(const xb_args &a, dim3 grid, cudaStream_t s, tsr_errbuf *err)
 {
-  const int smem = xb_cfg<EPB, NT, WIDE>::SMEM;
+  const int smem = xb_cfg<EPB, NT, WIDE, geno_digits<OutT>::D>::SMEM;
   int rc = TSR_CUDA_CHECK(
-      cudaFuncSetAttribute(xb_kernel<EPB, NT, WIDE, VEC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
+      cudaFuncSetAttribute(xb_kernel<OutT, EPB, NT, WIDE, VEC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
   if (rc != 0) return rc;
-  xb_kernel<EPB, NT, WIDE, VEC><<<grid, 256, smem, s>>>(a);
+  xb_kernel<OutT, EPB, NT, WIDE, VEC><<<grid, 256, smem, s>>>(a);
   return TSR_CUDA_LAUNCHED("xb_kernel", err);
 }
 
-template <int EPB, int NT, bool WIDE>
+template <class OutT, int EPB, int NT, bool WIDE>
 static int xb_by_vec(int vec, const xb_args &a, dim3 grid, cudaStream_t s, tsr_errbuf *err)
 {
   switch (vec) {
-  case 16: return xb_launch<EPB, NT, WIDE, 16>(a, grid, s, err);
-  case 8: return xb_launch<EPB, NT, WIDE, 8>(a, grid, s, err);
-  case 4: return xb_launch<EPB, NT, WIDE, 4>(a, grid, s, err);
-  default: return xb_launch<EPB, NT, WIDE, 1>(a, grid, s, err);
+  case 16: return xb_launch<OutT, EPB, NT, WIDE, 16>(a, grid, s, err);
+  case 8: return xb_launch<OutT, EPB, NT, WIDE, 8>(a, grid, s, err);
+  case 4: return xb_launch<OutT, EPB, NT, WIDE, 4>(a, grid, s, err);
+  default: return xb_launch<OutT, EPB, NT, WIDE, 1>(a, grid, s, err);
   }
 }
 
-template <int EPB, bool WIDE>
+template <class OutT, int EPB, bool WIDE>
 static int xb_by_nt(int nt, int vec, const xb_args &a, dim3 grid, cudaStream_t s, tsr_errbuf *err)
 {
   switch (nt) {
-  case 1: return xb_by_vec<EPB, 1, WIDE>(vec, a, grid, s, err);
-  case 2: return xb_by_vec<EPB, 2, WIDE>(vec, a, grid, s, err);
-  case 3: return xb_by_vec<EPB, 3, WIDE>(vec, a, grid, s, err);
-  default: return xb_by_vec<EPB, 4, WIDE>(vec, a, grid, s, err);
+  case 1: return xb_by_vec<OutT, EPB, 1, WIDE>(vec, a, grid, s, err);
+  case 2: return xb_by_vec<OutT, EPB, 2, WIDE>(vec, a, grid, s, err);
+  case 3: return xb_by_vec<OutT, EPB, 3, WIDE>(vec, a, grid, s, err);
+  default: return xb_by_vec<OutT, EPB, 4, WIDE>(vec, a, grid, s, err);
   }
+}
+
+/* The launch for this output type, width and bytes per genotype. */
+template <class OutT>
+static int xb_dispatch(bool wide, int epb, int nt, int vec, const xb_args &a, dim3 grid, cudaStream_t s,
+                       tsr_errbuf *err)
+{
+  if (wide)
+    return epb == 1 ? xb_by_nt<OutT, 1, true>(nt, vec, a, grid, s, err) : xb_by_nt<OutT, 4, true>(nt, vec, a, grid, s, err);
+  return epb == 1 ? xb_by_nt<OutT, 1, false>(nt, vec, a, grid, s, err) : xb_by_nt<OutT, 4, false>(nt, vec, a, grid, s, err);
 }
 
 static bool force_narrow = false;
@@ -225,15 +241,16 @@ static bool xb_wide(void)
   if (force_narrow || cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
     return false;
-  return optin >= xb_cfg<1, 4, true>::SMEM && optin >= xb_cfg<4, 4, true>::SMEM;
+  return optin >= xb_cfg<1, 4, true, 4>::SMEM && optin >= xb_cfg<4, 4, true, 4>::SMEM;
 }
 
 int tsr_cuda_geno_xb(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t r, int64_t c, const void *b,
-                     tsr_dtype bdt, int64_t n, float *out, tsr_errbuf *err)
+                     tsr_dtype bdt, int64_t n, void *out, tsr_errbuf *err)
 {
   cudaStream_t s = tsr_stream(gpu);
+  const size_t es = bdt == TSR_F64 ? 8 : 4;
   if (r == 0 || n == 0) return 0;
-  if (c == 0) return TSR_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)(r * n) * sizeof(float), s), err);
+  if (c == 0) return TSR_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)(r * n) * es, s), err);
   const bool wide = xb_wide();
   const int kc = epb == 1 ? (wide ? xb_cfg<1, 1, true>::KC : xb_cfg<1, 1, false>::KC)
                           : (wide ? xb_cfg<4, 1, true>::KC : xb_cfg<4, 1, false>::KC);
@@ -244,15 +261,15 @@ int tsr_cuda_geno_xb(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t 
   int splits = tsr_geno_split_count(row_blocks, chunks, 528, max_chunks, &per_split);
   tsr_scratch scr(gpu);
   bdigits bs;
-  float *part = nullptr;
+  void *part = nullptr;
   int rc = tsr_geno_digits(b, bdt, c, n, 8 * nt * groups, chunks * kc, epb == 4, scr, s, &bs, err);
-  if (rc == 0 && splits > 1) rc = scr.get(splits * r * n, &part, "xb's partial products", err);
+  if (rc == 0 && splits > 1) rc = scr.get((size_t)(splits * r * n) * es, &part, "xb's partial products", err);
   if (rc != 0) return rc;
   xb_args a = {x, r, cb, (const uint4 *)bs.digits, bs.cols_tot, bs.kp, bs.exps, n, splits > 1 ? part : out,
                (int)chunks, per_split};
   dim3 grid((unsigned)row_blocks, (unsigned)splits, (unsigned)groups);
   int vec = tsr_geno_load_width(x, cb, 16);
-  if (wide) rc = epb == 1 ? xb_by_nt<1, true>(nt, vec, a, grid, s, err) : xb_by_nt<4, true>(nt, vec, a, grid, s, err);
-  else rc = epb == 1 ? xb_by_nt<1, false>(nt, vec, a, grid, s, err) : xb_by_nt<4, false>(nt, vec, a, grid, s, err);
-  return rc != 0 || splits == 1 ? rc : tsr_geno_sum_splits(part, splits, r * n, out, s, err);
+  rc = bdt == TSR_F64 ? xb_dispatch<double>(wide, epb, nt, vec, a, grid, s, err)
+                      : xb_dispatch<float>(wide, epb, nt, vec, a, grid, s, err);
+  return rc != 0 || splits == 1 ? rc : tsr_geno_sum_splits(part, splits, r * n, out, bdt, s, err);
 }

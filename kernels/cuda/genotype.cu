@@ -99,10 +99,10 @@ __global__ void colmax_kernel(const BT *b, int64_t rows, int64_t cols, unsigned 
   atomicMax(&maxbits[col], m);
 }
 
-/* e per column: largest·2^e in [2^21, 2^22) (a float rounded up to the
- * next power of two only lowers it to 2^22: still three digits); 0 for
- * zero or non-finite columns. */
-__global__ void exps_kernel(const unsigned *maxbits, int64_t cols, int *exps)
+/* e per column: largest·2^e in [2^(8D-3), 2^(8D-2)) (a float rounded up
+ * to the next power of two only lowers it: still D digits); 0 for zero or
+ * non-finite columns. */
+__global__ void exps_kernel(const unsigned *maxbits, int64_t cols, int bits, int *exps)
 {
   TSR_GRID_STRIDE(j, cols)
   {
@@ -110,7 +110,7 @@ __global__ void exps_kernel(const unsigned *maxbits, int64_t cols, int *exps)
     int e = 0;
     if (m > 0.0f && isfinite(m)) {
       frexpf(m, &e);
-      e = 22 - e;
+      e = bits - e;
     }
     exps[j] = e;
   }
@@ -124,9 +124,10 @@ __device__ __forceinline__ int perm16(int p)
 }
 
 /* out[d][col][kk] from B's element (k, col), k = kk or its 2-bit
- * permutation: the balanced base-256 digits of q = round(B·2^e), d0 and d1
- * in [-128, 127] and d2 = the rest (|q| <= 2^22, so |d2| <= 64). */
-template <class BT>
+ * permutation: the balanced base-256 digits of q = round(B·2^e), all but
+ * the last in [-128, 127] and the last the rest (|q| <= 2^(8D-2), so it is
+ * at most 65 in magnitude). */
+template <class BT, int D>
 __global__ void digits_kernel(const BT *b, int64_t nk, int64_t ncols, const int *exps, int64_t cols_tot, int64_t kp,
                               int perm, int8_t *out)
 {
@@ -135,53 +136,61 @@ __global__ void digits_kernel(const BT *b, int64_t nk, int64_t ncols, const int 
     int64_t col = i / kp, kk = i - col * kp;
     int64_t k = perm ? (kk & ~(int64_t)15) + perm16((int)(kk & 15)) : kk;
     double v = col < ncols && k < nk ? (double)b[k * ncols + col] : 0.0;
-    int q = isfinite(v) ? (int)rint(ldexp(v, exps[col])) : 0;
-    int d0 = ((q + 128) & 255) - 128, q1 = (q - d0) / 256;
-    int d1 = ((q1 + 128) & 255) - 128, d2 = (q1 - d1) / 256;
-    out[i] = (int8_t)d0;
-    out[cols_tot * kp + i] = (int8_t)d1;
-    out[2 * cols_tot * kp + i] = (int8_t)d2;
+    long long q = isfinite(v) ? llrint(ldexp(v, exps[col])) : 0;
+#pragma unroll
+    for (int d = 0; d < D - 1; d++) {
+      long long dd = ((q + 128) & 255) - 128;
+      out[d * cols_tot * kp + i] = (int8_t)dd;
+      q = (q - dd) / 256;
+    }
+    out[(D - 1) * cols_tot * kp + i] = (int8_t)q;
   }
 }
 
 int tsr_geno_digits(const void *b, tsr_dtype bdt, int64_t nk, int64_t ncols, int64_t cols_tot, int64_t kp, bool perm,
                     tsr_scratch &scr, cudaStream_t s, bdigits *out, tsr_errbuf *err)
 {
+  const bool f64 = bdt == TSR_F64;
+  const int D = f64 ? geno_digits<double>::D : geno_digits<float>::D;
   unsigned *maxbits = nullptr;
   out->cols_tot = cols_tot, out->kp = kp;
   int rc = scr.get(cols_tot, &maxbits, "B's column maxima", err);
   if (rc == 0) rc = scr.get(cols_tot, &out->exps, "B's column scales", err);
-  if (rc == 0) rc = scr.get(TSR_GENO_DIGITS * cols_tot * kp, &out->digits, "B's digits", err);
+  if (rc == 0) rc = scr.get(D * cols_tot * kp, &out->digits, "B's digits", err);
   if (rc == 0) rc = TSR_CUDA_CHECK(cudaMemsetAsync(maxbits, 0, (size_t)cols_tot * sizeof *maxbits, s), err);
   if (rc != 0) return rc;
   int64_t gy = (nk + 255) / 256;
   dim3 grid((unsigned)((ncols + 31) / 32), (unsigned)(gy > 1024 ? 1024 : gy < 1 ? 1 : gy));
-  if (bdt == TSR_F64) colmax_kernel<double><<<grid, dim3(32, 8), 0, s>>>((const double *)b, nk, ncols, maxbits);
+  if (f64) colmax_kernel<double><<<grid, dim3(32, 8), 0, s>>>((const double *)b, nk, ncols, maxbits);
   else colmax_kernel<float><<<grid, dim3(32, 8), 0, s>>>((const float *)b, nk, ncols, maxbits);
-  exps_kernel<<<tsr_grid(cols_tot, 256), 256, 0, s>>>(maxbits, cols_tot, out->exps);
-  if (bdt == TSR_F64)
-    digits_kernel<double><<<tsr_grid(cols_tot * kp, 256), 256, 0, s>>>((const double *)b, nk, ncols, out->exps,
-                                                                       cols_tot, kp, perm, out->digits);
+  exps_kernel<<<tsr_grid(cols_tot, 256), 256, 0, s>>>(maxbits, cols_tot, 8 * D - 2, out->exps);
+  if (f64)
+    digits_kernel<double, geno_digits<double>::D><<<tsr_grid(cols_tot * kp, 256), 256, 0, s>>>(
+        (const double *)b, nk, ncols, out->exps, cols_tot, kp, perm, out->digits);
   else
-    digits_kernel<float><<<tsr_grid(cols_tot * kp, 256), 256, 0, s>>>((const float *)b, nk, ncols, out->exps, cols_tot,
-                                                                      kp, perm, out->digits);
+    digits_kernel<float, geno_digits<float>::D><<<tsr_grid(cols_tot * kp, 256), 256, 0, s>>>(
+        (const float *)b, nk, ncols, out->exps, cols_tot, kp, perm, out->digits);
   return TSR_CUDA_LAUNCHED("digits_kernel", err);
 }
 
-__global__ void splits_sum_kernel(const float *part, int splits, int64_t stride, float *out)
+template <class T>
+__global__ void splits_sum_kernel(const T *part, int splits, int64_t stride, T *out)
 {
   TSR_GRID_STRIDE(i, stride)
   {
-    float acc = part[i];
+    T acc = part[i];
     for (int s = 1; s < splits; s++) acc += part[s * stride + i];
     out[i] = acc;
   }
 }
 
-
-int tsr_geno_sum_splits(const float *part, int splits, int64_t stride, float *out, cudaStream_t s, tsr_errbuf *err)
+int tsr_geno_sum_splits(const void *part, int splits, int64_t stride, void *out, tsr_dtype dt, cudaStream_t s,
+                        tsr_errbuf *err)
 {
-  splits_sum_kernel<<<tsr_grid(stride, 256), 256, 0, s>>>(part, splits, stride, out);
+  if (dt == TSR_F64)
+    splits_sum_kernel<double><<<tsr_grid(stride, 256), 256, 0, s>>>((const double *)part, splits, stride, (double *)out);
+  else
+    splits_sum_kernel<float><<<tsr_grid(stride, 256), 256, 0, s>>>((const float *)part, splits, stride, (float *)out);
   return TSR_CUDA_LAUNCHED("splits_sum_kernel", err);
 }
 
@@ -213,7 +222,7 @@ TSR_CUDA_VARIANT(matmul_2bit)
   if (rc != 0) return tsr_k_param_fail("matmul_2bit", rc, err);
   const uint8_t *x = (const uint8_t *)in[0].data;
   int64_t r = in[0].meta.shape[0], k = in[1].meta.shape[1];
-  if (strcmp(side, "btx") == 0) rc = tsr_cuda_geno_btx(gpu, x, 4, r, cols, in[1].data, in[1].meta.dtype, k, (float *)out->data, err);
-  else rc = tsr_cuda_geno_xb(gpu, x, 4, r, cols, in[1].data, in[1].meta.dtype, k, (float *)out->data, err);
+  if (strcmp(side, "btx") == 0) rc = tsr_cuda_geno_btx(gpu, x, 4, r, cols, in[1].data, in[1].meta.dtype, k, out->data, err);
+  else rc = tsr_cuda_geno_xb(gpu, x, 4, r, cols, in[1].data, in[1].meta.dtype, k, out->data, err);
   return rc == 0 ? 0 : tsr_cuda_fail_op("matmul_2bit", rc, err);
 }

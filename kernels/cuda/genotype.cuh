@@ -5,15 +5,19 @@
  * Numerics of the fused products. The genotypes are the MMA's unsigned
  * 8-bit operand as they are (u8) or unpacked with a shift and a mask
  * (2-bit): no conversion to float at all. B is quantized per column:
- * q = round(B·2^e) with 2^e putting the column's largest |B| in [2^21,
- * 2^22), written as three signed base-256 digits q = d0 + 256·d1 + 65536·d2,
- * each an 8-bit operand. mma.sync m16n8k32 sums x·d exactly in int32 (k
- * per split is capped so the sums cannot overflow); the three digit sums
- * are combined exactly in double, scaled by 2^-e and rounded once to f32.
- * The only error is B's quantization, at most 2^-22 of each column's
- * largest |B| per element: results are within f32 GEMM accuracy of the
- * exact product (measured in docs/kernels-cuda.md), independent of k and of
- * the summation order, and bit-for-bit reproducible. */
+ * q = round(B·2^e) with 2^e putting the column's largest |B| in
+ * [2^(8D-3), 2^(8D-2)), written as D signed base-256 digits
+ * q = d0 + 256·d1 + ... + 256^(D-1)·d(D-1), each an 8-bit operand.
+ * mma.sync m16n8k32 sums x·d exactly in int32 (k per split is capped so
+ * the sums cannot overflow); the D digit sums are combined exactly in
+ * int64, scaled by 2^-e and rounded once to the output type. The output
+ * has B's dtype, and the digit count follows it:
+ *   f32 B: D = 3, 22-bit quantization, error <= 2^-23 of each column's
+ *          largest |B| per element of B — f32 GEMM accuracy;
+ *   f64 B: D = 4, 30-bit quantization, error <= 2^-31 (4.7e-10) of it,
+ *          the result rounded once to f64.
+ * The error does not depend on k or the summation order, and results are
+ * bit-for-bit reproducible. */
 #ifndef TSR_KERNELS_CUDA_GENOTYPE_CUH
 #define TSR_KERNELS_CUDA_GENOTYPE_CUH
 
@@ -36,11 +40,23 @@ __device__ __forceinline__ void imma16832(int c[4], const uint32_t a[4], uint32_
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* The digit sums of one result: (s0 + 256·s1 + 65536·s2)·2^-e, exact in
- * double until the one rounding to f32. */
-__device__ __forceinline__ float digits_value(int s0, int s1, int s2, int e)
+/* The digit count for an output type: 3 for f32, 4 for f64 (above). */
+template <class OutT>
+struct geno_digits {
+  static constexpr int D = sizeof(OutT) == 4 ? 3 : 4;
+};
+
+/* The digit sums s[0..D) of one result, (sum of 256^d·s[d])·2^-e: exact
+ * in int64 (|s| < 2^31, so the sum is under 2^56), then rounded once. */
+template <class OutT, int D>
+__device__ __forceinline__ OutT digits_value(const int (&s)[D], int e)
 {
-  return (float)ldexp((double)s0 + 256.0 * (double)s1 + 65536.0 * (double)s2, -e);
+  long long v = s[D - 1];
+#pragma unroll
+  for (int d = D - 2; d >= 0; d--) v = v * 256 + s[d];
+  /* f32 (D = 3): |v| < 2^48 is exact in double, so one rounding, to f32;
+   * f64: the conversion to double is the one rounding, 2^-e exact. */
+  return (OutT)ldexp((double)v, -e);
 }
 
 __device__ __forceinline__ uint32_t word_of(const uint4 &v, int j)
@@ -103,10 +119,9 @@ __device__ __forceinline__ uint4 tsr_geno_load16(const uint8_t *row, int64_t off
 
 /* ---------- B's digits (genotype.cu) ---------- */
 
-#define TSR_GENO_DIGITS 3
-
-/* B (nk × ncols, row-major) prepared for a kernel: digits [3][cols_tot][kp]
- * (signed bytes, zero past B) of q = round(B·2^exps[col]). */
+/* B (nk × ncols, row-major) prepared for a kernel: digits [D][cols_tot][kp]
+ * (signed bytes, zero past B) of q = round(B·2^exps[col]); D = 3 for f32
+ * B, 4 for f64 B (geno_digits). */
 struct bdigits {
   int8_t *digits;
   int *exps;
@@ -118,8 +133,10 @@ struct bdigits {
 int tsr_geno_digits(const void *b, tsr_dtype bdt, int64_t nk, int64_t ncols, int64_t cols_tot, int64_t kp, bool perm,
                     tsr_scratch &scr, cudaStream_t s, bdigits *out, tsr_errbuf *err);
 
-/* out[i] = the sum over s < splits of part[s·stride + i], in split order. */
-int tsr_geno_sum_splits(const float *part, int splits, int64_t stride, float *out, cudaStream_t s, tsr_errbuf *err);
+/* out[i] = the sum over s < splits of part[s·stride + i], in split order;
+ * dt (f32/f64) is the type of both. */
+int tsr_geno_sum_splits(const void *part, int splits, int64_t stride, void *out, tsr_dtype dt, cudaStream_t s,
+                        tsr_errbuf *err);
 
 /* Splits of the k chunks over blocks: enough blocks for any GPU, from the
  * shape alone (so the summation order never depends on the device), and

@@ -15,8 +15,12 @@
  * "qr_gesvd" and "qr_gesvdj" (T = QR, the SVD of the q×q R, U_T = Q·U_R).
  *
  * Failure without synchronizing: every routine writes its info into a
- * device array, and a last kernel fills the whole output with NaN when any
- * info is nonzero (no convergence, a bad argument). Signs of Q's columns
+ * device array; a last kernel fills the whole output with NaN when any
+ * info is nonzero (no convergence, a bad argument), and the array is
+ * copied to pinned host memory for tsr_cuda_deferred_check, which the
+ * worker calls after the stream has finished: the task then fails naming
+ * the routine and its info, rather than storing NaN. Param `max_sweeps`
+ * (svd, default 100) bounds gesvdj's sweeps. Signs of Q's columns
  * and of singular vectors are cuSOLVER's; the same input gives the same
  * bytes on one GPU model. */
 #include <string.h>
@@ -103,10 +107,11 @@ static cusolverStatus_t gesvdj(cusolverDnHandle_t h, int m, int n, double *a, do
 /* gesvdj's settings (the defaults: tolerance machine epsilon, 100
  * sweeps), one per thread and never freed: cuSOLVER may still write its
  * residual into it after the call returns, so it must outlive the work. */
-static gesvdjInfo_t jacobi_params(void)
+static gesvdjInfo_t jacobi_params(int max_sweeps)
 {
   static thread_local gesvdjInfo_t params = nullptr;
   if (params == nullptr && cusolverDnCreateGesvdjInfo(&params) != CUSOLVER_STATUS_SUCCESS) params = nullptr;
+  if (params != nullptr && cusolverDnXgesvdjSetMaxSweeps(params, max_sweeps) != CUSOLVER_STATUS_SUCCESS) return nullptr;
   return params;
 }
 
@@ -187,6 +192,8 @@ static int qr_run(const tsr_buf *in, tsr_buf *out, const tsr_gpu_ctx *gpu, tsr_e
   }
   if (rc == 0) rc = tsr_cuda_poison_on_info(info, 2, sizeof(T) == 8 ? TSR_F64 : TSR_F32, out->data,
                                            tsr_meta_count(&out->meta), s, err);
+  static const char *const names[2] = {"geqrf", "orgqr"};
+  if (rc == 0) rc = tsr_cuda_defer_info("qr", info, 2, names, s, err);
   return rc;
 }
 
@@ -213,6 +220,7 @@ struct svd_job {
   cudaStream_t s;
   tsr_scratch *scr;
   int *info;  /* 4 slots, one per solver call */
+  int sweeps; /* gesvdj's most sweeps */
 };
 
 /* gesvd or gesvdj of a (p×q column-major, p >= q, destroyed): s[q], u
@@ -223,7 +231,7 @@ static int svd_plain(const svd_job<T> &j, bool jacobi, int p, int q, T *a, T *sv
 {
   int lw = 0;
   T *work = nullptr, *rwork = nullptr;
-  gesvdjInfo_t params = jacobi ? jacobi_params() : nullptr;
+  gesvdjInfo_t params = jacobi ? jacobi_params(j.sweeps) : nullptr;
   if (jacobi && params == nullptr) return tsr_fail(err, TSR_ENOMEM, "cusolverDnCreateGesvdjInfo failed");
   int rc = jacobi ? TSR_CUDA_CHECK(gesvdj_bs(j.h, p, q, a, sv, u, w, &lw, params), err)
                   : TSR_CUDA_CHECK(gesvd_bs(j.h, p, q, a, &lw), err);
@@ -316,11 +324,11 @@ static int svd_unpack(int m, int n, int p, int q, const T *u, const T *sv, const
 }
 
 template <class T>
-static int svd_run(const tsr_buf *in, tsr_buf *out, svd_algo algo, const tsr_gpu_ctx *gpu, tsr_errbuf *err)
+static int svd_run(const tsr_buf *in, tsr_buf *out, svd_algo algo, int sweeps, const tsr_gpu_ctx *gpu, tsr_errbuf *err)
 {
   int m = (int)in->meta.shape[0], n = (int)in->meta.shape[1], p = m > n ? m : n, q = m > n ? n : m;
   tsr_scratch scr(gpu);
-  svd_job<T> j = {gpu, (cusolverDnHandle_t)gpu->cusolver, tsr_stream(gpu), &scr, nullptr};
+  svd_job<T> j = {gpu, (cusolverDnHandle_t)gpu->cusolver, tsr_stream(gpu), &scr, nullptr, sweeps};
   T *a = nullptr, *t = nullptr, *u = nullptr, *sv = nullptr, *w = nullptr;
   int rc = input_copy<T>(in, scr, &a, j.s, err);
   if (rc == 0 && m > n) rc = scr.get((int64_t)p * q, &t, "the SVD's column-major input", err);
@@ -338,6 +346,9 @@ static int svd_run(const tsr_buf *in, tsr_buf *out, svd_algo algo, const tsr_gpu
   if (rc == 0) rc = svd_unpack<T>(m, n, p, q, u, sv, w, !via_qr && !jacobi, (T *)out->data, j.s, err);
   if (rc == 0) rc = tsr_cuda_poison_on_info(j.info, 4, sizeof(T) == 8 ? TSR_F64 : TSR_F32, out->data,
                                            tsr_meta_count(&out->meta), j.s, err);
+  static const char *const names[2][4] = {{"gesvd", "geqrf", "orgqr", "gesvd (of R)"},
+                                          {"gesvdj", "geqrf", "orgqr", "gesvdj (of R)"}};
+  if (rc == 0) rc = tsr_cuda_defer_info("svd", j.info, 4, names[jacobi], j.s, err);
   return rc;
 }
 
@@ -345,8 +356,14 @@ TSR_CUDA_VARIANT(svd)
 {
   (void)n_in;
   svd_algo algo = ALGO_AUTO;
+  int64_t sweeps = 100;  /* cuSOLVER's default */
   int rc = svd_algo_param(p, &algo, err);
+  if (rc == 0 && tsr_params_find(p, "max_sweeps") != nullptr && (rc = tsr_params_get_int(p, "max_sweeps", &sweeps, err)) != 0)
+    return tsr_k_param_fail("svd", rc, err);
+  if (rc == 0 && (sweeps < 1 || sweeps > 1000000))
+    return tsr_fail(err, TSR_EINVAL, "svd: max_sweeps must be 1 to 1000000, got %lld", (long long)sweeps);
   if (rc != 0 || out->nbytes == 0) return rc;
-  rc = out->meta.dtype == TSR_F64 ? svd_run<double>(in, out, algo, gpu, err) : svd_run<float>(in, out, algo, gpu, err);
+  rc = out->meta.dtype == TSR_F64 ? svd_run<double>(in, out, algo, (int)sweeps, gpu, err)
+                                  : svd_run<float>(in, out, algo, (int)sweeps, gpu, err);
   return rc == 0 ? 0 : tsr_cuda_fail_op("svd", rc, err);
 }

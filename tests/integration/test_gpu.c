@@ -9,7 +9,11 @@
  *   pass it, fail their graph with an error naming the chunk and the limit;
  *   the worker stays up and computes the next graph;
  * - a GPU worker SIGKILLed mid-graph: its results are recomputed on the CPU
- *   worker and the graph's result is right.
+ *   worker and the graph's result is right;
+ * - a GPU worker alone runs integer div (whose CUDA variant declines:
+ *   TSR_ENODEV) on its host instead, a zero divisor failing the task with
+ *   the CPU's message; an SVD whose cuSOLVER routine does not converge
+ *   fails its task naming the routine, rather than returning NaN.
  * Uses only the public API (the GPU is reached through tessera-worker). */
 #include <math.h>
 #include <signal.h>
@@ -394,6 +398,114 @@ TEST(gpu_worker_killed_mid_graph_is_recovered)
   ASSERT_TRUE(want > 3000);
 }
 
+/* ---------- falling back to the CPU variant; solver failures ---------- */
+
+static int add_full_typed(tsr_graph *g, const char *key, int64_t n, const char *dtype, int64_t value)
+{
+  tsr_args *a = NULL;
+  int rc = tsr_args_new(&a);
+  if (rc == 0) rc = tsr_args_ints(a, "shape", &n, 1);
+  if (rc == 0) rc = tsr_args_str(a, "dtype", dtype);
+  if (rc == 0) rc = tsr_args_int(a, "value", value);
+  if (rc == 0) rc = tsr_graph_add_args(g, key, "full", a, NULL, 0);
+  tsr_args_destroy(&a);
+  return rc;
+}
+
+/* Submits g (consumed), waits, gathers key into *chunk_p on success; the
+ * task's message goes to msg. */
+static int submit_gather(tsr_client *client, tsr_graph *g, const char *key, tsr_chunk **chunk_p, char *msg, size_t cap)
+{
+  tsr_future *f = NULL;
+  int rc = tsr_graph_want(g, key);
+  if (rc == 0) rc = tsr_submit(client, &g, &f);
+  if (rc == 0) rc = tsr_future_wait(f, 60000);
+  snprintf(msg, cap, "%s %s", tsr_errmsg(), f && tsr_future_error(f) ? tsr_future_error(f) : "");
+  if (rc == 0) rc = tsr_gather(client, key, 60000, chunk_p);
+  tsr_future_release(&f);
+  tsr_graph_destroy(&g);
+  return rc;
+}
+
+/* i32 [7 ...] / [2 ...] (or / [0 ...]) computed on the GPU worker. */
+static int int_div(tsr_client *client, const char *prefix, int64_t divisor, int32_t *first, char *msg, size_t cap)
+{
+  char a[32], b[32], q[32];
+  snprintf(a, sizeof a, "%s-a", prefix), snprintf(b, sizeof b, "%s-b", prefix), snprintf(q, sizeof q, "%s-q", prefix);
+  tsr_graph *g = NULL;
+  tsr_chunk *out = NULL;
+  const char *in[2] = {a, b};
+  int rc = tsr_graph_new(&g);
+  if (rc == 0) rc = add_full_typed(g, a, 1000, "i32", -7);
+  if (rc == 0) rc = add_full_typed(g, b, 1000, "i32", divisor);
+  if (rc == 0) rc = add_plain(g, q, "div", in, 2);
+  if (rc == 0) rc = submit_gather(client, g, q, &out, msg, cap);
+  else tsr_graph_destroy(&g);
+  if (rc == 0 && (out->dtype != TSR_I32 || out->nbytes != 4000)) rc = TSR_ESHAPE;
+  if (rc == 0) *first = ((const int32_t *)out->data)[999];
+  tsr_chunk_destroy(&out);
+  return rc;
+}
+
+/* svd of a 60 x 40 uniform matrix with Jacobi limited to max_sweeps. */
+static int jacobi_svd(tsr_client *client, const char *prefix, int64_t max_sweeps, char *msg, size_t cap)
+{
+  char x[32], m[32], s[32];
+  snprintf(x, sizeof x, "%s-x", prefix), snprintf(m, sizeof m, "%s-m", prefix), snprintf(s, sizeof s, "%s-s", prefix);
+  tsr_graph *g = NULL;
+  tsr_chunk *out = NULL;
+  tsr_args *a = NULL;
+  int64_t shape[2] = {60, 40};
+  const char *in = x, *min = m;
+  int rc = tsr_graph_new(&g);
+  if (rc == 0) rc = add_uniform(g, x, 2400, 0, 2400, 5);
+  if (rc == 0) rc = tsr_args_new(&a);
+  if (rc == 0) rc = tsr_args_ints(a, "shape", shape, 2);
+  if (rc == 0) rc = tsr_args_int(a, "offset", 0);
+  if (rc == 0) rc = tsr_graph_add_args(g, m, "view", a, &in, 1);
+  tsr_args_destroy(&a);
+  if (rc == 0) rc = tsr_args_new(&a);
+  if (rc == 0) rc = tsr_args_str(a, "algo", "gesvdj");
+  if (rc == 0) rc = tsr_args_int(a, "max_sweeps", max_sweeps);
+  if (rc == 0) rc = tsr_graph_add_args(g, s, "svd", a, &min, 1);
+  tsr_args_destroy(&a);
+  if (rc == 0) rc = submit_gather(client, g, s, &out, msg, cap);
+  else tsr_graph_destroy(&g);
+  for (size_t i = 0; rc == 0 && i < out->nbytes / 8; i++)
+    if (isnan(((const double *)out->data)[i])) rc = TSR_EINVAL;
+  tsr_chunk_destroy(&out);
+  return rc;
+}
+
+TEST(gpu_worker_falls_back_to_cpu_and_reports_solver_failures)
+{
+  cluster c;
+  ASSERT_EQ(start(&c, "gpu", NULL, NULL), 0);
+  tsr_client *client = NULL;
+  char msg_div[1024] = "", msg_zero[1024] = "", msg_svd[1024] = "", msg_ok[1024] = "";
+  int32_t q = 0, unused = 0;
+  int rc = tsr_client_open(&client, c.address, NULL);
+  int rc_div = rc == 0 ? int_div(client, "d", 2, &q, msg_div, sizeof msg_div) : rc;
+  int rc_zero = rc == 0 ? int_div(client, "z", 0, &unused, msg_zero, sizeof msg_zero) : rc;
+  int rc_svd = rc == 0 ? jacobi_svd(client, "j1", 1, msg_svd, sizeof msg_svd) : rc;
+  int rc_ok = rc == 0 ? jacobi_svd(client, "j100", 100, msg_ok, sizeof msg_ok) : rc;
+  bool alive = cluster_alive(c.workers[0]);
+  tsr_client_close(client);
+  fprintf(stderr, "  integer div on the GPU worker: %s, -7/2 = %d\n", tsr_err_name(rc_div), (int)q);
+  fprintf(stderr, "  divisor 0: %s: %s\n", tsr_err_name(rc_zero), msg_zero);
+  fprintf(stderr, "  gesvdj, 1 sweep: %s: %s\n", tsr_err_name(rc_svd), msg_svd);
+  fprintf(stderr, "  gesvdj, 100 sweeps: %s\n", tsr_err_name(rc_ok));
+  cluster_stop(&c, rc_div != 0 || rc_ok != 0);
+  ASSERT_EQ(rc_div, 0);
+  ASSERT_EQ(q, -3);  /* C division truncates toward zero, as the CPU variant */
+  ASSERT_EQ(rc_zero, TSR_ETASK);
+  ASSERT_CONTAINS(msg_zero, "div: integer division by zero (element 0 of input 1 is 0)");
+  ASSERT_EQ(rc_svd, TSR_ETASK);
+  ASSERT_CONTAINS(msg_svd, "svd: cuSOLVER gesvdj did not converge (info");
+  ASSERT_EQ(rc_ok, 0);
+  ASSERT_TRUE(alive);
+}
+
 int main(void)
 {
   if (!have_gpu()) {
@@ -403,5 +515,6 @@ int main(void)
   RUN(gpu_results_equal_cpu_results);
   RUN(device_memory_limit_fails_the_graph_cleanly);
   RUN(gpu_worker_killed_mid_graph_is_recovered);
+  RUN(gpu_worker_falls_back_to_cpu_and_reports_solver_failures);
   return kit_summary();
 }

@@ -4,7 +4,11 @@
  * bit-identical to a run without limits; random root chunks are dropped and
  * recomputed, never written; corrupted spill files are detected and their
  * chunks recomputed; a worker SIGKILLed while it spills is recovered from;
- * a chunk larger than the limit fails with its key and the limit. */
+ * a chunk larger than the limit fails with its key and the limit. And the
+ * scheduler's recompute-vs-spill policy over three passes of a 48 MiB
+ * array: cheap chunks are dropped and recomputed (never written), slow
+ * ones are spilled (never dropped), both bit-identical to an unlimited
+ * run, and the status counts the recomputed tasks. */
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -144,16 +148,18 @@ static int count_in_logs(const cluster *c, const char *needle)
 static double *reference_x2;
 static double reference_sum;
 
-/* Two workers of 16 MiB. Without fuse, the scheduler runs --no-fuse, so
- * the random roots are chunks of their own (fused into X2 they would not
- * exist, and could not be dropped and recomputed). */
-static int limited_cluster(cluster *c, char *spill_dir, size_t cap, bool fuse)
+/* spill_bps: the workers' --spill-bandwidth (the disk speed the
+ * scheduler's recompute-or-spill costs assume), NULL = measured. Tests of
+ * the policy's outcome give one: measured speeds and durations move with
+ * the machine's load (CI runs tests side by side), the decision would too. */
+static int limited_cluster_with(cluster *c, char *spill_dir, size_t cap, const char *const *sched_args,
+                                const char *spill_bps)
 {
   memset(c, 0, sizeof *c);
-  const char *no_fuse[] = {"--no-fuse", NULL};
-  if (cluster_start_scheduler(c, fuse ? NULL : no_fuse) != 0) return -1;
+  if (cluster_start_scheduler(c, sched_args) != 0) return -1;
   snprintf(spill_dir, cap, "%s/spill", c->dir);
-  const char *args[] = {"--memory-limit", "16MiB", "--spill-dir", spill_dir, "--heartbeat-interval", "250ms", NULL};
+  const char *args[] = {"--memory-limit", "16MiB", "--spill-dir", spill_dir, "--heartbeat-interval", "250ms",
+                        spill_bps ? "--spill-bandwidth" : NULL, spill_bps, NULL};
   for (int i = 0; i < 2; i++)
     if (cluster_add_worker(c, 1, args) < 0) return -1;
   tsr_client *client = NULL;
@@ -161,6 +167,11 @@ static int limited_cluster(cluster *c, char *spill_dir, size_t cap, bool fuse)
   if (rc == 0) rc = tsr_wait_for_workers(client, 2, 30000);
   tsr_client_close(client);
   return rc;
+}
+
+static int limited_cluster(cluster *c, char *spill_dir, size_t cap)
+{
+  return limited_cluster_with(c, spill_dir, cap, NULL, NULL);
 }
 
 TEST(reference_run_without_limits)
@@ -181,7 +192,10 @@ TEST(spill_reload_and_corrupted_files)
   ASSERT_TRUE(reference_x2 != NULL);
   cluster c;
   char spill_dir[512];
-  ASSERT_OK(limited_cluster(&c, spill_dir, sizeof spill_dir, false));
+  /* --no-fuse: the random roots must be chunks of their own here (fused
+   * into X2 they would not exist, and could not be dropped and recomputed) */
+  const char *no_fuse[] = {"--no-fuse", NULL};
+  ASSERT_OK(limited_cluster_with(&c, spill_dir, sizeof spill_dir, no_fuse, NULL));
   tsr_client *client = NULL;
   double sum = 0, sum2 = 0;
   double *x2 = malloc((size_t)NX * CHUNK_N * sizeof(double));
@@ -238,7 +252,7 @@ TEST(worker_killed_while_spilling)
   ASSERT_TRUE(reference_x2 != NULL);
   cluster c;
   char spill_dir[512];
-  ASSERT_OK(limited_cluster(&c, spill_dir, sizeof spill_dir, true));
+  ASSERT_OK(limited_cluster(&c, spill_dir, sizeof spill_dir));
   tsr_client *client = NULL;
   tsr_graph *g = NULL;
   tsr_future *f = NULL;
@@ -271,7 +285,7 @@ TEST(chunk_larger_than_the_limit_fails_with_key_and_limit)
 {
   cluster c;
   char spill_dir[512];
-  ASSERT_OK(limited_cluster(&c, spill_dir, sizeof spill_dir, true));
+  ASSERT_OK(limited_cluster(&c, spill_dir, sizeof spill_dir));
   tsr_client *client = NULL;
   tsr_graph *g = NULL;
   tsr_future *f = NULL;
@@ -293,6 +307,250 @@ TEST(chunk_larger_than_the_limit_fails_with_key_and_limit)
   ASSERT_CONTAINS(msg, "memory limit of 16.00 MiB");
 }
 
+/* ---------- multi-pass: recompute or spill (the scheduler's policy) ---------- */
+
+#define MP_ROWS 256
+#define MP_COLS 1024          /* i64: 2 MiB a chunk, NX chunks: 48 MiB */
+#define MP_K 4
+
+/* Adds op with params from a (consumed) over inputs. */
+static int add_op(tsr_graph *g, const char *key, const char *op, tsr_args *a, const char *const *in, size_t n)
+{
+  int rc = tsr_graph_add_args(g, key, op, a, in, n);
+  tsr_args_destroy(&a);
+  return rc;
+}
+
+static tsr_args *args2d(int64_t rows, int64_t cols)
+{
+  tsr_args *a = NULL;
+  int64_t shape[2] = {rows, cols};
+  if (tsr_args_new(&a) == 0) tsr_args_ints(a, "shape", shape, 2);
+  return a;
+}
+
+static int add_randint2d(tsr_graph *g, const char *key, int i)
+{
+  tsr_args *a = args2d(MP_ROWS, MP_COLS);
+  int64_t global[2] = {(int64_t)NX * MP_ROWS, MP_COLS}, offset[2] = {(int64_t)i * MP_ROWS, 0};
+  tsr_args_ints(a, "global_shape", global, 2);
+  tsr_args_ints(a, "offset", offset, 2);
+  tsr_args_int(a, "seed", 5);
+  tsr_args_int(a, "low", 0);
+  tsr_args_int(a, "high", 1000);
+  tsr_args_str(a, "dtype", "i64");
+  return add_op(g, key, "randint", a, NULL, 0);
+}
+
+static int add_matmul(tsr_graph *g, const char *key, const char *a_key, const char *b_key, bool trans_a)
+{
+  tsr_args *a = NULL;
+  tsr_args_new(&a);
+  tsr_args_bool(a, "trans_a", trans_a);
+  const char *in[2] = {a_key, b_key};
+  return add_op(g, key, "matmul", a, in, 2);
+}
+
+/* One pass: out-i = matmul(x-i, b) for every chunk, and a tree of adds
+ * over them whose root (wanted) is written to root. */
+static int add_pass(tsr_graph *g, const char *prefix, const char *xprefix, const char *b, bool trans_a, char *root,
+                    size_t cap)
+{
+  char *outs[NX];
+  int rc = 0;
+  for (int i = 0; i < NX; i++) {
+    char x[32];
+    outs[i] = malloc(32);
+    snprintf(outs[i], 32, "%s-%d", prefix, i);
+    snprintf(x, sizeof x, "%s-%d", xprefix, i);
+    if (rc == 0) rc = add_matmul(g, outs[i], x, b, trans_a);
+  }
+  if (rc == 0) rc = add_tree(g, prefix, outs, NX, 4, root, cap);
+  for (int i = 0; i < NX; i++) free(outs[i]);
+  return rc;
+}
+
+/* X2 = add(randint, 1), 48 MiB, read by three passes like a randomized
+ * SVD's power iteration: S = sum_i X2_i Ω, T = sum_i X2_iᵀ S,
+ * U = sum_i X2_i T. Each pass needs the previous one's result, so X2 must
+ * be kept (or made again) between passes. With sleep_ms > 0 the passes
+ * read E = sleep(copy, X2) instead: the same bytes, from a slow step. */
+static int build_multipass(tsr_graph *g, int sleep_ms, char *t_root, char *u_root)
+{
+  tsr_args *a = args2d(MP_ROWS, MP_COLS);
+  tsr_args_str(a, "dtype", "i64");
+  tsr_args_float(a, "value", 1.0);
+  int rc = add_op(g, "one", "full", a, NULL, 0);
+  a = args2d(MP_COLS, MP_K);
+  tsr_args_int(a, "seed", 11);
+  if (rc == 0) rc = add_op(g, "omega", "random_uniform", a, NULL, 0);
+  for (int i = 0; i < NX && rc == 0; i++) {
+    char r[32], x[32], e[32];
+    snprintf(r, sizeof r, "mr-%d", i), snprintf(x, sizeof x, "mx-%d", i), snprintf(e, sizeof e, "me-%d", i);
+    const char *in[2] = {r, "one"};
+    rc = add_randint2d(g, r, i);
+    if (rc == 0) rc = add_plain(g, x, "add", in, 2);
+    if (rc == 0 && sleep_ms > 0) {
+      a = NULL;
+      tsr_args_new(&a);
+      tsr_args_int(a, "ms", sleep_ms);
+      tsr_args_bool(a, "copy", true);
+      const char *xin = x;
+      rc = add_op(g, e, "sleep", a, &xin, 1);
+    }
+  }
+  const char *xp = sleep_ms > 0 ? "me" : "mx";
+  char s_root[64];
+  if (rc == 0) rc = add_pass(g, "ms", xp, "omega", false, s_root, sizeof s_root);
+  if (rc == 0) rc = add_pass(g, "mt", xp, s_root, true, t_root, 64);
+  if (rc == 0) rc = add_pass(g, "mu", xp, t_root, false, u_root, 64);
+  return rc;
+}
+
+static int gather_bytes(tsr_client *client, const char *key, void *out, size_t nbytes)
+{
+  tsr_chunk *chunk = NULL;
+  int rc = tsr_gather(client, key, 60000, &chunk);
+  if (rc == 0 && chunk->nbytes != nbytes) rc = TSR_ESHAPE;
+  if (rc == 0) memcpy(out, chunk->data, nbytes);
+  tsr_chunk_destroy(&chunk);
+  return rc;
+}
+
+typedef struct mp_result {
+  double t[MP_COLS * MP_K];
+  double u[MP_ROWS * MP_K];
+} mp_result;
+
+static int run_multipass(tsr_client *client, int sleep_ms, mp_result *res)
+{
+  tsr_graph *g = NULL;
+  tsr_future *f = NULL;
+  char t_root[64], u_root[64];
+  int rc = tsr_graph_new(&g);
+  if (rc == 0) rc = build_multipass(g, sleep_ms, t_root, u_root);
+  if (rc == 0) rc = tsr_submit(client, &g, &f);
+  if (rc == 0) rc = tsr_future_wait(f, 180000);
+  if (rc != 0) fprintf(stderr, "  multipass: %s: %s\n", tsr_err_name(rc), f ? tsr_future_error(f) : tsr_errmsg());
+  if (rc == 0) rc = gather_bytes(client, t_root, res->t, sizeof res->t);
+  if (rc == 0) rc = gather_bytes(client, u_root, res->u, sizeof res->u);
+  tsr_future_release(&f);
+  tsr_graph_destroy(&g);
+  return rc;
+}
+
+/* Sums over the workers of the status: tasks recomputed, bytes dropped. */
+static void recompute_totals(tsr_client *client, uint64_t *tasks_p, uint64_t *dropped_p)
+{
+  tsr_cluster_info *info = NULL;
+  *tasks_p = *dropped_p = 0;
+  if (tsr_cluster_info_get(client, 5000, &info) != 0) return;
+  for (size_t w = 0; w < info->n_workers; w++) {
+    *tasks_p += info->workers[w].tasks_recomputed;
+    *dropped_p += info->workers[w].bytes_dropped;
+  }
+  tsr_cluster_info_destroy(&info);
+}
+
+static mp_result *reference_mp;
+
+TEST(multipass_reference_without_limits)
+{
+  cluster c;
+  ASSERT_OK(cluster_start(&c, 2, 1, NULL, NULL));
+  tsr_client *client = NULL;
+  reference_mp = calloc(1, sizeof *reference_mp);
+  int rc = tsr_client_open(&client, c.address, NULL);
+  if (rc == 0) rc = run_multipass(client, 0, reference_mp);
+  tsr_client_close(client);
+  cluster_stop(&c, rc != 0);
+  ASSERT_OK(rc);
+}
+
+/* Cheap chunks (random through an elementwise step) that do not fit are
+ * dropped and made again for each pass, never written; the results are
+ * bit-identical to the unlimited run; the scheduler counts the tasks it
+ * ran again. */
+TEST(multipass_cheap_chunks_recomputed_not_spilled)
+{
+  ASSERT_TRUE(reference_mp != NULL);
+  cluster c;
+  char spill_dir[512];
+  /* A disk of 20 MB/s: a 2 MiB chunk costs ~200 ms to write and read
+   * back, against a few ms (tens under the sanitizers, or under load) to
+   * make it again from random data. */
+  const char *sched_args[] = {"--recompute", "auto", NULL};
+  ASSERT_OK(limited_cluster_with(&c, spill_dir, sizeof spill_dir, sched_args, "20MB"));
+  tsr_client *client = NULL;
+  mp_result *res = calloc(1, sizeof *res);
+  uint64_t recomputed = 0, dropped = 0;
+  int rc = tsr_client_open(&client, c.address, NULL);
+  if (rc == 0) rc = run_multipass(client, 0, res);
+  if (rc == 0) recompute_totals(client, &recomputed, &dropped);
+  bool same = rc == 0 && memcmp(res, reference_mp, sizeof *res) == 0;
+  int x2_spilled = count_in_logs(&c, "spilled 'mx-");
+  int x2_dropped = count_in_logs(&c, "dropped 'mx-.*recomputable");
+  tsr_client_close(client);
+  int fallbacks = count_in_logs(&c, "could not be fetched");
+  bool ok = rc == 0 && same && x2_spilled == 0 && x2_dropped > 0 && recomputed > 0;
+  fprintf(stderr, "  rc %d same %d mx spilled %d dropped %d; tasks recomputed %llu, bytes dropped %llu, "
+          "missing_input fallbacks %d\n", rc, same, x2_spilled, x2_dropped, (unsigned long long)recomputed,
+          (unsigned long long)dropped, fallbacks);
+  cluster_stop(&c, !ok);
+  free(res);
+  ASSERT_OK(rc);
+  ASSERT_TRUE(same);
+  ASSERT_EQ(x2_spilled, 0);
+  ASSERT_TRUE(x2_dropped > 0);
+  ASSERT_TRUE(recomputed > 0);
+  ASSERT_TRUE(dropped >= (uint64_t)NX * MP_ROWS * MP_COLS * 8 / 2);
+}
+
+/* The same passes over a slow step (60 ms per 2 MiB chunk: far dearer to
+ * make again than to write and read back at 4 GB/s, ~1 ms): its chunks
+ * are spilled, never dropped. A one-task graph first lets the scheduler
+ * measure the step. */
+TEST(multipass_expensive_chunks_spilled_not_dropped)
+{
+  ASSERT_TRUE(reference_mp != NULL);
+  cluster c;
+  char spill_dir[512];
+  ASSERT_OK(limited_cluster_with(&c, spill_dir, sizeof spill_dir, NULL, "4GB"));
+  tsr_client *client = NULL;
+  tsr_graph *g = NULL;
+  tsr_future *f = NULL;
+  int rc = tsr_client_open(&client, c.address, NULL);
+  if (rc == 0) rc = tsr_graph_new(&g);
+  if (rc == 0) rc = add_full(g, "warm-in", 1024, 1.0);
+  tsr_args *a = NULL;
+  tsr_args_new(&a);
+  tsr_args_int(a, "ms", 60);
+  tsr_args_bool(a, "copy", true);
+  const char *in = "warm-in";
+  if (rc == 0) rc = add_op(g, "warm", "sleep", a, &in, 1);
+  else tsr_args_destroy(&a);
+  if (rc == 0) rc = tsr_submit(client, &g, &f);
+  if (rc == 0) rc = tsr_future_wait(f, 30000);
+  tsr_future_release(&f);
+  tsr_graph_destroy(&g);
+  mp_result *res = calloc(1, sizeof *res);
+  if (rc == 0) rc = run_multipass(client, 60, res);
+  bool same = rc == 0 && memcmp(res, reference_mp, sizeof *res) == 0;
+  int e_spilled = count_in_logs(&c, "spilled 'me-");
+  int e_dropped = count_in_logs(&c, "dropped 'me-.*recomputable");  /* replicas are dropped, fine */
+  int x2_spilled = count_in_logs(&c, "spilled 'mx-");
+  tsr_client_close(client);
+  bool ok = rc == 0 && same && e_spilled >= NX / 2 && e_dropped == 0;
+  fprintf(stderr, "  rc %d same %d me spilled %d dropped %d, mx spilled %d\n", rc, same, e_spilled, e_dropped,
+          x2_spilled);
+  cluster_stop(&c, !ok);
+  free(res);
+  ASSERT_OK(rc);
+  ASSERT_TRUE(same);
+  ASSERT_TRUE(e_spilled >= NX / 2);
+  ASSERT_EQ(e_dropped, 0);
+}
+
 int main(void)
 {
   signal(SIGPIPE, SIG_IGN);
@@ -300,6 +558,10 @@ int main(void)
   RUN(spill_reload_and_corrupted_files);
   RUN(worker_killed_while_spilling);
   RUN(chunk_larger_than_the_limit_fails_with_key_and_limit);
+  RUN(multipass_reference_without_limits);
+  RUN(multipass_cheap_chunks_recomputed_not_spilled);
+  RUN(multipass_expensive_chunks_spilled_not_dropped);
   free(reference_x2);
+  free(reference_mp);
   return kit_summary();
 }

@@ -159,7 +159,7 @@ static const char *parts_of(sched_state *st, const char *key, char *buf, size_t 
   msgpack_unpacked u;
   msgpack_unpacked_init(&u);
   size_t off = 0;
-  if (t->fused_parts == 0 || msgpack_unpack_next(&u, (const char *)t->params, t->params_len, &off) != MSGPACK_UNPACK_SUCCESS)
+  if (sched_task_fused_parts(t) == 0 || msgpack_unpack_next(&u, (const char *)t->params, t->params_len, &off) != MSGPACK_UNPACK_SUCCESS)
     return buf;
   const msgpack_object *parts = tsr_wire_field(&u.data, "parts");
   for (uint32_t k = 0; parts && k < parts->via.array.size; k++) {
@@ -190,7 +190,7 @@ static const char *deps_of(sched_state *st, const char *key, char *buf, size_t c
 static bool is_fused(sched_state *st, const char *key)
 {
   const sched_task *t = task_of(st, key);
-  return t->fused_parts > 0 && st->ops[t->op].fused_ops != NULL && strcmp(st->ops[t->op].name, "fused") == 0;
+  return sched_task_fused_parts(t) > 0 && st->ops[t->op].fused_ops != NULL && strcmp(st->ops[t->op].name, "fused") == 0;
 }
 
 /* ---------- chains ---------- */
@@ -207,7 +207,7 @@ TEST(chain_becomes_one_task)
   ASSERT_EQ(id_of(st, "b"), SCHED_NONE);
   ASSERT_EQ(id_of(st, "c"), SCHED_NONE);
   ASSERT_TRUE(is_fused(st, "d"));
-  ASSERT_EQ(task_of(st, "d")->fused_parts, 4);
+  ASSERT_EQ(sched_task_fused_parts(task_of(st, "d")), 4);
   ASSERT_EQ(task_of(st, "d")->ndeps, 0);
   ASSERT_EQ(state_of(st, "d"), TS_READY);
   char buf[256];
@@ -246,9 +246,9 @@ TEST(long_chain_is_cut_at_the_part_limit)
   ASSERT_EQ(st->nlive + st->nfused_extra, N);
   /* cut from the chain's start: 100,000 + 100,000 + the last 50,000 */
   ASSERT_EQ(state_of(st, "k99999"), TS_READY);
-  ASSERT_EQ(task_of(st, "k99999")->fused_parts, 100000);
-  ASSERT_EQ(task_of(st, "k199999")->fused_parts, 100000);
-  ASSERT_EQ(task_of(st, "k249999")->fused_parts, 50000);
+  ASSERT_EQ(sched_task_fused_parts(task_of(st, "k99999")), 100000);
+  ASSERT_EQ(sched_task_fused_parts(task_of(st, "k199999")), 100000);
+  ASSERT_EQ(sched_task_fused_parts(task_of(st, "k249999")), 50000);
   ASSERT_STREQ(st->tasks[task_of(st, "k199999")->deps[0]].key, "k99999");
   ASSERT_STREQ(st->tasks[task_of(st, "k249999")->deps[0]].key, "k199999");
   free(specs);
@@ -275,7 +275,7 @@ TEST(a_wanted_middle_key_stops_fusion)
   /* a key with two dependents is not a part either */
   const char *const g2[] = {"p:x", "q:x:p", "r:x:p", NULL};
   ASSERT_EQ(add_graph(st, c, 2, g2, NULL, &err), 3);
-  ASSERT_EQ(task_of(st, "q")->fused_parts, 0);
+  ASSERT_EQ(sched_task_fused_parts(task_of(st, "q")), 0);
   ASSERT_EQ(task_of(st, "p")->ndependents, 2);
   sched_state_destroy(&st);
 }
@@ -288,7 +288,7 @@ TEST(no_fuse_keeps_every_task)
   tsr_errbuf err;
   ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 3);
   ASSERT_EQ(st->nlive, 3);
-  ASSERT_EQ(task_of(st, "c")->fused_parts, 0);
+  ASSERT_EQ(sched_task_fused_parts(task_of(st, "c")), 0);
   sched_state_destroy(&st);
 }
 
@@ -371,7 +371,7 @@ TEST(fan_in_fused_only_within_the_width)
   ASSERT_EQ(st->nlive, 3);
   ASSERT_STREQ(parts_of(st, "m1", buf, sizeof buf), "l2:x l3:x m1:add:0,1");
   ASSERT_STREQ(deps_of(st, "r", buf, sizeof buf), "m0 m1");
-  ASSERT_EQ(task_of(st, "r")->fused_parts, 0);
+  ASSERT_EQ(sched_task_fused_parts(task_of(st, "r")), 0);
   sched_state_destroy(&st);
 }
 
@@ -394,7 +394,7 @@ TEST(existing_keys_are_external_inputs)
   ASSERT_TRUE(z->ext != NULL);
   ASSERT_EQ(z->ext->nx, 1);
   ASSERT_EQ(z->nlive_dependents, 1);
-  ASSERT_EQ(z->fused_parts, 0);
+  ASSERT_EQ(sched_task_fused_parts(z), 0);
   /* a new key used by two tasks of one group is an input of it, once */
   const char *const g3[] = {"s:x", "p:x", "q:add:p,s", "r:add:q,s", NULL};
   ASSERT_EQ(add_graph(st, c, 3, g3, NULL, &err), 4);
@@ -543,7 +543,7 @@ TEST(lost_fused_result_is_recomputed_whole)
   const char *const wants[] = {"c", "s", NULL};
   tsr_errbuf err;
   ASSERT_EQ(add_graph(st, c, 1, g, wants, &err), 5);
-  ASSERT_EQ(task_of(st, "c")->fused_parts, 3);
+  ASSERT_EQ(sched_task_fused_parts(task_of(st, "c")), 3);
   sched_place_pass(st);
   done(st, "z", 8);
   sched_place_pass(st);

@@ -3,7 +3,9 @@
  * `paused` stops placement on it until it resumes (and the status carries
  * it); root tasks (no inputs) of a wide graph are handed out only as the
  * workers free slots — never more in flight than the slots, whatever the
- * graph's width — and the rest wait queued in the scheduler. */
+ * graph's width — and the rest wait queued in the scheduler; on a worker
+ * with a memory limit the window that short tasks widen is capped by the
+ * bytes their outputs would take. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,11 +27,13 @@ static void feed(sched_state *st, const char *identity, tsr_wbuf *wb)
   tsr_wbuf_free(wb);
 }
 
-static uint16_t add_worker(sched_state *st, const char *name, int threads, const char *op)
+static uint16_t add_worker_limited(sched_state *st, const char *name, int threads, const char *op,
+                                   uint64_t memory_limit)
 {
   tsr_wbuf wb;
   tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "hello", 7);
+  tsr_wbuf_begin(&wb, "hello", 8);
+  tsr_pack_kv_uint(&wb.pk, "memory_limit", memory_limit);
   tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
   tsr_pack_kv_str(&wb.pk, "role", "worker");
   tsr_pack_kv_str(&wb.pk, "name", name);
@@ -43,6 +47,11 @@ static uint16_t add_worker(sched_state *st, const char *name, int threads, const
   feed(st, name, &wb);
   uint32_t p = sched_peer_find(st, name, strlen(name));
   return p == SCHED_NONE ? SCHED_NO_WORKER : (uint16_t)st->peers[p].index;
+}
+
+static uint16_t add_worker(sched_state *st, const char *name, int threads, const char *op)
+{
+  return add_worker_limited(st, name, threads, op, 0);
 }
 
 static uint32_t add_client(sched_state *st, const char *name)
@@ -102,6 +111,35 @@ static uint32_t finish_all_on(sched_state *st, uint16_t w)
       n++;
     }
   return n;
+}
+
+/* The worker `name` reports task id done, as its message thread would. */
+static void report_done(sched_state *st, const char *name, uint32_t id, uint64_t nbytes, uint64_t duration_us)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "task_done", 7);
+  tsr_pack_kv_uint(&wb.pk, "id", id);
+  tsr_pack_kv_str(&wb.pk, "key", st->tasks[id].key);
+  tsr_pack_kv_uint(&wb.pk, "nbytes", nbytes);
+  tsr_pack_kv_uint(&wb.pk, "dtype", TSR_U8);
+  tsr_pack_str(&wb.pk, "shape");
+  msgpack_pack_array(&wb.pk, 1);
+  msgpack_pack_uint64(&wb.pk, nbytes);
+  tsr_pack_kv_uint(&wb.pk, "duration_us", duration_us);
+  feed(st, name, &wb);
+  sched_settle(st);
+}
+
+/* Reports the first task in flight on w done; returns its id or SCHED_NONE. */
+static uint32_t report_one(sched_state *st, const char *name, uint16_t w, uint64_t nbytes, uint64_t duration_us)
+{
+  for (uint32_t id = 0; id < st->ntasks; id++)
+    if (st->tasks[id].state == TS_PROCESSING && st->tasks[id].processing_on == w) {
+      report_done(st, name, id, nbytes, duration_us);
+      return id;
+    }
+  return SCHED_NONE;
 }
 
 TEST(paused_worker_gets_no_new_tasks)
@@ -165,10 +203,40 @@ TEST(root_tasks_only_as_slots_free)
   sched_state_destroy(&st);
 }
 
+/* 10 us tasks widen the window to SCHED_INFLIGHT_US / 10 per thread; with
+ * 16 MiB outputs on a 64 MiB worker it closes to one task per thread (a
+ * quarter of the limit holds one output), and reopens when outputs shrink.
+ * Without a limit the same outputs do not narrow it. */
+TEST(window_capped_by_memory_limit)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  uint16_t lim = add_worker_limited(st, "lim", 2, "gen", 64u << 20);
+  uint16_t big = add_worker(st, "big", 2, "gen");
+  ASSERT_EQ(add_roots(st, c, 1, 4000, "gen"), 4000);
+  sched_place_pass(st);
+  for (int i = 0; i < 16; i++) {  /* the averages settle */
+    ASSERT_TRUE(report_one(st, "lim", lim, 16u << 20, 10) != SCHED_NONE);
+    ASSERT_TRUE(report_one(st, "big", big, 16u << 20, 10) != SCHED_NONE);
+    sched_place_pass(st);
+  }
+  ASSERT_EQ(st->workers[lim].nprocessing, 2);  /* threads, not 2 x 200 */
+  ASSERT_TRUE(st->workers[big].nprocessing > 100);
+  /* 1 MiB outputs: up to 16 MiB / 1 MiB = 16 in flight (the moving
+   * average still remembers a little of the 16 MiB ones) */
+  for (int i = 0; i < 40; i++) {
+    ASSERT_TRUE(report_one(st, "lim", lim, 1u << 20, 10) != SCHED_NONE);
+    sched_place_pass(st);
+  }
+  ASSERT_TRUE(st->workers[lim].nprocessing >= 12 && st->workers[lim].nprocessing <= 16);
+  sched_state_destroy(&st);
+}
+
 int main(void)
 {
   tsr_log_set_level(TSR_LOG_ERROR);
   RUN(paused_worker_gets_no_new_tasks);
   RUN(root_tasks_only_as_slots_free);
+  RUN(window_capped_by_memory_limit);
   return kit_summary();
 }

@@ -2,8 +2,11 @@
  * every codec, several segments, corrupted and truncated files), the LRU
  * eviction of the chunk store (recomputable chunks dropped, others spilled,
  * pinned chunks kept, reload bit-identical), deletes and clears removing
- * files, the executor's chunk-larger-than-the-limit error and its
- * recompute marking. No daemon, no sockets. */
+ * files, the moves recorded for the scheduler (spilled, loaded, dropped;
+ * replicas not; the last move per key; a task's own key held back), the
+ * measured spill throughput, the executor's chunk-larger-than-the-limit
+ * error and its recompute marking (the scheduler's flag, or the fallback).
+ * No daemon, no sockets. */
 #include <dirent.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -309,6 +312,96 @@ TEST(tiers_corrupted_file_is_a_miss)
   close_store(&store, &tiers);
 }
 
+/* The move (if any) recorded for key in moved[0..n). */
+static int move_of(const tsr_tier_moved *moved, size_t n, const char *key)
+{
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(moved[i].key, key) == 0) return (int)moved[i].move;
+  return -1;
+}
+
+TEST(tiers_record_moves_for_the_scheduler)
+{
+  tsr_tiers *tiers;
+  tsr_wstore *store = tiered_store(10000, 0, &tiers);
+  tsr_tiers_stats st;
+  tsr_tiers_stats_get(tiers, &st);
+  /* timed once at start-up, before any real spill */
+  ASSERT_TRUE(st.probe_write_bps > 0 && st.probe_read_bps > 0);
+  ASSERT_EQ(tsr_tiers_stats_write_bps(&st), st.probe_write_bps);
+  ASSERT_EQ(count_files(tsr_tiers_dir(tiers)), 0);  /* the probe's file is gone */
+  put(store, "a", 3000, 1, false);
+  put(store, "b", 3000, 2, true);
+  tsr_chunk *rep = make_chunk(store, "rep", 3000, 3, false);
+  rep->replica = true;
+  tsr_wstore_put(store, rep, tsr_wstore_epoch(store), NULL);
+  tsr_chunk_unref(&rep);
+  tsr_chunk *pin = NULL;
+  ASSERT_OK(tsr_wstore_get(store, "b", &pin));  /* read: b may be dropped now */
+  tsr_chunk_unref(&pin);
+  put(store, "c", 3000, 4, false);
+  tsr_wstore_balance(store);  /* 12000 > 5000: a spilled, b dropped, rep dropped */
+  ASSERT_TRUE(!tsr_wstore_has(store, "rep"));
+  tsr_tier_moved *moved = NULL;
+  /* "a" is the key of a task being reported: its move waits for the next take */
+  size_t n = tsr_tiers_take_moves(tiers, "a", &moved);
+  ASSERT_EQ(move_of(moved, n, "b"), TSR_TIER_DROPPED);
+  ASSERT_EQ(move_of(moved, n, "a"), -1);
+  ASSERT_EQ(move_of(moved, n, "rep"), -1);  /* replicas are the worker's own business */
+  tsr_tiers_moved_free(&moved, n);
+  n = tsr_tiers_take_moves(tiers, NULL, &moved);
+  ASSERT_EQ(move_of(moved, n, "a"), TSR_TIER_SPILLED);
+  tsr_tiers_moved_free(&moved, n);
+  ASSERT_EQ(tsr_tiers_take_moves(tiers, NULL, &moved), 0);
+  ASSERT_TRUE(moved == NULL);
+  /* a load, and the last move of a key wins */
+  tsr_chunk *got = NULL;
+  ASSERT_OK(tsr_wstore_get(store, "a", &got));
+  tsr_chunk_unref(&got);
+  n = tsr_tiers_take_moves(tiers, NULL, &moved);
+  ASSERT_EQ(move_of(moved, n, "a"), TSR_TIER_LOADED);
+  tsr_tiers_moved_free(&moved, n);
+  /* forgotten (freed by the scheduler, or made again) */
+  ASSERT_OK(tsr_wstore_get(store, "c", &got));
+  tsr_chunk_unref(&got);
+  put(store, "d", 4000, 5, false);
+  tsr_wstore_balance(store);
+  tsr_tiers_forget_moves(tiers, "a");
+  tsr_tiers_forget_moves(tiers, "c");
+  tsr_tiers_forget_moves(tiers, "d");
+  ASSERT_EQ(tsr_tiers_take_moves(tiers, NULL, &moved), 0);
+  /* the throughput of writes and loads is measured */
+  tsr_tiers_stats_get(tiers, &st);
+  ASSERT_TRUE(st.bytes_spilled > 0 && st.bytes_loaded > 0);
+  ASSERT_TRUE(tsr_tiers_stats_write_bps(&st) > 0);
+  ASSERT_TRUE(tsr_tiers_stats_read_bps(&st) > 0);
+  close_store(&store, &tiers);
+}
+
+TEST(tiers_corrupted_file_is_reported_dropped)
+{
+  tsr_tiers *tiers;
+  tsr_wstore *store = tiered_store(1000, 0, &tiers);
+  put(store, "k", 900, 7, false);
+  tsr_wstore_balance(store);
+  tsr_tier_moved *moved = NULL;
+  size_t n = tsr_tiers_take_moves(tiers, NULL, &moved);
+  ASSERT_EQ(move_of(moved, n, "k"), TSR_TIER_SPILLED);
+  tsr_tiers_moved_free(&moved, n);
+  char path[700];
+  snprintf(path, sizeof path, "%s/1.blosc", tsr_tiers_dir(tiers));
+  ASSERT_OK(flip_byte(path, 60));
+  tsr_log_level saved = tsr_log_get_level();
+  tsr_log_set_level(TSR_LOG_OFF);
+  tsr_chunk *got = NULL;
+  ASSERT_EQ(tsr_wstore_get(store, "k", &got), TSR_ENOTFOUND);
+  tsr_log_set_level(saved);
+  n = tsr_tiers_take_moves(tiers, NULL, &moved);
+  ASSERT_EQ(move_of(moved, n, "k"), TSR_TIER_DROPPED);
+  tsr_tiers_moved_free(&moved, n);
+  close_store(&store, &tiers);
+}
+
 TEST(tiers_disk_limit_keeps_chunks_in_memory)
 {
   tsr_tiers *tiers;
@@ -348,6 +441,31 @@ TEST(tiers_options)
   ASSERT_OK(tsr_tiers_opt(&o, "--memory-pause", "0.95", &err));
   ASSERT_NEAR(o.pause, 0.95, 0);
   ASSERT_EQ(tsr_tiers_opt(&o, "--memory-pause", "0", &err), TSR_EINVAL);
+}
+
+/* A worker whose memory is all unread recomputable chunks (a persisted
+ * random array larger than its limit) must not stay paused: above the
+ * pause threshold they are dropped, oldest first, down to the target. */
+TEST(tiers_unread_recomputable_chunks_never_stall_a_pause)
+{
+  tsr_tiers *tiers;
+  tsr_wstore *store = tiered_store(10000, 0, &tiers);
+  for (int i = 0; i < 4; i++) {  /* 8800 bytes: over pause (8000), under the limit */
+    char key[8];
+    snprintf(key, sizeof key, "r%d", i);
+    put(store, key, 2200, (unsigned)i, true);
+  }
+  tsr_wstore_balance(store);
+  ASSERT_TRUE(!tsr_tiers_paused(tiers, store));
+  tsr_tiers_stats st;
+  tsr_tiers_stats_get(tiers, &st);
+  ASSERT_EQ(st.chunks_spilled, 0);   /* dropped, never written */
+  ASSERT_TRUE(st.chunks_dropped >= 1);
+  tsr_chunk *got = NULL;
+  ASSERT_TRUE(tsr_wstore_get_mem(store, "r0", &got) != 0);  /* the oldest went first */
+  ASSERT_OK(tsr_wstore_get_mem(store, "r3", &got));
+  tsr_chunk_unref(&got);
+  close_store(&store, &tiers);
 }
 
 TEST(tiers_pause_over_the_pause_fraction)
@@ -423,6 +541,74 @@ TEST(executor_marks_root_outputs_recomputable)
   tsr_wstore_destroy(&store);
 }
 
+/* A compute map for key with op scale on input x, with or without a
+ * recompute field (-1: absent). */
+static tsr_wtask *decoded_task(const char *key, const char *op, const char *input, int recompute)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "compute", 6 + (recompute >= 0));
+  tsr_pack_kv_uint(&wb.pk, "id", 1);
+  tsr_pack_kv_str(&wb.pk, "key", key);
+  tsr_pack_kv_str(&wb.pk, "task_op", op);
+  tsr_pack_str(&wb.pk, "params");
+  msgpack_pack_map(&wb.pk, input ? 1 : 3);
+  if (input) {
+    tsr_pack_kv_float(&wb.pk, "factor", 2.0);
+  } else {
+    tsr_pack_str(&wb.pk, "shape");
+    msgpack_pack_array(&wb.pk, 1);
+    msgpack_pack_int64(&wb.pk, 100);
+    tsr_pack_kv_int(&wb.pk, "seed", 1);
+    tsr_pack_kv_str(&wb.pk, "dtype", "f64");
+  }
+  tsr_pack_str(&wb.pk, "inputs");
+  msgpack_pack_array(&wb.pk, input ? 1 : 0);
+  if (input) {
+    msgpack_pack_array(&wb.pk, 3);
+    tsr_pack_str(&wb.pk, input);
+    tsr_pack_str(&wb.pk, "");
+    msgpack_pack_uint64(&wb.pk, 800);
+  }
+  if (recompute >= 0) tsr_pack_kv_bool(&wb.pk, "recompute", recompute == 1);
+  msgpack_unpacked u;
+  msgpack_unpacked_init(&u);
+  size_t off = 0;
+  tsr_wtask *task = NULL;
+  tsr_errbuf err = {{0}};
+  if (msgpack_unpack_next(&u, wb.sbuf.data, wb.sbuf.size, &off) == MSGPACK_UNPACK_SUCCESS &&
+      tsr_wtask_decode(&u.data, &task, &err) != 0)
+    fprintf(stderr, "  decode: %s\n", err.text);
+  msgpack_unpacked_destroy(&u);
+  tsr_wbuf_free(&wb);
+  return task;
+}
+
+TEST(executor_follows_the_schedulers_recompute_flag)
+{
+  tsr_wstore *store = tsr_wstore_new(0);
+  /* a root the scheduler says to spill, a step it says to drop, and one
+   * without a word (an older scheduler: the step is spilled) */
+  const char *keys[] = {"x", "s", "s2"};
+  tsr_wtask *tasks[] = {decoded_task("x", "random_uniform", NULL, 0), decoded_task("s", "scale", "x", 1),
+                        decoded_task("s2", "scale", "x", -1)};
+  ASSERT_EQ(tasks[0]->recompute, TSR_WTASK_RECOMPUTE_SPILL);
+  ASSERT_EQ(tasks[1]->recompute, TSR_WTASK_RECOMPUTE_DROP);
+  ASSERT_EQ(tasks[2]->recompute, TSR_WTASK_RECOMPUTE_UNSET);
+  bool expect[] = {false, true, false};
+  for (int i = 0; i < 3; i++) {
+    tasks[i]->epoch = tsr_wstore_epoch(store);
+    tsr_wtask_run(tasks[i], store, NULL, "w0");
+    ASSERT_EQ(tasks[i]->status, TSR_WTASK_DONE);
+    tsr_wtask_free(&tasks[i]);
+    tsr_chunk *c = NULL;
+    ASSERT_OK(tsr_wstore_get(store, keys[i], &c));
+    ASSERT_EQ(c->recompute, expect[i]);
+    tsr_chunk_unref(&c);
+  }
+  tsr_wstore_destroy(&store);
+}
+
 int main(void)
 {
   tsr_log_set_level(TSR_LOG_ERROR);
@@ -436,11 +622,15 @@ int main(void)
   RUN(tiers_unread_recomputable_chunk_goes_last);
   RUN(tiers_del_and_clear_remove_files);
   RUN(tiers_corrupted_file_is_a_miss);
+  RUN(tiers_record_moves_for_the_scheduler);
+  RUN(tiers_corrupted_file_is_reported_dropped);
   RUN(tiers_disk_limit_keeps_chunks_in_memory);
   RUN(tiers_options);
+  RUN(tiers_unread_recomputable_chunks_never_stall_a_pause);
   RUN(tiers_pause_over_the_pause_fraction);
   RUN(executor_chunk_larger_than_limit_fails);
   RUN(executor_marks_root_outputs_recomputable);
+  RUN(executor_follows_the_schedulers_recompute_flag);
   rmdir(tmp_dir);
   return kit_summary();
 }

@@ -1,0 +1,536 @@
+/* Unit tests of the recompute-vs-spill policy (scheduler/policy_evict.c)
+ * and of deferred recomputation (transitions.c) on synthetic scheduler
+ * states, without sockets: workers and clients say hello through frames,
+ * graphs go in through sched_graph_add, tasks are dispatched by the
+ * placement pass and finished as a task_done would, and tier moves arrive
+ * as real `chunks_moved` frames.
+ *
+ * Cases: a random root is dropped; a cheap chain random -> add -> add is
+ * cheaper than a spill and dropped, with its cost memoized along the
+ * lineage; an expensive op (long measured duration, small output) is
+ * spilled; the lineage stops at chunks that stay in memory; a spilled
+ * input adds its reload; wanted keys and --recompute never/always; the
+ * tier accounting and the status; a dropped key with pending consumers is
+ * recomputed only when a consumer is otherwise ready, with that consumer's
+ * priority, recursively through released inputs, one consumer at a time;
+ * a dropped wanted key is lost and recomputed at once; stale reports are
+ * ignored; a 10^6-long chain's cost and its deferred recomputation need no
+ * deep recursion. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kit.h"
+#include "policy_evict.h"
+#include "sched.h"
+
+static uint64_t now_ms = 1000;
+
+static sched_state *new_state(sched_recompute_mode mode)
+{
+  sched_config cfg = {.heartbeat_ms = 1000, .timeout_ms = 10000, .recompute = mode};
+  return sched_state_new(&cfg);
+}
+
+static uint32_t peer_index(sched_state *st, const char *name)
+{
+  uint32_t p = sched_peer_find(st, name, strlen(name));
+  return p == SCHED_NONE ? SCHED_NONE : st->peers[p].index;
+}
+
+static void feed(sched_state *st, const char *identity, tsr_wbuf *wb)
+{
+  sched_handle_frame(st, identity, strlen(identity), wb->sbuf.data, wb->sbuf.size, now_ms);
+  tsr_wbuf_free(wb);
+}
+
+static uint16_t add_worker(sched_state *st, const char *name, int threads)
+{
+  static const char *const ops[] = {"gen", "add", "sum", "mm"};
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "hello", 7);
+  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
+  tsr_pack_kv_str(&wb.pk, "role", "worker");
+  tsr_pack_kv_str(&wb.pk, "name", name);
+  tsr_pack_kv_uint(&wb.pk, "threads", (uint64_t)threads);
+  char addr[64];
+  snprintf(addr, sizeof addr, "tcp://%s:1", name);
+  tsr_pack_kv_str(&wb.pk, "data_address", addr);
+  tsr_pack_str(&wb.pk, "ops");
+  msgpack_pack_array(&wb.pk, 4);
+  for (int i = 0; i < 4; i++) tsr_pack_str(&wb.pk, ops[i]);
+  feed(st, name, &wb);
+  return (uint16_t)peer_index(st, name);
+}
+
+static uint32_t add_client(sched_state *st, const char *name)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "hello", 4);
+  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
+  tsr_pack_kv_str(&wb.pk, "role", "client");
+  tsr_pack_kv_str(&wb.pk, "name", name);
+  feed(st, name, &wb);
+  return peer_index(st, name);
+}
+
+/* A heartbeat carrying measured spill throughput. */
+static void spill_speed(sched_state *st, const char *worker, uint64_t write_bps, uint64_t read_bps)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "heartbeat", 4);
+  tsr_pack_kv_uint(&wb.pk, "memory_used", 1);
+  tsr_pack_kv_uint(&wb.pk, "spill_write_bps", write_bps);
+  tsr_pack_kv_uint(&wb.pk, "spill_read_bps", read_bps);
+  feed(st, worker, &wb);
+}
+
+/* Submits tasks written "key:op:in1,in2" (NULL-terminated list). */
+static int add_graph(sched_state *st, uint32_t client, uint64_t gid, const char *const *tasks, const char *const *wants)
+{
+  int n = 0, nw = 0;
+  while (tasks[n]) n++;
+  while (wants && wants[nw]) nw++;
+  sched_task_spec *specs = calloc((size_t)n + 1, sizeof *specs);
+  sched_strref *refs = calloc((size_t)n * 8 + 1, sizeof *refs);
+  char **bufs = calloc((size_t)n + 1, sizeof *bufs);
+  sched_strref wrefs[64];
+  int nr = 0;
+  for (int i = 0; i < n; i++) {
+    char *b = bufs[i] = strdup(tasks[i]);
+    char *op = strchr(b, ':');
+    *op++ = '\0';
+    char *in = strchr(op, ':');
+    if (in) *in++ = '\0';
+    specs[i].key = (sched_strref){b, (uint32_t)strlen(b)};
+    specs[i].op = (sched_strref){op, (uint32_t)strlen(op)};
+    specs[i].inputs = refs + nr;
+    for (char *s = in ? strtok(in, ",") : NULL; s; s = strtok(NULL, ",")) {
+      refs[nr++] = (sched_strref){s, (uint32_t)strlen(s)};
+      specs[i].ninputs++;
+    }
+  }
+  for (int i = 0; i < nw; i++) wrefs[i] = (sched_strref){wants[i], (uint32_t)strlen(wants[i])};
+  tsr_errbuf err;
+  int rc = sched_graph_add(st, client, gid, specs, (uint32_t)n, wants ? wrefs : NULL, (uint32_t)nw, &err);
+  if (rc < 0) fprintf(stderr, "  graph rejected: %s\n", err.text);
+  for (int i = 0; i < n; i++) free(bufs[i]);
+  free(bufs);
+  free(refs);
+  free(specs);
+  return rc;
+}
+
+static uint32_t id_of(sched_state *st, const char *key) { return sched_task_find(st, key, strlen(key)); }
+static sched_task *task(sched_state *st, const char *key) { return &st->tasks[id_of(st, key)]; }
+static int state_of(sched_state *st, const char *key) { return task(st, key)->state; }
+
+/* What a task_done does (handlers.c): the policy's accounting, then the
+ * transition. */
+static void finish_id(sched_state *st, uint32_t id, uint64_t duration_us, uint64_t nbytes)
+{
+  uint16_t w = st->tasks[id].processing_on;
+  tsr_meta meta = {.dtype = TSR_U8, .ndim = 1, .shape = {(int64_t)nbytes}};
+  sched_evict_on_done(st, id, w, duration_us, nbytes);
+  sched_tr_done(st, id, w, nbytes, &meta);
+  sched_settle(st);
+}
+
+/* Places, then finishes key (which must have been dispatched). */
+static int run(sched_state *st, const char *key, uint64_t duration_us, uint64_t nbytes)
+{
+  sched_place_pass(st);
+  uint32_t id = id_of(st, key);
+  if (id == SCHED_NONE || st->tasks[id].state != TS_PROCESSING) return -1;
+  finish_id(st, id, duration_us, nbytes);
+  return 0;
+}
+
+/* Sends worker's `chunks_moved` with one key under field. */
+static void moved(sched_state *st, const char *worker, const char *field, const char *key)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "chunks_moved", 2);
+  tsr_pack_str(&wb.pk, field);
+  msgpack_pack_array(&wb.pk, 1);
+  tsr_pack_str(&wb.pk, key);
+  feed(st, worker, &wb);
+}
+
+/* The `recompute` flag of the last `compute` of key in worker's outbox:
+ * 1 true, 0 false, -1 not found. */
+static int compute_flag(sched_state *st, const char *worker, const char *key)
+{
+  const tsr_wbuf *out = &st->peers[sched_peer_find(st, worker, strlen(worker))].out;
+  int flag = -1;
+  size_t off = 0;
+  msgpack_unpacked u;
+  msgpack_unpacked_init(&u);
+  while (msgpack_unpack_next(&u, out->sbuf.data, out->sbuf.size, &off) == MSGPACK_UNPACK_SUCCESS) {
+    const char *s;
+    size_t len;
+    bool b;
+    if (tsr_wire_str(&u.data, "op", 64, &s, &len, NULL) != 0 || len != 7 || memcmp(s, "compute", 7) != 0) continue;
+    if (tsr_wire_str(&u.data, "key", 1024, &s, &len, NULL) != 0 || len != strlen(key) || memcmp(s, key, len) != 0) continue;
+    if (tsr_wire_opt_bool(&u.data, "recompute", false, &b, NULL) == 0 && tsr_wire_field(&u.data, "recompute")) flag = b;
+  }
+  msgpack_unpacked_destroy(&u);
+  return flag;
+}
+
+#define MiB (1ull << 20)
+
+TEST(random_root_and_cheap_chain_are_dropped)
+{
+  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  uint32_t c = add_client(st, "c");
+  add_worker(st, "w", 1);
+  /* 100 MB/s write, 200 MB/s read: 1 MiB costs ~15.7 ms to spill and reload */
+  spill_speed(st, "w", 100000000, 200000000);
+  const char *g[] = {"r:gen", "a1:add:r", "a2:add:a1", "s:sum:a2", NULL};
+  const char *wants[] = {"s", NULL};
+  ASSERT_EQ(add_graph(st, c, 1, g, wants), 4);
+  sched_place_pass(st);
+  ASSERT_EQ(compute_flag(st, "w", "r"), 1);      /* a root: dropped */
+  finish_id(st, id_of(st, "r"), 1000, MiB);
+  ASSERT_EQ(task(st, "r")->cost_us, 1000);
+  sched_place_pass(st);
+  /* add never measured: ~1 ms for 1 MiB at the default rate, plus r's
+   * 1 ms (a1 is r's last consumer) — far below 15.7 ms */
+  ASSERT_EQ(compute_flag(st, "w", "a1"), 1);
+  finish_id(st, id_of(st, "a1"), 500, MiB);
+  ASSERT_EQ(state_of(st, "r"), TS_RELEASED);
+  ASSERT_EQ(task(st, "a1")->cost_us, 1500);  /* its own 500 + r's 1000 */
+  ASSERT_OK(run(st, "a2", 700, MiB));
+  ASSERT_EQ(compute_flag(st, "w", "a2"), 1);
+  ASSERT_EQ(task(st, "a2")->cost_us, 2200);  /* along the whole released lineage */
+  ASSERT_EQ(st->ops[task(st, "a2")->op].avg_us, (7 * 500 + 700) / 8);
+  /* the sink is wanted: never dropped */
+  ASSERT_OK(run(st, "s", 10, 8));
+  ASSERT_EQ(compute_flag(st, "w", "s"), 0);
+  ASSERT_EQ(st->workers[0].tasks_recomputed, 0);
+  sched_state_destroy(&st);
+}
+
+TEST(expensive_op_with_small_output_is_spilled)
+{
+  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  uint32_t c = add_client(st, "c");
+  add_worker(st, "w", 1);
+  const char *g[] = {"r0:gen", "r1:gen", "m0:mm:r0", "m1:mm:r1", "s:add:m0,m1", NULL};
+  ASSERT_EQ(add_graph(st, c, 1, g, NULL), 5);
+  ASSERT_OK(run(st, "r0", 1000, MiB));
+  ASSERT_OK(run(st, "m0", 200000, 64 << 10));  /* 200 ms for 64 KiB */
+  ASSERT_OK(run(st, "r1", 1000, MiB));
+  sched_place_pass(st);
+  ASSERT_EQ(state_of(st, "m1"), TS_PROCESSING);
+  /* measured: 200 ms (+1 ms of r1) against ~0.25 ms to spill 64 KiB */
+  ASSERT_TRUE(!sched_evict_may_drop(st, id_of(st, "m1"), 0));
+  ASSERT_EQ(compute_flag(st, "w", "m1"), 0);
+  ASSERT_TRUE(sched_evict_spill_cost_us(st, 0, 64 << 10) < 1000);
+  sched_state_destroy(&st);
+}
+
+TEST(lineage_stops_at_chunks_in_memory_and_reloads_spilled_inputs)
+{
+  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  uint32_t c = add_client(st, "c");
+  add_worker(st, "w", 1);
+  spill_speed(st, "w", 100000000, 100000000);
+  /* r is wanted (stays in memory); q has two consumers */
+  const char *g[] = {"r:gen", "a:add:r", "q:gen", "b:add:q", "d:add:q", "s:add:a,b,d", NULL};
+  const char *wants[] = {"r", "s", NULL};
+  ASSERT_EQ(add_graph(st, c, 1, g, wants), 6);
+  ASSERT_OK(run(st, "r", 5000, MiB));
+  ASSERT_OK(run(st, "a", 100, MiB));
+  ASSERT_EQ(task(st, "a")->cost_us, 100);  /* r stays in memory: not counted */
+  ASSERT_OK(run(st, "q", 3000, MiB));
+  ASSERT_OK(run(st, "b", 100, MiB));
+  ASSERT_EQ(task(st, "b")->cost_us, 100);  /* d still needs q */
+  /* q goes to disk: recomputing d would reload it (1 MiB at 100 MB/s) */
+  moved(st, "w", "spilled", "q");
+  ASSERT_TRUE(task(st, "q")->evict & SCHED_EV_ON_DISK);
+  ASSERT_EQ(st->workers[0].held_disk, MiB);
+  ASSERT_EQ(sched_evict_lineage_us(st, id_of(st, "d")), 3000);  /* d is q's last consumer */
+  sched_task *d = task(st, "d");
+  d->nneeded++;  /* pretend q had another consumer: then only its reload counts */
+  task(st, "q")->nneeded++;
+  ASSERT_EQ(sched_evict_lineage_us(st, id_of(st, "d")), 10485);
+  task(st, "q")->nneeded--;
+  d->nneeded--;
+  moved(st, "w", "loaded", "q");
+  ASSERT_EQ(st->workers[0].held_disk, 0);
+  ASSERT_TRUE(!(task(st, "q")->evict & SCHED_EV_ON_DISK));
+  moved(st, "w", "spilled", "q");
+  ASSERT_OK(run(st, "d", 100, MiB));
+  ASSERT_EQ(task(st, "d")->cost_us, 3100);
+  /* q freed from disk: the holder's disk bytes go with it */
+  ASSERT_EQ(state_of(st, "q"), TS_RELEASED);
+  ASSERT_EQ(st->workers[0].held_disk, 0);
+  sched_state_destroy(&st);
+}
+
+TEST(modes_never_and_always)
+{
+  for (int mode = SCHED_RECOMPUTE_NEVER; mode <= SCHED_RECOMPUTE_ALWAYS; mode++) {
+    sched_state *st = new_state((sched_recompute_mode)mode);
+    uint32_t c = add_client(st, "c");
+    add_worker(st, "w", 1);
+    const char *g[] = {"r:gen", "m:mm:r", "s:sum:m", NULL};
+    ASSERT_EQ(add_graph(st, c, 1, g, NULL), 3);
+    ASSERT_OK(run(st, "r", 10, MiB));
+    ASSERT_OK(run(st, "m", 10000000, 8));  /* 10 s for 8 bytes */
+    bool always = mode == SCHED_RECOMPUTE_ALWAYS;
+    ASSERT_EQ(compute_flag(st, "w", "r"), always);
+    ASSERT_EQ(compute_flag(st, "w", "m"), always);
+    sched_place_pass(st);
+    ASSERT_EQ(compute_flag(st, "w", "s"), 0);  /* wanted, whatever the mode */
+    sched_state_destroy(&st);
+  }
+  ASSERT_EQ(sched_recompute_mode_parse("auto"), SCHED_RECOMPUTE_AUTO);
+  ASSERT_EQ(sched_recompute_mode_parse("never"), SCHED_RECOMPUTE_NEVER);
+  ASSERT_EQ(sched_recompute_mode_parse("always"), SCHED_RECOMPUTE_ALWAYS);
+  ASSERT_EQ(sched_recompute_mode_parse("sometimes"), -1);
+}
+
+/* Two passes over x_i = add(r_i): p_i = sum(x_i) and S = add(p_*); then
+ * q_i = mm(x_i, S) and T = add(q_*), wanted. */
+static int two_pass_graph(sched_state *st, uint32_t c, int n)
+{
+  char buf[32][64];
+  const char *g[40];
+  int k = 0;
+  char ps[256] = "S:add:", qs[256] = "T:add:";
+  for (int i = 0; i < n; i++) {
+    snprintf(buf[k], 64, "r%d:gen", i), g[k] = buf[k], k++;
+    snprintf(buf[k], 64, "x%d:add:r%d", i, i), g[k] = buf[k], k++;
+    snprintf(buf[k], 64, "p%d:sum:x%d", i, i), g[k] = buf[k], k++;
+    snprintf(buf[k], 64, "q%d:mm:x%d,S", i, i), g[k] = buf[k], k++;
+    snprintf(ps + strlen(ps), sizeof ps - strlen(ps), "%sp%d", i ? "," : "", i);
+    snprintf(qs + strlen(qs), sizeof qs - strlen(qs), "%sq%d", i ? "," : "", i);
+  }
+  g[k++] = ps;
+  g[k++] = qs;
+  g[k] = NULL;
+  const char *wants[] = {"T", NULL};
+  return add_graph(st, c, 1, g, wants);
+}
+
+TEST(dropped_chunks_recomputed_by_consumer_priority)
+{
+  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  uint32_t c = add_client(st, "c");
+  uint16_t w = add_worker(st, "w", 1);
+  ASSERT_EQ(two_pass_graph(st, c, 4), 18);
+  char key[16];
+  /* pass 1, except S */
+  for (int i = 0; i < 4; i++) {
+    snprintf(key, sizeof key, "r%d", i);
+    ASSERT_OK(run(st, key, 1000, MiB));
+    snprintf(key, sizeof key, "x%d", i);
+    ASSERT_OK(run(st, key, 500, MiB));
+    snprintf(key, sizeof key, "p%d", i);
+    ASSERT_OK(run(st, key, 10, 8));
+  }
+  /* the worker drops every x: nothing is recomputed yet (q waits for S) */
+  for (int i = 0; i < 4; i++) {
+    snprintf(key, sizeof key, "x%d", i);
+    ASSERT_EQ(state_of(st, key), TS_MEMORY);
+    moved(st, "w", "dropped", key);
+    ASSERT_EQ(state_of(st, key), TS_RELEASED);
+    ASSERT_TRUE(task(st, key)->evict & SCHED_EV_DEFERRED);
+    snprintf(key, sizeof key, "q%d", i);
+    ASSERT_EQ(task(st, key)->ndeferred_deps, 1);
+  }
+  ASSERT_EQ(st->workers[w].bytes_held, 4 * 8);  /* only the p's */
+  /* a stale report (not on this worker any more) changes nothing */
+  moved(st, "w", "dropped", "x0");
+  moved(st, "w", "spilled", "r0");
+  ASSERT_EQ(st->workers[w].held_disk, 0);
+  ASSERT_EQ(st->count_by_state[TS_READY] + st->count_by_state[TS_QUEUED], 1);  /* S only */
+  /* S done: every q is otherwise ready; each x (and its released r) goes
+   * back with its consumer's priority, not its own (a pass earlier) */
+  ASSERT_OK(run(st, "S", 10, 8));
+  for (int i = 0; i < 4; i++) {
+    char r[16], x[16], q[16];
+    snprintf(r, sizeof r, "r%d", i), snprintf(x, sizeof x, "x%d", i), snprintf(q, sizeof q, "q%d", i);
+    ASSERT_TRUE(!(task(st, x)->evict & SCHED_EV_DEFERRED));
+    ASSERT_EQ(task(st, q)->ndeferred_deps, 0);
+    ASSERT_EQ(task(st, x)->priority, task(st, q)->priority);
+    ASSERT_EQ(task(st, r)->priority, task(st, q)->priority);
+  }
+  /* one worker thread, 2 slots: r0 r1 go first; once r0 is done, x0 (q0's
+   * priority) goes before r2 — a consumer at a time, not a pass ahead */
+  sched_place_pass(st);
+  ASSERT_EQ(state_of(st, "r0"), TS_PROCESSING);
+  ASSERT_EQ(state_of(st, "r1"), TS_PROCESSING);
+  ASSERT_EQ(state_of(st, "r2"), TS_QUEUED);
+  finish_id(st, id_of(st, "r0"), 1000, MiB);
+  sched_place_pass(st);
+  ASSERT_EQ(state_of(st, "x0"), TS_PROCESSING);
+  ASSERT_EQ(state_of(st, "r2"), TS_QUEUED);
+  finish_id(st, id_of(st, "x0"), 500, MiB);
+  sched_place_pass(st);
+  ASSERT_EQ(state_of(st, "q0"), TS_PROCESSING);  /* q0 runs before r2 starts */
+  ASSERT_EQ(state_of(st, "r2"), TS_QUEUED);
+  ASSERT_EQ(st->workers[w].tasks_recomputed, 2);  /* r0, x0 */
+  ASSERT_EQ(st->workers[w].bytes_recomputed, 2 * MiB);
+  /* finish everything */
+  for (int round = 0; round < 100 && state_of(st, "T") != TS_MEMORY; round++) {
+    sched_place_pass(st);
+    for (uint32_t id = 0; id < st->ntasks; id++)
+      if (st->tasks[id].state == TS_PROCESSING) finish_id(st, id, 100, 8);
+  }
+  ASSERT_EQ(state_of(st, "T"), TS_MEMORY);
+  ASSERT_EQ(st->workers[w].tasks_recomputed, 8);  /* every r and x once more */
+  sched_state_destroy(&st);
+}
+
+TEST(drop_of_a_ready_consumers_input_and_of_a_wanted_key)
+{
+  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  uint32_t c = add_client(st, "c");
+  add_worker(st, "w", 1);
+  const char *g[] = {"r:gen", "x:add:r", "y:sum:x", "k:gen", NULL};
+  const char *wants[] = {"y", "k", NULL};
+  ASSERT_EQ(add_graph(st, c, 1, g, wants), 4);
+  ASSERT_OK(run(st, "r", 10, MiB));
+  ASSERT_OK(run(st, "x", 10, MiB));
+  ASSERT_EQ(state_of(st, "k"), TS_PROCESSING);  /* since r's pass */
+  finish_id(st, id_of(st, "k"), 10, MiB);
+  ASSERT_EQ(state_of(st, "y"), TS_READY);
+  /* y was ready: dropping x makes it wait, and x is recomputed at once */
+  moved(st, "w", "dropped", "x");
+  ASSERT_EQ(state_of(st, "y"), TS_WAITING);
+  ASSERT_EQ(state_of(st, "x"), TS_WAITING);
+  ASSERT_EQ(state_of(st, "r"), TS_READY);
+  /* a dropped wanted key: key_lost to the client, recomputed now */
+  tsr_wbuf_reset(&st->peers[sched_peer_find(st, "c", 1)].out);
+  moved(st, "w", "dropped", "k");
+  ASSERT_EQ(state_of(st, "k"), TS_READY);
+  const tsr_wbuf *out = &st->peers[sched_peer_find(st, "c", 1)].out;
+  ASSERT_TRUE(out->nmsgs == 1 && memmem(out->sbuf.data, out->sbuf.size, "key_lost", 8) != NULL);
+  /* a malformed report is refused; the scheduler goes on */
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "chunks_moved", 2);
+  tsr_pack_kv_uint(&wb.pk, "dropped", 7);
+  feed(st, "w", &wb);
+  out = &st->peers[sched_peer_find(st, "w", 1)].out;
+  ASSERT_TRUE(memmem(out->sbuf.data, out->sbuf.size, "dropped", 7) != NULL);
+  sched_state_destroy(&st);
+}
+
+TEST(status_carries_tiers_and_recompute_counts)
+{
+  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  uint32_t c = add_client(st, "c");
+  add_worker(st, "w", 1);
+  const char *g[] = {"r:gen", "a:add:r", NULL};
+  const char *wants[] = {"r", "a", NULL};
+  ASSERT_EQ(add_graph(st, c, 1, g, wants), 2);
+  ASSERT_OK(run(st, "r", 10, 3 * MiB));
+  ASSERT_OK(run(st, "a", 10, MiB));
+  moved(st, "w", "spilled", "r");
+  st->workers[0].tasks_recomputed = 5;
+  st->workers[0].bytes_recomputed = 7;
+  uint32_t p = sched_peer_find(st, "c", 1);
+  tsr_wbuf_reset(&st->peers[p].out);
+  sched_emit_status(st, p, 9);
+  const tsr_wbuf *out = &st->peers[p].out;
+  msgpack_unpacked u;
+  msgpack_unpacked_init(&u);
+  size_t off = 0;
+  ASSERT_TRUE(msgpack_unpack_next(&u, out->sbuf.data, out->sbuf.size, &off) == MSGPACK_UNPACK_SUCCESS);
+  const msgpack_object *workers;
+  size_t n;
+  ASSERT_OK(tsr_wire_array(&u.data, "workers", 10, &workers, &n, NULL));
+  ASSERT_EQ(n, 1);
+  uint64_t mem, disk, tasks, bytes;
+  ASSERT_OK(tsr_wire_uint(&workers[0], "memory_held", &mem, NULL));
+  ASSERT_OK(tsr_wire_uint(&workers[0], "disk_held", &disk, NULL));
+  ASSERT_OK(tsr_wire_uint(&workers[0], "tasks_recomputed", &tasks, NULL));
+  ASSERT_OK(tsr_wire_uint(&workers[0], "bytes_recomputed", &bytes, NULL));
+  ASSERT_EQ(mem, MiB);
+  ASSERT_EQ(disk, 3 * MiB);
+  ASSERT_EQ(tasks, 5);
+  ASSERT_EQ(bytes, 7);
+  msgpack_unpacked_destroy(&u);
+  sched_state_destroy(&st);
+}
+
+/* A chain t0 -> ... -> t(n-1) of 1 µs tasks, then end = add(t(n-1), gate). */
+TEST(million_chain_cost_and_deferred_recompute_without_recursion)
+{
+  const uint32_t n = 1000000;
+  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  uint32_t c = add_client(st, "c");
+  add_worker(st, "w", 1);
+  sched_task_spec *specs = calloc(n + 2, sizeof *specs);
+  sched_strref *refs = calloc(n + 2, sizeof *refs);
+  char *keys = malloc((size_t)n * 16);
+  for (uint32_t i = 0; i < n; i++) {
+    char *k = keys + (size_t)i * 16;
+    specs[i].key = (sched_strref){k, (uint32_t)snprintf(k, 16, "t-%u", i)};
+    specs[i].op = (sched_strref){"add", 3};
+    if (i > 0) {
+      refs[i] = specs[i - 1].key;
+      specs[i].inputs = &refs[i];
+      specs[i].ninputs = 1;
+    }
+  }
+  specs[n] = (sched_task_spec){.key = {"gate", 4}, .op = {"gen", 3}};
+  sched_strref end_in[2] = {specs[n - 1].key, {"gate", 4}};
+  specs[n + 1] = (sched_task_spec){.key = {"end", 3}, .op = {"add", 3}, .inputs = end_in, .ninputs = 2};
+  sched_strref want = {"end", 3};
+  tsr_errbuf err;
+  ASSERT_EQ(sched_graph_add(st, c, 1, specs, n + 2, &want, 1, &err), (int)n + 2);
+  /* the chain runs first (graph order), one link at a time */
+  uint32_t first = id_of(st, "t-0");
+  for (uint32_t i = 0; i < n; i++) {
+    sched_place_pass(st);
+    uint32_t id = first + i;  /* ids follow submission order */
+    if (st->tasks[id].state != TS_PROCESSING) break;
+    finish_id(st, id, 1, 8);
+  }
+  uint32_t last = id_of(st, "t-999999");
+  ASSERT_EQ(st->tasks[last].state, TS_MEMORY);
+  ASSERT_EQ(st->tasks[last].cost_us, n);  /* every link released: the whole lineage */
+  ASSERT_EQ(state_of(st, "t-0"), TS_RELEASED);
+  /* dropped while end waits for gate: deferred; gate done: the whole chain
+   * goes back with end's priority, walked without recursion */
+  moved(st, "w", "dropped", "t-999999");
+  ASSERT_EQ(st->tasks[last].state, TS_RELEASED);
+  ASSERT_EQ(state_of(st, "t-0"), TS_RELEASED);
+  ASSERT_EQ(state_of(st, "gate"), TS_PROCESSING);
+  finish_id(st, id_of(st, "gate"), 1, 8);
+  ASSERT_EQ(state_of(st, "t-0"), TS_READY);
+  ASSERT_EQ(task(st, "t-0")->priority, task(st, "end")->priority);
+  ASSERT_EQ(st->tasks[last].state, TS_WAITING);
+  ASSERT_EQ(st->count_by_state[TS_WAITING], n);  /* t-1 .. t-999999 and end */
+  free(specs);
+  free(refs);
+  sched_peer_drop(st, sched_peer_find(st, "c", 1), "test");
+  ASSERT_EQ(st->nlive, 0);
+  free(keys);
+  sched_state_destroy(&st);
+}
+
+int main(void)
+{
+  tsr_log_set_level(TSR_LOG_ERROR);
+  RUN(random_root_and_cheap_chain_are_dropped);
+  RUN(expensive_op_with_small_output_is_spilled);
+  RUN(lineage_stops_at_chunks_in_memory_and_reloads_spilled_inputs);
+  RUN(modes_never_and_always);
+  RUN(dropped_chunks_recomputed_by_consumer_priority);
+  RUN(drop_of_a_ready_consumers_input_and_of_a_wanted_key);
+  RUN(status_carries_tiers_and_recompute_counts);
+  RUN(million_chain_cost_and_deferred_recompute_without_recursion);
+  return kit_summary();
+}
