@@ -5,6 +5,10 @@
  * keeps freed memory (release threshold = the limit) instead of giving it
  * back to the driver at every synchronization.
  *
+ * Over the limit: the reclaim hook (the device tier) moves idle chunks out;
+ * failing that, the allocation waits for running tasks to give memory back
+ * (polling, since chunks a task unpins signal nothing), at most WAIT_MS.
+ *
  * Staging: pinned blocks of STAGE_BLOCK bytes, two per slot, allocated once
  * at open. A copy goes through them piece by piece, double-buffered: the
  * host memcpy of one piece overlaps the DMA of the other. */
@@ -22,7 +26,8 @@
 #include "nvml.h"
 
 #define STAGE_BLOCK (8u << 20)
-#define TRANSIENT_WAIT_MS 30000
+#define WAIT_MS 30000
+#define WAIT_POLL_MS 20
 #define MAX_SCRATCH 64
 
 struct tsr_wgpu {
@@ -35,6 +40,9 @@ struct tsr_wgpu {
   pthread_cond_t freed;
   uint64_t used;                 /* under lock */
   uint64_t transient;            /* under lock: part of used that tasks give back */
+  uint64_t outputs;              /* under lock: part of used that running tasks will hand to chunks */
+  tsr_wgpu_reclaim_fn reclaim;   /* set before tasks run, then read-only */
+  void *reclaim_arg;
   void **stage;                  /* 2 per slot */
   int n_stage, stage_next;       /* stage_next under lock */
   tsr_nvml *nvml;
@@ -50,6 +58,7 @@ struct tsr_wgpu_slot {
   void *stage[2];
   cudaEvent_t stage_done[2];
   uint64_t transient;            /* this slot's share of gpu->transient */
+  uint64_t outputs;              /* this slot's share of gpu->outputs: its task's output, until slot_reset */
   struct {
     void *ptr;
     size_t nbytes;
@@ -125,7 +134,8 @@ static int make_pool(tsr_wgpu *gpu, tsr_errbuf *err)
 
 static int make_staging(tsr_wgpu *gpu, int slots, tsr_errbuf *err)
 {
-  gpu->n_stage = 2 * (slots + 1);
+  /* the executor's slots, the main thread's and the device tier's */
+  gpu->n_stage = 2 * (slots + 2);
   gpu->stage = calloc((size_t)gpu->n_stage, sizeof *gpu->stage);
   if (gpu->stage == NULL) return tsr_fail(err, TSR_ENOMEM, "out of memory");
   for (int i = 0; i < gpu->n_stage; i++) {
@@ -226,6 +236,12 @@ int tsr_wgpu_bind(tsr_wgpu *gpu)
 
 /* ---------- accounting ---------- */
 
+void tsr_wgpu_set_reclaim(tsr_wgpu *gpu, tsr_wgpu_reclaim_fn fn, void *arg)
+{
+  gpu->reclaim = fn;
+  gpu->reclaim_arg = arg;
+}
+
 static void deadline_in(struct timespec *ts, int ms)
 {
   clock_gettime(CLOCK_REALTIME, ts);
@@ -249,36 +265,78 @@ static int limit_error(tsr_wgpu *gpu, size_t nbytes, const char *what, uint64_t 
                   what, need, tsr_format_bytes(used, held, sizeof held), lim, gpu->device);
 }
 
-/* Reserves nbytes under the limit. A transient request may wait for other
- * slots' transient bytes (they come back when their tasks end); nothing
- * else would free memory without spilling, so it fails at once when no
- * other slot holds any. */
+/* Takes nbytes under the limit when they fit (under lock). */
+static bool take(tsr_wgpu_slot *slot, size_t nbytes, bool transient)
+{
+  tsr_wgpu *gpu = slot->gpu;
+  if (gpu->used + nbytes > gpu->limit) return false;
+  gpu->used += nbytes;
+  if (transient) gpu->transient += nbytes, slot->transient += nbytes;
+  else gpu->outputs += nbytes, slot->outputs += nbytes;
+  return true;
+}
+
+/* Asks the reclaim hook for `need` bytes. True when it freed some; then
+ * the frees (stream-ordered on the release stream) are completed, so the
+ * pool can hand their memory to any stream at once. */
+static bool reclaim(tsr_wgpu *gpu, uint64_t need, uint64_t *busy_p)
+{
+  *busy_p = 0;
+  if (gpu->reclaim == NULL || gpu->reclaim(gpu->reclaim_arg, need, busy_p) == 0) return false;
+  cudaStreamSynchronize(gpu->release_stream);
+  return true;
+}
+
+static bool past(const struct timespec *t)
+{
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
+}
+
+/* One round of waiting for memory (under lock). False when the request
+ * should fail now: past the deadline, or nothing to wait for twice in a
+ * row, a poll apart (a task that just ended may be between handing its
+ * output over and storing it as a chunk, when neither count shows it). */
+static bool wait_round(tsr_wgpu *gpu, bool hope, int *hopeless, const struct timespec *deadline)
+{
+  *hopeless = hope ? 0 : *hopeless + 1;
+  if (past(deadline) || *hopeless > 1) return false;
+  struct timespec poll;
+  deadline_in(&poll, WAIT_POLL_MS);
+  pthread_cond_timedwait(&gpu->freed, &gpu->lock, &poll);
+  return true;
+}
+
+/* Reserves nbytes under the limit. Over it: the reclaim hook moves idle
+ * chunks out; when nothing could be moved, waits (at most WAIT_MS) while
+ * other tasks hold memory that will come back or become movable — other
+ * slots' transient bytes, their outputs (chunks soon), device chunks in
+ * use — and fails when none do. */
 static int reserve(tsr_wgpu_slot *slot, size_t nbytes, const char *what, bool transient, tsr_errbuf *err)
 {
   tsr_wgpu *gpu = slot->gpu;
+  if (nbytes > gpu->limit) return limit_error(gpu, nbytes, what, tsr_wgpu_used(gpu), err);
   struct timespec deadline;
-  bool timed = false;
-  int rc = 0;
-  pthread_mutex_lock(&gpu->lock);
-  while (gpu->used + nbytes > gpu->limit) {
-    uint64_t others = gpu->transient - slot->transient;
-    if (nbytes > gpu->limit || others == 0) {
+  deadline_in(&deadline, WAIT_MS);
+  int hopeless = 0;
+  for (;;) {
+    pthread_mutex_lock(&gpu->lock);
+    bool ok = take(slot, nbytes, transient);
+    uint64_t need = ok ? 0 : gpu->used + nbytes - gpu->limit;
+    uint64_t others = gpu->transient - slot->transient + gpu->outputs - slot->outputs;
+    pthread_mutex_unlock(&gpu->lock);
+    if (ok) return 0;
+    uint64_t busy;
+    if (reclaim(gpu, need, &busy)) continue;
+    int rc = 0;
+    pthread_mutex_lock(&gpu->lock);
+    ok = take(slot, nbytes, transient);
+    if (!ok && !wait_round(gpu, others > 0 || busy > 0, &hopeless, &deadline))
       rc = limit_error(gpu, nbytes, what, gpu->used, err);
-      break;
-    }
-    if (!timed) deadline_in(&deadline, TRANSIENT_WAIT_MS);
-    timed = true;
-    if (pthread_cond_timedwait(&gpu->freed, &gpu->lock, &deadline) == ETIMEDOUT) {
-      rc = limit_error(gpu, nbytes, what, gpu->used, err);
-      break;
-    }
+    pthread_mutex_unlock(&gpu->lock);
+    if (ok || rc != 0) return rc;
   }
-  if (rc == 0) {
-    gpu->used += nbytes;
-    if (transient) gpu->transient += nbytes, slot->transient += nbytes;
-  }
-  pthread_mutex_unlock(&gpu->lock);
-  return rc;
 }
 
 static void unreserve(tsr_wgpu *gpu, tsr_wgpu_slot *slot, size_t nbytes, bool transient)
@@ -288,6 +346,10 @@ static void unreserve(tsr_wgpu *gpu, tsr_wgpu_slot *slot, size_t nbytes, bool tr
   if (transient) {
     gpu->transient -= nbytes;
     slot->transient -= nbytes;
+  } else if (slot != NULL && slot->outputs >= nbytes) {
+    /* a failed task's output, freed before the task ended */
+    gpu->outputs -= nbytes;
+    slot->outputs -= nbytes;
   }
   pthread_cond_broadcast(&gpu->freed);
   pthread_mutex_unlock(&gpu->lock);
@@ -360,6 +422,12 @@ static void scratch_free(void *pool, void *ptr)
 void tsr_wgpu_slot_reset(tsr_wgpu_slot *slot)
 {
   while (slot->n_scratch > 0) scratch_free(slot, slot->scratch[slot->n_scratch - 1].ptr);
+  /* The task's output now belongs to a chunk (or is freed): the chunk's
+   * accounting, not the slot's. */
+  pthread_mutex_lock(&slot->gpu->lock);
+  slot->gpu->outputs -= slot->outputs;
+  slot->outputs = 0;
+  pthread_mutex_unlock(&slot->gpu->lock);
 }
 
 static int take_staging(tsr_wgpu_slot *slot, tsr_errbuf *err)

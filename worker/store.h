@@ -147,11 +147,28 @@ int tsr_wstore_get_mem(tsr_wstore *store, const char *key, tsr_chunk **chunk_p);
  * reference: the caller unrefs each and frees the array. Returns the
  * count (0 also on ENOMEM, with *chunks_p NULL). */
 size_t tsr_wstore_idle(tsr_wstore *store, tsr_chunk ***chunks_p);
+/* The same for the device chunks of the map (devtier.h). */
+size_t tsr_wstore_idle_device(tsr_wstore *store, tsr_chunk ***chunks_p);
 /* Removes chunk from the map if it is still the key's chunk and nobody but
  * the map and the caller references it. True when removed (the bytes go
  * with the caller's reference). */
 bool tsr_wstore_evict(tsr_wstore *store, tsr_chunk *chunk);
-/* Balances the tiers after the store grew; no-op without tiers. */
+/* Puts fresh (a copy of old elsewhere: old's device bytes in host memory)
+ * in old's place, with old's LRU age, read state and recompute mark, if old
+ * is still the key's chunk and nobody but the map and the caller
+ * references it (checked under the store's lock, so no get can slip in).
+ * True when replaced: the map then holds its own reference to fresh, and
+ * old's bytes go with the caller's reference. The caller keeps its
+ * reference to fresh either way. */
+bool tsr_wstore_replace(tsr_wstore *store, tsr_chunk *old, tsr_chunk *fresh);
+
+/* ---------- device tier (devtier.h) ----------
+ * A GPU worker attaches its device tier (main thread, before any task
+ * runs; NULL detaches); balancing then moves device chunks down first. */
+struct tsr_devtier;
+void tsr_wstore_set_devtier(tsr_wstore *store, struct tsr_devtier *devtier);
+/* Balances the tiers after the store grew (device tier, then host tiers);
+ * no-op without them. */
 void tsr_wstore_balance(tsr_wstore *store);
 
 /* Copies nbytes of device memory at src to host memory at dst; 0 or an

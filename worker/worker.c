@@ -61,20 +61,45 @@ static int serve_copy(void *slot, void *dst, const void *src, size_t nbytes, tsr
   return tsr_wgpu_download(slot, dst, src, nbytes, err);
 }
 
+/* The device tier's view of the GPU: its own slot copies chunks down. */
+static uint64_t tier_used(void *slot) { return tsr_wgpu_used(tsr_wgpu_slot_gpu(slot)); }
+
+static int tier_copy_down(void *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err)
+{
+  return tsr_wgpu_download(slot, dst, src, nbytes, err);
+}
+
+/* Device chunks move down to host memory instead of failing allocations:
+ * the tier balances after every task (through the store) and the GPU asks
+ * it for memory when an allocation would pass the limit. */
+static int open_devtier(tsr_worker *w, tsr_errbuf *err)
+{
+  int rc = tsr_wgpu_slot_new(w->gpu, &w->tier_slot, err);
+  if (rc != 0) return rc;
+  tsr_devtier_dev dev = {w->tier_slot, tsr_wgpu_limit(w->gpu), tier_used, tier_copy_down};
+  rc = tsr_devtier_new(&w->opts.devtier, &dev, w->store, &w->devtier, err);
+  if (rc != 0) return rc;
+  tsr_wstore_set_devtier(w->store, w->devtier);
+  tsr_wgpu_set_reclaim(w->gpu, tsr_devtier_reclaim, w->devtier);
+  return 0;
+}
+
 static int open_gpu(tsr_worker *w)
 {
   if (w->opts.gpu < 0) return 0;
   tsr_errbuf err = {{0}};
   int rc = tsr_wgpu_open(w->opts.gpu, w->opts.device_memory_limit, w->opts.threads, &w->gpu, &err);
   if (rc == 0) rc = tsr_wgpu_slot_new(w->gpu, &w->serve_slot, &err);
+  if (rc == 0) rc = open_devtier(w, &err);
   if (rc != 0) {
     TSR_ERROR("%s", err.text);
     return rc;
   }
   tsr_wstore_set_device_copy(w->store, serve_copy, w->serve_slot);
   char limit[32];
-  TSR_INFO("gpu:%d: %s, device memory limit %s, %d streams", w->opts.gpu, tsr_wgpu_name(w->gpu),
-           tsr_format_bytes(tsr_wgpu_limit(w->gpu), limit, sizeof limit), w->opts.threads);
+  TSR_INFO("gpu:%d: %s, device memory limit %s (target %.2f, spill %.2f: idle chunks move to host memory), %d streams",
+           w->opts.gpu, tsr_wgpu_name(w->gpu), tsr_format_bytes(tsr_wgpu_limit(w->gpu), limit, sizeof limit),
+           w->opts.devtier.target, w->opts.devtier.spill, w->opts.threads);
   return 0;
 }
 
@@ -206,9 +231,12 @@ static bool worker_teardown(tsr_worker *w)
    * for sending, which drop their chunk references: before the store goes. */
   if (w->zctx) zmq_ctx_term(w->zctx);
   tsr_tiers *tiers = w->store != NULL ? tsr_wstore_tiers(w->store) : NULL;
+  if (w->gpu != NULL) tsr_wgpu_set_reclaim(w->gpu, NULL, NULL);
   tsr_wstore_destroy(&w->store);
   tsr_tiers_destroy(&tiers);
+  tsr_devtier_destroy(&w->devtier);
   /* After the store: its device chunks free into the GPU's pool. */
+  tsr_wgpu_slot_destroy(&w->tier_slot);
   tsr_wgpu_slot_destroy(&w->serve_slot);
   tsr_wgpu_close(&w->gpu);
   tsr_strmap_destroy(&w->pending);

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "devtier.h"
 #include "net/net.h"
 #include "tiers.h"
 #include "wire/wire.h"
@@ -22,6 +23,7 @@ typedef struct tsr_worker_opts {
   int fetch_timeout_ms;
   int gpu;                              /* --gpu N: the device this worker owns; -1 = a CPU worker */
   uint64_t device_memory_limit;         /* bytes; 0 = 90% of the device's memory */
+  tsr_devtier_opts devtier;             /* device thresholds (--device-memory-target, -spill) */
   tsr_tiers_opts tiers;                 /* memory thresholds and spilling (memory_limit copied in) */
 } tsr_worker_opts;
 

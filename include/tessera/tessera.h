@@ -174,6 +174,9 @@ typedef struct tsr_worker_info {
   uint64_t bytes_spilled;        /* written to spill files since the worker started */
   uint64_t bytes_dropped;        /* evicted by dropping (recomputed if needed again) since it started */
   int paused;                    /* 1 while over its memory pause threshold: it gets no new tasks */
+  /* Device tier of GPU workers (docs/gpu.md, "Device memory"); 0 for CPU workers. */
+  uint64_t device_bytes_moved;   /* device chunks moved down to host memory since the worker started */
+  uint64_t device_bytes_dropped; /* recomputable device chunks dropped (recomputed if needed again) */
 } tsr_worker_info;
 
 typedef struct tsr_graph_info {
