@@ -6,7 +6,8 @@
 # (CTest does not travel: the build tree's paths are this machine's) and
 # the GPU benchmark. Logs go to $OUT (or ./device-out).
 #
-#   bash scripts/device-tests.sh [all|tests|bench|smoke] [BENCH ARGS...]
+#   bash scripts/device-tests.sh [all|tests|bench|memory|smoke] [BENCH ARGS...]
+# (memory: bench/gpu_memory.sh, the device-limited SVD against an unlimited one)
 set -uo pipefail
 what=${1:-all}
 shift || true
@@ -57,7 +58,7 @@ run_tests() {
   local r2=$?
   echo "test_gpu_cli exit $r2" | tee -a "$out/tests.log"
   [ $r2 = 0 ] || rc=1
-  grep -E "^\[ (RUN|FAIL|  OK  )|passed|relative|bit-identical|SIGKILL|four chunks|one big|in use after|small graph|after the kill|SKIPPED|:[0-9]+: " "$out/tests.log" | head -60
+  grep -E "^\[ (RUN|FAIL|  OK  )|passed|relative|bit-identical|SIGKILL|eight chunks|one big|limited:|DIFFERENT|svd:|after the kill|SKIPPED|:[0-9]+: " "$out/tests.log" | head -60
   [ $r = 0 ] || rc=1
 }
 run_bench() {
@@ -70,9 +71,10 @@ run_bench() {
 }
 case $what in
   smoke) tessera local --gpus all -- tessera status 2>&1 | tee "$out/smoke.log" ;;
+  memory) bash bench/gpu_memory.sh "$@" 2>&1 | tee "$out/memory.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
   tests) run_tests ;;
   bench) run_bench "$@" ;;
   all) run_tests; run_bench "$@" ;;
-  *) echo "device-tests.sh: all|tests|bench|smoke" >&2; exit 2 ;;
+  *) echo "device-tests.sh: all|tests|bench|memory|smoke" >&2; exit 2 ;;
 esac
 exit $rc
