@@ -10,17 +10,19 @@
 # (an FNV-1a hash of their bytes).
 #
 # Usage: bench/gpu_memory.sh [ROWS] [COLS] [CHUNK_ROWS]   (defaults 200000 20000 500)
-#   env BIN=DIR (default: tessera and tsr-memory-svd from PATH)
+#   env BIN=DIR (default: tessera and tsr-memory-svd from PATH), STREAMS=N
+#   (the GPU worker's --threads, default 4)
 set -uo pipefail
 rows=${1:-200000}; cols=${2:-20000}; chunk=${3:-500}
 bin=${BIN:+$BIN/}
+streams=${STREAMS:-4}
 limit=$(( rows * cols / 10 ))
 echo "# bench/gpu_memory  $(date -u +%Y-%m-%dT%H:%MZ)  $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
-echo "# X2: $rows x $cols uint8 = $(( rows * cols / 1000000 )) MB in chunks of $chunk rows; one GPU worker, 4 streams"
+echo "# X2: $rows x $cols uint8 = $(( rows * cols / 1000000 )) MB in chunks of $chunk rows; one GPU worker, $streams streams"
 run() {  # label, extra `tessera local` args...
   local label=$1; shift
   local out
-  out=$("${bin}tessera" local --gpus 0 "$@" -- "${bin}tsr-memory-svd" --rows "$rows" --cols "$cols" --chunk-rows "$chunk" \
+  out=$("${bin}tessera" local --gpus 0 --worker-arg --threads --worker-arg "$streams" "$@" -- "${bin}tsr-memory-svd" --rows "$rows" --cols "$cols" --chunk-rows "$chunk" \
           --k 10 --power-iters 2 2>&1)
   local line; line=$(echo "$out" | grep -E "^svd_s=")
   local wall; wall=$(echo "$line" | grep -oE "svd_s=[0-9.]+" | cut -d= -f2)

@@ -123,6 +123,7 @@ void tsr_devtier_balance(tsr_devtier *dt)
 {
   uint64_t target = (uint64_t)((double)dt->dev.limit * dt->opts.target);
   uint64_t spill = (uint64_t)((double)dt->dev.limit * dt->opts.spill);
+  if (dt->dev.wake != NULL) dt->dev.wake(dt->dev.arg);
   if (tsr_wstore_device_bytes(dt->store) <= target && dt->dev.used(dt->dev.arg) <= spill) return;
   if (pthread_mutex_trylock(&dt->moving) != 0) return;
   tsr_chunk **idle = NULL;

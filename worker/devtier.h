@@ -70,6 +70,9 @@ typedef struct tsr_devtier_dev {
   /* Copies nbytes of device memory at src to host memory at dst; returns
    * once dst holds them. 0 or an error. Called by one thread at a time. */
   int (*copy_down)(void *arg, void *dst, const void *src, size_t nbytes, tsr_errbuf *err);
+  /* Optional: wakes allocations waiting for device memory (chunks may have
+   * become movable). Called at every balance, i.e. at the end of every task. */
+  void (*wake)(void *arg);
 } tsr_devtier_dev;
 
 /* Counters since the worker started (not reset by a reconnect). */
@@ -90,9 +93,11 @@ int tsr_devtier_new(const tsr_devtier_opts *opts, const tsr_devtier_dev *dev, ts
 /* NULL is a no-op. Detach it from the store and the GPU first. */
 void tsr_devtier_destroy(tsr_devtier **dt_p);
 
-/* Moves idle device chunks down until the device is under its target and
- * spill thresholds or nothing more can go. Returns at once when under them,
- * or when another thread is moving chunks. */
+/* Called after every task (through tsr_wstore_balance): wakes allocations
+ * waiting for memory (the task's chunks are idle now), then moves idle
+ * device chunks down until the device is under its target and spill
+ * thresholds or nothing more can go. Returns at once when under them, or
+ * when another thread is moving chunks. */
 void tsr_devtier_balance(tsr_devtier *dt);
 
 /* The GPU's reclaim hook (tsr_wgpu_reclaim_fn, arg = the tier): moves idle

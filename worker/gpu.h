@@ -97,6 +97,10 @@ const tsr_gpu_ctx *tsr_wgpu_slot_ctx(tsr_wgpu_slot *slot);
 typedef uint64_t (*tsr_wgpu_reclaim_fn)(void *arg, uint64_t need, uint64_t *busy_p);
 /* Installs the hook (main thread, before tasks run; NULL removes it). */
 void tsr_wgpu_set_reclaim(tsr_wgpu *gpu, tsr_wgpu_reclaim_fn fn, void *arg);
+/* Wakes allocations waiting for memory: a task ended, so device chunks it
+ * made or read may be movable now (nothing is freed, so nothing else would
+ * wake them before their next poll). Any thread. */
+void tsr_wgpu_wake(tsr_wgpu *gpu);
 
 /* Allocates nbytes of device memory, ordered on the slot's stream. `what`
  * names the chunk or input it is for (in the error message). transient:

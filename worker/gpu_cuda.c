@@ -7,7 +7,8 @@
  *
  * Over the limit: the reclaim hook (the device tier) moves idle chunks out;
  * failing that, the allocation waits for running tasks to give memory back
- * (polling, since chunks a task unpins signal nothing), at most WAIT_MS.
+ * (woken by frees and by tsr_wgpu_wake at the end of every task, polling
+ * besides: a send that ends unpins a chunk silently), at most WAIT_MS.
  *
  * Staging: pinned blocks of STAGE_BLOCK bytes, two per slot, allocated once
  * at open. A copy goes through them piece by piece, double-buffered: the
@@ -27,7 +28,7 @@
 
 #define STAGE_BLOCK (8u << 20)
 #define WAIT_MS 30000
-#define WAIT_POLL_MS 20
+#define WAIT_POLL_MS 5
 #define MAX_SCRATCH 64
 
 struct tsr_wgpu {
@@ -240,6 +241,13 @@ void tsr_wgpu_set_reclaim(tsr_wgpu *gpu, tsr_wgpu_reclaim_fn fn, void *arg)
 {
   gpu->reclaim = fn;
   gpu->reclaim_arg = arg;
+}
+
+void tsr_wgpu_wake(tsr_wgpu *gpu)
+{
+  pthread_mutex_lock(&gpu->lock);
+  pthread_cond_broadcast(&gpu->freed);
+  pthread_mutex_unlock(&gpu->lock);
 }
 
 static void deadline_in(struct timespec *ts, int ms)

@@ -47,6 +47,8 @@ int tsr_wgpu_alloc(tsr_wgpu_slot *slot, size_t nbytes, const char *what, bool tr
 
 void tsr_wgpu_set_reclaim(tsr_wgpu *gpu, tsr_wgpu_reclaim_fn fn, void *arg) { (void)gpu, (void)fn, (void)arg; }
 
+void tsr_wgpu_wake(tsr_wgpu *gpu) { (void)gpu; }
+
 void tsr_wgpu_free(tsr_wgpu_slot *slot, void *ptr, size_t nbytes, bool transient)
 {
   (void)slot, (void)ptr, (void)nbytes, (void)transient;

@@ -69,6 +69,8 @@ static int tier_copy_down(void *slot, void *dst, const void *src, size_t nbytes,
   return tsr_wgpu_download(slot, dst, src, nbytes, err);
 }
 
+static void tier_wake(void *slot) { tsr_wgpu_wake(tsr_wgpu_slot_gpu(slot)); }
+
 /* Device chunks move down to host memory instead of failing allocations:
  * the tier balances after every task (through the store) and the GPU asks
  * it for memory when an allocation would pass the limit. */
@@ -76,7 +78,7 @@ static int open_devtier(tsr_worker *w, tsr_errbuf *err)
 {
   int rc = tsr_wgpu_slot_new(w->gpu, &w->tier_slot, err);
   if (rc != 0) return rc;
-  tsr_devtier_dev dev = {w->tier_slot, tsr_wgpu_limit(w->gpu), tier_used, tier_copy_down};
+  tsr_devtier_dev dev = {w->tier_slot, tsr_wgpu_limit(w->gpu), tier_used, tier_copy_down, tier_wake};
   rc = tsr_devtier_new(&w->opts.devtier, &dev, w->store, &w->devtier, err);
   if (rc != 0) return rc;
   tsr_wstore_set_devtier(w->store, w->devtier);

@@ -9,7 +9,7 @@
  *   error naming the chunk and the limit; the worker stays up, and chunks
  *   that together pass the limit complete (moved to host memory);
  * - the device tier: a randomized SVD (six passes) over a materialized u8
- *   matrix four times the device limit, with a host memory limit too, is
+ *   matrix four times the device limit (64 MiB on 16 MiB), with a host memory limit too, is
  *   bit-identical to the run without limits; chunks were moved to host
  *   memory and spilled to disk on the way;
  * - a GPU worker SIGKILLed mid-graph: its results are recomputed on the CPU
@@ -315,7 +315,7 @@ TEST(chunk_over_device_memory_limit_fails_and_chunks_together_over_it_move_to_ho
 /* s and v of svd_compressed(k=5, q=2) of X2 = scale(randint(0, 3) u8, 1,
  * 1), ROWS x 1024 in 256-row chunks: X2 is computed once, kept, and read
  * by all six passes. */
-#define SVD_ROWS 24576
+#define SVD_ROWS 65536
 #define SVD_COLS 1024
 #define SVD_K 5
 
@@ -353,9 +353,10 @@ TEST(device_tier_moves_chunks_to_host_and_disk_bit_identically)
   int rc = svd_of_materialized(c.address, s_ref, v_ref);
   cluster_stop(&c, rc != 0);
   ASSERT_EQ(rc, 0);
-  /* X2 is 24 MiB: four times the device limit; the host keeps 0.6 x 16 MiB
-   * and spills the rest */
-  const char *limits[] = {"--device-memory-limit", "6MiB", "--memory-limit", "16MiB", "--heartbeat-interval", "100ms", NULL};
+  /* X2 is 64 MiB: four times the device limit (which must hold cuSOLVER's
+   * 6 MiB QR workspace beside the other streams' tasks); the host keeps
+   * 0.6 x 32 MiB and spills the rest */
+  const char *limits[] = {"--device-memory-limit", "16MiB", "--memory-limit", "32MiB", "--heartbeat-interval", "100ms", NULL};
   ASSERT_EQ(start(&c, "gpu", limits, NULL), 0);
   rc = svd_of_materialized(c.address, s_lim, v_lim);
   tsr_client *client = NULL;

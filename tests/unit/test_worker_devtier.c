@@ -31,6 +31,14 @@ static void fake_release(void *arg, void *data, size_t nbytes)
   atomic_fetch_sub(&dev_used, nbytes);
 }
 
+static int wakes;                          /* wake calls */
+
+static void fake_wake(void *arg)
+{
+  (void)arg;
+  wakes++;
+}
+
 static uint64_t fake_used(void *arg)
 {
   (void)arg;
@@ -95,7 +103,7 @@ static tsr_devtier *make_tier(tsr_wstore *store, double target, double spill)
   tsr_devtier_opts o = TSR_DEVTIER_OPTS_DEFAULT;
   o.target = target;
   o.spill = spill;
-  tsr_devtier_dev dev = {NULL, LIMIT, fake_used, fake_copy};
+  tsr_devtier_dev dev = {NULL, LIMIT, fake_used, fake_copy, fake_wake};
   tsr_devtier *dt = NULL;
   tsr_errbuf err = {{0}};
   if (tsr_devtier_new(&o, &dev, store, &dt, &err) != 0) {
@@ -138,9 +146,12 @@ TEST(balance_moves_lru_device_chunks_to_host_down_to_target)
   ASSERT_EQ(st.bytes_moved, 400);
   ASSERT_EQ(st.chunks_moved, 2);
   ASSERT_EQ(st.bytes_dropped, 0);
-  /* under target: nothing more moves */
+  /* under target: nothing more moves, but waiting allocations are woken
+   * at every balance (a task ended) */
+  int woken = wakes;
   tsr_wstore_balance(store);
   ASSERT_EQ(copies, 2);
+  ASSERT_EQ(wakes, woken + 1);
   ASSERT_EQ(tsr_wstore_count(store), 4);
   close_all(&store, &dt);
   ASSERT_EQ(atomic_load(&dev_used), 0);
@@ -320,7 +331,7 @@ TEST(flags)
   ASSERT_EQ(tsr_devtier_opt(&o, "--device-memory-spill", "1.5", &err), TSR_EINVAL);
   ASSERT_EQ(tsr_devtier_opt(&o, "--device-memory-spill", "half", &err), TSR_EINVAL);
   ASSERT_EQ(tsr_devtier_opt(&o, "--memory-target", "0.5", &err), TSR_ENOTFOUND);
-  tsr_devtier_dev none = {NULL, 0, fake_used, fake_copy};
+  tsr_devtier_dev none = {NULL, 0, fake_used, fake_copy, NULL};
   tsr_devtier *dt = NULL;
   ASSERT_EQ(tsr_devtier_new(&o, &none, NULL, &dt, &err), TSR_EINVAL);
 }
