@@ -61,9 +61,11 @@ void tsr_devtier_stats_get(tsr_devtier *dt, tsr_devtier_stats *stats)
   pthread_mutex_unlock(&dt->lock);
 }
 
-static void count(tsr_devtier *dt, bool dropped, size_t nbytes)
+static void count(tsr_devtier *dt, bool dropped, bool pinned, size_t nbytes, uint64_t us)
 {
   pthread_mutex_lock(&dt->lock);
+  dt->stats.move_us += us;
+  if (pinned) dt->stats.bytes_pinned += nbytes;
   if (dropped) {
     dt->stats.bytes_dropped += nbytes;
     dt->stats.chunks_dropped++;
@@ -74,19 +76,35 @@ static void count(tsr_devtier *dt, bool dropped, size_t nbytes)
   pthread_mutex_unlock(&dt->lock);
 }
 
+/* Host memory for a copy of nbytes: pinned while the pinned tier has room. */
+static void *host_buffer(tsr_devtier *dt, size_t nbytes, bool *pinned_p)
+{
+  void *host = dt->dev.host_alloc != NULL ? dt->dev.host_alloc(dt->dev.host_arg, nbytes) : NULL;
+  *pinned_p = host != NULL;
+  return host != NULL ? host : malloc(nbytes ? nbytes : 1);
+}
+
 /* Copies chunk to a new host chunk of the same key and metadata; NULL when
  * host memory or the copy fails (logged once: the chunk then stays). */
 static tsr_chunk *host_copy(tsr_devtier *dt, const tsr_chunk *chunk)
 {
   tsr_errbuf err = {{0}};
-  void *host = malloc(chunk->nbytes ? chunk->nbytes : 1);
+  bool pinned;
+  void *host = host_buffer(dt, chunk->nbytes, &pinned);
   int rc = host == NULL ? tsr_fail(&err, TSR_ENOMEM, "out of host memory")
                         : dt->dev.copy_down(dt->dev.arg, host, chunk->data, chunk->nbytes, &err);
   tsr_chunk *copy = NULL;
-  if (rc == 0 && (rc = tsr_chunk_new_malloc(dt->store, chunk->key, &chunk->meta, host, chunk->nbytes, &copy)) != 0)
-    tsr_fail(&err, rc, "out of host memory");
+  if (rc == 0) {
+    rc = pinned ? tsr_chunk_new_pinned(dt->store, chunk->key, &chunk->meta, host, chunk->nbytes, dt->dev.host_free,
+                                       dt->dev.host_arg, &copy)
+                : tsr_chunk_new_malloc(dt->store, chunk->key, &chunk->meta, host, chunk->nbytes, &copy);
+    if (rc != 0) tsr_fail(&err, rc, "out of host memory");
+  }
   if (rc == 0) return copy;
-  free(host);
+  if (pinned)
+    dt->dev.host_free(dt->dev.host_arg, host, chunk->nbytes);
+  else
+    free(host);
   if (!dt->warned_copy) {
     TSR_WARN("cannot move device chunk '%s' (%zu bytes) to host memory: %s; it stays on the device (logged once)",
              chunk->key, chunk->nbytes, err.text);
@@ -102,17 +120,19 @@ static uint64_t move_one(tsr_devtier *dt, tsr_chunk *chunk)
 {
   if (chunk->recompute && atomic_load(&chunk->read)) {
     if (!tsr_wstore_evict(dt->store, chunk)) return 0;
-    count(dt, true, chunk->nbytes);
+    count(dt, true, false, chunk->nbytes, 0);
     TSR_DEBUG("dropped device chunk '%s' (%zu bytes, recomputable)", chunk->key, chunk->nbytes);
     return chunk->nbytes;
   }
+  uint64_t t0 = tsr_now_us();
   tsr_chunk *copy = host_copy(dt, chunk);
   if (copy == NULL) return 0;
+  bool copy_pinned = copy->owner == TSR_CHUNK_PINNED;
   copy->replica = chunk->replica;
   bool replaced = tsr_wstore_replace(dt->store, chunk, copy);
   tsr_chunk_unref(&copy);  /* the map's reference keeps it when replaced */
   if (!replaced) return 0;
-  count(dt, false, chunk->nbytes);
+  count(dt, false, copy_pinned, chunk->nbytes, tsr_now_us() - t0);
   TSR_DEBUG("moved device chunk '%s' (%zu bytes) to host memory", chunk->key, chunk->nbytes);
   return chunk->nbytes;
 }
@@ -140,6 +160,7 @@ void tsr_devtier_balance(tsr_devtier *dt)
 uint64_t tsr_devtier_reclaim(void *arg, uint64_t need, uint64_t *busy_p)
 {
   tsr_devtier *dt = arg;
+  uint64_t t0 = tsr_now_us();
   pthread_mutex_lock(&dt->moving);
   tsr_chunk **idle = NULL;
   size_t n = tsr_wstore_idle_device(dt->store, &idle);
@@ -154,6 +175,10 @@ uint64_t tsr_devtier_reclaim(void *arg, uint64_t need, uint64_t *busy_p)
   }
   free(idle);
   pthread_mutex_unlock(&dt->moving);
+  pthread_mutex_lock(&dt->lock);
+  dt->stats.reclaims++;
+  dt->stats.reclaim_us += tsr_now_us() - t0;
+  pthread_mutex_unlock(&dt->lock);
   if (busy_p != NULL) *busy_p = live > idle_bytes ? live - idle_bytes : 0;
   if (freed > 0 && tsr_wstore_tiers(dt->store) != NULL) tsr_tiers_balance(tsr_wstore_tiers(dt->store), dt->store);
   return freed;

@@ -5,8 +5,10 @@
  * idle device chunks down to host memory, least recently used first, so a
  * graph whose chunks together pass the limit completes instead of failing:
  *
- *   device --(copied through pinned staging blocks, on the tier's own
- *             stream)--> host store --(host tiers, tiers.h)--> disk
+ *   device --(DMA on the tier's own stream)--> pinned host memory while
+ *            the pinned tier has room (pinned.h), else ordinary host
+ *            memory (through the pinned staging blocks)
+ *          --(host tiers, tiers.h)--> disk
  *
  * When, fractions of the device memory limit:
  *   target (default 0.8): after every task, when the device chunks hold
@@ -73,14 +75,24 @@ typedef struct tsr_devtier_dev {
   /* Optional: wakes allocations waiting for device memory (chunks may have
    * become movable). Called at every balance, i.e. at the end of every task. */
   void (*wake)(void *arg);
+  /* Optional: pinned host memory for the copies (the pinned host tier):
+   * NULL when there is none or it is full (then malloc'd memory), freed by
+   * host_free(host_arg, ptr, nbytes) on any thread. */
+  void *(*host_alloc)(void *host_arg, size_t nbytes);
+  tsr_chunk_release_fn host_free;
+  void *host_arg;
 } tsr_devtier_dev;
 
 /* Counters since the worker started (not reset by a reconnect). */
 typedef struct tsr_devtier_stats {
   uint64_t bytes_moved;     /* device chunks copied down to host memory */
   uint64_t chunks_moved;
+  uint64_t bytes_pinned;    /* the part of bytes_moved that landed in pinned memory */
   uint64_t bytes_dropped;   /* recomputable device chunks dropped */
   uint64_t chunks_dropped;
+  uint64_t move_us;         /* time spent copying chunks down */
+  uint64_t reclaims;        /* reclaim calls (allocations over the limit) */
+  uint64_t reclaim_us;      /* time they took, waiting for another mover included */
 } tsr_devtier_stats;
 
 typedef struct tsr_devtier tsr_devtier;

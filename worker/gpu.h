@@ -70,6 +70,15 @@ const char *tsr_wgpu_name(const tsr_wgpu *gpu);
 uint64_t tsr_wgpu_limit(const tsr_wgpu *gpu);
 /* Bytes allocated from the pool now (chunks, input copies, scratch). */
 uint64_t tsr_wgpu_used(const tsr_wgpu *gpu);
+/* Counters since open, for the log at exit and benchmarks: copies through
+ * the staging blocks (bytes, and thread time spent in them) and the time
+ * allocations spent waiting for memory over the limit. */
+typedef struct tsr_wgpu_stats {
+  uint64_t upload_bytes, upload_us;
+  uint64_t download_bytes, download_us;
+  uint64_t waits, wait_us;
+} tsr_wgpu_stats;
+void tsr_wgpu_stats_get(tsr_wgpu *gpu, tsr_wgpu_stats *stats);
 /* GPU utilization in percent over NVML's last sample period, or -1 when
  * NVML is not available (libnvidia-ml.so.1 is loaded at run time). */
 int tsr_wgpu_util(tsr_wgpu *gpu);
@@ -101,6 +110,20 @@ void tsr_wgpu_set_reclaim(tsr_wgpu *gpu, tsr_wgpu_reclaim_fn fn, void *arg);
  * made or read may be movable now (nothing is freed, so nothing else would
  * wake them before their next poll). Any thread. */
 void tsr_wgpu_wake(tsr_wgpu *gpu);
+
+/* The pinned host tier (pinned.h): up to limit bytes of host memory,
+ * pinned in 256 MiB slabs as chunks moved off the device need it (main
+ * thread, before tasks run; 0 = none). Copies between it and the device
+ * skip the staging blocks: tsr_wgpu_upload from, and tsr_wgpu_download to,
+ * pinned memory are plain DMA. 0 or TSR_ENOMEM. */
+int tsr_wgpu_set_pinned(tsr_wgpu *gpu, uint64_t limit, tsr_errbuf *err);
+/* nbytes of pinned host memory, or NULL (no pinned tier, or full). */
+void *tsr_wgpu_pinned_alloc(tsr_wgpu *gpu, size_t nbytes);
+/* Frees it; any thread, ZeroMQ's I/O thread included (no CUDA call). The
+ * signature of tsr_chunk_release_fn (arg = the tsr_wgpu). */
+void tsr_wgpu_pinned_free(void *gpu, void *ptr, size_t nbytes);
+/* Pinned bytes in use now, and pinned so far (slabs). */
+uint64_t tsr_wgpu_pinned_used(tsr_wgpu *gpu, uint64_t *slabs_p);
 
 /* Allocates nbytes of device memory, ordered on the slot's stream. `what`
  * names the chunk or input it is for (in the error message). transient:

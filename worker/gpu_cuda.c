@@ -25,8 +25,10 @@
 #include <time.h>
 
 #include "nvml.h"
+#include "pinned.h"
 
 #define STAGE_BLOCK (8u << 20)
+#define PINNED_SLAB ((size_t)256 << 20)
 #define WAIT_MS 30000
 #define WAIT_POLL_MS 5
 #define MAX_SCRATCH 64
@@ -48,6 +50,8 @@ struct tsr_wgpu {
   int n_stage, stage_next;       /* stage_next under lock */
   tsr_nvml *nvml;
   _Atomic bool broken;
+  tsr_wgpu_stats stats;          /* under lock */
+  tsr_pinned *pinned;            /* the pinned host tier, or NULL; set before tasks run */
 };
 
 struct tsr_wgpu_slot {
@@ -206,6 +210,7 @@ void tsr_wgpu_close(tsr_wgpu **gpu_p)
   for (int i = 0; gpu->stage != NULL && i < gpu->n_stage; i++)
     if (gpu->stage[i] != NULL) cudaFreeHost(gpu->stage[i]);
   free(gpu->stage);
+  tsr_pinned_destroy(&gpu->pinned);
   if (gpu->release_stream) cudaStreamDestroy(gpu->release_stream);
   if (gpu->pool) cudaMemPoolDestroy(gpu->pool);
   tsr_nvml_close(&gpu->nvml);
@@ -235,12 +240,89 @@ int tsr_wgpu_bind(tsr_wgpu *gpu)
   return cudaSetDevice(gpu->device) == cudaSuccess ? 0 : TSR_EINTERNAL;
 }
 
+static void count_copy(tsr_wgpu *gpu, bool up, size_t nbytes, uint64_t t0);
+
+/* ---------- the pinned host tier ---------- */
+
+static void *pin_slab(void *arg, size_t bytes)
+{
+  tsr_wgpu *gpu = arg;
+  void *p = NULL;
+  cudaSetDevice(gpu->device);
+  if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) == cudaSuccess) return p;
+  cudaGetLastError();
+  char size[32];
+  TSR_WARN("gpu:%d: cannot pin %s of host memory; chunks moved off the device go to ordinary memory",
+           gpu->device, tsr_format_bytes(bytes, size, sizeof size));
+  return NULL;
+}
+
+static void unpin_slab(void *arg, void *slab, size_t bytes)
+{
+  (void)arg, (void)bytes;
+  cudaFreeHost(slab);
+}
+
+int tsr_wgpu_set_pinned(tsr_wgpu *gpu, uint64_t limit, tsr_errbuf *err)
+{
+  if (limit == 0) return 0;
+  gpu->pinned = tsr_pinned_new(limit, PINNED_SLAB, pin_slab, unpin_slab, gpu);
+  return gpu->pinned != NULL ? 0 : tsr_fail(err, TSR_ENOMEM, "out of memory");
+}
+
+void *tsr_wgpu_pinned_alloc(tsr_wgpu *gpu, size_t nbytes)
+{
+  return gpu->pinned != NULL ? tsr_pinned_alloc(gpu->pinned, nbytes) : NULL;
+}
+
+void tsr_wgpu_pinned_free(void *arg, void *ptr, size_t nbytes)
+{
+  tsr_wgpu *gpu = arg;
+  tsr_pinned_free(gpu->pinned, ptr, nbytes);
+}
+
+uint64_t tsr_wgpu_pinned_used(tsr_wgpu *gpu, uint64_t *slabs_p)
+{
+  if (slabs_p != NULL) *slabs_p = gpu->pinned != NULL ? tsr_pinned_slabs(gpu->pinned) : 0;
+  return gpu->pinned != NULL ? tsr_pinned_used(gpu->pinned) : 0;
+}
+
+static bool is_pinned(tsr_wgpu *gpu, const void *ptr) { return gpu->pinned != NULL && tsr_pinned_owns(gpu->pinned, ptr); }
+
+/* One DMA between pinned host memory and the device, waited for. */
+static int direct_copy(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, enum cudaMemcpyKind kind,
+                       tsr_errbuf *err)
+{
+  uint64_t t0 = tsr_now_us();
+  int rc = CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, kind, slot->stream), err);
+  if (rc == 0) rc = tsr_wgpu_sync(slot, err);
+  count_copy(slot->gpu, kind == cudaMemcpyHostToDevice, nbytes, t0);
+  return rc;
+}
+
 /* ---------- accounting ---------- */
 
 void tsr_wgpu_set_reclaim(tsr_wgpu *gpu, tsr_wgpu_reclaim_fn fn, void *arg)
 {
   gpu->reclaim = fn;
   gpu->reclaim_arg = arg;
+}
+
+void tsr_wgpu_stats_get(tsr_wgpu *gpu, tsr_wgpu_stats *stats)
+{
+  pthread_mutex_lock(&gpu->lock);
+  *stats = gpu->stats;
+  pthread_mutex_unlock(&gpu->lock);
+}
+
+/* Adds one staged copy to the counters. */
+static void count_copy(tsr_wgpu *gpu, bool up, size_t nbytes, uint64_t t0)
+{
+  uint64_t us = tsr_now_us() - t0;
+  pthread_mutex_lock(&gpu->lock);
+  if (up) gpu->stats.upload_bytes += nbytes, gpu->stats.upload_us += us;
+  else gpu->stats.download_bytes += nbytes, gpu->stats.download_us += us;
+  pthread_mutex_unlock(&gpu->lock);
 }
 
 void tsr_wgpu_wake(tsr_wgpu *gpu)
@@ -312,7 +394,10 @@ static bool wait_round(tsr_wgpu *gpu, bool hope, int *hopeless, const struct tim
   if (past(deadline) || *hopeless > 1) return false;
   struct timespec poll;
   deadline_in(&poll, WAIT_POLL_MS);
+  uint64_t t0 = tsr_now_us();
   pthread_cond_timedwait(&gpu->freed, &gpu->lock, &poll);
+  gpu->stats.waits++;
+  gpu->stats.wait_us += tsr_now_us() - t0;
   return true;
 }
 
@@ -526,6 +611,8 @@ int tsr_wgpu_sync(tsr_wgpu_slot *slot, tsr_errbuf *err)
 
 int tsr_wgpu_upload(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err)
 {
+  if (is_pinned(slot->gpu, src)) return direct_copy(slot, dst, src, nbytes, cudaMemcpyHostToDevice, err);
+  uint64_t t0 = tsr_now_us();
   int rc = 0;
   bool used[2] = {false, false};
   for (size_t off = 0, i = 0; rc == 0 && off < nbytes; off += STAGE_BLOCK, i++) {
@@ -543,11 +630,14 @@ int tsr_wgpu_upload(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbyt
   for (int k = 0; k < 2; k++)
     if (used[k] && cudaEventSynchronize(slot->stage_done[k]) != cudaSuccess && rc == 0)
       rc = tsr_wgpu_sync(slot, err);
+  count_copy(slot->gpu, true, nbytes, t0);
   return rc;
 }
 
 int tsr_wgpu_download(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err)
 {
+  if (is_pinned(slot->gpu, dst)) return direct_copy(slot, dst, src, nbytes, cudaMemcpyDeviceToHost, err);
+  uint64_t t0 = tsr_now_us();
   size_t pieces = (nbytes + STAGE_BLOCK - 1) / STAGE_BLOCK;
   int rc = 0;
   /* Piece i+1's DMA runs while the host copies piece i out of its block. */
@@ -566,5 +656,6 @@ int tsr_wgpu_download(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nb
     }
   }
   if (rc != 0) tsr_wgpu_sync(slot, NULL);
+  count_copy(slot->gpu, false, nbytes, t0);
   return rc;
 }

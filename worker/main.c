@@ -57,6 +57,8 @@ static void usage(FILE *out)
           "  --device-memory-limit BYTES  hard limit on the GPU's memory (default 90%% of it)\n"
           "  --device-memory-target F   move idle device chunks to host memory above F of it (default 0.8)\n"
           "  --device-memory-spill F    ... and while all device bytes in use exceed F of it (default 0.9)\n"
+          "  --pinned-memory-limit BYTES  pinned host memory for chunks moved off the GPU (default: the device\n"
+          "                             limit, at most 1/8 of RAM; 0 = none)\n"
           "  --list-gpus                print the GPUs this build can use, one per line, and exit\n"
           "  --help, --version\n"
           "\n"
@@ -105,6 +107,10 @@ static int apply_flag(tsr_worker_opts *o, const char *flag, const char *v)
   }
   if (strcmp(flag, "--device-memory-limit") == 0)
     return tsr_parse_bytes(v, &o->device_memory_limit) == 0 ? 0 : bad(flag, v, "expected a size like 60GiB");
+  if (strcmp(flag, "--pinned-memory-limit") == 0) {
+    device_tier_flag = "--pinned-memory-limit";
+    return tsr_parse_bytes(v, &o->pinned_memory_limit) == 0 ? 0 : bad(flag, v, "expected a size like 8GiB");
+  }
   if (strcmp(flag, "--memory-limit") == 0)
     return tsr_parse_bytes(v, &o->memory_limit) == 0 ? 0 : bad(flag, v, "expected a size like 4GiB");
   if (strcmp(flag, "--log-level") == 0) {
@@ -196,6 +202,7 @@ static void default_opts(tsr_worker_opts *o)
   o->heartbeat_timeout_ms = 10000;
   o->fetch_timeout_ms = DEFAULT_FETCH_TIMEOUT_MS;
   o->gpu = -1;
+  o->pinned_memory_limit = TSR_PINNED_DEFAULT;
   const char *env = getenv("TESSERA_SCHEDULER");
   if (env != NULL && env[0] != '\0' && strlen(env) < sizeof o->scheduler) snprintf(o->scheduler, sizeof o->scheduler, "%s", env);
 }

@@ -148,6 +148,22 @@ int tsr_chunk_new_device(tsr_wstore *store, const char *key, const tsr_meta *met
   return 0;
 }
 
+int tsr_chunk_new_pinned(tsr_wstore *store, const char *key, const tsr_meta *meta, void *data, size_t nbytes,
+                         tsr_chunk_release_fn release, void *release_arg, tsr_chunk **chunk_p)
+{
+  tsr_chunk *chunk;
+  int rc = chunk_alloc(store, key, meta, &chunk);
+  if (rc != 0) return rc;
+  chunk->owner = TSR_CHUNK_PINNED;
+  chunk->data = data;
+  chunk->nbytes = nbytes;
+  chunk->release = release;
+  chunk->release_arg = release_arg;
+  account_add(store, nbytes);
+  *chunk_p = chunk;
+  return 0;
+}
+
 tsr_chunk *tsr_chunk_ref(tsr_chunk *chunk)
 {
   atomic_fetch_add_explicit(&chunk->refs, 1, memory_order_relaxed);
@@ -167,7 +183,7 @@ void tsr_chunk_unref(tsr_chunk **chunk_p)
   bool device = chunk->owner == TSR_CHUNK_DEVICE;
   if (chunk->owner == TSR_CHUNK_XFER)
     tsr_xfer_data_release(&chunk->xfer);
-  else if (device)
+  else if (device || chunk->owner == TSR_CHUNK_PINNED)
     chunk->release(chunk->release_arg, chunk->data, nbytes);
   else
     free(chunk->data);

@@ -70,6 +70,18 @@ static int tier_copy_down(void *slot, void *dst, const void *src, size_t nbytes,
 }
 
 static void tier_wake(void *slot) { tsr_wgpu_wake(tsr_wgpu_slot_gpu(slot)); }
+static void *tier_pinned(void *gpu, size_t nbytes) { return tsr_wgpu_pinned_alloc(gpu, nbytes); }
+
+/* The pinned host tier's size: as asked, or by default as much as the
+ * device limit, at most an eighth of the machine's memory. */
+static uint64_t pinned_limit(const tsr_worker *w)
+{
+  if (w->opts.pinned_memory_limit != TSR_PINNED_DEFAULT) return w->opts.pinned_memory_limit;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  uint64_t eighth = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 8 : 0;
+  uint64_t limit = tsr_wgpu_limit(w->gpu);
+  return limit < eighth ? limit : eighth;
+}
 
 /* Device chunks move down to host memory instead of failing allocations:
  * the tier balances after every task (through the store) and the GPU asks
@@ -77,8 +89,10 @@ static void tier_wake(void *slot) { tsr_wgpu_wake(tsr_wgpu_slot_gpu(slot)); }
 static int open_devtier(tsr_worker *w, tsr_errbuf *err)
 {
   int rc = tsr_wgpu_slot_new(w->gpu, &w->tier_slot, err);
+  if (rc == 0) rc = tsr_wgpu_set_pinned(w->gpu, pinned_limit(w), err);
   if (rc != 0) return rc;
-  tsr_devtier_dev dev = {w->tier_slot, tsr_wgpu_limit(w->gpu), tier_used, tier_copy_down, tier_wake};
+  tsr_devtier_dev dev = {w->tier_slot, tsr_wgpu_limit(w->gpu), tier_used, tier_copy_down, tier_wake,
+                         tier_pinned, tsr_wgpu_pinned_free, w->gpu};
   rc = tsr_devtier_new(&w->opts.devtier, &dev, w->store, &w->devtier, err);
   if (rc != 0) return rc;
   tsr_wstore_set_devtier(w->store, w->devtier);
@@ -98,10 +112,12 @@ static int open_gpu(tsr_worker *w)
     return rc;
   }
   tsr_wstore_set_device_copy(w->store, serve_copy, w->serve_slot);
-  char limit[32];
-  TSR_INFO("gpu:%d: %s, device memory limit %s (target %.2f, spill %.2f: idle chunks move to host memory), %d streams",
+  char limit[32], pinned[32];
+  TSR_INFO("gpu:%d: %s, device memory limit %s (target %.2f, spill %.2f: idle chunks move to host memory, up to %s "
+           "of it pinned), %d streams",
            w->opts.gpu, tsr_wgpu_name(w->gpu), tsr_format_bytes(tsr_wgpu_limit(w->gpu), limit, sizeof limit),
-           w->opts.devtier.target, w->opts.devtier.spill, w->opts.threads);
+           w->opts.devtier.target, w->opts.devtier.spill, tsr_format_bytes(pinned_limit(w), pinned, sizeof pinned),
+           w->opts.threads);
   return 0;
 }
 
@@ -214,6 +230,27 @@ static void loop_once(tsr_worker *w, int stop_fd)
   tsr_link_flush(w);
 }
 
+/* What the GPU and its device tier did, for tuning (info, once at exit). */
+static void log_gpu_stats(tsr_worker *w)
+{
+  if (w->gpu == NULL) return;
+  tsr_wgpu_stats g;
+  tsr_devtier_stats d = {0};
+  tsr_wgpu_stats_get(w->gpu, &g);
+  if (w->devtier != NULL) tsr_devtier_stats_get(w->devtier, &d);
+  char up[32], down[32], moved[32], pinned[32], slabs[32], dropped[32];
+  uint64_t pinned_made = 0;
+  tsr_wgpu_pinned_used(w->gpu, &pinned_made);
+  TSR_INFO("gpu:%d: copied up %s in %.3f s, down %s in %.3f s (thread time); allocations waited %.3f s in %llu rounds; "
+           "device tier moved %s in %.3f s (%s into pinned memory, %s pinned), dropped %s, %llu reclaims in %.3f s",
+           w->opts.gpu, tsr_format_bytes(g.upload_bytes, up, sizeof up), (double)g.upload_us / 1e6,
+           tsr_format_bytes(g.download_bytes, down, sizeof down), (double)g.download_us / 1e6, (double)g.wait_us / 1e6,
+           (unsigned long long)g.waits, tsr_format_bytes(d.bytes_moved, moved, sizeof moved), (double)d.move_us / 1e6,
+           tsr_format_bytes(d.bytes_pinned, pinned, sizeof pinned), tsr_format_bytes(pinned_made, slabs, sizeof slabs),
+           tsr_format_bytes(d.bytes_dropped, dropped, sizeof dropped), (unsigned long long)d.reclaims,
+           (double)d.reclaim_us / 1e6);
+}
+
 /* Frees everything. Returns false when an executor thread would not stop:
  * then the store and the context must stay (that thread still uses them). */
 static bool worker_teardown(tsr_worker *w)
@@ -233,6 +270,7 @@ static bool worker_teardown(tsr_worker *w)
    * for sending, which drop their chunk references: before the store goes. */
   if (w->zctx) zmq_ctx_term(w->zctx);
   tsr_tiers *tiers = w->store != NULL ? tsr_wstore_tiers(w->store) : NULL;
+  log_gpu_stats(w);
   if (w->gpu != NULL) tsr_wgpu_set_reclaim(w->gpu, NULL, NULL);
   tsr_wstore_destroy(&w->store);
   tsr_tiers_destroy(&tiers);

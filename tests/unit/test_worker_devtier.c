@@ -5,13 +5,16 @@
  * use kept, recomputable chunks dropped (unread ones only on demand), the
  * reclaim hook's freed and busy bytes, a chunk taken during its copy kept,
  * moved chunks handed to the host tiers (spilled to disk, reloaded
- * bit-identical), and the flags. No daemon, no sockets. */
+ * bit-identical), the pinned host tier (its allocator over malloc'd
+ * "slabs", and chunks moved into it while it has room), and the flags. No
+ * daemon, no sockets. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <unistd.h>
 
 #include "devtier.h"
 #include "kit.h"
+#include "pinned.h"
 #include "store.h"
 #include "tiers.h"
 
@@ -103,7 +106,7 @@ static tsr_devtier *make_tier(tsr_wstore *store, double target, double spill)
   tsr_devtier_opts o = TSR_DEVTIER_OPTS_DEFAULT;
   o.target = target;
   o.spill = spill;
-  tsr_devtier_dev dev = {NULL, LIMIT, fake_used, fake_copy, fake_wake};
+  tsr_devtier_dev dev = {NULL, LIMIT, fake_used, fake_copy, fake_wake, NULL, NULL, NULL};
   tsr_devtier *dt = NULL;
   tsr_errbuf err = {{0}};
   if (tsr_devtier_new(&o, &dev, store, &dt, &err) != 0) {
@@ -319,6 +322,102 @@ TEST(spill_threshold_counts_all_device_bytes)
   close_all(&store, &dt);
 }
 
+static int slabs_made, slabs_unmade;
+
+static void *fake_slab(void *arg, size_t bytes)
+{
+  (void)arg;
+  slabs_made++;
+  return malloc(bytes);
+}
+
+static void fake_unslab(void *arg, void *slab, size_t bytes)
+{
+  (void)arg, (void)bytes;
+  slabs_unmade++;
+  free(slab);
+}
+
+TEST(pinned_allocator_first_fit_coalesces_and_grows_to_its_limit)
+{
+  slabs_made = slabs_unmade = 0;
+  tsr_pinned *p = tsr_pinned_new(3 << 16, 1 << 16, fake_slab, fake_unslab, NULL);
+  char *a = tsr_pinned_alloc(p, 10000);   /* 12 KiB */
+  char *b = tsr_pinned_alloc(p, 20000);   /* 20 KiB */
+  char *c = tsr_pinned_alloc(p, 32768);   /* 32 KiB: the first slab is full */
+  ASSERT_TRUE(a && b && c);
+  ASSERT_TRUE(b == a + 12288 && c == a + 32768);
+  ASSERT_EQ(slabs_made, 1);
+  char *d = tsr_pinned_alloc(p, 1);       /* a second slab */
+  ASSERT_TRUE(d != NULL);
+  ASSERT_EQ(slabs_made, 2);
+  ASSERT_EQ(tsr_pinned_used(p), 65536 + 4096);
+  ASSERT_TRUE(tsr_pinned_owns(p, a + 100) && tsr_pinned_owns(p, d));
+  int local;
+  ASSERT_TRUE(!tsr_pinned_owns(p, &local));
+  tsr_pinned_free(p, b, 20000);
+  char *x = tsr_pinned_alloc(p, 16384);   /* first fit: b's hole */
+  ASSERT_TRUE(x == b);
+  tsr_pinned_free(p, a, 10000);
+  tsr_pinned_free(p, x, 16384);
+  char *y = tsr_pinned_alloc(p, 32768);   /* a, x and the rest of b's hole merged */
+  ASSERT_TRUE(y == a);
+  /* 128 KiB more would need a slab past the 192 KiB limit */
+  ASSERT_TRUE(tsr_pinned_alloc(p, 1 << 17) == NULL);
+  ASSERT_EQ(slabs_made, 2);
+  tsr_pinned_free(p, y, 32768);
+  tsr_pinned_free(p, c, 32768);
+  tsr_pinned_free(p, d, 1);
+  ASSERT_EQ(tsr_pinned_used(p), 0);
+  char *whole = tsr_pinned_alloc(p, 1 << 16);  /* the first slab is one free extent again */
+  ASSERT_TRUE(whole == a);
+  tsr_pinned_free(p, whole, 1 << 16);
+  ASSERT_EQ(tsr_pinned_slabs(p), 2 << 16);
+  tsr_pinned_destroy(&p);
+  ASSERT_EQ(slabs_unmade, 2);
+}
+
+static void *fake_pinned_alloc(void *pool, size_t nbytes) { return tsr_pinned_alloc(pool, nbytes); }
+
+TEST(moved_chunks_land_in_pinned_memory_while_it_has_room)
+{
+  tsr_pinned *pool = tsr_pinned_new(8192, 4096, fake_slab, fake_unslab, NULL);
+  tsr_wstore *store = tsr_wstore_new(0);
+  tsr_devtier_opts o = TSR_DEVTIER_OPTS_DEFAULT;
+  o.target = 0.1;
+  tsr_devtier_dev dev = {NULL, LIMIT, fake_used, fake_copy, fake_wake, fake_pinned_alloc, tsr_pinned_free, pool};
+  tsr_devtier *dt = NULL;
+  tsr_errbuf err = {{0}};
+  ASSERT_OK(tsr_devtier_new(&o, &dev, store, &dt, &err));
+  tsr_wstore_set_devtier(store, dt);
+  steal_key = NULL;
+  put_device(store, "a", 300, 1, false);
+  put_device(store, "b", 300, 2, false);
+  put_device(store, "c", 300, 3, false);
+  tsr_wstore_balance(store);  /* each takes a 4 KiB extent: a and b fit in 8 KiB, c does not */
+  ASSERT_EQ(tsr_wstore_device_bytes(store), 0);
+  const char *keys[3] = {"a", "b", "c"};
+  tsr_chunk_owner want[3] = {TSR_CHUNK_PINNED, TSR_CHUNK_PINNED, TSR_CHUNK_MALLOC};
+  for (int i = 0; i < 3; i++) {
+    tsr_chunk *ch = NULL;
+    ASSERT_OK(tsr_wstore_get(store, keys[i], &ch));
+    bool owner_ok = ch->owner == want[i];
+    tsr_chunk_unref(&ch);
+    ASSERT_TRUE(owner_ok);
+    ASSERT_TRUE(on_host_intact(store, keys[i], 300, (unsigned)i + 1));
+  }
+  tsr_devtier_stats st;
+  tsr_devtier_stats_get(dt, &st);
+  ASSERT_EQ(st.bytes_moved, 900);
+  ASSERT_EQ(st.bytes_pinned, 600);
+  ASSERT_EQ(tsr_pinned_used(pool), 8192);
+  tsr_wstore_del(store, "a");  /* the last reference gives its extent back */
+  ASSERT_EQ(tsr_pinned_used(pool), 4096);
+  close_all(&store, &dt);
+  ASSERT_EQ(tsr_pinned_used(pool), 0);
+  tsr_pinned_destroy(&pool);
+}
+
 TEST(flags)
 {
   tsr_devtier_opts o = TSR_DEVTIER_OPTS_DEFAULT;
@@ -331,7 +430,7 @@ TEST(flags)
   ASSERT_EQ(tsr_devtier_opt(&o, "--device-memory-spill", "1.5", &err), TSR_EINVAL);
   ASSERT_EQ(tsr_devtier_opt(&o, "--device-memory-spill", "half", &err), TSR_EINVAL);
   ASSERT_EQ(tsr_devtier_opt(&o, "--memory-target", "0.5", &err), TSR_ENOTFOUND);
-  tsr_devtier_dev none = {NULL, 0, fake_used, fake_copy, NULL};
+  tsr_devtier_dev none = {NULL, 0, fake_used, fake_copy, NULL, NULL, NULL, NULL};
   tsr_devtier *dt = NULL;
   ASSERT_EQ(tsr_devtier_new(&o, &none, NULL, &dt, &err), TSR_EINVAL);
 }
@@ -351,6 +450,8 @@ int main(void)
   RUN(chunk_taken_during_its_copy_stays_on_the_device);
   RUN(moved_chunks_reach_disk_through_the_host_tiers);
   RUN(spill_threshold_counts_all_device_bytes);
+  RUN(pinned_allocator_first_fit_coalesces_and_grows_to_its_limit);
+  RUN(moved_chunks_land_in_pinned_memory_while_it_has_room);
   RUN(flags);
   rmdir(tmp_dir);
   return kit_summary();
