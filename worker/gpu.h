@@ -77,6 +77,7 @@ typedef struct tsr_wgpu_stats {
   uint64_t upload_bytes, upload_us;
   uint64_t download_bytes, download_us;
   uint64_t waits, wait_us;
+  uint64_t pinned_bytes, pin_us;   /* slabs of the pinned host tier made, and the time pinning took */
 } tsr_wgpu_stats;
 void tsr_wgpu_stats_get(tsr_wgpu *gpu, tsr_wgpu_stats *stats);
 /* GPU utilization in percent over NVML's last sample period, or -1 when

@@ -58,7 +58,7 @@ static void usage(FILE *out)
           "  --device-memory-target F   move idle device chunks to host memory above F of it (default 0.8)\n"
           "  --device-memory-spill F    ... and while all device bytes in use exceed F of it (default 0.9)\n"
           "  --pinned-memory-limit BYTES  pinned host memory for chunks moved off the GPU (default: the device\n"
-          "                             limit, at most 1/8 of RAM; 0 = none)\n"
+          "                             limit, at most 1/8 of RAM and 1/4 of --memory-limit; 0 = none)\n"
           "  --list-gpus                print the GPUs this build can use, one per line, and exit\n"
           "  --help, --version\n"
           "\n"

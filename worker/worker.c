@@ -73,14 +73,18 @@ static void tier_wake(void *slot) { tsr_wgpu_wake(tsr_wgpu_slot_gpu(slot)); }
 static void *tier_pinned(void *gpu, size_t nbytes) { return tsr_wgpu_pinned_alloc(gpu, nbytes); }
 
 /* The pinned host tier's size: as asked, or by default as much as the
- * device limit, at most an eighth of the machine's memory. */
+ * device limit, at most an eighth of the machine's memory and a quarter of
+ * --memory-limit (pinned slabs stay in the RSS, which the host tiers'
+ * spill threshold watches). */
 static uint64_t pinned_limit(const tsr_worker *w)
 {
   if (w->opts.pinned_memory_limit != TSR_PINNED_DEFAULT) return w->opts.pinned_memory_limit;
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  uint64_t eighth = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 8 : 0;
   uint64_t limit = tsr_wgpu_limit(w->gpu);
-  return limit < eighth ? limit : eighth;
+  uint64_t eighth = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 8 : 0;
+  if (eighth < limit) limit = eighth;
+  if (w->opts.memory_limit != 0 && w->opts.memory_limit / 4 < limit) limit = w->opts.memory_limit / 4;
+  return limit;
 }
 
 /* Device chunks move down to host memory instead of failing allocations:
@@ -239,15 +243,14 @@ static void log_gpu_stats(tsr_worker *w)
   tsr_wgpu_stats_get(w->gpu, &g);
   if (w->devtier != NULL) tsr_devtier_stats_get(w->devtier, &d);
   char up[32], down[32], moved[32], pinned[32], slabs[32], dropped[32];
-  uint64_t pinned_made = 0;
-  tsr_wgpu_pinned_used(w->gpu, &pinned_made);
   TSR_INFO("gpu:%d: copied up %s in %.3f s, down %s in %.3f s (thread time); allocations waited %.3f s in %llu rounds; "
-           "device tier moved %s in %.3f s (%s into pinned memory, %s pinned), dropped %s, %llu reclaims in %.3f s",
+           "device tier moved %s in %.3f s (%s into pinned memory; %s pinned in %.3f s), dropped %s, %llu reclaims in "
+           "%.3f s",
            w->opts.gpu, tsr_format_bytes(g.upload_bytes, up, sizeof up), (double)g.upload_us / 1e6,
            tsr_format_bytes(g.download_bytes, down, sizeof down), (double)g.download_us / 1e6, (double)g.wait_us / 1e6,
            (unsigned long long)g.waits, tsr_format_bytes(d.bytes_moved, moved, sizeof moved), (double)d.move_us / 1e6,
-           tsr_format_bytes(d.bytes_pinned, pinned, sizeof pinned), tsr_format_bytes(pinned_made, slabs, sizeof slabs),
-           tsr_format_bytes(d.bytes_dropped, dropped, sizeof dropped), (unsigned long long)d.reclaims,
+           tsr_format_bytes(d.bytes_pinned, pinned, sizeof pinned), tsr_format_bytes(g.pinned_bytes, slabs, sizeof slabs),
+           (double)g.pin_us / 1e6, tsr_format_bytes(d.bytes_dropped, dropped, sizeof dropped), (unsigned long long)d.reclaims,
            (double)d.reclaim_us / 1e6);
 }
 
