@@ -335,6 +335,22 @@ static void on_release(msgctx *m)
   }
 }
 
+/* key_missing {key, from}: the client's fetch of a wanted key from the
+ * worker at `from` found no such chunk there. */
+static void on_key_missing(msgctx *m)
+{
+  const char *key, *from;
+  size_t klen, flen;
+  int rc = tsr_wire_str(m->map, "key", TSR_MAX_KEY_LEN, &key, &klen, &m->err);
+  if (rc == 0) rc = tsr_wire_str(m->map, "from", TSR_MAX_NAME_LEN, &from, &flen, &m->err);
+  if (rc != 0) {
+    reject(m, rc, "%s", m->err.text);
+    return;
+  }
+  uint32_t id = sched_task_find(m->st, key, klen);
+  if (id != SCHED_NONE) sched_tr_key_missing(m->st, id, from, flen);
+}
+
 static void on_status(msgctx *m)
 {
   uint64_t req;
@@ -362,6 +378,7 @@ static const route routes[] = {
   {"chunks_moved", PEER_WORKER, on_chunks_moved},
   {"goodbye", PEER_WORKER, on_goodbye},       {"submit", PEER_CLIENT, on_submit},
   {"release", PEER_CLIENT, on_release},       {"status", PEER_CLIENT, on_status},
+  {"key_missing", PEER_CLIENT, on_key_missing},
   {"goodbye", PEER_CLIENT, on_goodbye},       {"heartbeat", PEER_CLIENT, NULL},
 };
 
