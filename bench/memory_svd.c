@@ -5,7 +5,9 @@
  * must be spilled and reloaded (the random X itself is dropped and
  * recomputed, never written). Prints the wall time, the singular values
  * and an FNV-1a hash of s and v, so a limited and an unlimited run can be
- * compared bit for bit. Driven by bench/memory.sh; uses the public API.
+ * compared bit for bit, then each worker's tier counters (bytes spilled
+ * and dropped; on GPU workers, device bytes moved to host and dropped).
+ * Driven by bench/memory.sh and bench/gpu_memory.sh; uses the public API.
  *
  *   tessera local -- tsr-memory-svd --rows 40000 --cols 16000 --chunk-rows 1000 */
 #include <stdio.h>
@@ -27,6 +29,22 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
   const unsigned char *p = data;
   for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
   return h;
+}
+
+/* One "tiers:" line per worker, from the scheduler's latest heartbeats
+ * (after one more heartbeat interval, so they cover the whole run). */
+static void print_tiers(tsr_client *client)
+{
+  tsr_cluster_info *info = NULL;
+  nanosleep(&(struct timespec){1, 200000000}, NULL);
+  if (tsr_cluster_info_get(client, 5000, &info) != 0) return;
+  for (size_t i = 0; i < info->n_workers; i++) {
+    const tsr_worker_info *w = &info->workers[i];
+    printf("tiers: %s %s spilled=%llu dropped=%llu device_moved=%llu device_dropped=%llu\n", w->name, w->device,
+           (unsigned long long)w->bytes_spilled, (unsigned long long)w->bytes_dropped,
+           (unsigned long long)w->device_bytes_moved, (unsigned long long)w->device_bytes_dropped);
+  }
+  tsr_cluster_info_destroy(&info);
 }
 
 static int64_t arg_i64(int argc, char **argv, const char *flag, int64_t fallback)
@@ -67,6 +85,7 @@ int main(int argc, char **argv)
            (double)rows * (double)cols / (1 << 30), (unsigned long long)h);
     for (int i = 0; i < k; i++) printf("%s%.10g", i ? "," : "", sv[i]);
     printf("\n");
+    print_tiers(client);
   }
   tsr_array_ctx_destroy(&ctx);
   tsr_client_close(client);

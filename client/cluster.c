@@ -40,6 +40,8 @@ static int decode_worker(const msgpack_object *map, tsr_worker_info *w, tsr_errb
   uint64_t util = UINT64_MAX;
   if (rc == 0) rc = tsr_wire_opt_uint(map, "device_memory_used", 0, &w->device_memory_used, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "device_memory_limit", 0, &w->device_memory_limit, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "device_bytes_moved", 0, &w->device_bytes_moved, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "device_bytes_dropped", 0, &w->device_bytes_dropped, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "gpu_util", UINT64_MAX, &util, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "disk_bytes", 0, &w->disk_bytes, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "bytes_spilled", 0, &w->bytes_spilled, err);

@@ -3,7 +3,10 @@
  * The flow per call: wait (under the client mutex) until the key is DONE,
  * copy its addresses, then fetch without the mutex through a cached
  * data-plane connection. A fetch can fail because the worker died; the
- * scheduler then sends key_lost and, after recomputing, a new key_done.
+ * scheduler then sends key_lost and, after recomputing, a new key_done. It
+ * can also find no such chunk: its worker dropped it under memory pressure
+ * (a recomputable result, docs/memory.md); the client says so
+ * (key_missing) and the scheduler recomputes it the same way.
  * So a failed fetch never ends the call while time remains: a timeout
  * retries with a doubled slice (a big chunk may just be slow, and a dead
  * worker cannot answer at all), any other failure waits for the key's next
@@ -198,6 +201,11 @@ TSR_API int tsr_gather(tsr_client *client, const char *key, int timeout_ms, tsr_
       err.text[0] = '\0';
       rc = fetch_one(client, v.where[i], key, remaining_ms(deadline, slice), chunk_p, &err);
       if (rc == 0) break;
+      if (rc == TSR_ENOTFOUND) {  /* dropped there under memory pressure: ask for it again */
+        pthread_mutex_lock(&client->mu);
+        keys_send_missing_locked(client, key, v.where[i]);
+        pthread_mutex_unlock(&client->mu);
+      }
       client_log(client, TSR_LOG_INFO, "gather of '%s' from %s failed (%s); retrying", key, v.where[i], err.text);
     }
     if (rc == 0) {

@@ -187,6 +187,10 @@ void keys_release_locked(tsr_client *c, key_entry *e, char ***wire, size_t *n_wi
 void keys_free_entry(key_entry *e);
 /* Queues release messages for keys (the array and strings are freed). */
 void keys_send_release_locked(tsr_client *c, char **keys, size_t n);
+/* Tells the scheduler that the worker at `from` does not hold `key` (it
+ * dropped it under memory pressure): key_missing, answered by a
+ * recomputation (key_lost, then key_done). */
+void keys_send_missing_locked(tsr_client *c, const char *key, const char *from);
 /* Applies key_done / key_erred / key_lost from the scheduler. */
 int keys_on_done_locked(tsr_client *c, const msgpack_object *map, tsr_errbuf *err);
 int keys_on_erred_locked(tsr_client *c, const msgpack_object *map, tsr_errbuf *err);

@@ -94,6 +94,17 @@ void keys_send_release_locked(tsr_client *c, char **keys, size_t n)
   free(keys);
 }
 
+void keys_send_missing_locked(tsr_client *c, const char *key, const char *from)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "key_missing", 3);
+  tsr_pack_kv_str(&wb.pk, "key", key);
+  tsr_pack_kv_str(&wb.pk, "from", from);
+  client_enqueue_locked(c, client_frame_from(&wb));
+  tsr_wbuf_free(&wb);
+}
+
 /* The entry for a message's "key", or NULL when this client no longer
  * wants it (a release crossed the message: not an error). */
 static int lookup(tsr_client *c, const msgpack_object *map, key_entry **e_p, tsr_errbuf *err)

@@ -53,10 +53,12 @@ static void on_worker_heartbeat(msgctx *m)
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "device_memory_used", w->device_memory_used, &dev_used, &m->err);
   /* absent gpu_util: NVML is not available there (now) */
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "gpu_util", UINT64_MAX, &util, &m->err);
-  uint64_t disk, spilled, dropped;
+  uint64_t disk, spilled, dropped, dev_moved, dev_dropped;
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "disk_bytes", w->disk_bytes, &disk, &m->err);
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "bytes_spilled", w->bytes_spilled, &spilled, &m->err);
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "bytes_dropped", w->bytes_dropped, &dropped, &m->err);
+  if (rc == 0) rc = tsr_wire_opt_uint(m->map, "device_bytes_moved", w->device_bytes_moved, &dev_moved, &m->err);
+  if (rc == 0) rc = tsr_wire_opt_uint(m->map, "device_bytes_dropped", w->device_bytes_dropped, &dev_dropped, &m->err);
   bool paused = false;
   if (rc == 0) rc = tsr_wire_opt_bool(m->map, "paused", false, &paused, &m->err);
   uint64_t write_bps, read_bps;
@@ -74,6 +76,8 @@ static void on_worker_heartbeat(msgctx *m)
   if (paused != w->paused) TSR_INFO("worker '%s' %s", w->name, paused ? "paused (memory)" : "resumed");
   w->paused = paused;
   w->device_memory_used = dev_used;
+  w->device_bytes_moved = dev_moved;
+  w->device_bytes_dropped = dev_dropped;
   w->gpu_util = util == UINT64_MAX ? -1 : util > 100 ? 100 : (int32_t)util;
   w->memory_used = used;
   w->tasks_running = running;
@@ -331,6 +335,22 @@ static void on_release(msgctx *m)
   }
 }
 
+/* key_missing {key, from}: the client's fetch of a wanted key from the
+ * worker at `from` found no such chunk there. */
+static void on_key_missing(msgctx *m)
+{
+  const char *key, *from;
+  size_t klen, flen;
+  int rc = tsr_wire_str(m->map, "key", TSR_MAX_KEY_LEN, &key, &klen, &m->err);
+  if (rc == 0) rc = tsr_wire_str(m->map, "from", TSR_MAX_NAME_LEN, &from, &flen, &m->err);
+  if (rc != 0) {
+    reject(m, rc, "%s", m->err.text);
+    return;
+  }
+  uint32_t id = sched_task_find(m->st, key, klen);
+  if (id != SCHED_NONE) sched_tr_key_missing(m->st, id, from, flen);
+}
+
 static void on_status(msgctx *m)
 {
   uint64_t req;
@@ -358,6 +378,7 @@ static const route routes[] = {
   {"chunks_moved", PEER_WORKER, on_chunks_moved},
   {"goodbye", PEER_WORKER, on_goodbye},       {"submit", PEER_CLIENT, on_submit},
   {"release", PEER_CLIENT, on_release},       {"status", PEER_CLIENT, on_status},
+  {"key_missing", PEER_CLIENT, on_key_missing},
   {"goodbye", PEER_CLIENT, on_goodbye},       {"heartbeat", PEER_CLIENT, NULL},
 };
 

@@ -98,7 +98,7 @@ void sched_notify_lost(sched_state *st, uint32_t id)
 
 static void pack_worker(msgpack_packer *pk, const sched_worker *w)
 {
-  msgpack_pack_map(pk, 19 + (w->gpu_util >= 0));
+  msgpack_pack_map(pk, 21 + (w->gpu_util >= 0));
   tsr_pack_kv_str(pk, "name", w->name);
   tsr_pack_kv_str(pk, "address", w->address);
   tsr_pack_kv_str(pk, "device", w->device);
@@ -111,6 +111,8 @@ static void pack_worker(msgpack_packer *pk, const sched_worker *w)
   tsr_pack_kv_str(pk, "gpu_name", w->gpu_name);
   tsr_pack_kv_uint(pk, "device_memory_used", w->device_memory_used);
   tsr_pack_kv_uint(pk, "device_memory_limit", w->device_memory_limit);
+  tsr_pack_kv_uint(pk, "device_bytes_moved", w->device_bytes_moved);
+  tsr_pack_kv_uint(pk, "device_bytes_dropped", w->device_bytes_dropped);
   if (w->gpu_util >= 0) tsr_pack_kv_uint(pk, "gpu_util", (uint64_t)w->gpu_util);
   tsr_pack_kv_uint(pk, "disk_bytes", w->disk_bytes);
   tsr_pack_kv_uint(pk, "bytes_spilled", w->bytes_spilled);

@@ -94,7 +94,7 @@ uint64_t sched_evict_estimate_us(const sched_state *st, uint32_t id)
 bool sched_evict_may_drop(const sched_state *st, uint32_t id, uint16_t w)
 {
   const sched_task *t = &st->tasks[id];
-  if (t->nwanted > 0 || st->cfg.recompute == SCHED_RECOMPUTE_NEVER) return false;
+  if (st->cfg.recompute == SCHED_RECOMPUTE_NEVER) return false;
   /* a fused task without inputs may be many steps: it is priced, not assumed cheap */
   if (st->cfg.recompute == SCHED_RECOMPUTE_ALWAYS || (t->ndeps == 0 && sched_task_fused_parts(t) == 0)) return true;
   uint64_t recompute = sat_add(sched_evict_estimate_us(st, id), sched_evict_lineage_us(st, id));

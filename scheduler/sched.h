@@ -61,10 +61,16 @@ void sched_tr_erred(sched_state *st, uint32_t id, const char *message, size_t le
  * `from`; the input is marked lost there and recomputed. */
 void sched_tr_missing_input(sched_state *st, uint32_t id, uint32_t input, const char *from, size_t from_len);
 /* MEMORY -> its holder dropped it (chunks_moved; the caller checked the
- * holder). Wanted: LOST (key_lost, recomputed now). Needed by dependents
- * only: RELEASED and deferred, recomputed when a dependent is otherwise
- * ready, with its priority (see transitions.c). Else RELEASED. */
+ * holder). Needed (wanted by a client, or by dependents): RELEASED and
+ * deferred, recomputed when a dependent is otherwise ready, with its
+ * priority, or when a client asks for it (sched_tr_key_missing, a new
+ * want); see transitions.c. Else RELEASED. */
 void sched_tr_dropped(sched_state *st, uint32_t id);
+/* A client could not fetch the key from the worker at `from` (key_missing):
+ * a deferred drop is recomputed now (key_lost, then key_done); a result
+ * the scheduler still places at `from` is lost there and recomputed (the
+ * drop's report has not arrived yet). Anything else is stale: ignored. */
+void sched_tr_key_missing(sched_state *st, uint32_t id, const char *from, size_t from_len);
 /* Everything worker w was running or holding, after it died. The worker
  * must already be marked dead. Returns counts for the log line. */
 void sched_tr_worker_lost(sched_state *st, uint16_t w, uint32_t *rescheduled_p, uint32_t *lost_p);

@@ -205,6 +205,7 @@ typedef struct sched_worker {
   /* GPU workers (hello / heartbeat); empty and 0 for CPU workers */
   char gpu_name[TSR_MAX_NAME_LEN + 1];
   uint64_t device_memory_limit, device_memory_used;
+  uint64_t device_bytes_moved, device_bytes_dropped;  /* device tier, from heartbeats */
   int32_t gpu_util;           /* percent, -1 when not reported */
   uint64_t disk_bytes, bytes_spilled, bytes_dropped;  /* memory tiers, from heartbeats */
   bool paused;                /* heartbeat: over its pause threshold, send it no new tasks */

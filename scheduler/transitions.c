@@ -26,14 +26,18 @@
  *   (forgotten) the slot goes to the free list and the key is unmapped
  *
  * Deferred recomputation (policy_evict.h): a result its worker dropped
- * under memory pressure (`chunks_moved`) leaves MEMORY at once. Wanted by a
- * client, it is LOST (key_lost, recomputed now). Needed only by dependents,
- * it is RELEASED with SCHED_EV_DEFERRED and stays so until one of them is
- * *otherwise ready* — waiting, and every input it misses is a deferred one
- * (nwaiting_deps == ndeferred_deps) — then it goes back to WAITING with
- * that dependent's priority (and so do the released inputs it needs), so
- * dropped chunks are made again one consumer at a time, in the consumers'
- * order, never a whole pass ahead of its use.
+ * under memory pressure (`chunks_moved`) leaves MEMORY at once. Still
+ * needed (by dependents, or wanted by a client: a persisted array larger
+ * than the workers' memory), it is RELEASED with SCHED_EV_DEFERRED and
+ * stays so until one of its dependents is *otherwise ready* — waiting, and
+ * every input it misses is a deferred one (nwaiting_deps ==
+ * ndeferred_deps) — then it goes back to WAITING with that dependent's
+ * priority (and so do the released inputs it needs), so dropped chunks are
+ * made again one consumer at a time, in the consumers' order, never a
+ * whole pass ahead of its use. A client learns of a wanted key's drop only
+ * if it fetches it: its `key_missing` (or a new want of the key) makes it
+ * again at once. Recomputing a wanted key eagerly would loop (made, not
+ * read, dropped again under the same pressure).
  *
  * Derived counters, kept exact by set_state():
  *   nneeded        dependents (with multiplicity) in an active state
@@ -311,7 +315,7 @@ static void inherit_priority(sched_state *st, uint32_t id, int64_t prio)
 static void recompute_released(sched_state *st, uint32_t id)
 {
   sched_task *t = &st->tasks[id];
-  if ((t->evict & SCHED_EV_DEFERRED) && t->nwanted == 0) {
+  if (t->evict & SCHED_EV_DEFERRED) {
     urgent_dependent u = {0, false};
     each_dependent(st, id, find_otherwise_ready, &u);
     if (!u.found) return;
@@ -530,12 +534,8 @@ void sched_tr_worker_lost(sched_state *st, uint16_t w, uint32_t *rescheduled_p, 
 void sched_tr_dropped(sched_state *st, uint32_t id)
 {
   sched_task *t = &st->tasks[id];
-  if (t->nwanted > 0) {
-    lose_result(st, id);  /* key_lost; recomputed now, as for a dead holder */
-    return;
-  }
   TSR_DEBUG("task '%s': dropped by worker '%s'%s", t->key, st->workers[t->who_has].name,
-            sched_needed(t) ? "; recomputed when a dependent needs it" : "");
+            sched_needed(t) ? "; recomputed when a dependent or a client needs it" : "");
   unhold(st, t);
   if (!sched_needed(t)) {
     release_record(st, id);
@@ -548,8 +548,31 @@ void sched_tr_dropped(sched_state *st, uint32_t id)
   sched_recheck(st, id);
 }
 
+void sched_tr_key_missing(sched_state *st, uint32_t id, const char *from, size_t from_len)
+{
+  sched_task *t = &st->tasks[id];
+  if (is_deferred(t)) {
+    TSR_DEBUG("task '%s': a client asked for its dropped result; recomputing it", t->key);
+    undefer(st, id);
+    if (t->nwanted > 0) sched_notify_lost(st, id);
+    sched_recheck(st, id);
+    return;
+  }
+  if (t->state != TS_MEMORY || t->who_has == SCHED_NO_WORKER) return;
+  const sched_worker *h = &st->workers[t->who_has];
+  if (strlen(h->address) != from_len || memcmp(h->address, from, from_len) != 0) return;
+  TSR_INFO("a client could not fetch '%s' from worker '%s'; recomputing it", t->key, h->name);
+  sched_queue_free(st, t->who_has, t->key, t->key_len);
+  lose_result(st, id);
+}
+
 void sched_tr_want(sched_state *st, uint32_t client, uint32_t id)
 {
+  /* A new want of a dropped result is a request for it: make it now. */
+  if (is_deferred(&st->tasks[id])) {
+    undefer(st, id);
+    sched_recheck(st, id);
+  }
   if (sched_idset_add(&st->clients[client].wants, id) != 1) return;
   st->tasks[id].nwanted++;
   sched_recheck(st, id);

@@ -6,8 +6,9 @@
 # (CTest does not travel: the build tree's paths are this machine's) and
 # the GPU benchmark. Logs go to $OUT (or ./device-out).
 #
-#   bash scripts/device-tests.sh [all|tests|bench|kbench|smoke] [BENCH ARGS...]
-# (kbench: test_kernels_cuda --bench ARGS, e.g. genotype64)
+#   bash scripts/device-tests.sh [all|tests|bench|kbench|memory|smoke] [BENCH ARGS...]
+# (kbench: test_kernels_cuda --bench ARGS, e.g. genotype64; memory: bench/gpu_memory.sh, the
+# device-limited SVD against an unlimited one)
 set -uo pipefail
 what=${1:-all}
 shift || true
@@ -63,7 +64,7 @@ run_tests() {
   echo "test_kernels_cuda exit $r3" | tee -a "$out/tests.log"
   grep -E "^\[ (FAIL)|passed|failed|:[0-9]+: " "$out/kernels.log" | head -20
   [ $r3 = 0 ] || rc=1
-  grep -E "^\[ (RUN|FAIL|  OK  )|passed|relative|bit-identical|SIGKILL|four chunks|one big|in use after|small graph|after the kill|SKIPPED|:[0-9]+: " "$out/tests.log" | head -60
+  grep -E "^\[ (RUN|FAIL|  OK  )|passed|relative|bit-identical|SIGKILL|eight chunks|one big|limited:|DIFFERENT|svd:|after the kill|SKIPPED|:[0-9]+: " "$out/tests.log" | head -60
   [ $r = 0 ] || rc=1
 }
 run_bench() {
@@ -76,10 +77,11 @@ run_bench() {
 }
 case $what in
   smoke) tessera local --gpus all -- tessera status 2>&1 | tee "$out/smoke.log" ;;
+  memory) bash bench/gpu_memory.sh "$@" 2>&1 | tee "$out/memory.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
   tests) run_tests ;;
   bench) run_bench "$@" ;;
   kbench) (cd /tmp && timeout 300 "$t/wrap/test_kernels_cuda" --bench "$@") 2>&1 | tee "$out/kbench.log" ;;
   all) run_tests; run_bench "$@" ;;
-  *) echo "device-tests.sh: all|tests|bench|kbench|smoke" >&2; exit 2 ;;
+  *) echo "device-tests.sh: all|tests|bench|kbench|memory|smoke" >&2; exit 2 ;;
 esac
 exit $rc

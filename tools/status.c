@@ -68,10 +68,14 @@ static void set_gpu_cells(table *t, size_t r, const tsr_worker_info *w)
     for (size_t c = NCOLS_W; c < NCOLS_W + NCOLS_GPU; c++) table_set(t, r, c, "-");
     return;
   }
-  char used[32], limit[32];
+  char used[32], limit[32], moved[32], dropped[32], tier[96] = "";
   table_set(t, r, NCOLS_W, "%s", w->gpu_name[0] ? w->gpu_name : "?");
-  table_set(t, r, NCOLS_W + 1, "%s / %s", tsr_format_bytes(w->device_memory_used, used, sizeof used),
-            tsr_format_bytes(w->device_memory_limit, limit, sizeof limit));
+  /* The device tier's moves, once there were any (docs/gpu.md). */
+  if (w->device_bytes_moved || w->device_bytes_dropped)
+    snprintf(tier, sizeof tier, " (%s to host, %s dropped)", tsr_format_bytes(w->device_bytes_moved, moved, sizeof moved),
+             tsr_format_bytes(w->device_bytes_dropped, dropped, sizeof dropped));
+  table_set(t, r, NCOLS_W + 1, "%s / %s%s", tsr_format_bytes(w->device_memory_used, used, sizeof used),
+            tsr_format_bytes(w->device_memory_limit, limit, sizeof limit), tier);
   if (w->gpu_util >= 0) table_set(t, r, NCOLS_W + 2, "%d%%", w->gpu_util);
   else table_set(t, r, NCOLS_W + 2, "n/a");
 }

@@ -10,13 +10,15 @@
  * the same either way.
  *
  * Memory. Every device allocation (chunks, input copies, kernel scratch)
- * comes from one cudaMemPool and is counted here against the limit; an
- * allocation that would pass it is refused with TSR_ELIMIT and a message
- * naming what it was for, its size and the limit — never a CUDA
- * out-of-memory crash. An allocation marked transient (an input copy, a
- * kernel's scratch: freed when its task ends) waits a while for other
- * tasks' transient bytes to come back before giving up; a chunk's bytes
- * stay until the chunk is dropped. Device memory is never managed memory.
+ * comes from one cudaMemPool and is counted here against the limit. An
+ * allocation that would pass it first asks the reclaim hook (the worker's
+ * device tier, devtier.h) to move idle chunks out of device memory; when
+ * nothing more can be moved it waits a while for running tasks to give
+ * memory back (their transient bytes, the chunks they hold), and then is
+ * refused with TSR_ELIMIT and a message naming what it was for, its size
+ * and the limit — never a CUDA out-of-memory crash. A request larger than
+ * the whole limit is refused at once. Device memory is never managed
+ * memory.
  *
  * Ordering. A slot's work is ordered on its own stream only: nothing here
  * synchronizes the device. Device bytes are freed only once every stream
@@ -51,8 +53,9 @@ bool tsr_wgpu_built(void);
  * CUDA or no GPU can be used (no driver, no device). */
 int tsr_wgpu_list(FILE *out, tsr_errbuf *err);
 
-/* Opens device `device` for `slots` executor slots plus one for the main
- * thread (serving device chunks). limit 0 means 90% of the device's
+/* Opens device `device` for `slots` executor slots plus two: the main
+ * thread's (serving device chunks) and the device tier's (moving them
+ * down). limit 0 means 90% of the device's
  * memory; a larger limit than the device has is lowered to its size (with
  * a warning). 0, TSR_ENODEV (no such GPU / no CUDA), TSR_ENOMEM or
  * TSR_EINTERNAL, with a message. */
@@ -67,6 +70,16 @@ const char *tsr_wgpu_name(const tsr_wgpu *gpu);
 uint64_t tsr_wgpu_limit(const tsr_wgpu *gpu);
 /* Bytes allocated from the pool now (chunks, input copies, scratch). */
 uint64_t tsr_wgpu_used(const tsr_wgpu *gpu);
+/* Counters since open, for the log at exit and benchmarks: copies through
+ * the staging blocks (bytes, and thread time spent in them) and the time
+ * allocations spent waiting for memory over the limit. */
+typedef struct tsr_wgpu_stats {
+  uint64_t upload_bytes, upload_us;
+  uint64_t download_bytes, download_us;
+  uint64_t waits, wait_us;
+  uint64_t pinned_bytes, pin_us;   /* slabs of the pinned host tier made, and the time pinning took */
+} tsr_wgpu_stats;
+void tsr_wgpu_stats_get(tsr_wgpu *gpu, tsr_wgpu_stats *stats);
 /* GPU utilization in percent over NVML's last sample period, or -1 when
  * NVML is not available (libnvidia-ml.so.1 is loaded at run time). */
 int tsr_wgpu_util(tsr_wgpu *gpu);
@@ -86,9 +99,37 @@ tsr_wgpu *tsr_wgpu_slot_gpu(tsr_wgpu_slot *slot);
  * limit, transient). Valid while the slot lives. */
 const tsr_gpu_ctx *tsr_wgpu_slot_ctx(tsr_wgpu_slot *slot);
 
+/* Frees device memory when an allocation of `need` more bytes than fit
+ * under the limit is asked for: moves idle chunks out of device memory and
+ * returns how many bytes that freed (0: nothing could go). *busy_p gets the
+ * bytes of device chunks that tasks or sends hold now: worth waiting for.
+ * Called on the allocating thread, with no lock of the GPU held. */
+typedef uint64_t (*tsr_wgpu_reclaim_fn)(void *arg, uint64_t need, uint64_t *busy_p);
+/* Installs the hook (main thread, before tasks run; NULL removes it). */
+void tsr_wgpu_set_reclaim(tsr_wgpu *gpu, tsr_wgpu_reclaim_fn fn, void *arg);
+/* Wakes allocations waiting for memory: a task ended, so device chunks it
+ * made or read may be movable now (nothing is freed, so nothing else would
+ * wake them before their next poll). Any thread. */
+void tsr_wgpu_wake(tsr_wgpu *gpu);
+
+/* The pinned host tier (pinned.h): up to limit bytes of host memory,
+ * pinned in 256 MiB slabs as chunks moved off the device need it (main
+ * thread, before tasks run; 0 = none). Copies between it and the device
+ * skip the staging blocks: tsr_wgpu_upload from, and tsr_wgpu_download to,
+ * pinned memory are plain DMA. 0 or TSR_ENOMEM. */
+int tsr_wgpu_set_pinned(tsr_wgpu *gpu, uint64_t limit, tsr_errbuf *err);
+/* nbytes of pinned host memory, or NULL (no pinned tier, or full). */
+void *tsr_wgpu_pinned_alloc(tsr_wgpu *gpu, size_t nbytes);
+/* Frees it; any thread, ZeroMQ's I/O thread included (no CUDA call). The
+ * signature of tsr_chunk_release_fn (arg = the tsr_wgpu). */
+void tsr_wgpu_pinned_free(void *gpu, void *ptr, size_t nbytes);
+/* Pinned bytes in use now, and pinned so far (slabs). */
+uint64_t tsr_wgpu_pinned_used(tsr_wgpu *gpu, uint64_t *slabs_p);
+
 /* Allocates nbytes of device memory, ordered on the slot's stream. `what`
  * names the chunk or input it is for (in the error message). transient:
- * freed before its task ends (see above). 0, TSR_ELIMIT or TSR_ENOMEM. */
+ * freed before its task ends. May call the reclaim hook and wait (see
+ * Memory above). 0, TSR_ELIMIT or TSR_ENOMEM. */
 int tsr_wgpu_alloc(tsr_wgpu_slot *slot, size_t nbytes, const char *what, bool transient, void **ptr_p,
                    tsr_errbuf *err);
 /* Frees on the slot's stream (after what is enqueued there). */
@@ -96,7 +137,9 @@ void tsr_wgpu_free(tsr_wgpu_slot *slot, void *ptr, size_t nbytes, bool transient
 /* Frees a chunk's bytes from any thread, once no stream uses them any more.
  * The signature of tsr_chunk_release_fn (arg = the tsr_wgpu). */
 void tsr_wgpu_release(void *gpu, void *ptr, size_t nbytes);
-/* Frees the scratch a kernel left allocated on this slot (after a sync). */
+/* Ends a task on the slot (after a sync): frees the scratch a kernel left
+ * allocated, and hands the task's output allocation over to its chunk
+ * (until then, other slots waiting for memory count it as coming back). */
 void tsr_wgpu_slot_reset(tsr_wgpu_slot *slot);
 
 /* Host -> device through the pinned staging blocks, on the slot's stream.

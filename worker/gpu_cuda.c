@@ -5,6 +5,11 @@
  * keeps freed memory (release threshold = the limit) instead of giving it
  * back to the driver at every synchronization.
  *
+ * Over the limit: the reclaim hook (the device tier) moves idle chunks out;
+ * failing that, the allocation waits for running tasks to give memory back
+ * (woken by frees and by tsr_wgpu_wake at the end of every task, polling
+ * besides: a send that ends unpins a chunk silently), at most WAIT_MS.
+ *
  * Staging: pinned blocks of STAGE_BLOCK bytes, two per slot, allocated once
  * at open. A copy goes through them piece by piece, double-buffered: the
  * host memcpy of one piece overlaps the DMA of the other. */
@@ -17,12 +22,16 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "nvml.h"
+#include "pinned.h"
 
 #define STAGE_BLOCK (8u << 20)
-#define TRANSIENT_WAIT_MS 30000
+#define PINNED_SLAB ((size_t)256 << 20)
+#define WAIT_MS 30000
+#define WAIT_POLL_MS 5
 #define MAX_SCRATCH 64
 
 struct tsr_wgpu {
@@ -35,10 +44,15 @@ struct tsr_wgpu {
   pthread_cond_t freed;
   uint64_t used;                 /* under lock */
   uint64_t transient;            /* under lock: part of used that tasks give back */
+  uint64_t outputs;              /* under lock: part of used that running tasks will hand to chunks */
+  tsr_wgpu_reclaim_fn reclaim;   /* set before tasks run, then read-only */
+  void *reclaim_arg;
   void **stage;                  /* 2 per slot */
   int n_stage, stage_next;       /* stage_next under lock */
   tsr_nvml *nvml;
   _Atomic bool broken;
+  tsr_wgpu_stats stats;          /* under lock */
+  tsr_pinned *pinned;            /* the pinned host tier, or NULL; set before tasks run */
 };
 
 struct tsr_wgpu_slot {
@@ -50,6 +64,7 @@ struct tsr_wgpu_slot {
   void *stage[2];
   cudaEvent_t stage_done[2];
   uint64_t transient;            /* this slot's share of gpu->transient */
+  uint64_t outputs;              /* this slot's share of gpu->outputs: its task's output, until slot_reset */
   struct {
     void *ptr;
     size_t nbytes;
@@ -125,7 +140,8 @@ static int make_pool(tsr_wgpu *gpu, tsr_errbuf *err)
 
 static int make_staging(tsr_wgpu *gpu, int slots, tsr_errbuf *err)
 {
-  gpu->n_stage = 2 * (slots + 1);
+  /* the executor's slots, the main thread's and the device tier's */
+  gpu->n_stage = 2 * (slots + 2);
   gpu->stage = calloc((size_t)gpu->n_stage, sizeof *gpu->stage);
   if (gpu->stage == NULL) return tsr_fail(err, TSR_ENOMEM, "out of memory");
   for (int i = 0; i < gpu->n_stage; i++) {
@@ -195,6 +211,7 @@ void tsr_wgpu_close(tsr_wgpu **gpu_p)
   for (int i = 0; gpu->stage != NULL && i < gpu->n_stage; i++)
     if (gpu->stage[i] != NULL) cudaFreeHost(gpu->stage[i]);
   free(gpu->stage);
+  tsr_pinned_destroy(&gpu->pinned);
   if (gpu->release_stream) cudaStreamDestroy(gpu->release_stream);
   if (gpu->pool) cudaMemPoolDestroy(gpu->pool);
   tsr_nvml_close(&gpu->nvml);
@@ -224,7 +241,123 @@ int tsr_wgpu_bind(tsr_wgpu *gpu)
   return cudaSetDevice(gpu->device) == cudaSuccess ? 0 : TSR_EINTERNAL;
 }
 
+static void count_copy(tsr_wgpu *gpu, bool up, size_t nbytes, uint64_t t0);
+
+/* ---------- the pinned host tier ---------- */
+
+/* Anonymous memory the kernel may back with huge pages, registered with
+ * CUDA: faulting 2 MiB pages in and pinning them is faster than 4 KiB ones
+ * (cudaHostAlloc's). NULL when it cannot be registered. */
+static void *map_and_register(size_t bytes)
+{
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  madvise(p, bytes, MADV_HUGEPAGE);
+  if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess) return p;
+  cudaGetLastError();
+  munmap(p, bytes);
+  return NULL;
+}
+
+static void *pin_slab(void *arg, size_t bytes)
+{
+  tsr_wgpu *gpu = arg;
+  uint64_t t0 = tsr_now_us();
+  cudaSetDevice(gpu->device);
+  void *p = map_and_register(bytes);
+  if (p == NULL && cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+    cudaGetLastError();
+    p = NULL;
+    char size[32];
+    TSR_WARN("gpu:%d: cannot pin %s of host memory; chunks moved off the device go to ordinary memory",
+             gpu->device, tsr_format_bytes(bytes, size, sizeof size));
+  }
+  pthread_mutex_lock(&gpu->lock);
+  if (p != NULL) gpu->stats.pinned_bytes += bytes;
+  gpu->stats.pin_us += tsr_now_us() - t0;
+  pthread_mutex_unlock(&gpu->lock);
+  return p;
+}
+
+static void unpin_slab(void *arg, void *slab, size_t bytes)
+{
+  (void)arg;
+  if (cudaHostUnregister(slab) == cudaSuccess) {
+    munmap(slab, bytes);
+    return;
+  }
+  cudaGetLastError();  /* not registered: it came from cudaHostAlloc */
+  cudaFreeHost(slab);
+}
+
+int tsr_wgpu_set_pinned(tsr_wgpu *gpu, uint64_t limit, tsr_errbuf *err)
+{
+  if (limit == 0) return 0;
+  gpu->pinned = tsr_pinned_new(limit, limit < PINNED_SLAB ? limit : PINNED_SLAB, pin_slab, unpin_slab, gpu);
+  return gpu->pinned != NULL ? 0 : tsr_fail(err, TSR_ENOMEM, "out of memory");
+}
+
+void *tsr_wgpu_pinned_alloc(tsr_wgpu *gpu, size_t nbytes)
+{
+  return gpu->pinned != NULL ? tsr_pinned_alloc(gpu->pinned, nbytes) : NULL;
+}
+
+void tsr_wgpu_pinned_free(void *arg, void *ptr, size_t nbytes)
+{
+  tsr_wgpu *gpu = arg;
+  tsr_pinned_free(gpu->pinned, ptr, nbytes);
+}
+
+uint64_t tsr_wgpu_pinned_used(tsr_wgpu *gpu, uint64_t *slabs_p)
+{
+  if (slabs_p != NULL) *slabs_p = gpu->pinned != NULL ? tsr_pinned_slabs(gpu->pinned) : 0;
+  return gpu->pinned != NULL ? tsr_pinned_used(gpu->pinned) : 0;
+}
+
+static bool is_pinned(tsr_wgpu *gpu, const void *ptr) { return gpu->pinned != NULL && tsr_pinned_owns(gpu->pinned, ptr); }
+
+/* One DMA between pinned host memory and the device, waited for. */
+static int direct_copy(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, enum cudaMemcpyKind kind,
+                       tsr_errbuf *err)
+{
+  uint64_t t0 = tsr_now_us();
+  int rc = CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, kind, slot->stream), err);
+  if (rc == 0) rc = tsr_wgpu_sync(slot, err);
+  count_copy(slot->gpu, kind == cudaMemcpyHostToDevice, nbytes, t0);
+  return rc;
+}
+
 /* ---------- accounting ---------- */
+
+void tsr_wgpu_set_reclaim(tsr_wgpu *gpu, tsr_wgpu_reclaim_fn fn, void *arg)
+{
+  gpu->reclaim = fn;
+  gpu->reclaim_arg = arg;
+}
+
+void tsr_wgpu_stats_get(tsr_wgpu *gpu, tsr_wgpu_stats *stats)
+{
+  pthread_mutex_lock(&gpu->lock);
+  *stats = gpu->stats;
+  pthread_mutex_unlock(&gpu->lock);
+}
+
+/* Adds one staged copy to the counters. */
+static void count_copy(tsr_wgpu *gpu, bool up, size_t nbytes, uint64_t t0)
+{
+  uint64_t us = tsr_now_us() - t0;
+  pthread_mutex_lock(&gpu->lock);
+  if (up) gpu->stats.upload_bytes += nbytes, gpu->stats.upload_us += us;
+  else gpu->stats.download_bytes += nbytes, gpu->stats.download_us += us;
+  pthread_mutex_unlock(&gpu->lock);
+}
+
+void tsr_wgpu_wake(tsr_wgpu *gpu)
+{
+  pthread_mutex_lock(&gpu->lock);
+  pthread_cond_broadcast(&gpu->freed);
+  pthread_mutex_unlock(&gpu->lock);
+}
 
 static void deadline_in(struct timespec *ts, int ms)
 {
@@ -249,36 +382,81 @@ static int limit_error(tsr_wgpu *gpu, size_t nbytes, const char *what, uint64_t 
                   what, need, tsr_format_bytes(used, held, sizeof held), lim, gpu->device);
 }
 
-/* Reserves nbytes under the limit. A transient request may wait for other
- * slots' transient bytes (they come back when their tasks end); nothing
- * else would free memory without spilling, so it fails at once when no
- * other slot holds any. */
+/* Takes nbytes under the limit when they fit (under lock). */
+static bool take(tsr_wgpu_slot *slot, size_t nbytes, bool transient)
+{
+  tsr_wgpu *gpu = slot->gpu;
+  if (gpu->used + nbytes > gpu->limit) return false;
+  gpu->used += nbytes;
+  if (transient) gpu->transient += nbytes, slot->transient += nbytes;
+  else gpu->outputs += nbytes, slot->outputs += nbytes;
+  return true;
+}
+
+/* Asks the reclaim hook for `need` bytes. True when it freed some; then
+ * the frees (stream-ordered on the release stream) are completed, so the
+ * pool can hand their memory to any stream at once. */
+static bool reclaim(tsr_wgpu *gpu, uint64_t need, uint64_t *busy_p)
+{
+  *busy_p = 0;
+  if (gpu->reclaim == NULL || gpu->reclaim(gpu->reclaim_arg, need, busy_p) == 0) return false;
+  cudaStreamSynchronize(gpu->release_stream);
+  return true;
+}
+
+static bool past(const struct timespec *t)
+{
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
+}
+
+/* One round of waiting for memory (under lock). False when the request
+ * should fail now: past the deadline, or nothing to wait for twice in a
+ * row, a poll apart (a task that just ended may be between handing its
+ * output over and storing it as a chunk, when neither count shows it). */
+static bool wait_round(tsr_wgpu *gpu, bool hope, int *hopeless, const struct timespec *deadline)
+{
+  *hopeless = hope ? 0 : *hopeless + 1;
+  if (past(deadline) || *hopeless > 1) return false;
+  struct timespec poll;
+  deadline_in(&poll, WAIT_POLL_MS);
+  uint64_t t0 = tsr_now_us();
+  pthread_cond_timedwait(&gpu->freed, &gpu->lock, &poll);
+  gpu->stats.waits++;
+  gpu->stats.wait_us += tsr_now_us() - t0;
+  return true;
+}
+
+/* Reserves nbytes under the limit. Over it: the reclaim hook moves idle
+ * chunks out; when nothing could be moved, waits (at most WAIT_MS) while
+ * other tasks hold memory that will come back or become movable — other
+ * slots' transient bytes, their outputs (chunks soon), device chunks in
+ * use — and fails when none do. */
 static int reserve(tsr_wgpu_slot *slot, size_t nbytes, const char *what, bool transient, tsr_errbuf *err)
 {
   tsr_wgpu *gpu = slot->gpu;
+  if (nbytes > gpu->limit) return limit_error(gpu, nbytes, what, tsr_wgpu_used(gpu), err);
   struct timespec deadline;
-  bool timed = false;
-  int rc = 0;
-  pthread_mutex_lock(&gpu->lock);
-  while (gpu->used + nbytes > gpu->limit) {
-    uint64_t others = gpu->transient - slot->transient;
-    if (nbytes > gpu->limit || others == 0) {
+  deadline_in(&deadline, WAIT_MS);
+  int hopeless = 0;
+  for (;;) {
+    pthread_mutex_lock(&gpu->lock);
+    bool ok = take(slot, nbytes, transient);
+    uint64_t need = ok ? 0 : gpu->used + nbytes - gpu->limit;
+    uint64_t others = gpu->transient - slot->transient + gpu->outputs - slot->outputs;
+    pthread_mutex_unlock(&gpu->lock);
+    if (ok) return 0;
+    uint64_t busy;
+    if (reclaim(gpu, need, &busy)) continue;
+    int rc = 0;
+    pthread_mutex_lock(&gpu->lock);
+    ok = take(slot, nbytes, transient);
+    if (!ok && !wait_round(gpu, others > 0 || busy > 0, &hopeless, &deadline))
       rc = limit_error(gpu, nbytes, what, gpu->used, err);
-      break;
-    }
-    if (!timed) deadline_in(&deadline, TRANSIENT_WAIT_MS);
-    timed = true;
-    if (pthread_cond_timedwait(&gpu->freed, &gpu->lock, &deadline) == ETIMEDOUT) {
-      rc = limit_error(gpu, nbytes, what, gpu->used, err);
-      break;
-    }
+    pthread_mutex_unlock(&gpu->lock);
+    if (ok || rc != 0) return rc;
   }
-  if (rc == 0) {
-    gpu->used += nbytes;
-    if (transient) gpu->transient += nbytes, slot->transient += nbytes;
-  }
-  pthread_mutex_unlock(&gpu->lock);
-  return rc;
 }
 
 static void unreserve(tsr_wgpu *gpu, tsr_wgpu_slot *slot, size_t nbytes, bool transient)
@@ -288,6 +466,10 @@ static void unreserve(tsr_wgpu *gpu, tsr_wgpu_slot *slot, size_t nbytes, bool tr
   if (transient) {
     gpu->transient -= nbytes;
     slot->transient -= nbytes;
+  } else if (slot != NULL && slot->outputs >= nbytes) {
+    /* a failed task's output, freed before the task ended */
+    gpu->outputs -= nbytes;
+    slot->outputs -= nbytes;
   }
   pthread_cond_broadcast(&gpu->freed);
   pthread_mutex_unlock(&gpu->lock);
@@ -360,6 +542,12 @@ static void scratch_free(void *pool, void *ptr)
 void tsr_wgpu_slot_reset(tsr_wgpu_slot *slot)
 {
   while (slot->n_scratch > 0) scratch_free(slot, slot->scratch[slot->n_scratch - 1].ptr);
+  /* The task's output now belongs to a chunk (or is freed): the chunk's
+   * accounting, not the slot's. */
+  pthread_mutex_lock(&slot->gpu->lock);
+  slot->gpu->outputs -= slot->outputs;
+  slot->outputs = 0;
+  pthread_mutex_unlock(&slot->gpu->lock);
 }
 
 static int take_staging(tsr_wgpu_slot *slot, tsr_errbuf *err)
@@ -450,6 +638,8 @@ int tsr_wgpu_sync(tsr_wgpu_slot *slot, tsr_errbuf *err)
 
 int tsr_wgpu_upload(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err)
 {
+  if (is_pinned(slot->gpu, src)) return direct_copy(slot, dst, src, nbytes, cudaMemcpyHostToDevice, err);
+  uint64_t t0 = tsr_now_us();
   int rc = 0;
   bool used[2] = {false, false};
   for (size_t off = 0, i = 0; rc == 0 && off < nbytes; off += STAGE_BLOCK, i++) {
@@ -467,11 +657,14 @@ int tsr_wgpu_upload(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbyt
   for (int k = 0; k < 2; k++)
     if (used[k] && cudaEventSynchronize(slot->stage_done[k]) != cudaSuccess && rc == 0)
       rc = tsr_wgpu_sync(slot, err);
+  count_copy(slot->gpu, true, nbytes, t0);
   return rc;
 }
 
 int tsr_wgpu_download(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err)
 {
+  if (is_pinned(slot->gpu, dst)) return direct_copy(slot, dst, src, nbytes, cudaMemcpyDeviceToHost, err);
+  uint64_t t0 = tsr_now_us();
   size_t pieces = (nbytes + STAGE_BLOCK - 1) / STAGE_BLOCK;
   int rc = 0;
   /* Piece i+1's DMA runs while the host copies piece i out of its block. */
@@ -490,5 +683,6 @@ int tsr_wgpu_download(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nb
     }
   }
   if (rc != 0) tsr_wgpu_sync(slot, NULL);
+  count_copy(slot->gpu, false, nbytes, t0);
   return rc;
 }

@@ -45,6 +45,27 @@ int tsr_wgpu_alloc(tsr_wgpu_slot *slot, size_t nbytes, const char *what, bool tr
   return tsr_fail(err, TSR_ENODEV, NO_CUDA);
 }
 
+void tsr_wgpu_set_reclaim(tsr_wgpu *gpu, tsr_wgpu_reclaim_fn fn, void *arg) { (void)gpu, (void)fn, (void)arg; }
+
+void tsr_wgpu_wake(tsr_wgpu *gpu) { (void)gpu; }
+
+int tsr_wgpu_set_pinned(tsr_wgpu *gpu, uint64_t limit, tsr_errbuf *err)
+{
+  (void)gpu, (void)limit;
+  return tsr_fail(err, TSR_ENODEV, NO_CUDA);
+}
+
+void *tsr_wgpu_pinned_alloc(tsr_wgpu *gpu, size_t nbytes) { (void)gpu, (void)nbytes; return NULL; }
+void tsr_wgpu_pinned_free(void *gpu, void *ptr, size_t nbytes) { (void)gpu, (void)ptr, (void)nbytes; }
+
+uint64_t tsr_wgpu_pinned_used(tsr_wgpu *gpu, uint64_t *slabs_p)
+{
+  (void)gpu;
+  if (slabs_p != NULL) *slabs_p = 0;
+  return 0;
+}
+void tsr_wgpu_stats_get(tsr_wgpu *gpu, tsr_wgpu_stats *stats) { (void)gpu, (void)stats; }
+
 void tsr_wgpu_free(tsr_wgpu_slot *slot, void *ptr, size_t nbytes, bool transient)
 {
   (void)slot, (void)ptr, (void)nbytes, (void)transient;

@@ -18,6 +18,7 @@
 #define DEFAULT_GPU_THREADS 4
 
 static bool threads_given;
+static const char *device_tier_flag;  /* --device-memory-target or -spill, when given */
 
 static int stop_pipe[2] = {-1, -1};
 
@@ -56,6 +57,10 @@ static void usage(FILE *out)
           "  --fetch-timeout DUR        give up fetching one input after this (default 30s)\n"
           "  --gpu N                    own GPU N: ops with a CUDA variant run there (default: CPU worker)\n"
           "  --device-memory-limit BYTES  hard limit on the GPU's memory (default 90%% of it)\n"
+          "  --device-memory-target F   move idle device chunks to host memory above F of it (default 0.8)\n"
+          "  --device-memory-spill F    ... and while all device bytes in use exceed F of it (default 0.9)\n"
+          "  --pinned-memory-limit BYTES  pinned host memory for chunks moved off the GPU (default: the device\n"
+          "                             limit, at most 1/8 of RAM and 1/4 of --memory-limit; 0 = none)\n"
           "  --list-gpus                print the GPUs this build can use, one per line, and exit\n"
           "  --help, --version\n"
           "\n"
@@ -104,6 +109,10 @@ static int apply_flag(tsr_worker_opts *o, const char *flag, const char *v)
   }
   if (strcmp(flag, "--device-memory-limit") == 0)
     return tsr_parse_bytes(v, &o->device_memory_limit) == 0 ? 0 : bad(flag, v, "expected a size like 60GiB");
+  if (strcmp(flag, "--pinned-memory-limit") == 0) {
+    device_tier_flag = "--pinned-memory-limit";
+    return tsr_parse_bytes(v, &o->pinned_memory_limit) == 0 ? 0 : bad(flag, v, "expected a size like 8GiB");
+  }
   if (strcmp(flag, "--memory-limit") == 0)
     return tsr_parse_bytes(v, &o->memory_limit) == 0 ? 0 : bad(flag, v, "expected a size like 4GiB");
   if (strcmp(flag, "--log-level") == 0) {
@@ -121,6 +130,9 @@ static int apply_flag(tsr_worker_opts *o, const char *flag, const char *v)
   }
   tsr_errbuf terr = {{0}};
   int trc = tsr_tiers_opt(&o->tiers, flag, v, &terr);
+  if (trc != TSR_ENOTFOUND) return trc == 0 ? 0 : bad(flag, v, terr.text);
+  trc = tsr_devtier_opt(&o->devtier, flag, v, &terr);
+  if (trc != TSR_ENOTFOUND) device_tier_flag = strstr(flag, "target") ? "--device-memory-target" : "--device-memory-spill";
   if (trc != TSR_ENOTFOUND) return trc == 0 ? 0 : bad(flag, v, terr.text);
   fprintf(stderr, "tessera-worker: unknown option '%s' (see --help)\n", flag);
   return 2;
@@ -192,6 +204,7 @@ static void default_opts(tsr_worker_opts *o)
   o->heartbeat_timeout_ms = 10000;
   o->fetch_timeout_ms = DEFAULT_FETCH_TIMEOUT_MS;
   o->gpu = -1;
+  o->pinned_memory_limit = TSR_PINNED_DEFAULT;
   const char *env = getenv("TESSERA_SCHEDULER");
   if (env != NULL && env[0] != '\0' && strlen(env) < sizeof o->scheduler) snprintf(o->scheduler, sizeof o->scheduler, "%s", env);
 }
@@ -216,6 +229,7 @@ int main(int argc, char **argv)
   tsr_worker_opts opts;
   default_opts(&opts);
   opts.tiers = (tsr_tiers_opts)TSR_TIERS_OPTS_DEFAULT;
+  opts.devtier = (tsr_devtier_opts)TSR_DEVTIER_OPTS_DEFAULT;
   int rc = parse_args(argc, argv, &opts);
   if (rc != 0) return rc == 1 ? 0 : rc == 3 ? 1 : 2;
   if (opts.gpu >= 0 && !tsr_wgpu_built()) {
@@ -225,8 +239,9 @@ int main(int argc, char **argv)
     return 1;
   }
   if (opts.gpu >= 0 && !threads_given) opts.threads = DEFAULT_GPU_THREADS;
-  if (opts.device_memory_limit != 0 && opts.gpu < 0) {
-    fprintf(stderr, "tessera-worker: --device-memory-limit needs --gpu N (see --help)\n");
+  if ((opts.device_memory_limit != 0 || device_tier_flag != NULL) && opts.gpu < 0) {
+    fprintf(stderr, "tessera-worker: %s needs --gpu N (see --help)\n",
+            opts.device_memory_limit != 0 ? "--device-memory-limit" : device_tier_flag);
     return 2;
   }
   if (opts.scheduler[0] == '\0') {

@@ -59,7 +59,7 @@ void tsr_report_heartbeat(tsr_worker *w)
   tsr_tiers_stats tiers = {0};
   if (tsr_wstore_tiers(w->store) != NULL) tsr_tiers_stats_get(tsr_wstore_tiers(w->store), &tiers);
   uint64_t write_bps = tsr_tiers_stats_write_bps(&tiers), read_bps = tsr_tiers_stats_read_bps(&tiers);
-  tsr_wbuf_begin(&w->out, "heartbeat", 9 + (w->gpu != NULL) + (util >= 0) + (write_bps > 0) + (read_bps > 0));
+  tsr_wbuf_begin(&w->out, "heartbeat", 9 + 3 * (w->gpu != NULL) + (util >= 0) + (write_bps > 0) + (read_bps > 0));
   tsr_pack_kv_uint(pk, "memory_used", tsr_wstore_bytes(w->store));
   tsr_pack_kv_uint(pk, "tasks_running", w->exec ? tsr_wexec_running(w->exec) : 0);
   tsr_pack_kv_uint(pk, "tasks_done", w->tasks_done);
@@ -68,7 +68,13 @@ void tsr_report_heartbeat(tsr_worker *w)
   tsr_pack_kv_uint(pk, "bytes_spilled", tiers.bytes_spilled);
   tsr_pack_kv_uint(pk, "bytes_dropped", tiers.bytes_dropped);
   tsr_pack_kv_bool(pk, "paused", tsr_wstore_tiers(w->store) != NULL && tsr_tiers_paused(tsr_wstore_tiers(w->store), w->store));
-  if (w->gpu != NULL) tsr_pack_kv_uint(pk, "device_memory_used", tsr_wgpu_used(w->gpu));
+  if (w->gpu != NULL) {
+    tsr_devtier_stats dev = {0};
+    if (w->devtier != NULL) tsr_devtier_stats_get(w->devtier, &dev);
+    tsr_pack_kv_uint(pk, "device_memory_used", tsr_wgpu_used(w->gpu));
+    tsr_pack_kv_uint(pk, "device_bytes_moved", dev.bytes_moved);
+    tsr_pack_kv_uint(pk, "device_bytes_dropped", dev.bytes_dropped);
+  }
   if (util >= 0) tsr_pack_kv_uint(pk, "gpu_util", (uint64_t)util);
   /* measured spill throughput: the scheduler's spill cost (policy_evict.h) */
   if (write_bps > 0) tsr_pack_kv_uint(pk, "spill_write_bps", write_bps);

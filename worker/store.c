@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devtier.h"
 #include "tiers.h"
 #include "wire/wire.h"
 
@@ -23,6 +24,7 @@ struct tsr_wstore {
   atomic_uint_fast64_t live;
   atomic_bool warned_limit;
   struct tsr_tiers *tiers;   /* set before tasks run, then read-only */
+  struct tsr_devtier *devtier; /* likewise (GPU workers) */
   uint64_t clock;            /* LRU clock; under lock */
 };
 
@@ -146,6 +148,22 @@ int tsr_chunk_new_device(tsr_wstore *store, const char *key, const tsr_meta *met
   return 0;
 }
 
+int tsr_chunk_new_pinned(tsr_wstore *store, const char *key, const tsr_meta *meta, void *data, size_t nbytes,
+                         tsr_chunk_release_fn release, void *release_arg, tsr_chunk **chunk_p)
+{
+  tsr_chunk *chunk;
+  int rc = chunk_alloc(store, key, meta, &chunk);
+  if (rc != 0) return rc;
+  chunk->owner = TSR_CHUNK_PINNED;
+  chunk->data = data;
+  chunk->nbytes = nbytes;
+  chunk->release = release;
+  chunk->release_arg = release_arg;
+  account_add(store, nbytes);
+  *chunk_p = chunk;
+  return 0;
+}
+
 tsr_chunk *tsr_chunk_ref(tsr_chunk *chunk)
 {
   atomic_fetch_add_explicit(&chunk->refs, 1, memory_order_relaxed);
@@ -165,7 +183,7 @@ void tsr_chunk_unref(tsr_chunk **chunk_p)
   bool device = chunk->owner == TSR_CHUNK_DEVICE;
   if (chunk->owner == TSR_CHUNK_XFER)
     tsr_xfer_data_release(&chunk->xfer);
-  else if (device)
+  else if (device || chunk->owner == TSR_CHUNK_PINNED)
     chunk->release(chunk->release_arg, chunk->data, nbytes);
   else
     free(chunk->data);
@@ -353,14 +371,20 @@ static int lookup_device(tsr_wstore *store, tsr_chunk *chunk, tsr_xfer_chunk *ou
 void tsr_wstore_set_tiers(tsr_wstore *store, struct tsr_tiers *tiers) { store->tiers = tiers; }
 struct tsr_tiers *tsr_wstore_tiers(const tsr_wstore *store) { return store->tiers; }
 
+void tsr_wstore_set_devtier(tsr_wstore *store, struct tsr_devtier *devtier) { store->devtier = devtier; }
+
 void tsr_wstore_balance(tsr_wstore *store)
 {
+  /* Device first: what it moves down lands in host memory, which the host
+   * tiers then balance. */
+  if (store->devtier != NULL) tsr_devtier_balance(store->devtier);
   if (store->tiers != NULL) tsr_tiers_balance(store->tiers, store);
 }
 
 typedef struct idle_list {
   tsr_chunk **chunks;
   size_t n, cap;
+  bool device;   /* collect device chunks (else host chunks) */
   bool failed;
 } idle_list;
 
@@ -369,8 +393,7 @@ static void collect_idle(void *arg, const char *key, size_t key_len, uint64_t va
   (void)key, (void)key_len;
   idle_list *l = arg;
   tsr_chunk *chunk = (tsr_chunk *)(uintptr_t)value;
-  bool host = chunk->owner == TSR_CHUNK_MALLOC || chunk->owner == TSR_CHUNK_XFER;
-  if (l->failed || !host || atomic_load(&chunk->refs) != 1) return;
+  if (l->failed || tsr_chunk_on_device(chunk) != l->device || atomic_load(&chunk->refs) != 1) return;
   if (l->n == l->cap) {
     size_t cap = l->cap ? 2 * l->cap : 64;
     tsr_chunk **grown = realloc(l->chunks, cap * sizeof *grown);
@@ -396,9 +419,9 @@ static int by_last_use(const void *a, const void *b)
   return (x > y) - (x < y);
 }
 
-size_t tsr_wstore_idle(tsr_wstore *store, tsr_chunk ***chunks_p)
+static size_t idle_where(tsr_wstore *store, bool device, tsr_chunk ***chunks_p)
 {
-  idle_list l = {0};
+  idle_list l = {.device = device};
   pthread_mutex_lock(&store->lock);
   tsr_strmap_each(store->map, collect_idle, &l);
   if (l.n > 1) qsort(l.chunks, l.n, sizeof *l.chunks, by_last_use);
@@ -411,6 +434,9 @@ size_t tsr_wstore_idle(tsr_wstore *store, tsr_chunk ***chunks_p)
   *chunks_p = l.chunks;
   return l.n;
 }
+
+size_t tsr_wstore_idle(tsr_wstore *store, tsr_chunk ***chunks_p) { return idle_where(store, false, chunks_p); }
+size_t tsr_wstore_idle_device(tsr_wstore *store, tsr_chunk ***chunks_p) { return idle_where(store, true, chunks_p); }
 
 bool tsr_wstore_evict(tsr_wstore *store, tsr_chunk *chunk)
 {
@@ -427,6 +453,29 @@ bool tsr_wstore_evict(tsr_wstore *store, tsr_chunk *chunk)
   /* The map's reference; the caller's keeps the chunk alive. */
   if (evicted) atomic_fetch_sub_explicit(&chunk->refs, 1, memory_order_acq_rel);
   return evicted;
+}
+
+bool tsr_wstore_replace(tsr_wstore *store, tsr_chunk *old, tsr_chunk *fresh)
+{
+  size_t len = strlen(old->key);
+  uint64_t value;
+  bool replaced = false;
+  tsr_chunk_ref(fresh);
+  pthread_mutex_lock(&store->lock);
+  if (tsr_strmap_get(store->map, old->key, len, &value) && (tsr_chunk *)(uintptr_t)value == old &&
+      atomic_load(&old->refs) == 2 && tsr_strmap_put(store->map, old->key, len, (uint64_t)(uintptr_t)fresh) == 0) {
+    /* Same age and read state: the move is not a use. */
+    fresh->last_use = old->last_use;
+    atomic_store(&fresh->read, atomic_load(&old->read));
+    fresh->recompute = old->recompute;
+    replaced = true;
+  }
+  pthread_mutex_unlock(&store->lock);
+  if (replaced)
+    atomic_fetch_sub_explicit(&old->refs, 1, memory_order_acq_rel);  /* the map's; the caller's keeps it alive */
+  else
+    tsr_chunk_unref(&fresh);
+  return replaced;
 }
 
 int tsr_wstore_xfer_lookup(void *arg, const char *key, tsr_xfer_chunk *out)

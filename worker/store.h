@@ -47,10 +47,13 @@ typedef enum {
   TSR_CHUNK_MALLOC = 1,  /* free(data): kernel outputs */
   TSR_CHUNK_XFER,        /* tsr_xfer_data_release(): bytes received from a peer */
   TSR_CHUNK_DEVICE,      /* release(release_arg, data, nbytes): device memory of a GPU worker */
+  TSR_CHUNK_PINNED,      /* release(release_arg, data, nbytes): host memory a GPU worker pinned (pinned.h) */
 } tsr_chunk_owner;
 
-/* Frees a device chunk's bytes. Called by the last unref, on the thread
- * that drops it (never ZeroMQ's I/O thread, see above). */
+/* Frees a device or pinned chunk's bytes. Called by the last unref, on the
+ * thread that drops it: never ZeroMQ's I/O thread for a device chunk (see
+ * above); a pinned chunk is a host chunk and may be served, so its release
+ * must be safe there (no CUDA call). */
 typedef void (*tsr_chunk_release_fn)(void *arg, void *data, size_t nbytes);
 
 typedef struct tsr_chunk {
@@ -61,7 +64,7 @@ typedef struct tsr_chunk {
   atomic_uint refs;
   tsr_chunk_owner owner;
   tsr_xfer_data xfer;    /* TSR_CHUNK_XFER only */
-  tsr_chunk_release_fn release;  /* TSR_CHUNK_DEVICE only */
+  tsr_chunk_release_fn release;  /* TSR_CHUNK_DEVICE and TSR_CHUNK_PINNED only */
   void *release_arg;
   int device;            /* TSR_CHUNK_DEVICE: the GPU holding data; -1 for host chunks */
   bool replica;          /* fetched from a peer, not computed here */
@@ -92,6 +95,12 @@ int tsr_chunk_new_xfer(tsr_wstore *store, const char *key, const tsr_meta *meta,
  * unref. On error the caller still owns data. */
 int tsr_chunk_new_device(tsr_wstore *store, const char *key, const tsr_meta *meta, void *data, size_t nbytes,
                          int device, tsr_chunk_release_fn release, void *release_arg, tsr_chunk **chunk_p);
+/* Wraps host memory freed by release(release_arg, data, nbytes) at the last
+ * unref, on any thread (pinned memory: a chunk the device tier moved down).
+ * Counted as host bytes, evicted and served like any host chunk. On error
+ * the caller still owns data. */
+int tsr_chunk_new_pinned(tsr_wstore *store, const char *key, const tsr_meta *meta, void *data, size_t nbytes,
+                         tsr_chunk_release_fn release, void *release_arg, tsr_chunk **chunk_p);
 static inline bool tsr_chunk_on_device(const tsr_chunk *chunk) { return chunk->owner == TSR_CHUNK_DEVICE; }
 /* Adds a reference; returns chunk. */
 tsr_chunk *tsr_chunk_ref(tsr_chunk *chunk);
@@ -147,11 +156,28 @@ int tsr_wstore_get_mem(tsr_wstore *store, const char *key, tsr_chunk **chunk_p);
  * reference: the caller unrefs each and frees the array. Returns the
  * count (0 also on ENOMEM, with *chunks_p NULL). */
 size_t tsr_wstore_idle(tsr_wstore *store, tsr_chunk ***chunks_p);
+/* The same for the device chunks of the map (devtier.h). */
+size_t tsr_wstore_idle_device(tsr_wstore *store, tsr_chunk ***chunks_p);
 /* Removes chunk from the map if it is still the key's chunk and nobody but
  * the map and the caller references it. True when removed (the bytes go
  * with the caller's reference). */
 bool tsr_wstore_evict(tsr_wstore *store, tsr_chunk *chunk);
-/* Balances the tiers after the store grew; no-op without tiers. */
+/* Puts fresh (a copy of old elsewhere: old's device bytes in host memory)
+ * in old's place, with old's LRU age, read state and recompute mark, if old
+ * is still the key's chunk and nobody but the map and the caller
+ * references it (checked under the store's lock, so no get can slip in).
+ * True when replaced: the map then holds its own reference to fresh, and
+ * old's bytes go with the caller's reference. The caller keeps its
+ * reference to fresh either way. */
+bool tsr_wstore_replace(tsr_wstore *store, tsr_chunk *old, tsr_chunk *fresh);
+
+/* ---------- device tier (devtier.h) ----------
+ * A GPU worker attaches its device tier (main thread, before any task
+ * runs; NULL detaches); balancing then moves device chunks down first. */
+struct tsr_devtier;
+void tsr_wstore_set_devtier(tsr_wstore *store, struct tsr_devtier *devtier);
+/* Balances the tiers after the store grew (device tier, then host tiers);
+ * no-op without them. */
 void tsr_wstore_balance(tsr_wstore *store);
 
 /* Copies nbytes of device memory at src to host memory at dst; 0 or an

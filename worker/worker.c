@@ -61,20 +61,67 @@ static int serve_copy(void *slot, void *dst, const void *src, size_t nbytes, tsr
   return tsr_wgpu_download(slot, dst, src, nbytes, err);
 }
 
+/* The device tier's view of the GPU: its own slot copies chunks down. */
+static uint64_t tier_used(void *slot) { return tsr_wgpu_used(tsr_wgpu_slot_gpu(slot)); }
+
+static int tier_copy_down(void *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err)
+{
+  return tsr_wgpu_download(slot, dst, src, nbytes, err);
+}
+
+static void tier_wake(void *slot) { tsr_wgpu_wake(tsr_wgpu_slot_gpu(slot)); }
+static void *tier_pinned(void *gpu, size_t nbytes) { return tsr_wgpu_pinned_alloc(gpu, nbytes); }
+
+/* The pinned host tier's size: as asked, or by default as much as the
+ * device limit, at most an eighth of the machine's memory and a quarter of
+ * --memory-limit (pinned slabs stay in the RSS, which the host tiers'
+ * spill threshold watches). */
+static uint64_t pinned_limit(const tsr_worker *w)
+{
+  if (w->opts.pinned_memory_limit != TSR_PINNED_DEFAULT) return w->opts.pinned_memory_limit;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  uint64_t limit = tsr_wgpu_limit(w->gpu);
+  uint64_t eighth = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 8 : 0;
+  if (eighth < limit) limit = eighth;
+  if (w->opts.memory_limit != 0 && w->opts.memory_limit / 4 < limit) limit = w->opts.memory_limit / 4;
+  return limit;
+}
+
+/* Device chunks move down to host memory instead of failing allocations:
+ * the tier balances after every task (through the store) and the GPU asks
+ * it for memory when an allocation would pass the limit. */
+static int open_devtier(tsr_worker *w, tsr_errbuf *err)
+{
+  int rc = tsr_wgpu_slot_new(w->gpu, &w->tier_slot, err);
+  if (rc == 0) rc = tsr_wgpu_set_pinned(w->gpu, pinned_limit(w), err);
+  if (rc != 0) return rc;
+  tsr_devtier_dev dev = {w->tier_slot, tsr_wgpu_limit(w->gpu), tier_used, tier_copy_down, tier_wake,
+                         tier_pinned, tsr_wgpu_pinned_free, w->gpu};
+  rc = tsr_devtier_new(&w->opts.devtier, &dev, w->store, &w->devtier, err);
+  if (rc != 0) return rc;
+  tsr_wstore_set_devtier(w->store, w->devtier);
+  tsr_wgpu_set_reclaim(w->gpu, tsr_devtier_reclaim, w->devtier);
+  return 0;
+}
+
 static int open_gpu(tsr_worker *w)
 {
   if (w->opts.gpu < 0) return 0;
   tsr_errbuf err = {{0}};
   int rc = tsr_wgpu_open(w->opts.gpu, w->opts.device_memory_limit, w->opts.threads, &w->gpu, &err);
   if (rc == 0) rc = tsr_wgpu_slot_new(w->gpu, &w->serve_slot, &err);
+  if (rc == 0) rc = open_devtier(w, &err);
   if (rc != 0) {
     TSR_ERROR("%s", err.text);
     return rc;
   }
   tsr_wstore_set_device_copy(w->store, serve_copy, w->serve_slot);
-  char limit[32];
-  TSR_INFO("gpu:%d: %s, device memory limit %s, %d streams", w->opts.gpu, tsr_wgpu_name(w->gpu),
-           tsr_format_bytes(tsr_wgpu_limit(w->gpu), limit, sizeof limit), w->opts.threads);
+  char limit[32], pinned[32];
+  TSR_INFO("gpu:%d: %s, device memory limit %s (target %.2f, spill %.2f: idle chunks move to host memory, up to %s "
+           "of it pinned), %d streams",
+           w->opts.gpu, tsr_wgpu_name(w->gpu), tsr_format_bytes(tsr_wgpu_limit(w->gpu), limit, sizeof limit),
+           w->opts.devtier.target, w->opts.devtier.spill, tsr_format_bytes(pinned_limit(w), pinned, sizeof pinned),
+           w->opts.threads);
   return 0;
 }
 
@@ -187,6 +234,26 @@ static void loop_once(tsr_worker *w, int stop_fd)
   tsr_link_flush(w);
 }
 
+/* What the GPU and its device tier did, for tuning (info, once at exit). */
+static void log_gpu_stats(tsr_worker *w)
+{
+  if (w->gpu == NULL) return;
+  tsr_wgpu_stats g;
+  tsr_devtier_stats d = {0};
+  tsr_wgpu_stats_get(w->gpu, &g);
+  if (w->devtier != NULL) tsr_devtier_stats_get(w->devtier, &d);
+  char up[32], down[32], moved[32], pinned[32], slabs[32], dropped[32];
+  TSR_INFO("gpu:%d: copied up %s in %.3f s, down %s in %.3f s (thread time); allocations waited %.3f s in %llu rounds; "
+           "device tier moved %s in %.3f s (%s into pinned memory; %s pinned in %.3f s), dropped %s, %llu reclaims in "
+           "%.3f s",
+           w->opts.gpu, tsr_format_bytes(g.upload_bytes, up, sizeof up), (double)g.upload_us / 1e6,
+           tsr_format_bytes(g.download_bytes, down, sizeof down), (double)g.download_us / 1e6, (double)g.wait_us / 1e6,
+           (unsigned long long)g.waits, tsr_format_bytes(d.bytes_moved, moved, sizeof moved), (double)d.move_us / 1e6,
+           tsr_format_bytes(d.bytes_pinned, pinned, sizeof pinned), tsr_format_bytes(g.pinned_bytes, slabs, sizeof slabs),
+           (double)g.pin_us / 1e6, tsr_format_bytes(d.bytes_dropped, dropped, sizeof dropped), (unsigned long long)d.reclaims,
+           (double)d.reclaim_us / 1e6);
+}
+
 /* Frees everything. Returns false when an executor thread would not stop:
  * then the store and the context must stay (that thread still uses them). */
 static bool worker_teardown(tsr_worker *w)
@@ -206,9 +273,13 @@ static bool worker_teardown(tsr_worker *w)
    * for sending, which drop their chunk references: before the store goes. */
   if (w->zctx) zmq_ctx_term(w->zctx);
   tsr_tiers *tiers = w->store != NULL ? tsr_wstore_tiers(w->store) : NULL;
+  log_gpu_stats(w);
+  if (w->gpu != NULL) tsr_wgpu_set_reclaim(w->gpu, NULL, NULL);
   tsr_wstore_destroy(&w->store);
   tsr_tiers_destroy(&tiers);
+  tsr_devtier_destroy(&w->devtier);
   /* After the store: its device chunks free into the GPU's pool. */
+  tsr_wgpu_slot_destroy(&w->tier_slot);
   tsr_wgpu_slot_destroy(&w->serve_slot);
   tsr_wgpu_close(&w->gpu);
   tsr_strmap_destroy(&w->pending);

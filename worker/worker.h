@@ -7,9 +7,12 @@
 
 #include <stdint.h>
 
+#include "devtier.h"
 #include "net/net.h"
 #include "tiers.h"
 #include "wire/wire.h"
+
+#define TSR_PINNED_DEFAULT UINT64_MAX
 
 typedef struct tsr_worker_opts {
   char scheduler[TSR_MAX_ADDR_LEN];     /* tcp://HOST:PORT of the scheduler's ROUTER */
@@ -22,6 +25,8 @@ typedef struct tsr_worker_opts {
   int fetch_timeout_ms;
   int gpu;                              /* --gpu N: the device this worker owns; -1 = a CPU worker */
   uint64_t device_memory_limit;         /* bytes; 0 = 90% of the device's memory */
+  tsr_devtier_opts devtier;             /* device thresholds (--device-memory-target, -spill) */
+  uint64_t pinned_memory_limit;         /* the pinned host tier; TSR_PINNED_DEFAULT: the device limit, <= RAM/8, <= memory_limit/4 */
   tsr_tiers_opts tiers;                 /* memory thresholds and spilling (memory_limit copied in) */
 } tsr_worker_opts;
 

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "devtier.h"
 #include "executor.h"
 #include "store.h"
 #include "task.h"
@@ -29,6 +30,8 @@ typedef struct tsr_worker {
   tsr_wexec *exec;
   tsr_wgpu *gpu;              /* a GPU worker's device, or NULL */
   tsr_wgpu_slot *serve_slot;  /* the main thread's stream: copies device chunks it serves */
+  tsr_wgpu_slot *tier_slot;   /* the device tier's stream: moves device chunks down */
+  tsr_devtier *devtier;       /* a GPU worker's device tier, or NULL */
 
   /* scheduler link */
   void *sched;

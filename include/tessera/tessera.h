@@ -182,6 +182,9 @@ typedef struct tsr_worker_info {
   uint64_t disk_held;
   uint64_t tasks_recomputed;
   uint64_t bytes_recomputed;
+  /* Device tier of GPU workers (docs/gpu.md, "Device memory"); 0 for CPU workers. */
+  uint64_t device_bytes_moved;   /* device chunks moved down to host memory since the worker started */
+  uint64_t device_bytes_dropped; /* recomputable device chunks dropped (recomputed if needed again) */
 } tsr_worker_info;
 
 typedef struct tsr_graph_info {

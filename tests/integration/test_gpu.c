@@ -5,9 +5,13 @@
  *   worker, and on a GPU worker alone give the same results: random arrays
  *   bit-identical; elementwise f64 and reductions within 1e-12; f32 matmul
  *   and SVDs within 1e-4 (relative to the largest value);
- * - a chunk larger than --device-memory-limit, and chunks that together
- *   pass it, fail their graph with an error naming the chunk and the limit;
- *   the worker stays up and computes the next graph;
+ * - a chunk larger than --device-memory-limit fails its graph with an
+ *   error naming the chunk and the limit; the worker stays up, and chunks
+ *   that together pass the limit complete (moved to host memory);
+ * - the device tier: a randomized SVD (six passes) over a materialized u8
+ *   matrix four times the device limit (64 MiB on 16 MiB), with a host memory limit too, is
+ *   bit-identical to the run without limits; chunks were moved to host
+ *   memory and spilled to disk on the way;
  * - a GPU worker SIGKILLed mid-graph: its results are recomputed on the CPU
  *   worker and the graph's result is right;
  * - a GPU worker alone runs integer div (whose CUDA variant declines:
@@ -268,10 +272,19 @@ static int compute_rows(tsr_array_ctx *ctx, int64_t rows, int64_t chunk_rows, ui
   return rc;
 }
 
-TEST(device_memory_limit_fails_the_graph_cleanly)
+/* The worker's status entry (frequent heartbeats: fresh), or false. */
+static bool worker_info(tsr_client *client, tsr_worker_info *out)
+{
+  tsr_cluster_info *info = NULL;
+  bool ok = tsr_cluster_info_get(client, 5000, &info) == 0 && info->n_workers == 1;
+  if (ok) *out = info->workers[0];
+  tsr_cluster_info_destroy(&info);
+  return ok;
+}
+
+TEST(chunk_over_device_memory_limit_fails_and_chunks_together_over_it_move_to_host)
 {
   cluster c;
-  /* frequent heartbeats: the status's device_memory_used is fresh */
   const char *limit[] = {"--device-memory-limit", "48MiB", "--heartbeat-interval", "100ms", NULL};
   ASSERT_EQ(start(&c, "gpu", limit, NULL), 0);
   tsr_client *client = NULL;
@@ -284,36 +297,89 @@ TEST(device_memory_limit_fails_the_graph_cleanly)
   snprintf(msg, sizeof msg, "%s", tsr_errmsg());
   fprintf(stderr, "  one big chunk: %s: %s\n", tsr_err_name(rc), msg);
   bool big_ok = rc == TSR_ETASK && strstr(msg, "device memory limit") && strstr(msg, "48.00 MiB") && strstr(msg, key);
-  /* four 16 MiB chunks kept together: the fourth does not fit */
-  rc = ok ? compute_rows(ctx, 8192, 2048, 2, key, sizeof key) : TSR_ECONN;
-  snprintf(msg, sizeof msg, "%s", tsr_errmsg());
-  fprintf(stderr, "  four chunks: %s: %s\n", tsr_err_name(rc), msg);
-  bool sum_ok = rc == TSR_ETASK && strstr(msg, "device memory limit") && strstr(msg, "48.00 MiB");
-  /* the worker is still there and, once the three chunks that fitted are
-   * released (this client goes), computes what fits */
   bool alive = cluster_alive(c.workers[0]);
+  /* eight 16 MiB chunks kept together (128 MiB): the device tier makes room */
+  rc = ok ? compute_rows(ctx, 16384, 2048, 2, key, sizeof key) : TSR_ECONN;
+  if (rc != 0) fprintf(stderr, "  eight chunks: %s: %s\n", tsr_err_name(rc), tsr_errmsg());
+  tsr_worker_info w = {0};
+  usleep(300000);
+  bool moved = worker_info(client, &w) && w.device_bytes_moved >= (64u << 20) && w.device_memory_used <= (48u << 20);
+  fprintf(stderr, "  eight chunks: %llu bytes moved to host, %llu dropped, %llu on the device\n",
+          (unsigned long long)w.device_bytes_moved, (unsigned long long)w.device_bytes_dropped,
+          (unsigned long long)w.device_memory_used);
   tsr_array_ctx_destroy(&ctx);
   tsr_client_close(client);
-  client = NULL;
-  ok = ok && tsr_client_open(&client, c.address, NULL) == 0 && tsr_array_ctx_new(client, &ctx) == 0;
-  uint64_t used = UINT64_MAX;
-  usleep(500000);
-  for (int i = 0; ok && i < 100 && used != 0; i++) {
-    tsr_cluster_info *info = NULL;
-    if (tsr_cluster_info_get(client, 5000, &info) == 0 && info->n_workers == 1) used = info->workers[0].device_memory_used;
-    tsr_cluster_info_destroy(&info);
-    if (used != 0) usleep(200000);
-  }
-  fprintf(stderr, "  device memory in use after the release: %llu bytes\n", (unsigned long long)used);
-  rc = ok ? compute_rows(ctx, 1024, 512, 3, key, sizeof key) : TSR_ECONN;
-  if (rc != 0) fprintf(stderr, "  small graph: %s: %s\n", tsr_err_name(rc), tsr_errmsg());
-  tsr_array_ctx_destroy(&ctx);
-  tsr_client_close(client);
-  cluster_stop(&c, !(big_ok && sum_ok && alive && rc == 0));
+  cluster_stop(&c, !(big_ok && alive && rc == 0 && moved));
   ASSERT_TRUE(big_ok);
-  ASSERT_TRUE(sum_ok);
   ASSERT_TRUE(alive);
   ASSERT_EQ(rc, 0);
+  ASSERT_TRUE(moved);
+}
+
+/* s and v of svd_compressed(k=5, q=2) of X2 = scale(randint(0, 3) u8, 1,
+ * 1), ROWS x 1024 in 256-row chunks: X2 is computed once, kept, and read
+ * by all six passes. */
+#define SVD_ROWS 65536
+#define SVD_COLS 1024
+#define SVD_K 5
+
+static int svd_of_materialized(const char *address, double *s, double *v)
+{
+  tsr_client *client = NULL;
+  tsr_array_ctx *ctx = NULL;
+  tsr_array *x = NULL, *x2 = NULL, *u = NULL, *sa = NULL, *va = NULL;
+  int64_t shape[2] = {SVD_ROWS, SVD_COLS}, chunks[2] = {256, SVD_COLS};
+  tsr_svd_opts o = TSR_SVD_OPTS_DEFAULT;
+  o.seed = 3;
+  o.n_power_iter = 2;
+  int rc = tsr_client_open(&client, address, NULL);
+  if (rc == 0) rc = tsr_array_ctx_new(client, &ctx);
+  if (rc == 0) rc = tsr_randint(ctx, 42, 0, 3, TSR_U8, 2, shape, chunks, &x);
+  if (rc == 0) rc = tsr_scale(ctx, x, 1.0, 1.0, &x2);
+  if (rc == 0) rc = tsr_svd_compressed(ctx, x2, SVD_K, &o, &u, &sa, &va);
+  const tsr_array *outs[2] = {sa, va};
+  void *bufs[2] = {s, v};
+  size_t caps[2] = {SVD_K * sizeof *s, (size_t)SVD_K * SVD_COLS * sizeof *v};
+  if (rc == 0) rc = tsr_compute_many(ctx, outs, 2, bufs, caps, 300000);
+  if (rc != 0) fprintf(stderr, "  svd: %s: %s\n", tsr_err_name(rc), tsr_errmsg());
+  tsr_array *all[] = {x, x2, u, sa, va};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tsr_array_free(ctx, &all[i]);
+  tsr_array_ctx_destroy(&ctx);
+  tsr_client_close(client);
+  return rc;
+}
+
+TEST(device_tier_moves_chunks_to_host_and_disk_bit_identically)
+{
+  static double s_ref[SVD_K], v_ref[SVD_K * SVD_COLS], s_lim[SVD_K], v_lim[SVD_K * SVD_COLS];
+  cluster c;
+  ASSERT_EQ(start(&c, "gpu", NULL, NULL), 0);
+  int rc = svd_of_materialized(c.address, s_ref, v_ref);
+  cluster_stop(&c, rc != 0);
+  ASSERT_EQ(rc, 0);
+  /* X2 is 64 MiB: four times the device limit (which must hold cuSOLVER's
+   * 6 MiB QR workspace beside the other streams' tasks); the host keeps
+   * 0.6 x 32 MiB and spills the rest */
+  const char *limits[] = {"--device-memory-limit", "16MiB", "--memory-limit", "32MiB", "--heartbeat-interval", "100ms", NULL};
+  ASSERT_EQ(start(&c, "gpu", limits, NULL), 0);
+  rc = svd_of_materialized(c.address, s_lim, v_lim);
+  tsr_client *client = NULL;
+  tsr_worker_info w = {0};
+  usleep(300000);
+  bool info = tsr_client_open(&client, c.address, NULL) == 0 && worker_info(client, &w);
+  tsr_client_close(client);
+  fprintf(stderr, "  limited: %llu bytes moved to host, %llu dropped; %llu spilled to disk\n",
+          (unsigned long long)w.device_bytes_moved, (unsigned long long)w.device_bytes_dropped,
+          (unsigned long long)w.bytes_spilled);
+  bool same = rc == 0 && memcmp(s_lim, s_ref, sizeof s_ref) == 0 && memcmp(v_lim, v_ref, sizeof v_ref) == 0;
+  fprintf(stderr, "  s %.17g .. %.17g (unlimited %.17g): %s\n", s_lim[0], s_lim[SVD_K - 1], s_ref[0],
+          same ? "bit-identical" : "DIFFERENT");
+  cluster_stop(&c, !(same && info));
+  ASSERT_EQ(rc, 0);
+  ASSERT_TRUE(same);
+  ASSERT_TRUE(info);
+  ASSERT_TRUE(w.device_bytes_moved >= (uint64_t)SVD_ROWS * SVD_COLS / 2);
+  ASSERT_TRUE(w.bytes_spilled > 0);
 }
 
 /* x_i = random chunks (GPU), z = sleep on x_0 (CPU-only: the CPU worker,
@@ -513,7 +579,8 @@ int main(void)
     return KIT_SKIP;
   }
   RUN(gpu_results_equal_cpu_results);
-  RUN(device_memory_limit_fails_the_graph_cleanly);
+  RUN(chunk_over_device_memory_limit_fails_and_chunks_together_over_it_move_to_host);
+  RUN(device_tier_moves_chunks_to_host_and_disk_bit_identically);
   RUN(gpu_worker_killed_mid_graph_is_recovered);
   RUN(gpu_worker_falls_back_to_cpu_and_reports_solver_failures);
   return kit_summary();

@@ -38,10 +38,24 @@ TEST(worker_gpu_flags)
   ASSERT_CONTAINS(out, "GPU index");
   snprintf(cmd, sizeof cmd, "%s --scheduler tcp://127.0.0.1:1 --gpu 0 --device-memory-limit lots", w);
   ASSERT_EQ(sh(cmd), 2);
+  /* the device tier's flags */
+  snprintf(cmd, sizeof cmd, "%s --scheduler tcp://127.0.0.1:1 --device-memory-target 0.5", w);
+  ASSERT_EQ(sh(cmd), 2);
+  ASSERT_CONTAINS(out, "--device-memory-target needs --gpu N");
+  snprintf(cmd, sizeof cmd, "%s --scheduler tcp://127.0.0.1:1 --pinned-memory-limit 1GiB", w);
+  ASSERT_EQ(sh(cmd), 2);
+  ASSERT_CONTAINS(out, "--pinned-memory-limit needs --gpu N");
+  snprintf(cmd, sizeof cmd, "%s --scheduler tcp://127.0.0.1:1 --gpu 0 --device-memory-spill 2", w);
+  ASSERT_EQ(sh(cmd), 2);
+  ASSERT_CONTAINS(out, "fraction");
+  snprintf(cmd, sizeof cmd, "%s --scheduler tcp://127.0.0.1:1 --gpu 0 --pinned-memory-limit much", w);
+  ASSERT_EQ(sh(cmd), 2);
   snprintf(cmd, sizeof cmd, "%s --help", w);
   ASSERT_EQ(sh(cmd), 0);
   ASSERT_CONTAINS(out, "--gpu N");
   ASSERT_CONTAINS(out, "--list-gpus");
+  ASSERT_CONTAINS(out, "--device-memory-target");
+  ASSERT_CONTAINS(out, "--pinned-memory-limit");
 }
 
 TEST(no_gpu_is_a_clear_error)
