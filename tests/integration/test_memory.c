@@ -196,10 +196,7 @@ TEST(spill_reload_and_corrupted_files)
   ASSERT_TRUE(reference_x2 != NULL);
   cluster c;
   char spill_dir[512];
-  /* As limited_cluster, and --no-fuse: the random roots must be chunks of
-   * their own here (fused into X2 they would not exist) */
-  const char *sched_args[] = {"--recompute", "never", "--no-fuse", NULL};
-  ASSERT_OK(limited_cluster_with(&c, spill_dir, sizeof spill_dir, sched_args, NULL));
+  ASSERT_OK(limited_cluster(&c, spill_dir, sizeof spill_dir));
   tsr_client *client = NULL;
   double sum = 0, sum2 = 0;
   double *x2 = malloc((size_t)NX * CHUNK_N * sizeof(double));
