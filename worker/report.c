@@ -96,7 +96,10 @@ void tsr_report_moves(tsr_worker *w, const char *skip_key)
   tsr_tiers *tiers = tsr_wstore_tiers(w->store);
   tsr_tier_moved *moved = NULL;
   size_t n = tiers != NULL ? tsr_tiers_take_moves(tiers, skip_key, &moved) : 0;
-  if (n == 0) return;
+  if (n == 0) {
+    tsr_tiers_moved_free(&moved, 0);  /* every move was held back: the array is still ours */
+    return;
+  }
   tsr_wbuf_begin(&w->out, "chunks_moved", 4);
   pack_moved(&w->out.pk, "spilled", moved, n, TSR_TIER_SPILLED);
   pack_moved(&w->out.pk, "loaded", moved, n, TSR_TIER_LOADED);
