@@ -94,7 +94,7 @@ uint64_t sched_evict_estimate_us(const sched_state *st, uint32_t id)
 bool sched_evict_may_drop(const sched_state *st, uint32_t id, uint16_t w)
 {
   const sched_task *t = &st->tasks[id];
-  if (st->cfg.recompute == SCHED_RECOMPUTE_NEVER) return false;
+  if (st->cfg.recompute == SCHED_RECOMPUTE_NEVER || (t->evict & SCHED_EV_NODROP)) return false;
   /* a fused task without inputs may be many steps: it is priced, not assumed cheap */
   if (st->cfg.recompute == SCHED_RECOMPUTE_ALWAYS || (t->ndeps == 0 && sched_task_fused_parts(t) == 0)) return true;
   uint64_t recompute = sat_add(sched_evict_estimate_us(st, id), sched_evict_lineage_us(st, id));
@@ -131,7 +131,9 @@ void sched_evict_on_done(sched_state *st, uint32_t id, uint16_t w, uint64_t dura
     st->workers[w].tasks_recomputed++;
     st->workers[w].bytes_recomputed += nbytes;
   }
-  t->evict |= SCHED_EV_RAN;
+  t->evict = (uint8_t)((t->evict & ~(SCHED_EV_REDONE | SCHED_EV_CONSUMED)) | SCHED_EV_RAN |
+                       ((t->evict & SCHED_EV_RAN) ? SCHED_EV_REDONE : 0));
+  for (uint32_t i = 0; i < t->ndeps; i++) st->tasks[t->deps[i]].evict |= SCHED_EV_CONSUMED;
 }
 
 bool sched_evict_moved(sched_state *st, uint16_t w, sched_move move, uint32_t id)
@@ -149,7 +151,20 @@ bool sched_evict_moved(sched_state *st, uint16_t w, sched_move move, uint32_t id
     if (on_disk) wk->held_disk -= t->nbytes <= wk->held_disk ? t->nbytes : wk->held_disk;
     t->evict &= (uint8_t)~SCHED_EV_ON_DISK;
     return true;
-  case SCHED_MOVE_DROPPED: sched_tr_dropped(st, id); return true;
+  case SCHED_MOVE_DROPPED:
+    /* Recomputed for dependents, then dropped again before any of them
+     * read it: the worker's memory is too tight for drop-and-recompute to
+     * make progress (it would loop: make, drop, make...). Spill it
+     * instead. (A client's own gather is not seen here: a key only a
+     * client reads keeps being dropped. Roots are exempt: a random or
+     * file chunk is never written, and the worker keeps unread ones last.) */
+    if ((t->evict & SCHED_EV_REDONE) && !(t->evict & SCHED_EV_CONSUMED) && t->nneeded > 0 && t->ndeps > 0 &&
+        !(t->evict & SCHED_EV_NODROP)) {
+      TSR_INFO("task '%s' was dropped again before any dependent read it; it will be spilled, not dropped", t->key);
+      t->evict |= SCHED_EV_NODROP;
+    }
+    sched_tr_dropped(st, id);
+    return true;
   }
   return false;
 }

@@ -455,6 +455,42 @@ TEST(drop_of_a_ready_consumers_input_and_of_a_wanted_key)
   sched_state_destroy(&st);
 }
 
+/* Drop-and-recompute that cannot make progress (memory too tight: the
+ * recomputed chunk is dropped again before its consumer reads it) turns
+ * into spilling that chunk; a drop after a read is the normal multi-pass
+ * case and changes nothing. */
+TEST(dropped_again_before_any_read_is_spilled_from_then_on)
+{
+  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  uint32_t c = add_client(st, "c");
+  add_worker(st, "w", 1);
+  spill_speed(st, "w", 100000000, 200000000);
+  /* z reads x again, after k (which waits for y, x's first reader) */
+  const char *g[] = {"r:gen", "x:add:r", "y:sum:x", "k:sum:y", "z:add:x,k", NULL};
+  const char *wants[] = {"z", NULL};
+  ASSERT_EQ(add_graph(st, c, 1, g, wants), 5);
+  ASSERT_OK(run(st, "r", 100, MiB));
+  ASSERT_OK(run(st, "x", 100, MiB));
+  ASSERT_EQ(compute_flag(st, "w", "x"), 1);
+  ASSERT_OK(run(st, "y", 10, 8));          /* y read x */
+  moved(st, "w", "dropped", "x");          /* read, then dropped: fine */
+  ASSERT_EQ(task(st, "x")->evict & SCHED_EV_NODROP, 0);
+  ASSERT_OK(run(st, "k", 10, 8));          /* z otherwise ready: r, then x again */
+  ASSERT_OK(run(st, "r", 100, MiB));
+  tsr_wbuf_reset(&st->peers[sched_peer_find(st, "w", 1)].out);
+  ASSERT_OK(run(st, "x", 100, MiB));
+  ASSERT_EQ(compute_flag(st, "w", "x"), 1);
+  moved(st, "w", "dropped", "x");          /* recomputed and dropped unread */
+  ASSERT_TRUE(task(st, "x")->evict & SCHED_EV_NODROP);
+  ASSERT_OK(run(st, "r", 100, MiB));
+  tsr_wbuf_reset(&st->peers[sched_peer_find(st, "w", 1)].out);
+  ASSERT_OK(run(st, "x", 100, MiB));
+  ASSERT_EQ(compute_flag(st, "w", "x"), 0);  /* spilled from now on */
+  ASSERT_OK(run(st, "z", 10, 8));
+  ASSERT_EQ(state_of(st, "z"), TS_MEMORY);
+  sched_state_destroy(&st);
+}
+
 TEST(status_carries_tiers_and_recompute_counts)
 {
   sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
@@ -559,6 +595,7 @@ int main(void)
   RUN(modes_never_and_always);
   RUN(dropped_chunks_recomputed_by_consumer_priority);
   RUN(drop_of_a_ready_consumers_input_and_of_a_wanted_key);
+  RUN(dropped_again_before_any_read_is_spilled_from_then_on);
   RUN(status_carries_tiers_and_recompute_counts);
   RUN(million_chain_cost_and_deferred_recompute_without_recursion);
   return kit_summary();
