@@ -163,6 +163,15 @@ bool sched_evict_moved(sched_state *st, uint16_t w, sched_move move, uint32_t id
       TSR_INFO("task '%s' was dropped again before any dependent read it; it will be spilled, not dropped", t->key);
       t->evict |= SCHED_EV_NODROP;
     }
+    /* A dropped root (no inputs: random data, a file read) stays placed
+     * here until a consumer or a client finds it missing (missing_input,
+     * key_missing) and it is made again right then. Deferring roots
+     * eagerly made a persisted random array larger than the workers'
+     * memory thrash: when one small shared input (the test matrix) came
+     * back, every consumer became otherwise ready at once and all their
+     * dropped random blocks were made again, filling memory with unread
+     * chunks that were dropped before being read (bench/RESULTS.md). */
+    if (t->ndeps == 0 && sched_task_fused_parts(t) == 0) return true;
     sched_tr_dropped(st, id);
     return true;
   }

@@ -29,6 +29,7 @@
  *
  * Cost: O(inputs + workers) per placed task; the pass is O(ops) per placed
  * task to pick the most urgent runnable task over the op heaps. */
+#include "policy_evict.h"
 #include "sched.h"
 
 /* Tasks in flight per thread: about SCHED_INFLIGHT_US of work, within
@@ -59,6 +60,19 @@ uint32_t sched_worker_free_slots(const sched_worker *w)
   return w->nprocessing >= slots ? 0 : (uint32_t)(slots - w->nprocessing);
 }
 
+/* Whether task id's estimated output still fits beside the outputs of the
+ * worker's tasks in flight within 1/SCHED_INFLIGHT_MEMORY_FRACTION of its
+ * limit (one task per thread always does). Without this, many short tasks
+ * with big outputs (random chunks made again for their consumers) fill a
+ * tight worker with unread chunks that it must drop before their
+ * consumers run: a drop-and-recompute loop. */
+static bool memory_fits(const sched_state *st, const sched_worker *w, uint32_t id)
+{
+  uint64_t limit = w->gpu && w->device_memory_limit ? w->device_memory_limit : w->memory_limit;
+  if (limit == 0 || w->nprocessing < (w->threads ? w->threads : 1)) return true;
+  return w->inflight_bytes + sched_evict_estimate_bytes(st, id) <= limit / SCHED_INFLIGHT_MEMORY_FRACTION;
+}
+
 /* a is less occupied than b: nproc_a / threads_a < nproc_b / threads_b */
 static bool less_busy(const sched_worker *a, const sched_worker *b)
 {
@@ -82,7 +96,9 @@ uint16_t sched_policy_place(sched_state *st, uint32_t id)
   uint64_t best_bytes = 0;
   for (uint32_t w = 0; w < st->nworkers_slots; w++) {
     const sched_worker *wk = &st->workers[w];
-    if (!wk->alive || !sched_worker_eligible(st, wk, t->op) || sched_worker_free_slots(wk) == 0) continue;
+    if (!wk->alive || !sched_worker_eligible(st, wk, t->op) || sched_worker_free_slots(wk) == 0 ||
+        !memory_fits(st, wk, id))
+      continue;
     uint64_t bytes = st->loc_bytes[w];
     if (best == SCHED_NO_WORKER || bytes > best_bytes ||
         (bytes == best_bytes && less_busy(wk, &st->workers[best]))) {

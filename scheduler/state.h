@@ -201,6 +201,7 @@ typedef struct sched_worker {
   uint32_t nprocessing;       /* tasks sent and not reported back */
   uint64_t avg_task_us;       /* moving average of reported task durations; 0: none yet */
   uint64_t avg_out_bytes;     /* moving average of reported output sizes; 0: none yet */
+  uint64_t inflight_bytes;    /* estimated output bytes of its tasks in flight (policy_place.c) */
   uint64_t bytes_held;        /* sum of nbytes of results it holds */
   uint64_t *opbits;           /* bitset over op ids advertised */
   uint64_t *nativebits;       /* ops native to its device (same allocation as opbits) */

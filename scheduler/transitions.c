@@ -50,6 +50,7 @@
  *
  * Events from outside (task_done, a worker's death, a client's release)
  * are the sched_tr_* functions; the handlers call sched_settle() after. */
+#include "policy_evict.h"
 #include "sched.h"
 
 #include <stdio.h>
@@ -425,6 +426,10 @@ void sched_tr_dispatch(sched_state *st, uint32_t id, uint16_t w)
   set_state(st, id, TS_PROCESSING);
   t->processing_on = w;
   st->workers[w].nprocessing++;
+  /* While PROCESSING, nbytes holds the output's estimate (task_done sets
+   * the real size): what the worker's in-flight bytes count. */
+  t->nbytes = sched_evict_estimate_bytes(st, id);
+  st->workers[w].inflight_bytes += t->nbytes;
   st->tasks_sent++;
   sched_emit_compute(st, id, w);
 }
@@ -438,8 +443,11 @@ void sched_tr_mark_queued(sched_state *st)
 
 static void stop_processing(sched_state *st, sched_task *t)
 {
-  if (t->processing_on != SCHED_NO_WORKER && st->workers[t->processing_on].nprocessing > 0)
-    st->workers[t->processing_on].nprocessing--;
+  if (t->processing_on != SCHED_NO_WORKER && st->workers[t->processing_on].nprocessing > 0) {
+    sched_worker *wk = &st->workers[t->processing_on];
+    wk->nprocessing--;
+    wk->inflight_bytes -= t->nbytes < wk->inflight_bytes ? t->nbytes : wk->inflight_bytes;
+  }
   t->processing_on = SCHED_NO_WORKER;
 }
 
@@ -525,6 +533,7 @@ void sched_tr_worker_lost(sched_state *st, uint16_t w, uint32_t *rescheduled_p, 
     }
   }
   st->workers[w].nprocessing = 0;
+  st->workers[w].inflight_bytes = 0;
   st->workers[w].bytes_held = 0;
   st->workers[w].held_disk = 0;
   *rescheduled_p = rescheduled;

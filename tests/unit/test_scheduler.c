@@ -78,7 +78,7 @@ static uint16_t add_gpu_worker(sched_state *st, const char *name, int threads, c
   tsr_pack_kv_str(&wb.pk, "data_address", "tcp://gpu:1");
   tsr_pack_kv_str(&wb.pk, "device", "gpu:0");
   tsr_pack_kv_str(&wb.pk, "gpu_name", "NVIDIA H200");
-  tsr_pack_kv_uint(&wb.pk, "device_memory_limit", 1000);
+  tsr_pack_kv_uint(&wb.pk, "device_memory_limit", 80000000000ull);
   tsr_pack_str(&wb.pk, "ops");
   msgpack_pack_array(&wb.pk, (size_t)n);
   for (int i = 0; i < n; i++) tsr_pack_str(&wb.pk, names[i]);
@@ -310,7 +310,7 @@ TEST(place_prefers_native_then_locality)
   uint16_t cpu = add_worker(st, "cpu", 2, "gen mm load");
   uint16_t gpu = add_gpu_worker(st, "gpu", 1, "gen mm load", "gen mm");
   ASSERT_STREQ(st->workers[gpu].gpu_name, "NVIDIA H200");
-  ASSERT_EQ(st->workers[gpu].device_memory_limit, 1000);
+  ASSERT_EQ(st->workers[gpu].device_memory_limit, 80000000000ull);
   ASSERT_EQ(st->workers[gpu].gpu_util, -1);
   tsr_errbuf err;
   const char *const g[] = {"a:gen", "b:load", NULL};
