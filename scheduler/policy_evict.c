@@ -153,18 +153,16 @@ bool sched_evict_moved(sched_state *st, uint16_t w, sched_move move, uint32_t id
     return true;
   case SCHED_MOVE_DROPPED:
     /* Recomputed for dependents, then dropped again before any of them
-     * read it, twice: the worker's memory is too tight for drop-and-recompute to
+     * read it: the worker's memory is too tight for drop-and-recompute to
      * make progress (it would loop: make, drop, make...). Spill it
      * instead. (A client's own gather is not seen here: a key only a
      * client reads keeps being dropped. Roots are exempt: a random or
      * file chunk is never written, and the worker keeps unread ones last.) */
     if ((t->evict & SCHED_EV_REDONE) && !(t->evict & SCHED_EV_CONSUMED) && t->nneeded > 0 && t->ndeps > 0 &&
         !(t->evict & SCHED_EV_NODROP)) {
-      if (t->evict & SCHED_EV_WASTED) {  /* twice: not a fluke of timing */
-        TSR_INFO("task '%s' was dropped again before any dependent read it; it will be spilled, not dropped", t->key);
-        t->evict |= SCHED_EV_NODROP;
-      }
-      t->evict |= SCHED_EV_WASTED;
+      /* (Waiting for a second waste let a 16 MiB GPU worker loop again.) */
+      TSR_INFO("task '%s' was dropped again before any dependent read it; it will be spilled, not dropped", t->key);
+      t->evict |= SCHED_EV_NODROP;
     }
     /* A dropped root (no inputs: random data, a file read) stays placed
      * here until a consumer or a client finds it missing (missing_input,

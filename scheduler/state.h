@@ -142,8 +142,8 @@ static inline uint32_t sched_task_weight(const sched_task *t)
                                    when one of them has every other input in memory */
 #define SCHED_EV_REDONE 0x08    /* its result in memory is a recomputation */
 #define SCHED_EV_CONSUMED 0x10  /* a dependent finished since its result was made */
-#define SCHED_EV_WASTED 0x40    /* once recomputed and dropped again before any dependent read it */
-#define SCHED_EV_NODROP 0x20    /* twice so (memory too tight for drop-and-recompute): spilled from now on */
+#define SCHED_EV_NODROP 0x20    /* recomputed and dropped again before any dependent read it (memory
+                                   too tight for drop-and-recompute): spilled from now on */
 
 /* key -> task id: open addressing over {hash, id} slots; the keys are the
  * tasks' own (keyidx.c). */

@@ -496,7 +496,7 @@ TEST(multipass_cheap_chunks_recomputed_not_spilled)
   int nodrop = count_in_logs(&c, "it will be spilled, not dropped");
   bool ok = rc == 0 && same && x2_spilled == 0 && x2_dropped > 0 && recomputed > 0;
   fprintf(stderr, "  rc %d same %d mx spilled %d dropped %d; tasks recomputed %llu, bytes dropped %llu, "
-          "missing_input fallbacks %d, spilled after twice wasted %d\n", rc, same, x2_spilled, x2_dropped,
+          "missing_input fallbacks %d, spilled after a wasted recompute %d\n", rc, same, x2_spilled, x2_dropped,
           (unsigned long long)recomputed, (unsigned long long)dropped, fallbacks, nodrop);
   cluster_stop(&c, !ok);
   free(res);
@@ -505,8 +505,8 @@ TEST(multipass_cheap_chunks_recomputed_not_spilled)
 #if defined(__SANITIZE_ADDRESS__)
   /* Under the sanitizers our kernels run ~10x slower beside an optimized
    * blosc: recomputed X2 chunks are dropped again before their readers run,
-   * and the scheduler's no-progress rule (twice wasted: spill instead,
-   * policy_evict.c) spills them. Only such chunks may be written. */
+   * and the scheduler's no-progress rule (recomputed and wasted: spill
+   * instead, policy_evict.c) spills them. Only such chunks may be written. */
   ASSERT_TRUE(x2_spilled <= nodrop);
 #else
   ASSERT_EQ(x2_spilled, 0);
