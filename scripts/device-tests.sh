@@ -6,7 +6,7 @@
 # (CTest does not travel: the build tree's paths are this machine's) and
 # the GPU benchmark. Logs go to $OUT (or ./device-out).
 #
-#   bash scripts/device-tests.sh [all|tests|bench|kbench|memory|smoke] [BENCH ARGS...]
+#   bash scripts/device-tests.sh [all|tests|bench|kbench|memory|smoke|one NAME [SECONDS]] [BENCH ARGS...]
 # (kbench: test_kernels_cuda --bench ARGS, e.g. genotype64; memory: bench/gpu_memory.sh, the
 # device-limited SVD against an unlimited one)
 set -uo pipefail
@@ -75,13 +75,31 @@ run_bench() {
   PYTHONUNBUFFERED=1 bash bench/svd_gpu.sh "$@" 2>&1 | tee "$out/bench.log"
   [ ${PIPESTATUS[0]} = 0 ] || rc=1
 }
+# One test of test_gpu (KIT_ONLY=NAME) with every cluster's logs kept,
+# summarized here and packed (xz) into $OUT: a diagnosis run.
+run_one() {
+  local name=$1 limit=${2:-200}
+  local logs=/tmp/tessera-logs
+  rm -rf "$logs" && mkdir -p "$logs"
+  (cd /tmp && KIT_ONLY="$name" TESSERA_TEST_KEEP_LOGS="$logs" timeout "$limit" "$t/wrap/test_gpu") >"$out/one.log" 2>&1
+  local r=$?
+  echo "test_gpu (KIT_ONLY=$name) exit $r" | tee -a "$out/one.log"
+  grep -vE "^(----- |[0-9]{4}-)" "$out/one.log" | grep -v "^\s*$" | head -40
+  for f in "$logs"/*.log; do
+    echo "== $(basename "$f"): $(wc -l <"$f") lines"
+    grep -oE "(dropped|moved|spilled|recomput|missing|paused|resumed|will be spilled)[a-z ]*" "$f" | sort | uniq -c | sort -rn | head -12
+  done
+  tar -C "$logs" -cf - . | xz -T0 -6 >"$out/logs.tar.xz"
+  [ $r = 0 ] || rc=1
+}
 case $what in
+  one) run_one "$@" ;;
   smoke) tessera local --gpus all -- tessera status 2>&1 | tee "$out/smoke.log" ;;
   memory) bash bench/gpu_memory.sh "$@" 2>&1 | tee "$out/memory.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
   tests) run_tests ;;
   bench) run_bench "$@" ;;
   kbench) (cd /tmp && timeout 300 "$t/wrap/test_kernels_cuda" --bench "$@") 2>&1 | tee "$out/kbench.log" ;;
   all) run_tests; run_bench "$@" ;;
-  *) echo "device-tests.sh: all|tests|bench|kbench|memory|smoke" >&2; exit 2 ;;
+  *) echo "device-tests.sh: all|tests|bench|kbench|memory|smoke|one NAME [SECONDS]" >&2; exit 2 ;;
 esac
 exit $rc

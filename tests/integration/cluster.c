@@ -159,6 +159,19 @@ static void dump_file(const char *path)
   fclose(f);
 }
 
+/* TESSERA_TEST_KEEP_LOGS=DIR keeps every cluster's logs, passed or not,
+ * as DIR/<n>-<name>.log (a diagnosis run; scripts/device-tests.sh one). */
+static void keep_file(const char *path, const char *name)
+{
+  static int clusters_kept = 0;
+  const char *dir = getenv("TESSERA_TEST_KEEP_LOGS");
+  if (dir == NULL || dir[0] == '\0') return;
+  if (strcmp(name, "scheduler") == 0) clusters_kept++;
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s/%d-%s.log'", path, dir, clusters_kept, name);
+  if (system(cmd) != 0) fprintf(stderr, "cluster: could not keep %s in %s\n", path, dir);
+}
+
 void cluster_stop(cluster *c, bool dump)
 {
   for (int i = 0; i < c->n_workers; i++) stop_pid(c->workers[i]);
@@ -166,10 +179,14 @@ void cluster_stop(cluster *c, bool dump)
   char path[600];
   snprintf(path, sizeof path, "%s/scheduler.log", c->dir);
   if (dump) dump_file(path);
+  keep_file(path, "scheduler");
   unlink(path);
   for (int i = 0; i < c->n_workers; i++) {
-    snprintf(path, sizeof path, "%s/worker-%d.log", c->dir, i);
+    char name[32];
+    snprintf(name, sizeof name, "worker-%d", i);
+    snprintf(path, sizeof path, "%s/%s.log", c->dir, name);
     if (dump) dump_file(path);
+    keep_file(path, name);
     unlink(path);
   }
   snprintf(path, sizeof path, "%s/address", c->dir);
