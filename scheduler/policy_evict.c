@@ -42,13 +42,17 @@ uint64_t sched_evict_spill_cost_us(const sched_state *st, uint16_t w, uint64_t n
   return sat_add(transfer_us(nbytes, wbps), transfer_us(nbytes, rbps));
 }
 
-/* Input d of a task that is active (so d->nneeded counts it): what
- * recomputing that task would have to redo or reload for d. */
+/* Input d of a task: what recomputing that task would have to redo or
+ * reload for d. Only a wanted input is sure to be there when the task is
+ * made again; any other is released once its present consumers finish,
+ * and a memo cannot grow afterwards, so it counts whole even while it is
+ * held. (Counting a held input as free made a dropped TSQR slice "cheap"
+ * whose recomputation, once its inputs were gone, redid a whole pass: a
+ * 4-thread worker at a quarter of X looped for minutes.) */
 static uint64_t input_cost_us(const sched_state *st, const sched_task *d)
 {
   bool held = d->state == TS_MEMORY && d->who_has != SCHED_NO_WORKER;
-  bool last_consumer = d->nwanted == 0 && d->nneeded <= 1;
-  if (!held || last_consumer) return d->cost_us;
+  if (!held || d->nwanted == 0) return d->cost_us;
   if (d->evict & SCHED_EV_ON_DISK) return transfer_us(d->nbytes, read_bps(&st->workers[d->who_has]));
   return 0;
 }

@@ -7,11 +7,13 @@
  *
  * Costs, in microseconds:
  *   recompute_cost(k) = duration(k) + sum over k's inputs i of
- *       cost(i)       when i will be released once k is made (k is its
- *                     last consumer: nobody wants it, no other active
- *                     dependent) or is no longer held,
- *       read(i)       when i is held only on its worker's disk tier,
- *       0             when i stays in memory (the lineage stops there).
+ *       cost(i)       when nobody wants i (it is released once its present
+ *                     consumers finish, so it may be gone when k is needed
+ *                     again: held now or not, it counts whole) or it is no
+ *                     longer held,
+ *       read(i)       when i is wanted and held only on its worker's disk,
+ *       0             when i is wanted and in memory (the lineage stops
+ *                     at what clients keep).
  *   Memoized in sched_task.cost_us when k reports task_done (measured
  *   duration; the inputs' memos): O(inputs) per task, no recursion, so a
  *   10^6-long chain costs 10^6 steps. Before k has run, duration(k) and

@@ -250,42 +250,40 @@ TEST(expensive_op_with_small_output_is_spilled)
   sched_state_destroy(&st);
 }
 
-TEST(lineage_stops_at_chunks_in_memory_and_reloads_spilled_inputs)
+TEST(lineage_stops_at_wanted_chunks_and_reloads_spilled_ones)
 {
   sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
   uint32_t c = add_client(st, "c");
   add_worker(st, "w", 1);
   spill_speed(st, "w", 100000000, 100000000);
-  /* r is wanted (stays in memory); q has two consumers */
-  const char *g[] = {"r:gen", "a:add:r", "q:gen", "b:add:q", "d:add:q", "s:add:a,b,d", NULL};
-  const char *wants[] = {"r", "s", NULL};
-  ASSERT_EQ(add_graph(st, c, 1, g, wants), 6);
+  /* r and p are wanted (they stay); q and p have two consumers each */
+  const char *g[] = {"r:gen", "a:add:r", "q:gen", "b:add:q", "d:add:q",
+                     "p:gen", "e:add:p", "f:add:p", "s:add:a,b,d,e,f", NULL};
+  const char *wants[] = {"r", "p", "s", NULL};
+  ASSERT_EQ(add_graph(st, c, 1, g, wants), 9);
   ASSERT_OK(run(st, "r", 5000, MiB));
   ASSERT_OK(run(st, "a", 100, MiB));
-  ASSERT_EQ(task(st, "a")->cost_us, 100);  /* r stays in memory: not counted */
+  ASSERT_EQ(task(st, "a")->cost_us, 100);  /* r is wanted: it stays, not counted */
   ASSERT_OK(run(st, "q", 3000, MiB));
   ASSERT_OK(run(st, "b", 100, MiB));
-  ASSERT_EQ(task(st, "b")->cost_us, 100);  /* d still needs q */
-  /* q goes to disk: recomputing d would reload it (1 MiB at 100 MB/s) */
-  moved(st, "w", "spilled", "q");
-  ASSERT_TRUE(task(st, "q")->evict & SCHED_EV_ON_DISK);
-  ASSERT_EQ(st->workers[0].held_disk, MiB);
-  ASSERT_EQ(sched_evict_lineage_us(st, id_of(st, "d")), 3000);  /* d is q's last consumer */
-  sched_task *d = task(st, "d");
-  d->nneeded++;  /* pretend q had another consumer: then only its reload counts */
-  task(st, "q")->nneeded++;
-  ASSERT_EQ(sched_evict_lineage_us(st, id_of(st, "d")), 10485);
-  task(st, "q")->nneeded--;
-  d->nneeded--;
-  moved(st, "w", "loaded", "q");
-  ASSERT_EQ(st->workers[0].held_disk, 0);
-  ASSERT_TRUE(!(task(st, "q")->evict & SCHED_EV_ON_DISK));
-  moved(st, "w", "spilled", "q");
+  /* d still needs q now, but q goes once d has run: b counts it whole */
+  ASSERT_EQ(task(st, "b")->cost_us, 3100);
+  ASSERT_EQ(sched_evict_lineage_us(st, id_of(st, "d")), 3000);
   ASSERT_OK(run(st, "d", 100, MiB));
-  ASSERT_EQ(task(st, "d")->cost_us, 3100);
-  /* q freed from disk: the holder's disk bytes go with it */
   ASSERT_EQ(state_of(st, "q"), TS_RELEASED);
+  ASSERT_EQ(task(st, "d")->cost_us, 3100);
+  /* a wanted input on disk: recomputing reads it back (1 MiB at 100 MB/s) */
+  ASSERT_OK(run(st, "p", 4000, MiB));
+  moved(st, "w", "spilled", "p");
+  ASSERT_TRUE(task(st, "p")->evict & SCHED_EV_ON_DISK);
+  ASSERT_EQ(st->workers[0].held_disk, MiB);
+  ASSERT_EQ(sched_evict_lineage_us(st, id_of(st, "e")), 10485);
+  ASSERT_OK(run(st, "e", 100, MiB));
+  ASSERT_EQ(task(st, "e")->cost_us, 10585);
+  moved(st, "w", "loaded", "p");
   ASSERT_EQ(st->workers[0].held_disk, 0);
+  ASSERT_TRUE(!(task(st, "p")->evict & SCHED_EV_ON_DISK));
+  ASSERT_EQ(sched_evict_lineage_us(st, id_of(st, "f")), 0);  /* wanted and in memory */
   sched_state_destroy(&st);
 }
 
@@ -592,7 +590,7 @@ int main(void)
   tsr_log_set_level(TSR_LOG_ERROR);
   RUN(random_root_and_cheap_chain_are_dropped);
   RUN(expensive_op_with_small_output_is_spilled);
-  RUN(lineage_stops_at_chunks_in_memory_and_reloads_spilled_inputs);
+  RUN(lineage_stops_at_wanted_chunks_and_reloads_spilled_ones);
   RUN(modes_never_and_always);
   RUN(dropped_chunks_recomputed_by_consumer_priority);
   RUN(drop_of_a_ready_consumers_input_and_of_a_wanted_key);
