@@ -1,5 +1,7 @@
 #include "graphs.h"
 
+#include "tessera/linalg.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,5 +101,32 @@ int gather_f64(tsr_client *c, const char *key, double *value_p)
   if (chunk->dtype != TSR_F64 || chunk->nbytes != 8) rc = TSR_ESHAPE;
   else memcpy(value_p, chunk->data, 8);
   tsr_chunk_destroy(&chunk);
+  return rc;
+}
+
+int svd_of_materialized_x2(const char *address, int64_t rows, int64_t cols, int64_t chunk_rows, int k,
+                           int64_t timeout_ms, double *s, double *v)
+{
+  tsr_client *client = NULL;
+  tsr_array_ctx *ctx = NULL;
+  tsr_array *x = NULL, *x2 = NULL, *u = NULL, *sa = NULL, *va = NULL;
+  int64_t shape[2] = {rows, cols}, chunks[2] = {chunk_rows, cols};
+  tsr_svd_opts o = TSR_SVD_OPTS_DEFAULT;
+  o.seed = 3;
+  o.n_power_iter = 2;
+  int rc = tsr_client_open(&client, address, NULL);
+  if (rc == 0) rc = tsr_array_ctx_new(client, &ctx);
+  if (rc == 0) rc = tsr_randint(ctx, 42, 0, 3, TSR_U8, 2, shape, chunks, &x);
+  if (rc == 0) rc = tsr_scale(ctx, x, 1.0, 1.0, &x2);
+  if (rc == 0) rc = tsr_svd_compressed(ctx, x2, k, &o, &u, &sa, &va);
+  const tsr_array *outs[2] = {sa, va};
+  void *bufs[2] = {s, v};
+  size_t caps[2] = {(size_t)k * sizeof *s, (size_t)k * (size_t)cols * sizeof *v};
+  if (rc == 0) rc = tsr_compute_many(ctx, outs, 2, bufs, caps, timeout_ms);
+  if (rc != 0) fprintf(stderr, "  svd: %s: %s\n", tsr_err_name(rc), tsr_errmsg());
+  tsr_array *all[] = {x, x2, u, sa, va};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tsr_array_free(ctx, &all[i]);
+  tsr_array_ctx_destroy(&ctx);
+  tsr_client_close(client);
   return rc;
 }

@@ -19,5 +19,12 @@ int add_sleep(tsr_graph *g, const char *key, int64_t ms, const char *const *inpu
 int add_tree(tsr_graph *g, const char *prefix, char **keys, size_t n, size_t fan_in, char *root, size_t cap);
 /* Gathers a 0-d f64 result. */
 int gather_f64(tsr_client *c, const char *key, double *value_p);
+/* s (k values) and v (k x cols) of svd_compressed(k, n_power_iter=2,
+ * seed 3) of X2 = scale(randint(0, 3) u8 seed 42, 1, 1), rows x cols in
+ * chunk_rows-row chunks: X2 is computed once, kept, and read by all six
+ * passes (on a tight worker: dropped and made again, or spilled). Opens
+ * its own client on address; prints the error on stderr. 0 or an error. */
+int svd_of_materialized_x2(const char *address, int64_t rows, int64_t cols, int64_t chunk_rows, int k,
+                           int64_t timeout_ms, double *s, double *v);
 
 #endif

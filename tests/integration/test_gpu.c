@@ -316,37 +316,14 @@ TEST(chunk_over_device_memory_limit_fails_and_chunks_together_over_it_move_to_ho
   ASSERT_TRUE(moved);
 }
 
-/* s and v of svd_compressed(k=5, q=2) of X2 = scale(randint(0, 3) u8, 1,
- * 1), ROWS x 1024 in 256-row chunks: X2 is computed once, kept, and read
- * by all six passes. */
+/* The SVD of a materialized X2 (graphs.h): 64 MiB, 256 chunks of 256 KiB. */
 #define SVD_ROWS 65536
 #define SVD_COLS 1024
 #define SVD_K 5
 
 static int svd_of_materialized(const char *address, double *s, double *v)
 {
-  tsr_client *client = NULL;
-  tsr_array_ctx *ctx = NULL;
-  tsr_array *x = NULL, *x2 = NULL, *u = NULL, *sa = NULL, *va = NULL;
-  int64_t shape[2] = {SVD_ROWS, SVD_COLS}, chunks[2] = {256, SVD_COLS};
-  tsr_svd_opts o = TSR_SVD_OPTS_DEFAULT;
-  o.seed = 3;
-  o.n_power_iter = 2;
-  int rc = tsr_client_open(&client, address, NULL);
-  if (rc == 0) rc = tsr_array_ctx_new(client, &ctx);
-  if (rc == 0) rc = tsr_randint(ctx, 42, 0, 3, TSR_U8, 2, shape, chunks, &x);
-  if (rc == 0) rc = tsr_scale(ctx, x, 1.0, 1.0, &x2);
-  if (rc == 0) rc = tsr_svd_compressed(ctx, x2, SVD_K, &o, &u, &sa, &va);
-  const tsr_array *outs[2] = {sa, va};
-  void *bufs[2] = {s, v};
-  size_t caps[2] = {SVD_K * sizeof *s, (size_t)SVD_K * SVD_COLS * sizeof *v};
-  if (rc == 0) rc = tsr_compute_many(ctx, outs, 2, bufs, caps, 300000);
-  if (rc != 0) fprintf(stderr, "  svd: %s: %s\n", tsr_err_name(rc), tsr_errmsg());
-  tsr_array *all[] = {x, x2, u, sa, va};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tsr_array_free(ctx, &all[i]);
-  tsr_array_ctx_destroy(&ctx);
-  tsr_client_close(client);
-  return rc;
+  return svd_of_materialized_x2(address, SVD_ROWS, SVD_COLS, 256, SVD_K, 300000, s, v);
 }
 
 TEST(device_tier_moves_chunks_to_host_and_disk_bit_identically)
