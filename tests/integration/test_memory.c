@@ -152,21 +152,28 @@ static double reference_sum;
  * scheduler's recompute-or-spill costs assume), NULL = measured. Tests of
  * the policy's outcome give one: measured speeds and durations move with
  * the machine's load (CI runs tests side by side), the decision would too. */
-static int limited_cluster_with(cluster *c, char *spill_dir, size_t cap, const char *const *sched_args,
-                                const char *spill_bps)
+static int limited_workers(cluster *c, int n_workers, int threads, char *spill_dir, size_t cap,
+                           const char *const *sched_args, const char *spill_bps)
 {
   memset(c, 0, sizeof *c);
   if (cluster_start_scheduler(c, sched_args) != 0) return -1;
   snprintf(spill_dir, cap, "%s/spill", c->dir);
   const char *args[] = {"--memory-limit", "16MiB", "--spill-dir", spill_dir, "--heartbeat-interval", "250ms",
                         spill_bps ? "--spill-bandwidth" : NULL, spill_bps, NULL};
-  for (int i = 0; i < 2; i++)
-    if (cluster_add_worker(c, 1, args) < 0) return -1;
+  for (int i = 0; i < n_workers; i++)
+    if (cluster_add_worker(c, threads, args) < 0) return -1;
   tsr_client *client = NULL;
   int rc = tsr_client_open(&client, c->address, NULL);
-  if (rc == 0) rc = tsr_wait_for_workers(client, 2, 30000);
+  if (rc == 0) rc = tsr_wait_for_workers(client, (size_t)n_workers, 30000);
   tsr_client_close(client);
   return rc;
+}
+
+/* Two workers of one thread and 16 MiB each. */
+static int limited_cluster_with(cluster *c, char *spill_dir, size_t cap, const char *const *sched_args,
+                                const char *spill_bps)
+{
+  return limited_workers(c, 2, 1, spill_dir, cap, sched_args, spill_bps);
 }
 
 /* For the tests of spill files themselves: the scheduler never lets a
@@ -689,16 +696,11 @@ TEST(svd_of_x2_four_times_memory_on_four_threads)
   int rc = svd_of_materialized_x2(c.address, ROWS, COLS, 256, K, 200000, s_ref, v_ref);
   cluster_stop(&c, rc != 0);
   ASSERT_OK(rc);
-  memset(&c, 0, sizeof c);
-  ASSERT_OK(cluster_start_scheduler(&c, NULL));
-  char spill_dir[600];
-  snprintf(spill_dir, sizeof spill_dir, "%s/spill", c.dir);
-  const char *args[] = {"--memory-limit", "16MiB", "--spill-dir", spill_dir, "--heartbeat-interval", "250ms", NULL};
-  ASSERT_TRUE(cluster_add_worker(&c, 4, args) >= 0);
+  char spill_dir[512];
+  ASSERT_OK(limited_workers(&c, 1, 4, spill_dir, sizeof spill_dir, NULL, NULL));
   uint64_t recomputed = 0, dropped = 0, spilled = 0;
   tsr_client *client = NULL;
   rc = tsr_client_open(&client, c.address, NULL);
-  if (rc == 0) rc = tsr_wait_for_workers(client, 1, 30000);
   if (rc == 0) rc = svd_of_materialized_x2(c.address, ROWS, COLS, 256, K, 200000, s_lim, v_lim);
   if (rc == 0) recompute_totals(client, &recomputed, &dropped);
   tsr_cluster_info *info = NULL;
