@@ -11,12 +11,12 @@ set_tests_properties(integration.scheduler_proto PROPERTIES LABELS integration T
 
 add_executable(test_scheduler ${TSR_TESTS_DIR}/unit/test_scheduler.c)
 target_include_directories(test_scheduler PRIVATE ${TSR_TESTS_DIR})
-target_link_libraries(test_scheduler PRIVATE tsr_sched)
+target_link_libraries(test_scheduler PRIVATE tsr_sched_fixtures)
 add_test(NAME unit.scheduler COMMAND test_scheduler)
 set_tests_properties(unit.scheduler PROPERTIES LABELS unit TIMEOUT 120)
 
 add_executable(test_fuse ${TSR_TESTS_DIR}/unit/test_fuse.c)
 target_include_directories(test_fuse PRIVATE ${TSR_TESTS_DIR})
-target_link_libraries(test_fuse PRIVATE tsr_sched)
+target_link_libraries(test_fuse PRIVATE tsr_sched_fixtures)
 add_test(NAME unit.fuse COMMAND test_fuse)
 set_tests_properties(unit.fuse PROPERTIES LABELS unit TIMEOUT 120)

@@ -3,152 +3,18 @@
  * width, workers and clients registered through hello frames, then the
  * surviving tasks, their parts (decoded from the fused params), their
  * dependencies and dependents, placement and the status counts asserted.
- * The helpers are those of test_scheduler.c. */
+ * The states, hellos and graphs come from sched_fixtures.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kit.h"
 #include "sched.h"
+#include "sched_fixtures.h"
 
-static uint64_t now_ms = 1000;
-
-static sched_state *new_state(uint32_t fuse_width)
+static sched_state *fusing_state(uint32_t fuse_width)
 {
-  sched_config cfg = {.heartbeat_ms = 1000, .timeout_ms = 10000, .fuse_width = fuse_width};
-  return sched_state_new(&cfg);
-}
-
-static uint32_t peer_index(sched_state *st, const char *name)
-{
-  uint32_t p = sched_peer_find(st, name, strlen(name));
-  return p == SCHED_NONE ? SCHED_NONE : st->peers[p].index;
-}
-
-static void feed(sched_state *st, const char *identity, tsr_wbuf *wb)
-{
-  sched_handle_frame(st, identity, strlen(identity), wb->sbuf.data, wb->sbuf.size, now_ms);
-  tsr_wbuf_free(wb);
-}
-
-/* ops: space-separated names */
-static uint16_t add_worker(sched_state *st, const char *name, int threads, const char *ops)
-{
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", ops);
-  const char *names[32];
-  int n = 0;
-  for (char *s = strtok(buf, " "); s && n < 32; s = strtok(NULL, " ")) names[n++] = s;
-  tsr_wbuf wb;
-  tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "hello", 7);
-  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
-  tsr_pack_kv_str(&wb.pk, "role", "worker");
-  tsr_pack_kv_str(&wb.pk, "name", name);
-  tsr_pack_kv_uint(&wb.pk, "threads", (uint64_t)threads);
-  char addr[64];
-  snprintf(addr, sizeof addr, "tcp://%s:1", name);
-  tsr_pack_kv_str(&wb.pk, "data_address", addr);
-  tsr_pack_str(&wb.pk, "ops");
-  msgpack_pack_array(&wb.pk, (size_t)n);
-  for (int i = 0; i < n; i++) tsr_pack_str(&wb.pk, names[i]);
-  feed(st, name, &wb);
-  return (uint16_t)peer_index(st, name);
-}
-
-/* A GPU worker: ops (space-separated) of which native (space-separated)
- * have a CUDA variant. */
-static uint16_t add_gpu_worker(sched_state *st, const char *name, int threads, const char *ops, const char *native)
-{
-  char buf[256], nbuf[256];
-  snprintf(buf, sizeof buf, "%s", ops);
-  snprintf(nbuf, sizeof nbuf, "%s", native);
-  const char *names[32], *nat[32];
-  int n = 0, nn = 0;
-  for (char *s = strtok(buf, " "); s && n < 32; s = strtok(NULL, " ")) names[n++] = s;
-  for (char *s = strtok(nbuf, " "); s && nn < 32; s = strtok(NULL, " ")) nat[nn++] = s;
-  tsr_wbuf wb;
-  tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "hello", 11);
-  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
-  tsr_pack_kv_str(&wb.pk, "role", "worker");
-  tsr_pack_kv_str(&wb.pk, "name", name);
-  tsr_pack_kv_uint(&wb.pk, "threads", (uint64_t)threads);
-  tsr_pack_kv_str(&wb.pk, "data_address", "tcp://gpu:1");
-  tsr_pack_kv_str(&wb.pk, "device", "gpu:0");
-  tsr_pack_kv_str(&wb.pk, "gpu_name", "NVIDIA H200");
-  tsr_pack_kv_uint(&wb.pk, "device_memory_limit", 1000);
-  tsr_pack_str(&wb.pk, "ops");
-  msgpack_pack_array(&wb.pk, (size_t)n);
-  for (int i = 0; i < n; i++) tsr_pack_str(&wb.pk, names[i]);
-  tsr_pack_str(&wb.pk, "native_ops");
-  msgpack_pack_array(&wb.pk, (size_t)nn);
-  for (int i = 0; i < nn; i++) tsr_pack_str(&wb.pk, nat[i]);
-  feed(st, name, &wb);
-  return (uint16_t)peer_index(st, name);
-}
-
-static uint32_t add_client(sched_state *st, const char *name)
-{
-  tsr_wbuf wb;
-  tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "hello", 4);
-  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
-  tsr_pack_kv_str(&wb.pk, "role", "client");
-  tsr_pack_kv_str(&wb.pk, "name", name);
-  feed(st, name, &wb);
-  return peer_index(st, name);
-}
-
-/* Submits tasks written "key:op:in1,in2" (NULL-terminated list). */
-static int add_graph(sched_state *st, uint32_t client, uint64_t gid, const char *const *tasks, const char *const *wants,
-                     tsr_errbuf *err)
-{
-  int n = 0, nw = 0;
-  while (tasks[n]) n++;
-  while (wants && wants[nw]) nw++;
-  sched_task_spec *specs = calloc((size_t)n + 1, sizeof *specs);
-  sched_strref *refs = calloc((size_t)n * 8 + 1, sizeof *refs);
-  char **bufs = calloc((size_t)n + 1, sizeof *bufs);
-  sched_strref wrefs[64];
-  int nr = 0;
-  for (int i = 0; i < n; i++) {
-    char *b = bufs[i] = strdup(tasks[i]);
-    char *op = strchr(b, ':');
-    *op++ = '\0';
-    char *in = strchr(op, ':');
-    if (in) *in++ = '\0';
-    specs[i].key = (sched_strref){b, (uint32_t)strlen(b)};
-    specs[i].op = (sched_strref){op, (uint32_t)strlen(op)};
-    specs[i].inputs = refs + nr;
-    for (char *s = in ? strtok(in, ",") : NULL; s; s = strtok(NULL, ",")) {
-      refs[nr++] = (sched_strref){s, (uint32_t)strlen(s)};
-      specs[i].ninputs++;
-    }
-  }
-  for (int i = 0; i < nw; i++) wrefs[i] = (sched_strref){wants[i], (uint32_t)strlen(wants[i])};
-  int rc = sched_graph_add(st, client, gid, specs, (uint32_t)n, wants ? wrefs : NULL, (uint32_t)nw, err);
-  for (int i = 0; i < n; i++) free(bufs[i]);
-  free(bufs);
-  free(refs);
-  free(specs);
-  return rc;
-}
-
-static uint32_t id_of(sched_state *st, const char *key) { return sched_task_find(st, key, strlen(key)); }
-static int state_of(sched_state *st, const char *key)
-{
-  uint32_t id = id_of(st, key);
-  return id == SCHED_NONE ? -1 : st->tasks[id].state;
-}
-static const sched_task *task_of(sched_state *st, const char *key) { return &st->tasks[id_of(st, key)]; }
-
-static void done(sched_state *st, const char *key, uint64_t nbytes)
-{
-  uint32_t id = id_of(st, key);
-  tsr_meta meta = {.dtype = TSR_F64, .ndim = 1, .shape = {(int64_t)nbytes / 8}};
-  sched_tr_done(st, id, st->tasks[id].processing_on, nbytes, &meta);
-  sched_settle(st);
+  return new_state_with((sched_config){.fuse_width = fuse_width});
 }
 
 /* A fused task's parts as "key:op:ref,ref key:op ..." (refs as sent). */
@@ -197,7 +63,7 @@ static bool is_fused(sched_state *st, const char *key)
 
 TEST(chain_becomes_one_task)
 {
-  sched_state *st = new_state(1);
+  sched_state *st = fusing_state(1);
   uint32_t c = add_client(st, "c");
   const char *const g[] = {"d:x:c", "c:y:b", "b:x:a", "a:x", NULL};
   tsr_errbuf err;
@@ -224,7 +90,7 @@ TEST(chain_becomes_one_task)
 /* A long chain: fused tasks of at most SCHED_FUSE_MAX_PARTS (100,000) parts. */
 TEST(long_chain_is_cut_at_the_part_limit)
 {
-  sched_state *st = new_state(1);
+  sched_state *st = fusing_state(1);
   uint32_t c = add_client(st, "c");
   enum { N = 250000 };
   sched_task_spec *specs = calloc(N, sizeof *specs);
@@ -259,7 +125,7 @@ TEST(long_chain_is_cut_at_the_part_limit)
 
 TEST(a_wanted_middle_key_stops_fusion)
 {
-  sched_state *st = new_state(1);
+  sched_state *st = fusing_state(1);
   uint32_t c = add_client(st, "c");
   const char *const g[] = {"a:x", "b:x:a", "c:x:b", "d:x:c", NULL};
   const char *const wants[] = {"b", "d", NULL};
@@ -282,7 +148,7 @@ TEST(a_wanted_middle_key_stops_fusion)
 
 TEST(no_fuse_keeps_every_task)
 {
-  sched_state *st = new_state(0);
+  sched_state *st = fusing_state(0);
   uint32_t c = add_client(st, "c");
   const char *const g[] = {"a:x", "b:x:a", "c:x:b", NULL};
   tsr_errbuf err;
@@ -295,7 +161,7 @@ TEST(no_fuse_keeps_every_task)
 /* Workers that cannot run fused tasks (no `fused` op): nothing is fused. */
 TEST(no_fusion_without_a_worker_that_runs_fused_tasks)
 {
-  sched_state *st = new_state(4);
+  sched_state *st = fusing_state(4);
   uint32_t c = add_client(st, "c");
   add_worker(st, "old", 1, "x");
   const char *const g[] = {"a:x", "b:x:a", NULL};
@@ -316,7 +182,7 @@ TEST(no_fusion_without_a_worker_that_runs_fused_tasks)
 
 TEST(diamond_not_fused_across_the_join)
 {
-  sched_state *st = new_state(1);
+  sched_state *st = fusing_state(1);
   uint32_t c = add_client(st, "c");
   const char *const g[] = {"a:x", "b:x:a", "c:x:a", "d:add:b,c", NULL};
   tsr_errbuf err;
@@ -325,7 +191,7 @@ TEST(diamond_not_fused_across_the_join)
   sched_state_destroy(&st);
 
   /* width 2 fuses the branches into the join, never the shared input */
-  st = new_state(2);
+  st = fusing_state(2);
   c = add_client(st, "c");
   add_worker(st, "w", 2, "x add fused");
   ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 4);
@@ -350,12 +216,12 @@ TEST(fan_in_fused_only_within_the_width)
 {
   const char *const g[] = {"l0:x", "l1:x", "l2:x", "l3:x", "r:add:l0,l1,l2,l3", NULL};
   tsr_errbuf err;
-  sched_state *st = new_state(3);
+  sched_state *st = fusing_state(3);
   uint32_t c = add_client(st, "c");
   ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 5);
   ASSERT_EQ(st->nlive, 5);
   sched_state_destroy(&st);
-  st = new_state(4);
+  st = fusing_state(4);
   c = add_client(st, "c");
   ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 5);
   ASSERT_EQ(st->nlive, 1);
@@ -365,7 +231,7 @@ TEST(fan_in_fused_only_within_the_width)
   /* a two-level tree at width 2: each pair joins its parent; the root,
    * whose inputs now hold 2 + 2 branches, stays apart */
   const char *const t[] = {"l0:x", "l1:x", "l2:x", "l3:x", "m0:add:l0,l1", "m1:add:l2,l3", "r:add:m0,m1", NULL};
-  st = new_state(2);
+  st = fusing_state(2);
   c = add_client(st, "c");
   ASSERT_EQ(add_graph(st, c, 1, t, NULL, &err), 7);
   ASSERT_EQ(st->nlive, 3);
@@ -379,7 +245,7 @@ TEST(fan_in_fused_only_within_the_width)
 
 TEST(existing_keys_are_external_inputs)
 {
-  sched_state *st = new_state(4);
+  sched_state *st = fusing_state(4);
   uint32_t c = add_client(st, "c");
   const char *const g1[] = {"z:x", NULL};
   tsr_errbuf err;
@@ -406,7 +272,7 @@ TEST(existing_keys_are_external_inputs)
 
 TEST(resubmitting_a_fused_key_shares_it)
 {
-  sched_state *st = new_state(1);
+  sched_state *st = fusing_state(1);
   uint32_t c = add_client(st, "c");
   const char *const g[] = {"a:x", "b:x:a", "c:y:b", NULL};
   const char *const wants[] = {"c", NULL};
@@ -430,7 +296,7 @@ TEST(resubmitting_a_fused_key_shares_it)
 
 TEST(validation_errors_are_reported_as_before)
 {
-  sched_state *st = new_state(4);
+  sched_state *st = fusing_state(4);
   uint32_t c = add_client(st, "c");
   tsr_errbuf err;
   const char *const cyc[] = {"a:x:c", "b:x:a", "c:x:b", "d:x", NULL};
@@ -452,9 +318,9 @@ TEST(validation_errors_are_reported_as_before)
 
 TEST(cpu_and_gpu_ops_are_not_fused_together)
 {
-  sched_state *st = new_state(4);
+  sched_state *st = fusing_state(4);
   uint32_t c = add_client(st, "c");
-  uint16_t gpu = add_gpu_worker(st, "g", 2, "x y fused", "x fused");
+  uint16_t gpu = add_gpu_worker(st, "g", 2, "x y fused", "x fused", 1000);
   uint16_t cpu = add_worker(st, "w", 2, "x y fused");
   tsr_errbuf err;
   /* x has a CUDA variant, y does not: the chain splits at each change */
@@ -480,7 +346,7 @@ TEST(cpu_and_gpu_ops_are_not_fused_together)
 /* A worker that joins later gets the fused ops it can run. */
 TEST(late_workers_get_fused_ops)
 {
-  sched_state *st = new_state(1);
+  sched_state *st = fusing_state(1);
   uint32_t c = add_client(st, "c");
   const char *const g[] = {"a:x", "b:y:a", NULL};
   tsr_errbuf err;
@@ -498,7 +364,7 @@ TEST(late_workers_get_fused_ops)
 
 TEST(status_counts_parts_and_everything_is_forgotten)
 {
-  sched_state *st = new_state(1);
+  sched_state *st = fusing_state(1);
   uint32_t c = add_client(st, "c");
   add_worker(st, "w", 1, "x fused");
   const char *const g[] = {"a:x", "b:x:a", "c:x:b", "d:x:c", "e:x:d", NULL};
@@ -536,7 +402,7 @@ TEST(status_counts_parts_and_everything_is_forgotten)
 
 TEST(lost_fused_result_is_recomputed_whole)
 {
-  sched_state *st = new_state(1);
+  sched_state *st = fusing_state(1);
   uint32_t c = add_client(st, "c");
   uint16_t w0 = add_worker(st, "w0", 1, "x fused");
   const char *const g[] = {"z:x", "a:x:z", "b:x:a", "c:x:b", "s:x:z", NULL};

@@ -11,146 +11,13 @@
 
 #include "kit.h"
 #include "sched.h"
+#include "sched_fixtures.h"
 
-static uint64_t now_ms = 1000;
+/* The device memory the GPU workers here announce (an H200's 80 GB; one
+ * test reads it back from the worker's record). */
+#define GPU_MEMORY 80000000000ull
 
-static sched_state *new_state(void)
-{
-  sched_config cfg = {.heartbeat_ms = 1000, .timeout_ms = 10000};
-  return sched_state_new(&cfg);
-}
-
-static uint32_t peer_index(sched_state *st, const char *name)
-{
-  uint32_t p = sched_peer_find(st, name, strlen(name));
-  return p == SCHED_NONE ? SCHED_NONE : st->peers[p].index;
-}
-
-static void feed(sched_state *st, const char *identity, tsr_wbuf *wb)
-{
-  sched_handle_frame(st, identity, strlen(identity), wb->sbuf.data, wb->sbuf.size, now_ms);
-  tsr_wbuf_free(wb);
-}
-
-/* ops: space-separated names */
-static uint16_t add_worker(sched_state *st, const char *name, int threads, const char *ops)
-{
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", ops);
-  const char *names[32];
-  int n = 0;
-  for (char *s = strtok(buf, " "); s && n < 32; s = strtok(NULL, " ")) names[n++] = s;
-  tsr_wbuf wb;
-  tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "hello", 7);
-  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
-  tsr_pack_kv_str(&wb.pk, "role", "worker");
-  tsr_pack_kv_str(&wb.pk, "name", name);
-  tsr_pack_kv_uint(&wb.pk, "threads", (uint64_t)threads);
-  char addr[64];
-  snprintf(addr, sizeof addr, "tcp://%s:1", name);
-  tsr_pack_kv_str(&wb.pk, "data_address", addr);
-  tsr_pack_str(&wb.pk, "ops");
-  msgpack_pack_array(&wb.pk, (size_t)n);
-  for (int i = 0; i < n; i++) tsr_pack_str(&wb.pk, names[i]);
-  feed(st, name, &wb);
-  return (uint16_t)peer_index(st, name);
-}
-
-/* A GPU worker: ops (space-separated) of which native (space-separated)
- * have a CUDA variant. */
-static uint16_t add_gpu_worker(sched_state *st, const char *name, int threads, const char *ops, const char *native)
-{
-  char buf[256], nbuf[256];
-  snprintf(buf, sizeof buf, "%s", ops);
-  snprintf(nbuf, sizeof nbuf, "%s", native);
-  const char *names[32], *nat[32];
-  int n = 0, nn = 0;
-  for (char *s = strtok(buf, " "); s && n < 32; s = strtok(NULL, " ")) names[n++] = s;
-  for (char *s = strtok(nbuf, " "); s && nn < 32; s = strtok(NULL, " ")) nat[nn++] = s;
-  tsr_wbuf wb;
-  tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "hello", 11);
-  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
-  tsr_pack_kv_str(&wb.pk, "role", "worker");
-  tsr_pack_kv_str(&wb.pk, "name", name);
-  tsr_pack_kv_uint(&wb.pk, "threads", (uint64_t)threads);
-  tsr_pack_kv_str(&wb.pk, "data_address", "tcp://gpu:1");
-  tsr_pack_kv_str(&wb.pk, "device", "gpu:0");
-  tsr_pack_kv_str(&wb.pk, "gpu_name", "NVIDIA H200");
-  tsr_pack_kv_uint(&wb.pk, "device_memory_limit", 80000000000ull);
-  tsr_pack_str(&wb.pk, "ops");
-  msgpack_pack_array(&wb.pk, (size_t)n);
-  for (int i = 0; i < n; i++) tsr_pack_str(&wb.pk, names[i]);
-  tsr_pack_str(&wb.pk, "native_ops");
-  msgpack_pack_array(&wb.pk, (size_t)nn);
-  for (int i = 0; i < nn; i++) tsr_pack_str(&wb.pk, nat[i]);
-  feed(st, name, &wb);
-  return (uint16_t)peer_index(st, name);
-}
-
-static uint32_t add_client(sched_state *st, const char *name)
-{
-  tsr_wbuf wb;
-  tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "hello", 4);
-  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
-  tsr_pack_kv_str(&wb.pk, "role", "client");
-  tsr_pack_kv_str(&wb.pk, "name", name);
-  feed(st, name, &wb);
-  return peer_index(st, name);
-}
-
-/* Submits tasks written "key:op:in1,in2" (NULL-terminated list). */
-static int add_graph(sched_state *st, uint32_t client, uint64_t gid, const char *const *tasks, const char *const *wants,
-                     tsr_errbuf *err)
-{
-  int n = 0, nw = 0;
-  while (tasks[n]) n++;
-  while (wants && wants[nw]) nw++;
-  sched_task_spec *specs = calloc((size_t)n + 1, sizeof *specs);
-  sched_strref *refs = calloc((size_t)n * 8 + 1, sizeof *refs);
-  char **bufs = calloc((size_t)n + 1, sizeof *bufs);
-  sched_strref wrefs[64];
-  int nr = 0;
-  for (int i = 0; i < n; i++) {
-    char *b = bufs[i] = strdup(tasks[i]);
-    char *op = strchr(b, ':');
-    *op++ = '\0';
-    char *in = strchr(op, ':');
-    if (in) *in++ = '\0';
-    specs[i].key = (sched_strref){b, (uint32_t)strlen(b)};
-    specs[i].op = (sched_strref){op, (uint32_t)strlen(op)};
-    specs[i].inputs = refs + nr;
-    for (char *s = in ? strtok(in, ",") : NULL; s; s = strtok(NULL, ",")) {
-      refs[nr++] = (sched_strref){s, (uint32_t)strlen(s)};
-      specs[i].ninputs++;
-    }
-  }
-  for (int i = 0; i < nw; i++) wrefs[i] = (sched_strref){wants[i], (uint32_t)strlen(wants[i])};
-  int rc = sched_graph_add(st, client, gid, specs, (uint32_t)n, wants ? wrefs : NULL, (uint32_t)nw, err);
-  for (int i = 0; i < n; i++) free(bufs[i]);
-  free(bufs);
-  free(refs);
-  free(specs);
-  return rc;
-}
-
-static uint32_t id_of(sched_state *st, const char *key) { return sched_task_find(st, key, strlen(key)); }
-static int state_of(sched_state *st, const char *key)
-{
-  uint32_t id = id_of(st, key);
-  return id == SCHED_NONE ? -1 : st->tasks[id].state;
-}
 static int64_t prio(sched_state *st, const char *key) { return st->tasks[id_of(st, key)].priority; }
-
-static void done(sched_state *st, const char *key, uint64_t nbytes)
-{
-  uint32_t id = id_of(st, key);
-  tsr_meta meta = {.dtype = TSR_F64, .ndim = 1, .shape = {(int64_t)nbytes / 8}};
-  sched_tr_done(st, id, st->tasks[id].processing_on, nbytes, &meta);
-  sched_settle(st);
-}
 
 /* Keys in priority order, space separated. */
 static const char *order_of(sched_state *st, const char *const *keys, char *buf, size_t cap)
@@ -308,7 +175,7 @@ TEST(place_prefers_native_then_locality)
   sched_state *st = new_state();
   uint32_t c = add_client(st, "c");
   uint16_t cpu = add_worker(st, "cpu", 2, "gen mm load");
-  uint16_t gpu = add_gpu_worker(st, "gpu", 1, "gen mm load", "gen mm");
+  uint16_t gpu = add_gpu_worker(st, "gpu", 1, "gen mm load", "gen mm", GPU_MEMORY);
   ASSERT_STREQ(st->workers[gpu].gpu_name, "NVIDIA H200");
   ASSERT_EQ(st->workers[gpu].device_memory_limit, 80000000000ull);
   ASSERT_EQ(st->workers[gpu].gpu_util, -1);
@@ -346,7 +213,7 @@ TEST(place_falls_back_to_non_native_workers)
   sched_state *st = new_state();
   uint32_t c = add_client(st, "c");
   uint16_t cpu = add_worker(st, "cpu", 1, "gen load");
-  uint16_t gpu = add_gpu_worker(st, "gpu", 1, "gen load", "gen");
+  uint16_t gpu = add_gpu_worker(st, "gpu", 1, "gen load", "gen", GPU_MEMORY);
   tsr_errbuf err;
   const char *const g[] = {"a:gen", "b:gen:a", NULL};
   ASSERT_EQ(add_graph(st, c, 1, g, NULL, &err), 2);
@@ -362,7 +229,7 @@ TEST(place_falls_back_to_non_native_workers)
   ASSERT_EQ(st->tasks[id_of(st, "b")].processing_on, cpu);
   done(st, "b", 8);
   /* a CPU-only op with only a GPU worker left runs there (on its host) */
-  uint16_t gpu2 = add_gpu_worker(st, "gpu2", 1, "gen load", "gen");
+  uint16_t gpu2 = add_gpu_worker(st, "gpu2", 1, "gen load", "gen", GPU_MEMORY);
   sched_peer_drop(st, sched_peer_find(st, "cpu", 3), "test");
   const char *const g2[] = {"l:load", NULL};
   ASSERT_EQ(add_graph(st, c, 2, g2, NULL, &err), 1);
@@ -386,7 +253,7 @@ TEST(gpu_heartbeat_and_status_fields)
   sched_state *st = new_state();
   uint32_t c = add_client(st, "c");
   (void)c;
-  uint16_t gpu = add_gpu_worker(st, "gpu", 1, "gen", "gen");
+  uint16_t gpu = add_gpu_worker(st, "gpu", 1, "gen", "gen", GPU_MEMORY);
   tsr_wbuf wb;
   tsr_wbuf_init(&wb);
   tsr_wbuf_begin(&wb, "heartbeat", 3);

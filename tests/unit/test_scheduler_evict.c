@@ -24,58 +24,12 @@
 #include "kit.h"
 #include "policy_evict.h"
 #include "sched.h"
+#include "sched_fixtures.h"
 
-static uint64_t now_ms = 1000;
+/* The ops every worker here offers. */
+#define OPS "gen add sum mm"
 
-static sched_state *new_state(sched_recompute_mode mode)
-{
-  sched_config cfg = {.heartbeat_ms = 1000, .timeout_ms = 10000, .recompute = mode};
-  return sched_state_new(&cfg);
-}
-
-static uint32_t peer_index(sched_state *st, const char *name)
-{
-  uint32_t p = sched_peer_find(st, name, strlen(name));
-  return p == SCHED_NONE ? SCHED_NONE : st->peers[p].index;
-}
-
-static void feed(sched_state *st, const char *identity, tsr_wbuf *wb)
-{
-  sched_handle_frame(st, identity, strlen(identity), wb->sbuf.data, wb->sbuf.size, now_ms);
-  tsr_wbuf_free(wb);
-}
-
-static uint16_t add_worker(sched_state *st, const char *name, int threads)
-{
-  static const char *const ops[] = {"gen", "add", "sum", "mm"};
-  tsr_wbuf wb;
-  tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "hello", 7);
-  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
-  tsr_pack_kv_str(&wb.pk, "role", "worker");
-  tsr_pack_kv_str(&wb.pk, "name", name);
-  tsr_pack_kv_uint(&wb.pk, "threads", (uint64_t)threads);
-  char addr[64];
-  snprintf(addr, sizeof addr, "tcp://%s:1", name);
-  tsr_pack_kv_str(&wb.pk, "data_address", addr);
-  tsr_pack_str(&wb.pk, "ops");
-  msgpack_pack_array(&wb.pk, 4);
-  for (int i = 0; i < 4; i++) tsr_pack_str(&wb.pk, ops[i]);
-  feed(st, name, &wb);
-  return (uint16_t)peer_index(st, name);
-}
-
-static uint32_t add_client(sched_state *st, const char *name)
-{
-  tsr_wbuf wb;
-  tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "hello", 4);
-  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
-  tsr_pack_kv_str(&wb.pk, "role", "client");
-  tsr_pack_kv_str(&wb.pk, "name", name);
-  feed(st, name, &wb);
-  return peer_index(st, name);
-}
+static sched_state *evict_state(sched_recompute_mode mode) { return new_state_with((sched_config){.recompute = mode}); }
 
 /* A heartbeat carrying measured spill throughput. */
 static void spill_speed(sched_state *st, const char *worker, uint64_t write_bps, uint64_t read_bps)
@@ -88,46 +42,6 @@ static void spill_speed(sched_state *st, const char *worker, uint64_t write_bps,
   tsr_pack_kv_uint(&wb.pk, "spill_read_bps", read_bps);
   feed(st, worker, &wb);
 }
-
-/* Submits tasks written "key:op:in1,in2" (NULL-terminated list). */
-static int add_graph(sched_state *st, uint32_t client, uint64_t gid, const char *const *tasks, const char *const *wants)
-{
-  int n = 0, nw = 0;
-  while (tasks[n]) n++;
-  while (wants && wants[nw]) nw++;
-  sched_task_spec *specs = calloc((size_t)n + 1, sizeof *specs);
-  sched_strref *refs = calloc((size_t)n * 8 + 1, sizeof *refs);
-  char **bufs = calloc((size_t)n + 1, sizeof *bufs);
-  sched_strref wrefs[64];
-  int nr = 0;
-  for (int i = 0; i < n; i++) {
-    char *b = bufs[i] = strdup(tasks[i]);
-    char *op = strchr(b, ':');
-    *op++ = '\0';
-    char *in = strchr(op, ':');
-    if (in) *in++ = '\0';
-    specs[i].key = (sched_strref){b, (uint32_t)strlen(b)};
-    specs[i].op = (sched_strref){op, (uint32_t)strlen(op)};
-    specs[i].inputs = refs + nr;
-    for (char *s = in ? strtok(in, ",") : NULL; s; s = strtok(NULL, ",")) {
-      refs[nr++] = (sched_strref){s, (uint32_t)strlen(s)};
-      specs[i].ninputs++;
-    }
-  }
-  for (int i = 0; i < nw; i++) wrefs[i] = (sched_strref){wants[i], (uint32_t)strlen(wants[i])};
-  tsr_errbuf err;
-  int rc = sched_graph_add(st, client, gid, specs, (uint32_t)n, wants ? wrefs : NULL, (uint32_t)nw, &err);
-  if (rc < 0) fprintf(stderr, "  graph rejected: %s\n", err.text);
-  for (int i = 0; i < n; i++) free(bufs[i]);
-  free(bufs);
-  free(refs);
-  free(specs);
-  return rc;
-}
-
-static uint32_t id_of(sched_state *st, const char *key) { return sched_task_find(st, key, strlen(key)); }
-static sched_task *task(sched_state *st, const char *key) { return &st->tasks[id_of(st, key)]; }
-static int state_of(sched_state *st, const char *key) { return task(st, key)->state; }
 
 /* What a task_done does (handlers.c): the policy's accounting, then the
  * transition. */
@@ -199,29 +113,29 @@ static int compute_flag(sched_state *st, const char *worker, const char *key)
 
 TEST(random_root_and_cheap_chain_are_dropped)
 {
-  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  sched_state *st = evict_state(SCHED_RECOMPUTE_AUTO);
   uint32_t c = add_client(st, "c");
-  add_worker(st, "w", 1);
+  add_worker(st, "w", 1, OPS);
   /* 100 MB/s write, 200 MB/s read: 1 MiB costs ~15.7 ms to spill and reload */
   spill_speed(st, "w", 100000000, 200000000);
   const char *g[] = {"r:gen", "a1:add:r", "a2:add:a1", "s:sum:a2", NULL};
   const char *wants[] = {"s", NULL};
-  ASSERT_EQ(add_graph(st, c, 1, g, wants), 4);
+  ASSERT_EQ(add_graph(st, c, 1, g, wants, NULL), 4);
   sched_place_pass(st);
   ASSERT_EQ(compute_flag(st, "w", "r"), 1);      /* a root: dropped */
   finish_id(st, id_of(st, "r"), 1000, MiB);
-  ASSERT_EQ(task(st, "r")->cost_us, 1000);
+  ASSERT_EQ(task_of(st, "r")->cost_us, 1000);
   sched_place_pass(st);
   /* add never measured: ~1 ms for 1 MiB at the default rate, plus r's
    * 1 ms (a1 is r's last consumer) — far below 15.7 ms */
   ASSERT_EQ(compute_flag(st, "w", "a1"), 1);
   finish_id(st, id_of(st, "a1"), 500, MiB);
   ASSERT_EQ(state_of(st, "r"), TS_RELEASED);
-  ASSERT_EQ(task(st, "a1")->cost_us, 1500);  /* its own 500 + r's 1000 */
+  ASSERT_EQ(task_of(st, "a1")->cost_us, 1500);  /* its own 500 + r's 1000 */
   ASSERT_OK(run(st, "a2", 700, MiB));
   ASSERT_EQ(compute_flag(st, "w", "a2"), 1);
-  ASSERT_EQ(task(st, "a2")->cost_us, 2200);  /* along the whole released lineage */
-  ASSERT_EQ(st->ops[task(st, "a2")->op].avg_us, (7 * 500 + 700) / 8);
+  ASSERT_EQ(task_of(st, "a2")->cost_us, 2200);  /* along the whole released lineage */
+  ASSERT_EQ(st->ops[task_of(st, "a2")->op].avg_us, (7 * 500 + 700) / 8);
   /* the sink is wanted, and droppable like any result (a client that finds
    * it dropped asks for it again): estimated at its input's size (sum is
    * not measured yet), making it again is cheaper than writing it */
@@ -233,11 +147,11 @@ TEST(random_root_and_cheap_chain_are_dropped)
 
 TEST(expensive_op_with_small_output_is_spilled)
 {
-  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  sched_state *st = evict_state(SCHED_RECOMPUTE_AUTO);
   uint32_t c = add_client(st, "c");
-  add_worker(st, "w", 1);
+  add_worker(st, "w", 1, OPS);
   const char *g[] = {"r0:gen", "r1:gen", "m0:mm:r0", "m1:mm:r1", "s:add:m0,m1", NULL};
-  ASSERT_EQ(add_graph(st, c, 1, g, NULL), 5);
+  ASSERT_EQ(add_graph(st, c, 1, g, NULL, NULL), 5);
   ASSERT_OK(run(st, "r0", 1000, MiB));
   ASSERT_OK(run(st, "m0", 200000, 64 << 10));  /* 200 ms for 64 KiB */
   ASSERT_OK(run(st, "r1", 1000, MiB));
@@ -252,37 +166,37 @@ TEST(expensive_op_with_small_output_is_spilled)
 
 TEST(lineage_stops_at_wanted_chunks_and_reloads_spilled_ones)
 {
-  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  sched_state *st = evict_state(SCHED_RECOMPUTE_AUTO);
   uint32_t c = add_client(st, "c");
-  add_worker(st, "w", 1);
+  add_worker(st, "w", 1, OPS);
   spill_speed(st, "w", 100000000, 100000000);
   /* r and p are wanted (they stay); q and p have two consumers each */
   const char *g[] = {"r:gen", "a:add:r", "q:gen", "b:add:q", "d:add:q",
                      "p:gen", "e:add:p", "f:add:p", "s:add:a,b,d,e,f", NULL};
   const char *wants[] = {"r", "p", "s", NULL};
-  ASSERT_EQ(add_graph(st, c, 1, g, wants), 9);
+  ASSERT_EQ(add_graph(st, c, 1, g, wants, NULL), 9);
   ASSERT_OK(run(st, "r", 5000, MiB));
   ASSERT_OK(run(st, "a", 100, MiB));
-  ASSERT_EQ(task(st, "a")->cost_us, 100);  /* r is wanted: it stays, not counted */
+  ASSERT_EQ(task_of(st, "a")->cost_us, 100);  /* r is wanted: it stays, not counted */
   ASSERT_OK(run(st, "q", 3000, MiB));
   ASSERT_OK(run(st, "b", 100, MiB));
   /* d still needs q now, but q goes once d has run: b counts it whole */
-  ASSERT_EQ(task(st, "b")->cost_us, 3100);
+  ASSERT_EQ(task_of(st, "b")->cost_us, 3100);
   ASSERT_EQ(sched_evict_lineage_us(st, id_of(st, "d")), 3000);
   ASSERT_OK(run(st, "d", 100, MiB));
   ASSERT_EQ(state_of(st, "q"), TS_RELEASED);
-  ASSERT_EQ(task(st, "d")->cost_us, 3100);
+  ASSERT_EQ(task_of(st, "d")->cost_us, 3100);
   /* a wanted input on disk: recomputing reads it back (1 MiB at 100 MB/s) */
   ASSERT_OK(run(st, "p", 4000, MiB));
   moved(st, "w", "spilled", "p");
-  ASSERT_TRUE(task(st, "p")->evict & SCHED_EV_ON_DISK);
+  ASSERT_TRUE(task_of(st, "p")->evict & SCHED_EV_ON_DISK);
   ASSERT_EQ(st->workers[0].held_disk, MiB);
   ASSERT_EQ(sched_evict_lineage_us(st, id_of(st, "e")), 10485);
   ASSERT_OK(run(st, "e", 100, MiB));
-  ASSERT_EQ(task(st, "e")->cost_us, 10585);
+  ASSERT_EQ(task_of(st, "e")->cost_us, 10585);
   moved(st, "w", "loaded", "p");
   ASSERT_EQ(st->workers[0].held_disk, 0);
-  ASSERT_TRUE(!(task(st, "p")->evict & SCHED_EV_ON_DISK));
+  ASSERT_TRUE(!(task_of(st, "p")->evict & SCHED_EV_ON_DISK));
   ASSERT_EQ(sched_evict_lineage_us(st, id_of(st, "f")), 0);  /* wanted and in memory */
   sched_state_destroy(&st);
 }
@@ -290,11 +204,11 @@ TEST(lineage_stops_at_wanted_chunks_and_reloads_spilled_ones)
 TEST(modes_never_and_always)
 {
   for (int mode = SCHED_RECOMPUTE_NEVER; mode <= SCHED_RECOMPUTE_ALWAYS; mode++) {
-    sched_state *st = new_state((sched_recompute_mode)mode);
+    sched_state *st = evict_state((sched_recompute_mode)mode);
     uint32_t c = add_client(st, "c");
-    add_worker(st, "w", 1);
+    add_worker(st, "w", 1, OPS);
     const char *g[] = {"r:gen", "m:mm:r", "s:sum:m", NULL};
-    ASSERT_EQ(add_graph(st, c, 1, g, NULL), 3);
+    ASSERT_EQ(add_graph(st, c, 1, g, NULL, NULL), 3);
     ASSERT_OK(run(st, "r", 10, MiB));
     ASSERT_OK(run(st, "m", 10000000, 8));  /* 10 s for 8 bytes */
     bool always = mode == SCHED_RECOMPUTE_ALWAYS;
@@ -330,14 +244,14 @@ static int two_pass_graph(sched_state *st, uint32_t c, int n)
   g[k++] = qs;
   g[k] = NULL;
   const char *wants[] = {"T", NULL};
-  return add_graph(st, c, 1, g, wants);
+  return add_graph(st, c, 1, g, wants, NULL);
 }
 
 TEST(dropped_chunks_recomputed_by_consumer_priority)
 {
-  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  sched_state *st = evict_state(SCHED_RECOMPUTE_AUTO);
   uint32_t c = add_client(st, "c");
-  uint16_t w = add_worker(st, "w", 1);
+  uint16_t w = add_worker(st, "w", 1, OPS);
   ASSERT_EQ(two_pass_graph(st, c, 4), 18);
   char key[16];
   /* pass 1, except S */
@@ -355,9 +269,9 @@ TEST(dropped_chunks_recomputed_by_consumer_priority)
     ASSERT_EQ(state_of(st, key), TS_MEMORY);
     moved(st, "w", "dropped", key);
     ASSERT_EQ(state_of(st, key), TS_RELEASED);
-    ASSERT_TRUE(task(st, key)->evict & SCHED_EV_DEFERRED);
+    ASSERT_TRUE(task_of(st, key)->evict & SCHED_EV_DEFERRED);
     snprintf(key, sizeof key, "q%d", i);
-    ASSERT_EQ(task(st, key)->ndeferred_deps, 1);
+    ASSERT_EQ(task_of(st, key)->ndeferred_deps, 1);
   }
   ASSERT_EQ(st->workers[w].bytes_held, 4 * 8);  /* only the p's */
   /* a stale report (not on this worker any more) changes nothing */
@@ -371,10 +285,10 @@ TEST(dropped_chunks_recomputed_by_consumer_priority)
   for (int i = 0; i < 4; i++) {
     char r[16], x[16], q[16];
     snprintf(r, sizeof r, "r%d", i), snprintf(x, sizeof x, "x%d", i), snprintf(q, sizeof q, "q%d", i);
-    ASSERT_TRUE(!(task(st, x)->evict & SCHED_EV_DEFERRED));
-    ASSERT_EQ(task(st, q)->ndeferred_deps, 0);
-    ASSERT_EQ(task(st, x)->priority, task(st, q)->priority);
-    ASSERT_EQ(task(st, r)->priority, task(st, q)->priority);
+    ASSERT_TRUE(!(task_of(st, x)->evict & SCHED_EV_DEFERRED));
+    ASSERT_EQ(task_of(st, q)->ndeferred_deps, 0);
+    ASSERT_EQ(task_of(st, x)->priority, task_of(st, q)->priority);
+    ASSERT_EQ(task_of(st, r)->priority, task_of(st, q)->priority);
   }
   /* one worker thread, 2 slots: r0 r1 go first; once r0 is done, x0 (q0's
    * priority) goes before r2 — a consumer at a time, not a pass ahead */
@@ -405,12 +319,12 @@ TEST(dropped_chunks_recomputed_by_consumer_priority)
 
 TEST(drop_of_a_ready_consumers_input_and_of_a_wanted_key)
 {
-  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  sched_state *st = evict_state(SCHED_RECOMPUTE_AUTO);
   uint32_t c = add_client(st, "c");
-  add_worker(st, "w", 1);
+  add_worker(st, "w", 1, OPS);
   const char *g[] = {"r:gen", "x:add:r", "y:sum:x", "k:gen", NULL};
   const char *wants[] = {"y", "k", NULL};
-  ASSERT_EQ(add_graph(st, c, 1, g, wants), 4);
+  ASSERT_EQ(add_graph(st, c, 1, g, wants, NULL), 4);
   ASSERT_OK(run(st, "r", 10, MiB));
   ASSERT_OK(run(st, "x", 10, MiB));
   ASSERT_EQ(state_of(st, "k"), TS_PROCESSING);  /* since r's pass */
@@ -460,27 +374,27 @@ TEST(drop_of_a_ready_consumers_input_and_of_a_wanted_key)
  * case and changes nothing. */
 TEST(dropped_again_before_any_read_is_spilled_from_then_on)
 {
-  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  sched_state *st = evict_state(SCHED_RECOMPUTE_AUTO);
   uint32_t c = add_client(st, "c");
-  add_worker(st, "w", 1);
+  add_worker(st, "w", 1, OPS);
   spill_speed(st, "w", 100000000, 200000000);
   /* z reads x again, after k (which waits for y, x's first reader) */
   const char *g[] = {"r:gen", "x:add:r", "y:sum:x", "k:sum:y", "z:add:x,k", NULL};
   const char *wants[] = {"z", NULL};
-  ASSERT_EQ(add_graph(st, c, 1, g, wants), 5);
+  ASSERT_EQ(add_graph(st, c, 1, g, wants, NULL), 5);
   ASSERT_OK(run(st, "r", 100, MiB));
   ASSERT_OK(run(st, "x", 100, MiB));
   ASSERT_EQ(compute_flag(st, "w", "x"), 1);
   ASSERT_OK(run(st, "y", 10, 8));          /* y read x */
   moved(st, "w", "dropped", "x");          /* read, then dropped: fine */
-  ASSERT_EQ(task(st, "x")->evict & SCHED_EV_NODROP, 0);
+  ASSERT_EQ(task_of(st, "x")->evict & SCHED_EV_NODROP, 0);
   ASSERT_OK(run(st, "k", 10, 8));          /* z otherwise ready: r, then x again */
   ASSERT_OK(run(st, "r", 100, MiB));
   tsr_wbuf_reset(&st->peers[sched_peer_find(st, "w", 1)].out);
   ASSERT_OK(run(st, "x", 100, MiB));
   ASSERT_EQ(compute_flag(st, "w", "x"), 1);
   moved(st, "w", "dropped", "x");          /* recomputed and dropped unread */
-  ASSERT_TRUE(task(st, "x")->evict & SCHED_EV_NODROP);
+  ASSERT_TRUE(task_of(st, "x")->evict & SCHED_EV_NODROP);
   ASSERT_OK(run(st, "r", 100, MiB));
   tsr_wbuf_reset(&st->peers[sched_peer_find(st, "w", 1)].out);
   ASSERT_OK(run(st, "x", 100, MiB));
@@ -492,12 +406,12 @@ TEST(dropped_again_before_any_read_is_spilled_from_then_on)
 
 TEST(status_carries_tiers_and_recompute_counts)
 {
-  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  sched_state *st = evict_state(SCHED_RECOMPUTE_AUTO);
   uint32_t c = add_client(st, "c");
-  add_worker(st, "w", 1);
+  add_worker(st, "w", 1, OPS);
   const char *g[] = {"r:gen", "a:add:r", NULL};
   const char *wants[] = {"r", "a", NULL};
-  ASSERT_EQ(add_graph(st, c, 1, g, wants), 2);
+  ASSERT_EQ(add_graph(st, c, 1, g, wants, NULL), 2);
   ASSERT_OK(run(st, "r", 10, 3 * MiB));
   ASSERT_OK(run(st, "a", 10, MiB));
   moved(st, "w", "spilled", "r");
@@ -532,9 +446,9 @@ TEST(status_carries_tiers_and_recompute_counts)
 TEST(million_chain_cost_and_deferred_recompute_without_recursion)
 {
   const uint32_t n = 1000000;
-  sched_state *st = new_state(SCHED_RECOMPUTE_AUTO);
+  sched_state *st = evict_state(SCHED_RECOMPUTE_AUTO);
   uint32_t c = add_client(st, "c");
-  add_worker(st, "w", 1);
+  add_worker(st, "w", 1, OPS);
   sched_task_spec *specs = calloc(n + 2, sizeof *specs);
   sched_strref *refs = calloc(n + 2, sizeof *refs);
   char *keys = malloc((size_t)n * 16);
@@ -574,7 +488,7 @@ TEST(million_chain_cost_and_deferred_recompute_without_recursion)
   ASSERT_EQ(state_of(st, "gate"), TS_PROCESSING);
   finish_id(st, id_of(st, "gate"), 1, 8);
   ASSERT_EQ(state_of(st, "t-0"), TS_READY);
-  ASSERT_EQ(task(st, "t-0")->priority, task(st, "end")->priority);
+  ASSERT_EQ(task_of(st, "t-0")->priority, task_of(st, "end")->priority);
   ASSERT_EQ(st->tasks[last].state, TS_WAITING);
   ASSERT_EQ(st->count_by_state[TS_WAITING], n);  /* t-1 .. t-999999 and end */
   free(specs);

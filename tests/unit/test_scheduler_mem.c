@@ -12,60 +12,7 @@
 
 #include "kit.h"
 #include "sched.h"
-
-static uint64_t now_ms = 1000;
-
-static sched_state *new_state(void)
-{
-  sched_config cfg = {.heartbeat_ms = 1000, .timeout_ms = 10000};
-  return sched_state_new(&cfg);
-}
-
-static void feed(sched_state *st, const char *identity, tsr_wbuf *wb)
-{
-  sched_handle_frame(st, identity, strlen(identity), wb->sbuf.data, wb->sbuf.size, now_ms);
-  tsr_wbuf_free(wb);
-}
-
-static uint16_t add_worker_limited(sched_state *st, const char *name, int threads, const char *op,
-                                   uint64_t memory_limit)
-{
-  tsr_wbuf wb;
-  tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "hello", 8);
-  tsr_pack_kv_uint(&wb.pk, "memory_limit", memory_limit);
-  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
-  tsr_pack_kv_str(&wb.pk, "role", "worker");
-  tsr_pack_kv_str(&wb.pk, "name", name);
-  tsr_pack_kv_uint(&wb.pk, "threads", (uint64_t)threads);
-  char addr[64];
-  snprintf(addr, sizeof addr, "tcp://%s:1", name);
-  tsr_pack_kv_str(&wb.pk, "data_address", addr);
-  tsr_pack_str(&wb.pk, "ops");
-  msgpack_pack_array(&wb.pk, 1);
-  tsr_pack_str(&wb.pk, op);
-  feed(st, name, &wb);
-  uint32_t p = sched_peer_find(st, name, strlen(name));
-  return p == SCHED_NONE ? SCHED_NO_WORKER : (uint16_t)st->peers[p].index;
-}
-
-static uint16_t add_worker(sched_state *st, const char *name, int threads, const char *op)
-{
-  return add_worker_limited(st, name, threads, op, 0);
-}
-
-static uint32_t add_client(sched_state *st, const char *name)
-{
-  tsr_wbuf wb;
-  tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "hello", 4);
-  tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
-  tsr_pack_kv_str(&wb.pk, "role", "client");
-  tsr_pack_kv_str(&wb.pk, "name", name);
-  feed(st, name, &wb);
-  uint32_t p = sched_peer_find(st, name, strlen(name));
-  return p == SCHED_NONE ? SCHED_NONE : st->peers[p].index;
-}
+#include "sched_fixtures.h"
 
 static void heartbeat(sched_state *st, const char *name, bool paused)
 {
@@ -94,20 +41,13 @@ static int add_roots(sched_state *st, uint32_t client, uint64_t gid, int n, cons
   return rc;
 }
 
-static void done_id(sched_state *st, uint32_t id)
-{
-  tsr_meta meta = {.dtype = TSR_F64, .ndim = 1, .shape = {1}};
-  sched_tr_done(st, id, st->tasks[id].processing_on, 8, &meta);
-  sched_settle(st);
-}
-
 /* Finishes every task in flight on worker w; returns how many. */
 static uint32_t finish_all_on(sched_state *st, uint16_t w)
 {
   uint32_t n = 0;
   for (uint32_t id = 0; id < st->ntasks; id++)
     if (st->tasks[id].state == TS_PROCESSING && st->tasks[id].processing_on == w) {
-      done_id(st, id);
+      done_id(st, id, 8);
       n++;
     }
   return n;
@@ -192,7 +132,7 @@ TEST(root_tasks_only_as_slots_free)
     /* one task finishes per round: one slot frees, one more is handed out */
     for (uint32_t id = 0; id < st->ntasks; id++)
       if (st->tasks[id].state == TS_PROCESSING) {
-        done_id(st, id);
+        done_id(st, id, 8);
         finished++;
         break;
       }
