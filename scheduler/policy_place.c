@@ -65,12 +65,24 @@ uint32_t sched_worker_free_slots(const sched_worker *w)
  * limit (one task per thread always does). Without this, many short tasks
  * with big outputs (random chunks made again for their consumers) fill a
  * tight worker with unread chunks that it must drop before their
- * consumers run: a drop-and-recompute loop. */
+ * consumers run: a drop-and-recompute loop.
+ *
+ * A task that brings new data without reading any (a root) or makes a
+ * dropped result again must also fit beside the results the worker holds
+ * that no dependent has been sent to read yet (unread_bytes), unless the
+ * worker runs nothing: such tasks are quick (random chunks: microseconds
+ * on a GPU) and would otherwise run a whole pass ahead of their readers
+ * through the one-per-thread rule. An idle worker always takes one, so a
+ * reader waiting for a second such input is never starved. */
 static bool memory_fits(const sched_state *st, const sched_worker *w, uint32_t id)
 {
   uint64_t limit = w->gpu && w->device_memory_limit ? w->device_memory_limit : w->memory_limit;
-  if (limit == 0 || w->nprocessing < (w->threads ? w->threads : 1)) return true;
-  return w->inflight_bytes + sched_evict_estimate_bytes(st, id) <= limit / SCHED_INFLIGHT_MEMORY_FRACTION;
+  if (limit == 0) return true;
+  const sched_task *t = &st->tasks[id];
+  uint64_t window = limit / SCHED_INFLIGHT_MEMORY_FRACTION, estimate = sched_evict_estimate_bytes(st, id);
+  bool fresh_data = t->ndeps == 0 || (t->evict & SCHED_EV_RAN);
+  if (fresh_data && w->nprocessing > 0 && w->unread_bytes + estimate > window) return false;
+  return w->nprocessing < (w->threads ? w->threads : 1) || w->inflight_bytes + estimate <= window;
 }
 
 /* a is less occupied than b: nproc_a / threads_a < nproc_b / threads_b */

@@ -144,6 +144,8 @@ static inline uint32_t sched_task_weight(const sched_task *t)
 #define SCHED_EV_CONSUMED 0x10  /* a dependent finished since its result was made */
 #define SCHED_EV_NODROP 0x20    /* recomputed and dropped again before any dependent read it (memory
                                    too tight for drop-and-recompute): spilled from now on */
+#define SCHED_EV_UNREAD 0x40    /* MEMORY: made while dependents waited, none dispatched since:
+                                   counted in its holder's unread_bytes (policy_place.c) */
 
 /* key -> task id: open addressing over {hash, id} slots; the keys are the
  * tasks' own (keyidx.c). */
@@ -202,6 +204,7 @@ typedef struct sched_worker {
   uint64_t avg_task_us;       /* moving average of reported task durations; 0: none yet */
   uint64_t avg_out_bytes;     /* moving average of reported output sizes; 0: none yet */
   uint64_t inflight_bytes;    /* estimated output bytes of its tasks in flight (policy_place.c) */
+  uint64_t unread_bytes;      /* results it holds that no dependent has been sent to read yet */
   uint64_t bytes_held;        /* sum of nbytes of results it holds */
   uint64_t *opbits;           /* bitset over op ids advertised */
   uint64_t *nativebits;       /* ops native to its device (same allocation as opbits) */

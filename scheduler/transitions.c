@@ -240,8 +240,21 @@ static void release_record(sched_state *st, uint32_t id)
 static uint64_t minus_sat(uint64_t a, uint64_t b) { return b <= a ? a - b : 0; }
 
 /* Forgets where the result is held, and its bytes in the holder's tiers. */
+/* A dependent was sent to read t (or t leaves memory): t no longer
+ * counts as unread on its holder. */
+static void mark_read(sched_state *st, sched_task *t)
+{
+  if (!(t->evict & SCHED_EV_UNREAD)) return;
+  t->evict &= (uint8_t)~SCHED_EV_UNREAD;
+  if (t->who_has != SCHED_NO_WORKER) {
+    sched_worker *w = &st->workers[t->who_has];
+    w->unread_bytes = minus_sat(w->unread_bytes, t->nbytes);
+  }
+}
+
 static void unhold(sched_state *st, sched_task *t)
 {
+  mark_read(st, t);
   if (t->who_has != SCHED_NO_WORKER) {
     sched_worker *w = &st->workers[t->who_has];
     w->bytes_held = minus_sat(w->bytes_held, t->nbytes);
@@ -430,6 +443,7 @@ void sched_tr_dispatch(sched_state *st, uint32_t id, uint16_t w)
    * the real size): what the worker's in-flight bytes count. */
   t->nbytes = sched_evict_estimate_bytes(st, id);
   st->workers[w].inflight_bytes += t->nbytes;
+  for (uint32_t i = 0; i < t->ndeps; i++) mark_read(st, &st->tasks[t->deps[i]]);
   st->tasks_sent++;
   sched_emit_compute(st, id, w);
 }
@@ -462,6 +476,10 @@ void sched_tr_done(sched_state *st, uint32_t id, uint16_t w, uint64_t nbytes, co
   t->ndim = (uint8_t)meta->ndim;
   memcpy(t->shape, meta->shape, sizeof t->shape);
   st->workers[w].bytes_held += nbytes;
+  if (t->nneeded > 0) {
+    t->evict |= SCHED_EV_UNREAD;
+    st->workers[w].unread_bytes += nbytes;
+  }
   st->tasks_computed++;
   set_state(st, id, TS_MEMORY);
   if (t->nwanted > 0) sched_notify_done(st, id, SCHED_NONE);
@@ -534,6 +552,7 @@ void sched_tr_worker_lost(sched_state *st, uint16_t w, uint32_t *rescheduled_p, 
   }
   st->workers[w].nprocessing = 0;
   st->workers[w].inflight_bytes = 0;
+  st->workers[w].unread_bytes = 0;
   st->workers[w].bytes_held = 0;
   st->workers[w].held_disk = 0;
   *rescheduled_p = rescheduled;

@@ -172,11 +172,98 @@ TEST(window_capped_by_memory_limit)
   sched_state_destroy(&st);
 }
 
+/* Roots whose readers cannot run yet (each reader also needs s, still
+ * running) stop at a quarter of a tight worker's limit of unread results
+ * instead of filling it; once s is done the readers run, clear the unread
+ * bytes, and the rest of the roots follow. On a worker without a limit
+ * they all run ahead. */
+static int reader_graph(sched_state *st, uint32_t c, int n)
+{
+  char (*keys)[48] = calloc((size_t)(2 * n + 1), sizeof *keys);
+  const char **tasks = calloc((size_t)(2 * n + 2), sizeof *tasks);
+  snprintf(keys[0], sizeof keys[0], "s:slow");
+  tasks[0] = keys[0];
+  for (int i = 0; i < n; i++) {
+    snprintf(keys[1 + 2 * i], sizeof keys[0], "r%d:gen", i);
+    snprintf(keys[2 + 2 * i], sizeof keys[0], "m%d:mm:r%d,s", i, i);
+    tasks[1 + 2 * i] = keys[1 + 2 * i];
+    tasks[2 + 2 * i] = keys[2 + 2 * i];
+  }
+  int rc = add_graph(st, c, 1, tasks, NULL, NULL);
+  free(tasks);
+  free(keys);
+  return rc;
+}
+
+/* Finishes every root in flight with 1 MiB outputs, placing after each,
+ * until none is in flight; returns how many it finished. */
+static int finish_roots(sched_state *st, uint32_t s_id)
+{
+  int finished = 0;
+  for (bool any = true; any;) {
+    any = false;
+    for (uint32_t id = 0; id < st->ntasks; id++)
+      if (id != s_id && st->tasks[id].state == TS_PROCESSING && st->tasks[id].ndeps == 0) {
+        done_id(st, id, 1u << 20);
+        sched_place_pass(st);
+        finished++;
+        any = true;
+      }
+  }
+  return finished;
+}
+
+TEST(roots_wait_for_their_readers_on_a_tight_worker)
+{
+  for (int limited = 1; limited >= 0; limited--) {
+    sched_state *st = new_state();
+    uint32_t c = add_client(st, "c");
+    uint16_t w = add_worker_limited(st, "w", 4, "gen mm slow", limited ? 16u << 20 : 0);
+    ASSERT_EQ(reader_graph(st, c, 64), 129);
+    sched_place_pass(st);
+    uint32_t s_id = id_of(st, "s");
+    ASSERT_EQ(st->tasks[s_id].state, TS_PROCESSING);
+    int made = finish_roots(st, s_id);
+    if (!limited) {
+      ASSERT_EQ(made, 64);
+      sched_state_destroy(&st);
+      continue;
+    }
+    /* a quarter of 16 MiB: 4 unread roots of 1 MiB, plus what was in
+     * flight when the first ones reported */
+    ASSERT_TRUE(made >= 4 && made < 16);
+    ASSERT_TRUE(st->workers[w].unread_bytes >= (4u << 20));
+    ASSERT_EQ(state_of(st, "m0"), TS_WAITING);
+    uint64_t unread = st->workers[w].unread_bytes;
+    done_id(st, s_id, 8);
+    sched_place_pass(st);
+    ASSERT_EQ(state_of(st, "m0"), TS_PROCESSING);
+    ASSERT_TRUE(st->workers[w].unread_bytes < unread);  /* r0 is being read */
+    /* readers and roots now alternate until everything is done */
+    for (int round = 0; round < 1000 && st->count_by_state[TS_PROCESSING] > 0; round++) {
+      for (uint32_t id = 0; id < st->ntasks; id++)
+        if (st->tasks[id].state == TS_PROCESSING) {
+          done_id(st, id, st->tasks[id].ndeps == 0 ? 1u << 20 : 8);
+          break;
+        }
+      sched_place_pass(st);
+    }
+    for (int i = 0; i < 64; i++) {
+      char key[16];
+      snprintf(key, sizeof key, "m%d", i);
+      ASSERT_EQ(state_of(st, key), TS_MEMORY);
+    }
+    ASSERT_EQ(st->workers[w].unread_bytes, 0);
+    sched_state_destroy(&st);
+  }
+}
+
 int main(void)
 {
   tsr_log_set_level(TSR_LOG_ERROR);
   RUN(paused_worker_gets_no_new_tasks);
   RUN(root_tasks_only_as_slots_free);
   RUN(window_capped_by_memory_limit);
+  RUN(roots_wait_for_their_readers_on_a_tight_worker);
   return kit_summary();
 }
