@@ -478,19 +478,28 @@ static void recompute_totals(tsr_client *client, uint64_t *tasks_p, uint64_t *dr
   }
 }
 
+/* Runs fn(client, result) on two unlimited workers of one thread: the
+ * reference the limited runs must match bit for bit. */
+static int unlimited_reference(int (*fn)(tsr_client *, void *), void *result)
+{
+  cluster c;
+  if (cluster_start(&c, 2, 1, NULL, NULL) != 0) return -1;
+  tsr_client *client = NULL;
+  int rc = tsr_client_open(&client, c.address, NULL);
+  if (rc == 0) rc = fn(client, result);
+  tsr_client_close(client);
+  cluster_stop(&c, rc != 0);
+  return rc;
+}
+
 static mp_result *reference_mp;
+
+static int multipass_fast(tsr_client *client, void *res) { return run_multipass(client, 0, res); }
 
 TEST(multipass_reference_without_limits)
 {
-  cluster c;
-  ASSERT_OK(cluster_start(&c, 2, 1, NULL, NULL));
-  tsr_client *client = NULL;
   reference_mp = calloc(1, sizeof *reference_mp);
-  int rc = tsr_client_open(&client, c.address, NULL);
-  if (rc == 0) rc = run_multipass(client, 0, reference_mp);
-  tsr_client_close(client);
-  cluster_stop(&c, rc != 0);
-  ASSERT_OK(rc);
+  ASSERT_OK(unlimited_reference(multipass_fast, reference_mp));
 }
 
 /* Cheap chunks (random through an elementwise step) that do not fit are
@@ -638,17 +647,12 @@ static int persist_then_read(tsr_client *client, persisted_result *out)
 
 static persisted_result *reference_persisted;
 
+static int persisted_run(tsr_client *client, void *out) { return persist_then_read(client, out); }
+
 TEST(persisted_reference_without_limits)
 {
-  cluster c;
-  ASSERT_OK(cluster_start(&c, 2, 1, NULL, NULL));
-  tsr_client *client = NULL;
   reference_persisted = calloc(1, sizeof *reference_persisted);
-  int rc = tsr_client_open(&client, c.address, NULL);
-  if (rc == 0) rc = persist_then_read(client, reference_persisted);
-  tsr_client_close(client);
-  cluster_stop(&c, rc != 0);
-  ASSERT_OK(rc);
+  ASSERT_OK(unlimited_reference(persisted_run, reference_persisted));
 }
 
 /* 48 MiB of persisted (wanted) random chunks on two workers of 16 MiB:
