@@ -239,7 +239,6 @@ static void release_record(sched_state *st, uint32_t id)
 
 static uint64_t minus_sat(uint64_t a, uint64_t b) { return b <= a ? a - b : 0; }
 
-/* Forgets where the result is held, and its bytes in the holder's tiers. */
 /* A dependent was sent to read t (or t leaves memory): t no longer
  * counts as unread on its holder. */
 static void mark_read(sched_state *st, sched_task *t)
@@ -252,6 +251,7 @@ static void mark_read(sched_state *st, sched_task *t)
   }
 }
 
+/* Forgets where the result is held, and its bytes in the holder's tiers. */
 static void unhold(sched_state *st, sched_task *t)
 {
   mark_read(st, t);
@@ -382,6 +382,7 @@ static void examine(sched_state *st, uint32_t id)
     return;
   case TS_MEMORY:
     if (sched_releasable(t)) free_result(st, id);
+    else if (t->nneeded == 0) mark_read(st, t);  /* kept for a client: no reader to wait for */
     return;
   case TS_LOST:
     if (sched_needed(t)) enter_waiting(st, id);
