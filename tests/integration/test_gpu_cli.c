@@ -26,31 +26,46 @@ static bool gpus_here(void)
   return sh(cmd) == 0;
 }
 
+/* One command line and what it must do: exit status, and a phrase of its
+ * output (NULL: any). */
+typedef struct cli_case {
+  const char *args;
+  int status;
+  const char *says;
+} cli_case;
+
+/* Runs `bin args` for each case; a failed case marks the test failed and
+ * the rest still run. */
+static void run_cases(const char *bin, const cli_case *cases, size_t n)
+{
+  for (size_t i = 0; i < n; i++) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s", bin, cases[i].args);
+    int status = sh(cmd);
+    if (status != cases[i].status || (cases[i].says != NULL && strstr(out, cases[i].says) == NULL)) {
+      fprintf(stderr, "  %s: exit %d (want %d), output: %s\n", cases[i].args, status, cases[i].status, out);
+      kit_current_failed = 1;
+    }
+  }
+}
+
+#define NCASES(a) (sizeof(a) / sizeof((a)[0]))
+
 TEST(worker_gpu_flags)
 {
+  static const cli_case cases[] = {
+      {"--scheduler tcp://127.0.0.1:1 --device-memory-limit 1GiB", 2, "--device-memory-limit needs --gpu N"},
+      {"--scheduler tcp://127.0.0.1:1 --gpu first", 2, "GPU index"},
+      {"--scheduler tcp://127.0.0.1:1 --gpu 0 --device-memory-limit lots", 2, NULL},
+      /* the device tier's flags */
+      {"--scheduler tcp://127.0.0.1:1 --device-memory-target 0.5", 2, "--device-memory-target needs --gpu N"},
+      {"--scheduler tcp://127.0.0.1:1 --pinned-memory-limit 1GiB", 2, "--pinned-memory-limit needs --gpu N"},
+      {"--scheduler tcp://127.0.0.1:1 --gpu 0 --device-memory-spill 2", 2, "fraction"},
+      {"--scheduler tcp://127.0.0.1:1 --gpu 0 --pinned-memory-limit much", 2, NULL},
+  };
+  run_cases(cluster_bin("tessera-worker"), cases, NCASES(cases));
   char cmd[2048];
-  const char *w = cluster_bin("tessera-worker");
-  snprintf(cmd, sizeof cmd, "%s --scheduler tcp://127.0.0.1:1 --device-memory-limit 1GiB", w);
-  ASSERT_EQ(sh(cmd), 2);
-  ASSERT_CONTAINS(out, "--device-memory-limit needs --gpu N");
-  snprintf(cmd, sizeof cmd, "%s --scheduler tcp://127.0.0.1:1 --gpu first", w);
-  ASSERT_EQ(sh(cmd), 2);
-  ASSERT_CONTAINS(out, "GPU index");
-  snprintf(cmd, sizeof cmd, "%s --scheduler tcp://127.0.0.1:1 --gpu 0 --device-memory-limit lots", w);
-  ASSERT_EQ(sh(cmd), 2);
-  /* the device tier's flags */
-  snprintf(cmd, sizeof cmd, "%s --scheduler tcp://127.0.0.1:1 --device-memory-target 0.5", w);
-  ASSERT_EQ(sh(cmd), 2);
-  ASSERT_CONTAINS(out, "--device-memory-target needs --gpu N");
-  snprintf(cmd, sizeof cmd, "%s --scheduler tcp://127.0.0.1:1 --pinned-memory-limit 1GiB", w);
-  ASSERT_EQ(sh(cmd), 2);
-  ASSERT_CONTAINS(out, "--pinned-memory-limit needs --gpu N");
-  snprintf(cmd, sizeof cmd, "%s --scheduler tcp://127.0.0.1:1 --gpu 0 --device-memory-spill 2", w);
-  ASSERT_EQ(sh(cmd), 2);
-  ASSERT_CONTAINS(out, "fraction");
-  snprintf(cmd, sizeof cmd, "%s --scheduler tcp://127.0.0.1:1 --gpu 0 --pinned-memory-limit much", w);
-  ASSERT_EQ(sh(cmd), 2);
-  snprintf(cmd, sizeof cmd, "%s --help", w);
+  snprintf(cmd, sizeof cmd, "%s --help", cluster_bin("tessera-worker"));
   ASSERT_EQ(sh(cmd), 0);
   ASSERT_CONTAINS(out, "--gpu N");
   ASSERT_CONTAINS(out, "--list-gpus");
@@ -78,22 +93,14 @@ TEST(no_gpu_is_a_clear_error)
 
 TEST(local_gpu_flags)
 {
-  char cmd[2048];
-  const char *t = cluster_bin("tessera");
-  snprintf(cmd, sizeof cmd, "%s local --gpus 0,0 -- true", t);
-  ASSERT_EQ(sh(cmd), 2);
-  ASSERT_CONTAINS(out, "twice");
-  snprintf(cmd, sizeof cmd, "%s local --gpus 1,x -- true", t);
-  ASSERT_EQ(sh(cmd), 2);
-  snprintf(cmd, sizeof cmd, "%s local --cpu-workers 0 -- true", t);
-  ASSERT_EQ(sh(cmd), 2);
-  ASSERT_CONTAINS(out, "no workers");
-  snprintf(cmd, sizeof cmd, "%s local --device-memory-limit 1GiB -- true", t);
-  ASSERT_EQ(sh(cmd), 2);
-  ASSERT_CONTAINS(out, "needs --gpus");
-  snprintf(cmd, sizeof cmd, "%s local --help", t);
-  ASSERT_EQ(sh(cmd), 0);
-  ASSERT_CONTAINS(out, "--gpus all|I,J");
+  static const cli_case cases[] = {
+      {"local --gpus 0,0 -- true", 2, "twice"},
+      {"local --gpus 1,x -- true", 2, NULL},
+      {"local --cpu-workers 0 -- true", 2, "no workers"},
+      {"local --device-memory-limit 1GiB -- true", 2, "needs --gpus"},
+      {"local --help", 0, "--gpus all|I,J"},
+  };
+  run_cases(cluster_bin("tessera"), cases, NCASES(cases));
 }
 
 TEST(local_starts_one_worker_per_gpu)
