@@ -69,8 +69,8 @@ uint32_t sched_worker_free_slots(const sched_worker *w)
  *
  * A task that brings new data without reading any (a root) or makes a
  * dropped result again must also fit beside the results the worker holds
- * that no dependent has been sent to read yet (unread_bytes), unless the
- * worker runs nothing: such tasks are quick (random chunks: microseconds
+ * that no dependent has been sent to read yet (unread_bytes, when there
+ * are any), unless the worker runs nothing: such tasks are quick (random chunks: microseconds
  * on a GPU) and would otherwise run a whole pass ahead of their readers
  * through the one-per-thread rule. An idle worker always takes one, so a
  * reader waiting for a second such input is never starved. */
@@ -81,7 +81,9 @@ static bool memory_fits(const sched_state *st, const sched_worker *w, uint32_t i
   const sched_task *t = &st->tasks[id];
   uint64_t window = limit / SCHED_INFLIGHT_MEMORY_FRACTION, estimate = sched_evict_estimate_bytes(st, id);
   bool fresh_data = t->ndeps == 0 || (t->evict & SCHED_EV_RAN);
-  if (fresh_data && w->nprocessing > 0 && w->unread_bytes + estimate > window) return false;
+  /* (with nothing unread the rules below alone apply: a root larger than
+   * the window still runs one per thread) */
+  if (fresh_data && w->nprocessing > 0 && w->unread_bytes > 0 && w->unread_bytes + estimate > window) return false;
   return w->nprocessing < (w->threads ? w->threads : 1) || w->inflight_bytes + estimate <= window;
 }
 

@@ -172,6 +172,24 @@ TEST(window_capped_by_memory_limit)
   sched_state_destroy(&st);
 }
 
+/* Roots bigger than a quarter of the limit, with nothing unread (nobody
+ * reads them here): still one per thread, not one at a time. */
+TEST(big_roots_still_run_one_per_thread)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  uint16_t w = add_worker_limited(st, "w", 2, "gen", 64u << 20);
+  ASSERT_EQ(add_roots(st, c, 1, 100, "gen"), 100);
+  sched_place_pass(st);
+  for (int i = 0; i < 16; i++) {
+    ASSERT_TRUE(report_one(st, "w", w, 40u << 20, 10) != SCHED_NONE);
+    sched_place_pass(st);
+  }
+  ASSERT_EQ(st->workers[w].unread_bytes, 0);
+  ASSERT_EQ(st->workers[w].nprocessing, 2);
+  sched_state_destroy(&st);
+}
+
 /* Roots whose readers cannot run yet (each reader also needs s, still
  * running) stop at a quarter of a tight worker's limit of unread results
  * instead of filling it; once s is done the readers run, clear the unread
@@ -264,6 +282,7 @@ int main(void)
   RUN(paused_worker_gets_no_new_tasks);
   RUN(root_tasks_only_as_slots_free);
   RUN(window_capped_by_memory_limit);
+  RUN(big_roots_still_run_one_per_thread);
   RUN(roots_wait_for_their_readers_on_a_tight_worker);
   return kit_summary();
 }
