@@ -70,10 +70,11 @@ uint32_t sched_worker_free_slots(const sched_worker *w)
  * A task that brings new data without reading any (a root) or makes a
  * dropped result again must also fit beside the results the worker holds
  * that no dependent has been sent to read yet (unread_bytes, when there
- * are any), unless the worker runs nothing: such tasks are quick (random chunks: microseconds
- * on a GPU) and would otherwise run a whole pass ahead of their readers
- * through the one-per-thread rule. An idle worker always takes one, so a
- * reader waiting for a second such input is never starved. */
+ * are any), unless the worker runs nothing: such tasks are quick (random
+ * chunks: microseconds on a GPU) and would otherwise run a whole pass
+ * ahead of their readers through the one-per-thread rule. An idle worker
+ * always takes one, so a reader waiting for a second such input is never
+ * starved. */
 static bool memory_fits(const sched_state *st, const sched_worker *w, uint32_t id)
 {
   uint64_t limit = w->gpu && w->device_memory_limit ? w->device_memory_limit : w->memory_limit;
