@@ -75,6 +75,20 @@ uint32_t sched_worker_free_slots(const sched_worker *w)
  * ahead of their readers through the one-per-thread rule. An idle worker
  * always takes one, so a reader waiting for a second such input is never
  * starved. */
+/* The worker's unread bytes that task t would not read itself: its own
+ * unread inputs there stop counting once it is sent (a recomputation
+ * waiting on the unread input made for it would otherwise wait for
+ * itself, until the worker idled). */
+static uint64_t unread_besides(const sched_state *st, const sched_worker *w, const sched_task *t)
+{
+  uint64_t unread = w->unread_bytes;
+  for (uint32_t i = 0; i < t->ndeps; i++) {
+    const sched_task *d = &st->tasks[t->deps[i]];
+    if ((d->evict & SCHED_EV_UNREAD) && &st->workers[d->who_has] == w) unread -= d->nbytes < unread ? d->nbytes : unread;
+  }
+  return unread;
+}
+
 static bool memory_fits(const sched_state *st, const sched_worker *w, uint32_t id)
 {
   uint64_t limit = w->gpu && w->device_memory_limit ? w->device_memory_limit : w->memory_limit;
@@ -82,9 +96,12 @@ static bool memory_fits(const sched_state *st, const sched_worker *w, uint32_t i
   const sched_task *t = &st->tasks[id];
   uint64_t window = limit / SCHED_INFLIGHT_MEMORY_FRACTION, estimate = sched_evict_estimate_bytes(st, id);
   bool fresh_data = t->ndeps == 0 || (t->evict & SCHED_EV_RAN);
-  /* (with nothing unread the rules below alone apply: a root larger than
-   * the window still runs one per thread) */
-  if (fresh_data && w->nprocessing > 0 && w->unread_bytes > 0 && w->unread_bytes + estimate > window) return false;
+  if (fresh_data && w->nprocessing > 0) {
+    /* (with nothing unread the rules below alone apply: a root larger
+     * than the window still runs one per thread) */
+    uint64_t unread = unread_besides(st, w, t);
+    if (unread > 0 && unread + estimate > window) return false;
+  }
   return w->nprocessing < (w->threads ? w->threads : 1) || w->inflight_bytes + estimate <= window;
 }
 

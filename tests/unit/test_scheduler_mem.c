@@ -190,6 +190,27 @@ TEST(big_roots_still_run_one_per_thread)
   sched_state_destroy(&st);
 }
 
+/* A recomputation whose own input is the worker's unread result is not
+ * held back by it: sending it reads that input. */
+TEST(a_recomputation_is_not_held_back_by_its_own_unread_input)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  uint16_t w = add_worker_limited(st, "w", 2, "gen add slow", 16u << 20);
+  const char *g[] = {"s:slow", "r:gen", "d:add:r", NULL};
+  ASSERT_EQ(add_graph(st, c, 1, g, NULL, NULL), 3);
+  task_of(st, "d")->evict |= SCHED_EV_RAN;  /* d makes a dropped result again */
+  sched_place_pass(st);
+  ASSERT_EQ(state_of(st, "s"), TS_PROCESSING);
+  ASSERT_EQ(state_of(st, "r"), TS_PROCESSING);
+  done(st, "r", 5u << 20);  /* 5 MiB unread: more than a quarter of 16 MiB */
+  ASSERT_EQ(st->workers[w].unread_bytes, 5u << 20);
+  sched_place_pass(st);
+  ASSERT_EQ(state_of(st, "d"), TS_PROCESSING);  /* s still runs: not by the idle escape */
+  ASSERT_EQ(st->workers[w].unread_bytes, 0);
+  sched_state_destroy(&st);
+}
+
 /* Roots whose readers cannot run yet (each reader also needs s, still
  * running) stop at a quarter of a tight worker's limit of unread results
  * instead of filling it; once s is done the readers run, clear the unread
@@ -284,5 +305,6 @@ int main(void)
   RUN(window_capped_by_memory_limit);
   RUN(big_roots_still_run_one_per_thread);
   RUN(roots_wait_for_their_readers_on_a_tight_worker);
+  RUN(a_recomputation_is_not_held_back_by_its_own_unread_input);
   return kit_summary();
 }
