@@ -130,38 +130,40 @@ int tsr_chunk_new_xfer(tsr_wstore *store, const char *key, const tsr_meta *meta,
   return 0;
 }
 
+/* A chunk over bytes it does not own, freed by release(release_arg, ...):
+ * the device and pinned kinds, which differ in their accounting only. */
+static int chunk_new_released(tsr_wstore *store, const char *key, const tsr_meta *meta, void *data, size_t nbytes,
+                              tsr_chunk_owner owner, tsr_chunk_release_fn release, void *release_arg,
+                              tsr_chunk **chunk_p)
+{
+  int rc = chunk_alloc(store, key, meta, chunk_p);
+  if (rc != 0) return rc;
+  tsr_chunk *chunk = *chunk_p;
+  chunk->owner = owner;
+  chunk->data = data;
+  chunk->nbytes = nbytes;
+  chunk->release = release;
+  chunk->release_arg = release_arg;
+  return 0;
+}
+
 int tsr_chunk_new_device(tsr_wstore *store, const char *key, const tsr_meta *meta, void *data, size_t nbytes,
                          int device, tsr_chunk_release_fn release, void *release_arg, tsr_chunk **chunk_p)
 {
-  tsr_chunk *chunk;
-  int rc = chunk_alloc(store, key, meta, &chunk);
+  int rc = chunk_new_released(store, key, meta, data, nbytes, TSR_CHUNK_DEVICE, release, release_arg, chunk_p);
   if (rc != 0) return rc;
-  chunk->owner = TSR_CHUNK_DEVICE;
-  chunk->data = data;
-  chunk->nbytes = nbytes;
-  chunk->device = device;
-  chunk->release = release;
-  chunk->release_arg = release_arg;
+  (*chunk_p)->device = device;
   atomic_fetch_add(&store->device_bytes, nbytes);
   atomic_fetch_add(&store->live, 1);
-  *chunk_p = chunk;
   return 0;
 }
 
 int tsr_chunk_new_pinned(tsr_wstore *store, const char *key, const tsr_meta *meta, void *data, size_t nbytes,
                          tsr_chunk_release_fn release, void *release_arg, tsr_chunk **chunk_p)
 {
-  tsr_chunk *chunk;
-  int rc = chunk_alloc(store, key, meta, &chunk);
-  if (rc != 0) return rc;
-  chunk->owner = TSR_CHUNK_PINNED;
-  chunk->data = data;
-  chunk->nbytes = nbytes;
-  chunk->release = release;
-  chunk->release_arg = release_arg;
-  account_add(store, nbytes);
-  *chunk_p = chunk;
-  return 0;
+  int rc = chunk_new_released(store, key, meta, data, nbytes, TSR_CHUNK_PINNED, release, release_arg, chunk_p);
+  if (rc == 0) account_add(store, nbytes);
+  return rc;
 }
 
 tsr_chunk *tsr_chunk_ref(tsr_chunk *chunk)
