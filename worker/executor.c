@@ -28,6 +28,7 @@ struct tsr_wexec {
   tsr_wexec_opts opts;
   char done_endpoint[TSR_MAX_ADDR_LEN];
   char worker_name[TSR_MAX_NAME_LEN + 1];
+  char data_address[TSR_MAX_ADDR_LEN];
   tsr_wstore *store;
   tsr_wqueue *queue;
   tsr_wfetch_group fetches;
@@ -63,6 +64,13 @@ static int fetch_input(tsr_wtask *task, size_t i, tsr_wstore *store, tsr_wfetche
   return 0;
 }
 
+/* True when input i was made on this worker (and so, not in the store,
+ * was dropped or lost here rather than not yet fetched). */
+static bool input_is_ours(const tsr_wtask *task, size_t i, const tsr_wfetcher *fetcher)
+{
+  return fetcher != NULL && fetcher->self_address != NULL && strcmp(task->inputs[i].from, fetcher->self_address) == 0;
+}
+
 /* Gets input i from the store, or from its peer. When another thread is
  * already fetching the same key, waits for it and takes its copy. */
 static int resolve_input(tsr_wtask *task, size_t i, tsr_wstore *store, tsr_wfetcher *fetcher, tsr_chunk **chunk_p,
@@ -72,6 +80,8 @@ static int resolve_input(tsr_wtask *task, size_t i, tsr_wstore *store, tsr_wfetc
   for (;;) {
     if (tsr_wstore_get(store, key, chunk_p) == 0) return 0;
     if (fetcher == NULL) return tsr_fail(err, TSR_ENOTFOUND, "'%s' is not in the store", key);
+    if (input_is_ours(task, i, fetcher))
+      return tsr_fail(err, TSR_ENOTFOUND, "'%s' is no longer on this worker (dropped to be made again, or lost)", key);
     if (fetcher->group == NULL) return fetch_input(task, i, store, fetcher, chunk_p, err);
     if (tsr_wfetch_claim(fetcher->group, key)) break;
   }
@@ -192,8 +202,10 @@ void tsr_wtask_run_on(tsr_wtask *task, tsr_wstore *store, tsr_wfetcher *fetcher,
   for (size_t i = 0; i < task->n_inputs; i++) {
     tsr_errbuf err = {{0}};
     if (resolve_input(task, i, store, fetcher, &chunks[i], &err) != 0) {
-      TSR_WARN("task %s: input '%s' from %s is missing: %s", task->key, task->inputs[i].key,
-               task->inputs[i].from, err.text);
+      /* A chunk this worker dropped on purpose (cheaper to make again than
+       * to spill) is expected to be missing: the scheduler makes it again. */
+      tsr_log(input_is_ours(task, i, fetcher) ? TSR_LOG_DEBUG : TSR_LOG_WARN, "task %s: input '%s' from %s is missing: %s",
+              task->key, task->inputs[i].key, task->inputs[i].from, err.text);
       task->status = TSR_WTASK_MISSING;
       task->missing_input = i;
       release_inputs(chunks, task->n_inputs);
@@ -248,6 +260,7 @@ static void *thread_main(void *arg)
   tsr_wfetcher fetcher;
   tsr_wfetcher_init(&fetcher, exec->opts.zctx, exec->opts.fetch_timeout_ms);
   fetcher.group = &exec->fetches;
+  fetcher.self_address = exec->opts.data_address;
   tsr_wtask *task;
   while ((task = tsr_wqueue_pop(exec->queue)) != NULL) {
     atomic_fetch_add(&exec->running, 1);
@@ -283,6 +296,8 @@ int tsr_wexec_start(const tsr_wexec_opts *opts, tsr_wstore *store, tsr_wexec **e
   snprintf(exec->worker_name, sizeof exec->worker_name, "%s", opts->worker_name);
   exec->opts.done_endpoint = exec->done_endpoint;
   exec->opts.worker_name = exec->worker_name;
+  snprintf(exec->data_address, sizeof exec->data_address, "%s", opts->data_address ? opts->data_address : "");
+  exec->opts.data_address = exec->data_address[0] ? exec->data_address : NULL;
   exec->store = store;
   atomic_init(&exec->running, 0);
   pthread_mutex_init(&exec->exit_lock, NULL);

@@ -30,6 +30,7 @@ typedef struct tsr_wexec_opts {
   const char *done_endpoint;   /* inproc endpoint the main thread pulls from */
   const char *worker_name;     /* named in "unknown op" messages */
   int fetch_timeout_ms;        /* per input fetch */
+  const char *data_address;    /* this worker's advertised data address, or NULL */
   tsr_wgpu *gpu;               /* a GPU worker's device (each thread gets a slot), or NULL */
 } tsr_wexec_opts;
 

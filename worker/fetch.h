@@ -37,6 +37,10 @@ typedef struct tsr_wfetcher {
   void *zctx;
   int timeout_ms;
   tsr_wfetch_group *group;   /* may be NULL: no coordination */
+  /* This worker's own data address, or NULL. An input "from" here that is
+   * not in the store was dropped or lost here: asking our own data socket
+   * would only say so after a round trip. */
+  const char *self_address;
   uint64_t tick;
   struct {
     tsr_xfer_conn *conn;

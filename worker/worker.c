@@ -133,6 +133,7 @@ static int start_executor(tsr_worker *w)
     .done_endpoint = w->done_endpoint,
     .worker_name = w->opts.name,
     .fetch_timeout_ms = w->opts.fetch_timeout_ms,
+    .data_address = tsr_xfer_server_address(w->server),
     .gpu = w->gpu,
   };
   tsr_errbuf err = {{0}};

@@ -535,7 +535,8 @@ static int pool_open(pool_fixture *f, int threads)
   f->pull = zmq_socket(f->zctx, ZMQ_PULL);
   if (zmq_bind(f->pull, "inproc://test-done") != 0) return -1;
   f->store = tsr_wstore_new(0);
-  tsr_wexec_opts o = {threads, f->zctx, "inproc://test-done", "wt", 5000, NULL};
+  tsr_wexec_opts o = {.threads = threads, .zctx = f->zctx, .done_endpoint = "inproc://test-done", .worker_name = "wt",
+                     .fetch_timeout_ms = 5000};
   tsr_errbuf err = {{0}};
   return tsr_wexec_start(&o, f->store, &f->exec, &err);
 }
@@ -719,6 +720,49 @@ TEST(fetcher_closes_a_timed_out_connection)
   zmq_ctx_term(zctx);
 }
 
+/* An input made here and no longer in the store (dropped to be made
+ * again) is reported missing at once: the worker does not ask its own
+ * data socket, which could only say the same after a round trip. */
+TEST(an_input_dropped_here_is_missing_without_asking_ourselves)
+{
+  void *zctx = zmq_ctx_new();
+  /* Our "own" data socket: it never answers, and it must get no request. */
+  void *self = zmq_socket(zctx, ZMQ_ROUTER);
+  tsr_net_socket_defaults(self);
+  char addr[TSR_MAX_ADDR_LEN];
+  ASSERT_OK(tsr_net_bind(self, "tcp://127.0.0.1:0", NULL, addr, sizeof addr, NULL));
+  tsr_wfetcher f;
+  tsr_wfetcher_init(&f, zctx, 5000);
+  f.self_address = addr;
+  tsr_wstore *store = tsr_wstore_new(0);
+  tsr_wtask *x = uniform_task("x", 100, 1, store);
+  tsr_wtask_run(x, store, NULL, "w0");
+  ASSERT_EQ(x->status, TSR_WTASK_DONE);
+  tsr_wtask_free(&x);
+
+  tsr_wtask *t = new_task("t", "add", store);
+  add_input(t, "x", addr);
+  add_input(t, "dropped", addr);
+  tsr_wtask_run(t, store, &f, "w0");
+  ASSERT_EQ(t->status, TSR_WTASK_MISSING);
+  ASSERT_EQ(t->missing_input, 1);
+  tsr_wtask_free(&t);
+  zmq_pollitem_t item = {self, 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq_poll(&item, 1, 100), 0);
+
+  /* Held here: used from the store, as before. */
+  t = new_task("s", "sum", store);
+  add_input(t, "x", addr);
+  tsr_wtask_run(t, store, &f, "w0");
+  ASSERT_EQ(t->status, TSR_WTASK_DONE);
+  ASSERT_TRUE(!t->inputs[0].fetched);
+  tsr_wtask_free(&t);
+  tsr_wstore_destroy(&store);
+  tsr_wfetcher_close(&f);
+  zmq_close(self);
+  zmq_ctx_term(zctx);
+}
+
 int main(void)
 {
   tsr_log_set_level(TSR_LOG_ERROR);
@@ -741,5 +785,6 @@ int main(void)
   RUN(pool_fetches_inputs_from_a_peer);
   RUN(pool_fetches_a_shared_input_once);
   RUN(fetcher_closes_a_timed_out_connection);
+  RUN(an_input_dropped_here_is_missing_without_asking_ourselves);
   return kit_summary();
 }
