@@ -7,10 +7,13 @@
 # --device-memory-limit a tenth of X2 (X2's chunks move down to host
 # memory and every pass copies them back up). Prints both wall times, the
 # ratio, the device tier's counters and whether s and v are bit-identical
-# (an FNV-1a hash of their bytes).
+# (an FNV-1a hash of their bytes). Then the acceptance's own program:
+# tsr-svd over a persisted uint8 X = randint(0, 3) under the same device
+# limit, against the in-memory run (u, s, v compared byte for byte; the
+# bytes spilled to disk, which must be 0 for the random X).
 #
 # Usage: bench/gpu_memory.sh [ROWS] [COLS] [CHUNK_ROWS]   (defaults 200000 20000 500)
-#   env BIN=DIR (default: tessera and tsr-memory-svd from PATH), STREAMS=N
+#   env BIN=DIR (default: tessera, tsr-memory-svd and tsr-svd from PATH), STREAMS=N
 #   (the GPU worker's --threads, default 4), LIMITED_ARGS="--worker-arg F
 #   --worker-arg V ..." (more `tessera local` args for the limited run)
 set -uo pipefail
@@ -41,4 +44,34 @@ read -r w1 h1 < "/tmp/gpu_memory.limit-$limit"
 if [ "$h0" != none ] && [ "$h0" = "$h1" ]; then same=bit-identical; else same=DIFFERENT; fi
 ratio=$(python3 -c "print(f'{$w1/$w0:.2f}' if $w0 > 0 else 'n/a')" 2>/dev/null || echo n/a)
 echo "result: limited run $same to the unlimited one; time limited / unlimited = $ratio"
-[ "$same" = bit-identical ]
+[ "$same" = bit-identical ] || status=1
+
+# The acceptance's own program: tsr-svd over a PERSISTED uint8 X =
+# randint(0, 3) (the seed's `x.persist()`) with the device limit a tenth of
+# X, against the in-memory run of the same graph (X never stored: its
+# generation fused into the passes). u, s, v are compared byte for byte;
+# tsr-svd's memory report gives what the worker's tiers did.
+work=$(mktemp -d)
+svd_run() {  # label, prefix, extra tsr-svd args, then -- and `tessera local` args
+  local label=$1 prefix=$2; shift 2
+  local svd_args=() ; while [ $# -gt 0 ] && [ "$1" != -- ]; do svd_args+=("$1"); shift; done; shift
+  local out
+  out=$("${bin}tessera" local --gpus 0 --worker-arg --threads --worker-arg "$streams" --worker-arg --log-level --worker-arg info "$@" -- \
+          "${bin}tsr-svd" --rows "$rows" --cols "$cols" --chunks "$chunk,$cols" --dtype u8 --dist randint:0:3 --k 10 --power-iters 2 \
+          --save "$work/$prefix" --memory-report "${svd_args[@]}" 2>&1 | tee "$work/$prefix.log")
+  local gen svd; gen=$(echo "$out" | grep -oE "^generation: [0-9.]+" | cut -d' ' -f2); svd=$(echo "$out" | grep -oE "^svd: [0-9.]+" | cut -d' ' -f2)
+  printf "%-34s generation_s=%-8s svd_s=%s\n" "$label" "${gen:--}" "${svd:-FAILED}"
+  echo "$out" | grep -E "^memory:|copied up" | sed -E 's/^.*(gpu:[0-9]+: copied)/\1/; s/^/    /'
+  [ -n "$svd" ] || echo "$out" | grep -iE "error|fail|limit" | head -20 | sed 's/^/    /'
+}
+echo "# tsr-svd, X = randint(0,3) uint8 $rows x $cols persisted, --device-memory-limit $limit, against X never stored"
+svd_run "tsr-svd in memory (fused)" ref --
+svd_run "tsr-svd persisted, limit-$limit" lim --persist -- --device-memory-limit "$limit" \
+  --worker-arg --spill-dir --worker-arg "$work/spill"
+same=bit-identical
+for f in u s v; do cmp -s "$work/ref_$f.npy" "$work/lim_$f.npy" || same=DIFFERENT; done
+spilled=$(grep -E "^memory:" "$work/lim.log" | grep -oE " spilled=[0-9]+" | cut -d= -f2 | awk '{ s += $1 } END { print NR ? s : "unknown" }')
+echo "result: tsr-svd persisted under the device limit $same (u, s, v) to the in-memory run; bytes spilled to disk: $spilled"
+rm -rf "$work"
+[ "$same" = bit-identical ] || status=1
+exit "${status:-0}"

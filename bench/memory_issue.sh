@@ -51,8 +51,9 @@ report() {  # label, log: prints one line from tsr-svd's and memory_run.py's out
 $py bench/memory_run.py tessera-worker $local_ -- $svd --save "$work/ref" >"$work/ref.log" 2>&1 || true
 report "tessera in memory (fused)" "$work/ref.log"
 $py bench/memory_run.py tessera-worker $local_ --memory-limit "$limit" \
-  --worker-arg=--spill-dir --worker-arg="$work/spill" -- $svd --persist --save "$work/lim" >"$work/lim.log" 2>&1 || true
+  --worker-arg=--spill-dir --worker-arg="$work/spill" -- $svd --persist --save "$work/lim" --memory-report >"$work/lim.log" 2>&1 || true
 report "tessera persisted, 2 x $limit" "$work/lim.log"
+grep -E "^memory:" "$work/lim.log" | sed 's/^/  /' || true
 same=yes
 for f in s u v; do cmp -s "$work/ref_$f.npy" "$work/lim_$f.npy" || same=no; done
 echo "bit-identical u, s, v (persisted under limits vs in memory): $same"

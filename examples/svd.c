@@ -8,7 +8,8 @@
  * the workers first, and times that separately. --verify (small sizes)
  * gathers X, recomputes with LAPACK here and checks the result: exact SVD
  * to 1e-10 (f64) / 1e-4 (f32); randomized SVD within the Halko-Martinsson-
- * Tropp bound. Uses only the public API (and LAPACKE for --verify). */
+ * Tropp bound. --memory-report prints what each worker's memory tiers did
+ * (docs/memory.md). Uses only the public API (and LAPACKE for --verify). */
 #include <lapacke.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,7 +26,7 @@ typedef struct opts {
   int64_t low, high;
   uint64_t seed;
   int k, power_iters, oversamples;
-  bool exact, verify, persist, qr_iter;
+  bool exact, verify, persist, qr_iter, memory_report;
   const char *save_input, *save;
 } opts;
 
@@ -43,7 +44,7 @@ static void usage(FILE *out)
           "               [--dist uniform|normal|randint:LOW:HIGH] [--seed S] [--k K]\n"
           "               [--power-iters Q] [--oversamples P] [--iterator power|qr]\n"
           "               [--method compressed|exact] [--persist] [--save-input X.npy]\n"
-          "               [--save PREFIX] [--verify]\n"
+          "               [--save PREFIX] [--verify] [--memory-report]\n"
           "Connects to $TESSERA_SCHEDULER (run it under `tessera local`).\n");
 }
 
@@ -66,7 +67,7 @@ static int parse_dist(const char *text, opts *o)
 
 static int parse_args(int argc, char **argv, opts *o)
 {
-  *o = (opts){20000, 2000, 5000, 1000, TSR_F64, "uniform", 0, 3, 42, 10, 0, 10, false, false, false, false, NULL, NULL};
+  *o = (opts){20000, 2000, 5000, 1000, TSR_F64, "uniform", 0, 3, 42, 10, 0, 10, false, false, false, false, false, NULL, NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     bool has = v != NULL;
@@ -74,6 +75,7 @@ static int parse_args(int argc, char **argv, opts *o)
     else if (strcmp(a, "--version") == 0) { printf("tsr-svd %s\n", TSR_VERSION_STRING); exit(0); }
     else if (strcmp(a, "--verify") == 0) o->verify = true;
     else if (strcmp(a, "--persist") == 0) o->persist = true;
+    else if (strcmp(a, "--memory-report") == 0) o->memory_report = true;
     else if (!has) { fprintf(stderr, "tsr-svd: %s needs a value\n", a); return -1; }
     else if (strcmp(a, "--rows") == 0) o->rows = atoll(argv[++i]);
     else if (strcmp(a, "--cols") == 0) o->cols = atoll(argv[++i]);
@@ -204,6 +206,28 @@ static int save_outputs(tsr_array_ctx *ctx, const char *prefix, tsr_array *u, ts
   return 0;
 }
 
+/* One "memory:" line per worker: what its tiers did over the run, from the
+ * scheduler's view after one more heartbeat (so the counters cover the
+ * run's end). */
+static void print_memory_report(tsr_client *client)
+{
+  tsr_cluster_info *info = NULL;
+  nanosleep(&(struct timespec){1, 200000000}, NULL);
+  if (tsr_cluster_info_get(client, 5000, &info) != 0) {
+    fprintf(stderr, "tsr-svd: memory report: %s\n", tsr_errmsg());
+    return;
+  }
+  for (size_t i = 0; i < info->n_workers; i++) {
+    const tsr_worker_info *w = &info->workers[i];
+    printf("memory: %s %s spilled=%llu dropped=%llu recomputed_tasks=%llu recomputed_bytes=%llu device_moved=%llu "
+           "device_dropped=%llu\n",
+           w->name, w->device, (unsigned long long)w->bytes_spilled, (unsigned long long)w->bytes_dropped,
+           (unsigned long long)w->tasks_recomputed, (unsigned long long)w->bytes_recomputed,
+           (unsigned long long)w->device_bytes_moved, (unsigned long long)w->device_bytes_dropped);
+  }
+  tsr_cluster_info_destroy(&info);
+}
+
 int main(int argc, char **argv)
 {
   opts o;
@@ -274,6 +298,7 @@ int main(int argc, char **argv)
     free(xv);
     free(uv);
   }
+  if (o.memory_report) print_memory_report(client);
   free(sv);
   free(vv);
   tsr_array_ctx_destroy(&ctx);

@@ -1,8 +1,10 @@
 /* The command-line surface: --help/--version everywhere, bad flags exit 2,
  * `tessera local` runs a program and returns its exit code, `tessera
- * status` lists the workers, and the example verifies its sum. */
+ * status` lists the workers, the example verifies its sum, and tsr-svd
+ * reports what each worker's memory tiers did. */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cluster.h"
@@ -62,6 +64,35 @@ TEST(status_lists_workers)
   ASSERT_NE(run_capture(none, NULL, out, sizeof out, 30), 0);
 }
 
+/* The value of "name=" in the "memory:" line of text, or -1. */
+static long long memory_field(const char *text, const char *name)
+{
+  const char *line = strstr(text, "memory: ");
+  if (line == NULL) return -1;
+  const char *end = strchr(line, '\n');
+  char pat[64];
+  snprintf(pat, sizeof pat, " %s=", name);
+  const char *at = strstr(line, pat);
+  if (at == NULL || (end != NULL && at > end)) return -1;
+  return atoll(at + strlen(pat));
+}
+
+TEST(svd_memory_report_shows_drops_under_a_limit)
+{
+  /* An 8 MB persisted X on a 2 MB worker: its random chunks are dropped
+   * and made again, and the client's report says so. */
+  const char *argv[] = {cluster_bin("tessera"), "local", "--cpu-workers", "1", "--memory-limit", "2000000", "--",
+                        cluster_bin("tsr-svd"), "--rows", "8000", "--cols", "1000", "--chunks", "500,1000",
+                        "--dtype", "u8", "--dist", "randint:0:3", "--k", "5", "--power-iters", "1", "--persist",
+                        "--memory-report", NULL};
+  ASSERT_EQ(run_capture(argv, NULL, out, sizeof out, 300), 0);
+  ASSERT_CONTAINS(out, "memory: local-worker-0 cpu spilled=");
+  ASSERT_TRUE(memory_field(out, "dropped") > 0);
+  ASSERT_TRUE(memory_field(out, "recomputed_tasks") > 0);
+  ASSERT_TRUE(memory_field(out, "recomputed_bytes") > 0);
+  ASSERT_EQ(memory_field(out, "device_moved"), 0);
+}
+
 int main(void)
 {
   signal(SIGPIPE, SIG_IGN);
@@ -69,5 +100,6 @@ int main(void)
   RUN(bad_flags_exit_2);
   RUN(local_runs_the_example_and_returns_its_code);
   RUN(status_lists_workers);
+  RUN(svd_memory_report_shows_drops_under_a_limit);
   return kit_summary();
 }
