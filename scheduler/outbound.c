@@ -13,7 +13,7 @@ void sched_emit_compute(sched_state *st, uint32_t id, uint16_t w)
   const sched_task *t = &st->tasks[id];
   tsr_wbuf *wb = sched_out(st, st->workers[w].peer);
   msgpack_packer *pk = &wb->pk;
-  tsr_wbuf_begin(wb, "compute", 8);
+  tsr_wbuf_begin(wb, "compute", 9);
   tsr_pack_kv_uint(pk, "id", id);
   tsr_pack_kv_strn(pk, "key", t->key, t->key_len);
   tsr_pack_kv_str(pk, "task_op", st->ops[t->op].name);
@@ -33,6 +33,9 @@ void sched_emit_compute(sched_state *st, uint32_t id, uint16_t w)
   /* may the worker drop it (recomputed when needed) rather than spill it */
   bool drop = sched_evict_may_drop(st, id, w);
   tsr_pack_kv_bool(pk, "recompute", drop);
+  /* does a task wait to read the output? (not when only a client wants it,
+   * as after a persist: then the worker may drop it before any read) */
+  tsr_pack_kv_bool(pk, "awaited", t->nneeded > 0);
   TSR_DEBUG("task '%s': compute on worker '%s'%s", t->key, st->workers[w].name, drop ? " (may be dropped)" : "");
 }
 

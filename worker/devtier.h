@@ -33,7 +33,9 @@
  * down and back up. One nobody has read yet is copied down like any other
  * chunk instead (dropping a fresh random chunk before its consumer runs
  * would loop: drop, missing input, recompute, drop); the host tiers may
- * still drop it there. Any other chunk is copied to a host buffer that
+ * still drop it there. A chunk no task waits for (compute.awaited false:
+ * only a client wants it, as after a persist) counts as read at once
+ * (executor.c), so a persisted random array is dropped, not copied down. Any other chunk is copied to a host buffer that
  * replaces the device chunk in the store under the same key, LRU age and
  * marks; the device bytes are freed with the last reference. When a task
  * takes the chunk while it is being copied, the copy is thrown away and the

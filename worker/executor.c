@@ -124,6 +124,11 @@ void tsr_wexec_store(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunk_p)
    * task's: its parts may be many steps. */
   chunk->recompute = task->recompute == TSR_WTASK_RECOMPUTE_UNSET ? task->n_inputs == 0 && task->parts == NULL
                                                                   : task->recompute == TSR_WTASK_RECOMPUTE_DROP;
+  /* A chunk nobody has read yet is evicted last, and on a GPU copied down
+   * rather than dropped, so that a fresh chunk is not lost before its
+   * waiting reader runs. When no task waits for it (only a client wants
+   * it, as after a persist) there is no such reader: it counts as read. */
+  if (task->unawaited) atomic_store(&chunk->read, true);
   /* Moves recorded for an older chunk of this key are not this one's. */
   if (tsr_wstore_tiers(store) != NULL) tsr_tiers_forget_moves(tsr_wstore_tiers(store), task->key);
   if (tsr_wstore_put(store, chunk, task->epoch, &task->cancelled) != 0) {

@@ -87,6 +87,9 @@ static int decode_body(const msgpack_object *map, tsr_wtask *task, tsr_errbuf *e
     rc = tsr_wire_opt_bool(map, "recompute", false, &recompute, err);
     task->recompute = recompute ? TSR_WTASK_RECOMPUTE_DROP : TSR_WTASK_RECOMPUTE_SPILL;
   }
+  bool awaited = true;
+  if (rc == 0) rc = tsr_wire_opt_bool(map, "awaited", true, &awaited, err);
+  task->unawaited = !awaited;
   /* A fused task's params hold its parts, whose refs need the inputs. */
   bool fused = rc == 0 && strcmp(task->op_name, "fused") == 0;
   if (rc == 0 && !fused) rc = tsr_wire_params(tsr_wire_field(map, "params"), &task->params, err);

@@ -51,6 +51,7 @@ typedef struct tsr_wtask {
   size_t n_inputs;
   int64_t priority;                     /* lower runs first */
   uint8_t recompute;                    /* compute.recompute: TSR_WTASK_RECOMPUTE_* */
+  bool unawaited;                       /* compute.awaited false: no task waits to read the output */
   uint64_t seq;                         /* arrival order: ties on priority */
   uint64_t epoch;                       /* store epoch when it arrived */
   atomic_bool cancelled;                /* set by the main thread */

@@ -88,9 +88,9 @@ static void moved(sched_state *st, const char *worker, const char *field, const 
   feed(st, worker, &wb);
 }
 
-/* The `recompute` flag of the last `compute` of key in worker's outbox:
- * 1 true, 0 false, -1 not found. */
-static int compute_flag(sched_state *st, const char *worker, const char *key)
+/* A bool field (`recompute`, `awaited`) of the last `compute` of key in
+ * worker's outbox: 1 true, 0 false, -1 not found. */
+static int compute_field(sched_state *st, const char *worker, const char *key, const char *field)
 {
   const tsr_wbuf *out = &st->peers[sched_peer_find(st, worker, strlen(worker))].out;
   int flag = -1;
@@ -103,10 +103,15 @@ static int compute_flag(sched_state *st, const char *worker, const char *key)
     bool b;
     if (tsr_wire_str(&u.data, "op", 64, &s, &len, NULL) != 0 || len != 7 || memcmp(s, "compute", 7) != 0) continue;
     if (tsr_wire_str(&u.data, "key", 1024, &s, &len, NULL) != 0 || len != strlen(key) || memcmp(s, key, len) != 0) continue;
-    if (tsr_wire_opt_bool(&u.data, "recompute", false, &b, NULL) == 0 && tsr_wire_field(&u.data, "recompute")) flag = b;
+    if (tsr_wire_opt_bool(&u.data, field, false, &b, NULL) == 0 && tsr_wire_field(&u.data, field)) flag = b;
   }
   msgpack_unpacked_destroy(&u);
   return flag;
+}
+
+static int compute_flag(sched_state *st, const char *worker, const char *key)
+{
+  return compute_field(st, worker, key, "recompute");
 }
 
 #define MiB (1ull << 20)
@@ -142,6 +147,25 @@ TEST(random_root_and_cheap_chain_are_dropped)
   ASSERT_OK(run(st, "s", 10, 8));
   ASSERT_EQ(compute_flag(st, "w", "s"), 1);
   ASSERT_EQ(st->workers[0].tasks_recomputed, 0);
+  sched_state_destroy(&st);
+}
+
+/* `awaited` tells the worker whether a task waits to read the output: a
+ * chunk only a client wants (a persist) may be dropped before any read. */
+TEST(compute_says_whether_a_task_awaits_the_output)
+{
+  sched_state *st = evict_state(SCHED_RECOMPUTE_AUTO);
+  uint32_t c = add_client(st, "c");
+  add_worker(st, "w", 4, OPS);
+  const char *g[] = {"r:gen", "s:sum:r", "p:gen", NULL};
+  const char *wants[] = {"s", "p", NULL};
+  ASSERT_EQ(add_graph(st, c, 1, g, wants, NULL), 3);
+  sched_place_pass(st);
+  ASSERT_EQ(compute_field(st, "w", "r", "awaited"), 1);
+  ASSERT_EQ(compute_field(st, "w", "p", "awaited"), 0);
+  finish_id(st, id_of(st, "r"), 1000, MiB);
+  sched_place_pass(st);
+  ASSERT_EQ(compute_field(st, "w", "s", "awaited"), 0);
   sched_state_destroy(&st);
 }
 
@@ -503,6 +527,7 @@ int main(void)
 {
   tsr_log_set_level(TSR_LOG_ERROR);
   RUN(random_root_and_cheap_chain_are_dropped);
+  RUN(compute_says_whether_a_task_awaits_the_output);
   RUN(expensive_op_with_small_output_is_spilled);
   RUN(lineage_stops_at_wanted_chunks_and_reloads_spilled_ones);
   RUN(modes_never_and_always);

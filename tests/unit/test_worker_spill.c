@@ -541,13 +541,13 @@ TEST(executor_marks_root_outputs_recomputable)
   tsr_wstore_destroy(&store);
 }
 
-/* A compute map for key with op scale on input x, with or without a
- * recompute field (-1: absent). */
-static tsr_wtask *decoded_task(const char *key, const char *op, const char *input, int recompute)
+/* A compute map for key with op (scale on input, or a root), with or
+ * without the recompute and awaited fields (-1: absent). */
+static tsr_wtask *decoded_task(const char *key, const char *op, const char *input, int recompute, int awaited)
 {
   tsr_wbuf wb;
   tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "compute", 6 + (recompute >= 0));
+  tsr_wbuf_begin(&wb, "compute", 6 + (recompute >= 0) + (awaited >= 0));
   tsr_pack_kv_uint(&wb.pk, "id", 1);
   tsr_pack_kv_str(&wb.pk, "key", key);
   tsr_pack_kv_str(&wb.pk, "task_op", op);
@@ -571,6 +571,7 @@ static tsr_wtask *decoded_task(const char *key, const char *op, const char *inpu
     msgpack_pack_uint64(&wb.pk, 800);
   }
   if (recompute >= 0) tsr_pack_kv_bool(&wb.pk, "recompute", recompute == 1);
+  if (awaited >= 0) tsr_pack_kv_bool(&wb.pk, "awaited", awaited == 1);
   msgpack_unpacked u;
   msgpack_unpacked_init(&u);
   size_t off = 0;
@@ -590,8 +591,8 @@ TEST(executor_follows_the_schedulers_recompute_flag)
   /* a root the scheduler says to spill, a step it says to drop, and one
    * without a word (an older scheduler: the step is spilled) */
   const char *keys[] = {"x", "s", "s2"};
-  tsr_wtask *tasks[] = {decoded_task("x", "random_uniform", NULL, 0), decoded_task("s", "scale", "x", 1),
-                        decoded_task("s2", "scale", "x", -1)};
+  tsr_wtask *tasks[] = {decoded_task("x", "random_uniform", NULL, 0, -1), decoded_task("s", "scale", "x", 1, -1),
+                        decoded_task("s2", "scale", "x", -1, -1)};
   ASSERT_EQ(tasks[0]->recompute, TSR_WTASK_RECOMPUTE_SPILL);
   ASSERT_EQ(tasks[1]->recompute, TSR_WTASK_RECOMPUTE_DROP);
   ASSERT_EQ(tasks[2]->recompute, TSR_WTASK_RECOMPUTE_UNSET);
@@ -606,6 +607,35 @@ TEST(executor_follows_the_schedulers_recompute_flag)
     ASSERT_EQ(c->recompute, expect[i]);
     tsr_chunk_unref(&c);
   }
+  tsr_wstore_destroy(&store);
+}
+
+/* A chunk no task waits to read (compute.awaited false: only a client
+ * wants it, as after a persist) counts as read: recomputable, it is
+ * evicted in LRU order, not kept for last like a fresh chunk whose
+ * reader is waiting (absent: an older scheduler, taken as awaited). */
+TEST(executor_chunk_no_task_awaits_counts_as_read)
+{
+  tsr_wstore *store = tsr_wstore_new(0);
+  const char *keys[] = {"awaited", "persisted", "older"};
+  int awaited[] = {1, 0, -1};
+  for (int i = 0; i < 3; i++) {
+    tsr_wtask *t = decoded_task(keys[i], "random_uniform", NULL, 1, awaited[i]);
+    ASSERT_TRUE(t != NULL);
+    ASSERT_EQ(t->unawaited, awaited[i] == 0);
+    t->epoch = tsr_wstore_epoch(store);
+    tsr_wtask_run(t, store, NULL, "w0");
+    ASSERT_EQ(t->status, TSR_WTASK_DONE);
+    tsr_wtask_free(&t);
+  }
+  tsr_chunk **idle = NULL;
+  ASSERT_EQ(tsr_wstore_idle(store, &idle), 3);
+  const char *order[] = {"persisted", "awaited", "older"};
+  for (int i = 0; i < 3; i++) {
+    ASSERT_STREQ(idle[i]->key, order[i]);
+    tsr_chunk_unref(&idle[i]);
+  }
+  free(idle);
   tsr_wstore_destroy(&store);
 }
 
@@ -631,6 +661,7 @@ int main(void)
   RUN(executor_chunk_larger_than_limit_fails);
   RUN(executor_marks_root_outputs_recomputable);
   RUN(executor_follows_the_schedulers_recompute_flag);
+  RUN(executor_chunk_no_task_awaits_counts_as_read);
   rmdir(tmp_dir);
   return kit_summary();
 }
