@@ -135,7 +135,7 @@ void sched_evict_on_done(sched_state *st, uint32_t id, uint16_t w, uint64_t dura
     st->workers[w].tasks_recomputed++;
     st->workers[w].bytes_recomputed += nbytes;
   }
-  t->evict = (uint8_t)((t->evict & ~(SCHED_EV_REDONE | SCHED_EV_CONSUMED)) | SCHED_EV_RAN |
+  t->evict = (uint8_t)((t->evict & ~(SCHED_EV_REDONE | SCHED_EV_CONSUMED | SCHED_EV_GONE)) | SCHED_EV_RAN |
                        ((t->evict & SCHED_EV_RAN) ? SCHED_EV_REDONE : 0));
   for (uint32_t i = 0; i < t->ndeps; i++) st->tasks[t->deps[i]].evict |= SCHED_EV_CONSUMED;
 }
@@ -175,8 +175,13 @@ bool sched_evict_moved(sched_state *st, uint16_t w, sched_move move, uint32_t id
      * memory thrash: when one small shared input (the test matrix) came
      * back, every consumer became otherwise ready at once and all their
      * dropped random blocks were made again, filling memory with unread
-     * chunks that were dropped before being read (bench/RESULTS.md). */
-    if (t->ndeps == 0 && sched_task_fused_parts(t) == 0) return true;
+     * chunks that were dropped before being read (bench/RESULTS.md).
+     * Marked gone, it is made again when a reader is about to be sent
+     * (sched_tr_inputs_gone), not one round trip later. */
+    if (t->ndeps == 0 && sched_task_fused_parts(t) == 0) {
+      t->evict |= SCHED_EV_GONE;
+      return true;
+    }
     sched_tr_dropped(st, id);
     return true;
   }

@@ -182,6 +182,7 @@ uint32_t sched_place_pass(sched_state *st)
     for (;;) {
       uint32_t id = most_urgent(st);
       if (id == SCHED_NONE) break;
+      if (sched_tr_inputs_gone(st, id)) continue;  /* waits for them again; they are being made */
       uint16_t w = sched_policy_place(st, id);
       if (w == SCHED_NO_WORKER) {
         st->ops[st->tasks[id].op].free_slots = 0;  /* cannot happen; never spin */

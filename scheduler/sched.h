@@ -49,6 +49,12 @@ void sched_settle(sched_state *st);
 void sched_tr_admit(sched_state *st, uint32_t id);
 /* NEW -> forgotten: a rejected submit's tasks. */
 void sched_tr_discard_new(sched_state *st, uint32_t id);
+/* Before a READY/QUEUED task is sent: when an input is not where the books
+ * say — a dropped root still placed on its holder (SCHED_EV_GONE), or a
+ * result lost meanwhile — the root is made again now and the task goes
+ * back to WAITING (true): what the worker's missing_input would have said
+ * one round trip later. False: every input is in memory; send it. */
+bool sched_tr_inputs_gone(sched_state *st, uint32_t id);
 /* READY/QUEUED -> PROCESSING on worker w; emits the `compute`. */
 void sched_tr_dispatch(sched_state *st, uint32_t id, uint16_t w);
 /* READY -> QUEUED for every task still READY after a placement pass. */

@@ -146,6 +146,8 @@ static inline uint32_t sched_task_weight(const sched_task *t)
                                    too tight for drop-and-recompute): spilled from now on */
 #define SCHED_EV_UNREAD 0x40    /* MEMORY: made while dependents waited, none dispatched since:
                                    counted in its holder's unread_bytes (policy_place.c) */
+#define SCHED_EV_GONE 0x80      /* MEMORY: a root its holder dropped, still placed there until a
+                                   reader is about to be sent (sched_tr_inputs_gone) */
 
 /* key -> task id: open addressing over {hash, id} slots; the keys are the
  * tasks' own (keyidx.c). */

@@ -500,10 +500,29 @@ void sched_tr_erred(sched_state *st, uint32_t id, const char *message, size_t le
 static void lose_result(sched_state *st, uint32_t id)
 {
   sched_task *t = &st->tasks[id];
+  t->evict &= (uint8_t)~SCHED_EV_GONE;
   unhold(st, t);
   set_state(st, id, TS_LOST);
   if (t->nwanted > 0) sched_notify_lost(st, id);
   sched_recheck(st, id);
+}
+
+bool sched_tr_inputs_gone(sched_state *st, uint32_t id)
+{
+  sched_task *t = &st->tasks[id];
+  bool gone = false;
+  for (uint32_t i = 0; i < t->ndeps; i++) {
+    sched_task *d = &st->tasks[t->deps[i]];
+    if (d->state == TS_MEMORY && (d->evict & SCHED_EV_GONE)) {
+      TSR_DEBUG("input '%s' of task '%s' was dropped by its holder; making it again first", d->key, t->key);
+      lose_result(st, t->deps[i]);
+    }
+    gone |= d->state != TS_MEMORY;
+  }
+  if (!gone) return false;
+  sched_queue_remove(st, id);
+  enter_waiting(st, id);
+  return true;
 }
 
 void sched_tr_missing_input(sched_state *st, uint32_t id, uint32_t input, const char *from, size_t from_len)

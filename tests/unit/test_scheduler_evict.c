@@ -392,6 +392,37 @@ TEST(drop_of_a_ready_consumers_input_and_of_a_wanted_key)
   sched_state_destroy(&st);
 }
 
+/* A dropped root stays placed (lazily) until a reader is about to be sent:
+ * then it is made again first, and the reader is not sent to find it
+ * missing (a round trip through the worker). */
+TEST(a_dropped_root_is_made_again_before_its_reader_is_sent)
+{
+  sched_state *st = evict_state(SCHED_RECOMPUTE_AUTO);
+  uint32_t c = add_client(st, "c");
+  add_worker(st, "w", 1, OPS);
+  const char *g[] = {"r:gen", "g:gen", "s:add:r,g", NULL};
+  const char *wants[] = {"s", NULL};
+  ASSERT_EQ(add_graph(st, c, 1, g, wants, NULL), 3);
+  ASSERT_OK(run(st, "r", 10, MiB));
+  sched_place_pass(st);
+  ASSERT_EQ(state_of(st, "g"), TS_PROCESSING);
+  moved(st, "w", "dropped", "r");
+  ASSERT_EQ(state_of(st, "r"), TS_MEMORY);  /* still placed: no reader is being sent */
+  finish_id(st, id_of(st, "g"), 10, MiB);
+  ASSERT_EQ(state_of(st, "s"), TS_READY);
+  tsr_wbuf_reset(&st->peers[sched_peer_find(st, "w", 1)].out);
+  sched_place_pass(st);
+  ASSERT_EQ(compute_field(st, "w", "s", "awaited"), -1);  /* s was not sent */
+  ASSERT_EQ(state_of(st, "s"), TS_WAITING);
+  sched_settle(st);
+  ASSERT_EQ(state_of(st, "r"), TS_READY);
+  ASSERT_OK(run(st, "r", 10, MiB));
+  ASSERT_EQ(st->workers[0].tasks_recomputed, 1);
+  ASSERT_OK(run(st, "s", 10, MiB));
+  ASSERT_EQ(state_of(st, "s"), TS_MEMORY);
+  sched_state_destroy(&st);
+}
+
 /* Drop-and-recompute that cannot make progress (memory too tight: the
  * recomputed chunk is dropped again before its consumer reads it) turns
  * into spilling that chunk; a drop after a read is the normal multi-pass
@@ -533,6 +564,7 @@ int main(void)
   RUN(modes_never_and_always);
   RUN(dropped_chunks_recomputed_by_consumer_priority);
   RUN(drop_of_a_ready_consumers_input_and_of_a_wanted_key);
+  RUN(a_dropped_root_is_made_again_before_its_reader_is_sent);
   RUN(dropped_again_before_any_read_is_spilled_from_then_on);
   RUN(status_carries_tiers_and_recompute_counts);
   RUN(million_chain_cost_and_deferred_recompute_without_recursion);
