@@ -102,6 +102,14 @@ static bool memory_fits(const sched_state *st, const sched_worker *w, uint32_t i
     uint64_t unread = unread_besides(st, w, t);
     if (unread > 0 && unread + estimate > window) return false;
   }
+  /* A GPU's running tasks hold their inputs and outputs on the device,
+   * where the device tier cannot move them: tasks that together need more
+   * than the device limit would each wait for the others' memory, for
+   * ever. One runs whatever its size (the worker fails it if it cannot
+   * fit at all). */
+  if (w->gpu && w->device_memory_limit && w->nprocessing > 0 &&
+      w->working_bytes + sched_task_working_bytes(st->tasks, t, estimate) > w->device_memory_limit)
+    return false;
   return w->nprocessing < (w->threads ? w->threads : 1) || w->inflight_bytes + estimate <= window;
 }
 

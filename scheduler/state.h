@@ -126,6 +126,15 @@ typedef struct sched_task {
   uint32_t ndeferred_deps;    /* deps (with multiplicity) that are deferred drops (meaningful while WAITING) */
 } sched_task;
 
+/* The bytes a task holds while it runs: its inputs and its output (its
+ * estimate before it ran). */
+static inline uint64_t sched_task_working_bytes(const sched_task *tasks, const sched_task *t, uint64_t output)
+{
+  uint64_t bytes = output;
+  for (uint32_t i = 0; i < t->ndeps; i++) bytes += tasks[t->deps[i]].nbytes;
+  return bytes;
+}
+
 /* Parts of a fused task (fuse.c), 0 for a plain task; what a task counts
  * for in status: its parts when fused, else 1. */
 static inline uint32_t sched_task_fused_parts(const sched_task *t) { return t->ext ? t->ext->fused_parts : 0; }
@@ -206,6 +215,8 @@ typedef struct sched_worker {
   uint64_t avg_task_us;       /* moving average of reported task durations; 0: none yet */
   uint64_t avg_out_bytes;     /* moving average of reported output sizes; 0: none yet */
   uint64_t inflight_bytes;    /* estimated output bytes of its tasks in flight (policy_place.c) */
+  uint64_t working_bytes;     /* inputs plus estimated outputs of its tasks in flight: what they hold
+                                 while they run, which a GPU's device tier cannot move (policy_place.c) */
   uint64_t unread_bytes;      /* results it holds that no dependent has been sent to read yet */
   uint64_t bytes_held;        /* sum of nbytes of results it holds */
   uint64_t *opbits;           /* bitset over op ids advertised */

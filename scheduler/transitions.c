@@ -444,6 +444,7 @@ void sched_tr_dispatch(sched_state *st, uint32_t id, uint16_t w)
    * the real size): what the worker's in-flight bytes count. */
   t->nbytes = sched_evict_estimate_bytes(st, id);
   st->workers[w].inflight_bytes += t->nbytes;
+  st->workers[w].working_bytes += sched_task_working_bytes(st->tasks, t, t->nbytes);
   for (uint32_t i = 0; i < t->ndeps; i++) mark_read(st, &st->tasks[t->deps[i]]);
   st->tasks_sent++;
   sched_emit_compute(st, id, w);
@@ -462,6 +463,10 @@ static void stop_processing(sched_state *st, sched_task *t)
     sched_worker *wk = &st->workers[t->processing_on];
     wk->nprocessing--;
     wk->inflight_bytes -= t->nbytes < wk->inflight_bytes ? t->nbytes : wk->inflight_bytes;
+    /* (an input lost meanwhile may have a new size: saturate, and start
+     * over whenever the worker runs nothing) */
+    uint64_t working = sched_task_working_bytes(st->tasks, t, t->nbytes);
+    wk->working_bytes = wk->nprocessing == 0 ? 0 : wk->working_bytes - (working < wk->working_bytes ? working : wk->working_bytes);
   }
   t->processing_on = SCHED_NO_WORKER;
 }
@@ -572,6 +577,7 @@ void sched_tr_worker_lost(sched_state *st, uint16_t w, uint32_t *rescheduled_p, 
   }
   st->workers[w].nprocessing = 0;
   st->workers[w].inflight_bytes = 0;
+  st->workers[w].working_bytes = 0;
   st->workers[w].unread_bytes = 0;
   st->workers[w].bytes_held = 0;
   st->workers[w].held_disk = 0;

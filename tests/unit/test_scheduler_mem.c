@@ -297,6 +297,44 @@ TEST(roots_wait_for_their_readers_on_a_tight_worker)
   }
 }
 
+/* Tasks running on a GPU hold their inputs and outputs on the device,
+ * where its tier cannot move them: the scheduler sends a GPU worker no
+ * more at once than its device limit holds (three sums of 16 MiB inputs
+ * on 48 MiB each waited for the others' memory until they failed), but
+ * always one, whatever its size. */
+TEST(gpu_tasks_in_flight_fit_the_device_together)
+{
+  sched_state *st = new_state();
+  uint32_t c = add_client(st, "c");
+  uint16_t w = add_gpu_worker(st, "g", 4, "gen sum", "gen sum", 48u << 20);
+  const char *g[] = {"r0:gen", "r1:gen", "r2:gen", "s0:sum:r0", "s1:sum:r1", "s2:sum:r2", NULL};
+  const char *wants[] = {"s0", "s1", "s2", NULL};
+  ASSERT_EQ(add_graph(st, c, 1, g, wants, NULL), 6);
+  sched_place_pass(st);
+  for (int i = 0; i < 3; i++) {
+    char key[4] = {'r', (char)('0' + i), 0};
+    ASSERT_EQ(state_of(st, key), TS_PROCESSING);
+    report_done(st, "g", id_of(st, key), 16u << 20, 10);
+  }
+  sched_place_pass(st);
+  /* a sum's estimate (not measured yet) is its input's size: 32 MiB each */
+  ASSERT_EQ(st->workers[w].nprocessing, 1);
+  ASSERT_TRUE(st->workers[w].working_bytes <= (48u << 20));
+  report_one(st, "g", w, 8, 10);  /* measured now: 8 bytes out */
+  sched_place_pass(st);
+  ASSERT_EQ(st->workers[w].nprocessing, 2);  /* 16 MiB + 8 each; a third would pass 48 MiB */
+  while (report_one(st, "g", w, 8, 10) != SCHED_NONE) sched_place_pass(st);
+  ASSERT_EQ(state_of(st, "s2"), TS_MEMORY);
+  ASSERT_EQ(st->workers[w].working_bytes, 0);
+  /* a task larger than the device alone still runs (the worker decides) */
+  const char *big[] = {"b:sum:s0", NULL};
+  const char *big_wants[] = {"b", NULL};
+  ASSERT_EQ(add_graph(st, c, 2, big, big_wants, NULL), 1);
+  sched_place_pass(st);
+  ASSERT_EQ(state_of(st, "b"), TS_PROCESSING);
+  sched_state_destroy(&st);
+}
+
 int main(void)
 {
   tsr_log_set_level(TSR_LOG_ERROR);
@@ -306,5 +344,6 @@ int main(void)
   RUN(big_roots_still_run_one_per_thread);
   RUN(roots_wait_for_their_readers_on_a_tight_worker);
   RUN(a_recomputation_is_not_held_back_by_its_own_unread_input);
+  RUN(gpu_tasks_in_flight_fit_the_device_together);
   return kit_summary();
 }
