@@ -67,7 +67,8 @@ static int parse_dist(const char *text, opts *o)
 
 static int parse_args(int argc, char **argv, opts *o)
 {
-  *o = (opts){20000, 2000, 5000, 1000, TSR_F64, "uniform", 0, 3, 42, 10, 0, 10, false, false, false, false, false, NULL, NULL};
+  *o = (opts){20000, 2000, 5000, 1000, TSR_F64, "uniform", 0, 3, 42, 10, 0, 10,
+              false, false, false, false, false, NULL, NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     bool has = v != NULL;

@@ -466,7 +466,8 @@ static void stop_processing(sched_state *st, sched_task *t)
     /* (an input lost meanwhile may have a new size: saturate, and start
      * over whenever the worker runs nothing) */
     uint64_t working = sched_task_working_bytes(st->tasks, t, t->nbytes);
-    wk->working_bytes = wk->nprocessing == 0 ? 0 : wk->working_bytes - (working < wk->working_bytes ? working : wk->working_bytes);
+    working = working < wk->working_bytes ? working : wk->working_bytes;
+    wk->working_bytes = wk->nprocessing == 0 ? 0 : wk->working_bytes - working;
   }
   t->processing_on = SCHED_NO_WORKER;
 }

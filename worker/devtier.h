@@ -35,9 +35,10 @@
  * would loop: drop, missing input, recompute, drop); the host tiers may
  * still drop it there. A chunk no task waits for (compute.awaited false:
  * only a client wants it, as after a persist) counts as read at once
- * (executor.c), so a persisted random array is dropped, not copied down. Any other chunk is copied to a host buffer that
- * replaces the device chunk in the store under the same key, LRU age and
- * marks; the device bytes are freed with the last reference. When a task
+ * (executor.c), so a persisted random array is dropped, not copied down.
+ * Any other chunk is copied to a host buffer that replaces the device
+ * chunk in the store under the same key, LRU age and marks; the device
+ * bytes are freed with the last reference. When a task
  * takes the chunk while it is being copied, the copy is thrown away and the
  * chunk stays. The host tiers then account the host copy and may spill it
  * to disk. A moved chunk is not moved back up to stay: a task on the GPU

@@ -209,8 +209,9 @@ void tsr_wtask_run_on(tsr_wtask *task, tsr_wstore *store, tsr_wfetcher *fetcher,
     if (resolve_input(task, i, store, fetcher, &chunks[i], &err) != 0) {
       /* A chunk this worker dropped on purpose (cheaper to make again than
        * to spill) is expected to be missing: the scheduler makes it again. */
-      tsr_log(input_is_ours(task, i, fetcher) ? TSR_LOG_DEBUG : TSR_LOG_WARN, "task %s: input '%s' from %s is missing: %s",
-              task->key, task->inputs[i].key, task->inputs[i].from, err.text);
+      tsr_log(input_is_ours(task, i, fetcher) ? TSR_LOG_DEBUG : TSR_LOG_WARN,
+              "task %s: input '%s' from %s is missing: %s", task->key, task->inputs[i].key, task->inputs[i].from,
+              err.text);
       task->status = TSR_WTASK_MISSING;
       task->missing_input = i;
       release_inputs(chunks, task->n_inputs);
