@@ -694,14 +694,23 @@ TEST(pool_fetches_a_shared_input_once)
   tsr_wstore_destroy(&src);
 }
 
+/* A peer that accepts requests and never answers, bound on loopback at
+ * addr; NULL when it cannot bind. */
+static void *mute_peer(void *zctx, char *addr, size_t cap)
+{
+  void *mute = zmq_socket(zctx, ZMQ_ROUTER);
+  tsr_net_socket_defaults(mute);
+  if (tsr_net_bind(mute, "tcp://127.0.0.1:0", NULL, addr, cap, NULL) == 0) return mute;
+  zmq_close(mute);
+  return NULL;
+}
+
 TEST(fetcher_closes_a_timed_out_connection)
 {
   void *zctx = zmq_ctx_new();
-  /* A peer that accepts requests and never answers. */
-  void *mute = zmq_socket(zctx, ZMQ_ROUTER);
-  tsr_net_socket_defaults(mute);
   char addr[TSR_MAX_ADDR_LEN];
-  ASSERT_OK(tsr_net_bind(mute, "tcp://127.0.0.1:0", NULL, addr, sizeof addr, NULL));
+  void *mute = mute_peer(zctx, addr, sizeof addr);
+  ASSERT_TRUE(mute != NULL);
   tsr_wfetcher f;
   tsr_wfetcher_init(&f, zctx, 200);
   tsr_chunk_header hdr;
@@ -727,10 +736,9 @@ TEST(an_input_dropped_here_is_missing_without_asking_ourselves)
 {
   void *zctx = zmq_ctx_new();
   /* Our "own" data socket: it never answers, and it must get no request. */
-  void *self = zmq_socket(zctx, ZMQ_ROUTER);
-  tsr_net_socket_defaults(self);
   char addr[TSR_MAX_ADDR_LEN];
-  ASSERT_OK(tsr_net_bind(self, "tcp://127.0.0.1:0", NULL, addr, sizeof addr, NULL));
+  void *self = mute_peer(zctx, addr, sizeof addr);
+  ASSERT_TRUE(self != NULL);
   tsr_wfetcher f;
   tsr_wfetcher_init(&f, zctx, 5000);
   f.self_address = addr;
