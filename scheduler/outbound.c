@@ -33,9 +33,12 @@ void sched_emit_compute(sched_state *st, uint32_t id, uint16_t w)
   /* may the worker drop it (recomputed when needed) rather than spill it */
   bool drop = sched_evict_may_drop(st, id, w);
   tsr_pack_kv_bool(pk, "recompute", drop);
-  /* does a task wait to read the output? (not when only a client wants it,
-   * as after a persist: then the worker may drop it before any read) */
-  tsr_pack_kv_bool(pk, "awaited", t->nneeded > 0);
+  /* does a reader wait for the output? Not when only a client wants it and
+   * it runs for the first time, as in a persist: then the worker may drop
+   * it before any read. A recomputation always has one (a task, or the
+   * client whose gather found it missing: dropping it again before that
+   * gather looped). */
+  tsr_pack_kv_bool(pk, "awaited", t->nneeded > 0 || (t->evict & SCHED_EV_RAN));
   TSR_DEBUG("task '%s': compute on worker '%s'%s", t->key, st->workers[w].name, drop ? " (may be dropped)" : "");
 }
 

@@ -166,6 +166,13 @@ TEST(compute_says_whether_a_task_awaits_the_output)
   finish_id(st, id_of(st, "r"), 1000, MiB);
   sched_place_pass(st);
   ASSERT_EQ(compute_field(st, "w", "s", "awaited"), 0);
+  /* made again for a client whose gather found it missing: awaited */
+  finish_id(st, id_of(st, "p"), 1000, MiB);
+  moved(st, "w", "dropped", "p");
+  key_missing(st, "c", "p", "tcp://w:1");
+  sched_place_pass(st);
+  ASSERT_EQ(state_of(st, "p"), TS_PROCESSING);
+  ASSERT_EQ(compute_field(st, "w", "p", "awaited"), 1);
   sched_state_destroy(&st);
 }
 
