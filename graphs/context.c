@@ -112,6 +112,49 @@ void garray_block_offset(const tsr_array *a, const int64_t *idx, int64_t *offset
   for (int d = 0; d < a->ndim; d++) offset[d] = idx[d] * a->chunk[d];
 }
 
+void garray_copy_repr(tsr_array *out, const tsr_array *a)
+{
+  out->encoding = a->encoding;
+  out->missing = a->missing;
+}
+
+/* unpack2bit of each packed chunk, with that chunk's column count. */
+static int decode_packed2(tsr_array_ctx *ctx, const tsr_array *a, tsr_array *out)
+{
+  int rc = 0;
+  for (size_t b = 0; rc == 0 && b < a->nblocks; b++) {
+    int64_t idx[TSR_MAX_NDIM];
+    garray_index(a, b, idx);
+    tsr_args *args = NULL;
+    const char *in = a->keys[b];
+    rc = tsr_args_new(&args);
+    if (rc == 0) rc = tsr_args_int(args, "cols", garray_chunk_len(a, a->ndim - 1, idx[a->ndim - 1]));
+    if (rc == 0) rc = gtask_add(ctx, out->keys[b], "unpack2bit", args, &in, 1);
+    tsr_args_destroy(&args);
+  }
+  return rc;
+}
+
+int garray_dense(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array **out_p)
+{
+  if (a->encoding == TSR_ENC_DENSE) {
+    *out_p = a;
+    return 0;
+  }
+  tsr_array *out = NULL;
+  int rc = garray_new(ctx, "decoded", a->dtype, a->ndim, a->shape, a->chunk, &out);
+  if (rc != 0) return rc;
+  out->missing = a->missing;
+  if (a->encoding == TSR_ENC_PACKED2) rc = decode_packed2(ctx, a, out);
+  else rc = client_fail(TSR_EINVAL, "array has an unknown encoding %d", (int)a->encoding);
+  if (rc != 0) {
+    tsr_array_free(ctx, &out);
+    return rc;
+  }
+  *out_p = out;
+  return 0;
+}
+
 int garray_check_2d(const tsr_array *a, const char *what)
 {
   if (a == NULL) return client_fail(TSR_EINVAL, "%s: array is NULL", what);
@@ -149,6 +192,8 @@ int garray_new(tsr_array_ctx *ctx, const char *label, tsr_dtype dtype, int ndim,
   a->dtype = dtype;
   a->ndim = ndim;
   a->nblocks = 1;
+  a->encoding = TSR_ENC_DENSE;
+  a->missing = -1;
   for (int d = 0; d < ndim; d++) {
     int64_t c = chunks != NULL ? chunks[d] : 0;
     a->shape[d] = shape[d];
@@ -177,6 +222,8 @@ int garray_new(tsr_array_ctx *ctx, const char *label, tsr_dtype dtype, int ndim,
 
 /* ---------- metadata accessors ---------- */
 
+TSR_API tsr_encoding tsr_array_encoding(const tsr_array *a) { return a->encoding; }
+TSR_API int tsr_array_missing(const tsr_array *a) { return a->missing; }
 TSR_API tsr_dtype tsr_array_dtype(const tsr_array *a) { return a->dtype; }
 TSR_API int tsr_array_ndim(const tsr_array *a) { return a->ndim; }
 TSR_API int64_t tsr_array_dim(const tsr_array *a, int axis) { return axis >= 0 && axis < a->ndim ? a->shape[axis] : -1; }

@@ -32,6 +32,8 @@ struct tsr_array {
   int64_t nchunks[TSR_MAX_NDIM];
   size_t nblocks;                 /* product of nchunks */
   char **keys;                    /* nblocks keys, row-major over the grid */
+  tsr_encoding encoding;          /* what the keys hold (array.h) */
+  int missing;                    /* integer sentinel of missing elements, or -1 */
   struct tsr_array *next_in_ctx;
 };
 
@@ -66,6 +68,12 @@ void garray_block_offset(const tsr_array *a, const int64_t *idx, int64_t *offset
 /* Size of chunk c along axis. */
 int64_t garray_chunk_len(const tsr_array *a, int axis, int64_t c);
 int garray_check_2d(const tsr_array *a, const char *what);
+/* a itself when its chunks are dense, else a new array (same dtype,
+ * shape, chunks and missing value) whose chunks decode a's. Builders that
+ * read elements call it first. */
+int garray_dense(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array **out_p);
+/* Copies encoding and missing value from a to out (a view over a's keys). */
+void garray_copy_repr(tsr_array *out, const tsr_array *a);
 
 /* ---------- tasks ---------- */
 /* Records key = op(params; inputs). Copies everything. */

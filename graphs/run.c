@@ -187,6 +187,7 @@ static int persisted_view(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **ou
 {
   tsr_array *out = NULL;
   int rc = garray_new(ctx, "persist", a->dtype, a->ndim, a->shape, a->chunk, &out);
+  if (rc == 0) garray_copy_repr(out, a);
   for (size_t b = 0; rc == 0 && b < a->nblocks; b++) {
     free(out->keys[b]);
     out->keys[b] = strdup(a->keys[b]);

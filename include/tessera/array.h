@@ -34,6 +34,30 @@ void tsr_array_ctx_destroy(tsr_array_ctx **ctx_p);
 void tsr_array_free(tsr_array_ctx *ctx, tsr_array **array_p);
 
 /* ---------- metadata ---------- */
+
+/* How an array's chunks are held on the workers. dtype and shape are
+ * always the logical ones; the encoding says what bytes a chunk key holds.
+ * Builders decode chunks where an op needs the elements (the scheduler
+ * fuses the decode into that op: no decoded copy is stored), and pick the
+ * ops that read an encoding directly where they exist (products with
+ * 2-bit packed genotypes). */
+typedef enum tsr_encoding {
+  TSR_ENC_DENSE = 0,    /* the elements, C order */
+  TSR_ENC_PACKED2 = 1,  /* u8 values 0..3, four to a byte along the last
+                         * axis (element j in bits 2(j%4).. of byte j/4),
+                         * a chunk [.., c] held as [.., ceil(c/4)] */
+} tsr_encoding;
+
+/* The value of a genotype array (dtype u8, values 0, 1, 2 = dosage of
+ * the first allele) that marks a missing genotype. Arrays read from PLINK
+ * files report it through tsr_array_missing; reductions that skip missing
+ * values skip it, and astype to a float dtype turns it into NaN. */
+#define TSR_GENO_MISSING 3
+
+tsr_encoding tsr_array_encoding(const tsr_array *a);
+/* The integer value marking a missing element of an integer array, or -1
+ * when it has none (float arrays mark missing elements with NaN). */
+int tsr_array_missing(const tsr_array *a);
 tsr_dtype tsr_array_dtype(const tsr_array *a);
 int tsr_array_ndim(const tsr_array *a);
 /* Length of axis (0 <= axis < ndim). */
