@@ -355,6 +355,18 @@ static int add_param(tsr_args *args, const tsr_param *p)
   return TSR_EINVAL;
 }
 
+int gtask_params(const graph_task *t, tsr_params *params)
+{
+  if (t->params == NULL || t->params_len == 0) return 0;
+  msgpack_unpacked up;
+  msgpack_unpacked_init(&up);
+  tsr_errbuf err = {{0}};
+  int rc = msgpack_unpack_next(&up, t->params, t->params_len, NULL) == MSGPACK_UNPACK_SUCCESS ? 0 : TSR_EINVAL;
+  if (rc == 0) rc = tsr_wire_params(&up.data, params, &err);
+  msgpack_unpacked_destroy(&up);
+  return rc;
+}
+
 int gargs_merge(tsr_args *args, const void *map, size_t len)
 {
   if (map == NULL || len == 0) return 0;

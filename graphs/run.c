@@ -139,19 +139,28 @@ TSR_API int tsr_compute_many(tsr_array_ctx *ctx, const tsr_array *const *arrays,
                              const size_t *caps, int timeout_ms)
 {
   if (ctx == NULL || arrays == NULL || bufs == NULL || caps == NULL) return client_fail(TSR_EINVAL, "compute: NULL argument");
-  for (size_t i = 0; i < n; i++) {
-    if (arrays[i] == NULL || bufs[i] == NULL) return client_fail(TSR_EINVAL, "compute: array or buffer %zu is NULL", i);
-    if (caps[i] < array_bytes(arrays[i]))
-      return client_fail(TSR_ELIMIT, "compute: buffer %zu of %zu bytes cannot hold %zu", i, caps[i], array_bytes(arrays[i]));
+  const tsr_array **dense = calloc(n ? n : 1, sizeof *dense);
+  if (dense == NULL) return client_fail(TSR_ENOMEM, "compute: out of memory");
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    if (arrays[i] == NULL || bufs[i] == NULL) rc = client_fail(TSR_EINVAL, "compute: array or buffer %zu is NULL", i);
+    else if (caps[i] < array_bytes(arrays[i]))
+      rc = client_fail(TSR_ELIMIT, "compute: buffer %zu of %zu bytes cannot hold %zu", i, caps[i], array_bytes(arrays[i]));
+    else rc = garray_dense(ctx, arrays[i], &dense[i]);  /* the elements, not an encoding */
   }
-  size_t count;
-  char **keys = all_keys(arrays, n, &count);
-  if (keys == NULL) return client_fail(TSR_ENOMEM, "compute: out of memory");
+  size_t count = 0;
+  char **keys = rc == 0 ? all_keys(dense, n, &count) : NULL;
+  if (rc == 0 && keys == NULL) rc = client_fail(TSR_ENOMEM, "compute: out of memory");
+  if (rc != 0) {
+    free(dense);
+    return rc;
+  }
   tsr_future *f = NULL;
-  int rc = grun_submit(ctx, keys, count, timeout_ms, &f);
-  for (size_t i = 0; rc == 0 && i < n; i++) rc = gather_all(ctx, arrays[i], bufs[i], timeout_ms);
+  rc = grun_submit(ctx, keys, count, timeout_ms, &f);
+  for (size_t i = 0; rc == 0 && i < n; i++) rc = gather_all(ctx, dense[i], bufs[i], timeout_ms);
   tsr_future_release(&f);
   free(keys);
+  free(dense);
   return rc;
 }
 

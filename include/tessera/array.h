@@ -98,14 +98,32 @@ int tsr_from_chunk_dir(tsr_array_ctx *ctx, const char *dir, tsr_array **out_p);
  * are overwritten). */
 int tsr_to_chunk_dir(tsr_array_ctx *ctx, const tsr_array *a, const char *dir, int timeout_ms);
 
-/* ---------- elementwise (same shape; chunks are unified by rechunking) ---------- */
+/* ---------- elementwise ----------
+ * Binary ops take arrays of the same shape (chunks are unified by
+ * rechunking the second), or broadcast as NumPy does in 2-D: a row vector
+ * (shape (c,) or (1, c): one value per column), a column vector ((r, 1):
+ * one value per row) or a one-element array (a scalar) against a matrix,
+ * on either side. Dtypes promote as NumPy's: float over integer (u8 with
+ * f32 stays f32), the wider float or integer. An integer array with a
+ * missing-value sentinel (tsr_array_missing) computes in f64, so its
+ * missing values become NaN and stay missing through the arithmetic.
+ * Encoded inputs are decoded (see tsr_encoding). */
 int tsr_add(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_array **out_p);
 int tsr_sub(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_array **out_p);
 int tsr_mul(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_array **out_p);
 int tsr_div(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_array **out_p);
 /* a * factor + offset */
 int tsr_scale(tsr_array_ctx *ctx, const tsr_array *a, double factor, double offset, tsr_array **out_p);
+/* To dtype; an integer array's missing values become NaN in a float one. */
 int tsr_astype(tsr_array_ctx *ctx, const tsr_array *a, tsr_dtype dtype, tsr_array **out_p);
+/* NaN (a missing value) of a float array replaced by value (mean
+ * imputation of standardized data is tsr_fillnan(z, 0)). TSR_ESHAPE for
+ * an integer array. */
+int tsr_fillnan(tsr_array_ctx *ctx, const tsr_array *a, double value, tsr_array **out_p);
+/* One-argument math elementwise, NumPy's ufuncs: fn is "sqrt", "log",
+ * "log1p", "exp", "expm1", "abs" or "square". Float arrays keep their
+ * dtype, integer ones give f64 (missing values NaN). */
+int tsr_ufunc(tsr_array_ctx *ctx, const tsr_array *a, const char *fn, tsr_array **out_p);
 /* Applies a named op chunk by chunk; params as for tsr_graph_add (may be
  * NULL). The op must keep each chunk's shape; out_dtype is its dtype. */
 int tsr_map_blocks(tsr_array_ctx *ctx, const char *op, const tsr_args *params, const tsr_array *a,
@@ -120,6 +138,14 @@ int tsr_matmul(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_a
  * sums are combined split_every at a time (0: default 8). */
 int tsr_sum(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p);
 int tsr_mean(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p);
+/* Like tsr_sum, skipping missing values: NaN of float arrays, the
+ * sentinel of integer ones (tsr_array_missing), like np.nansum. */
+int tsr_nansum(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p);
+/* The number of values that are not missing, as i64, reduced like sum. */
+int tsr_count_valid(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p);
+/* tsr_nansum / tsr_count_valid in f64 (f32 for f32 input), like
+ * np.nanmean: NaN where every value was missing. */
+int tsr_nanmean(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p);
 int tsr_concatenate(tsr_array_ctx *ctx, const tsr_array *const *arrays, size_t n, int axis, tsr_array **out_p);
 /* New regular chunk sizes (ndim entries; -1 keeps an axis's chunks, 0 makes
  * it one chunk). */
