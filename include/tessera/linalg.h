@@ -26,7 +26,9 @@ int tsr_qr(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **q_p, tsr_array **
 
 /* Exact SVD of a tall-skinny array: TSQR, then the SVD of R, U assembled.
  * u: rows x cols (A's row chunks), s: cols, v: cols x cols (rows of v are
- * the right singular vectors). Rechunks columns to one chunk when needed.
+ * the right singular vectors), in Dask's sign convention (svd_flip, as
+ * da.linalg.svd's coerce_signs=True): each row of v sums to >= 0, its
+ * column of u flipped with it. Rechunks columns to one chunk when needed.
  * TSR_ESHAPE for more columns than rows ("too wide": name both sizes). */
 int tsr_svd_tall_skinny(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **u_p, tsr_array **s_p,
                         tsr_array **v_p);
