@@ -74,6 +74,8 @@ int garray_check_2d(const tsr_array *a, const char *what);
 int garray_dense(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array **out_p);
 /* Copies encoding and missing value from a to out (a view over a's keys). */
 void garray_copy_repr(tsr_array *out, const tsr_array *a);
+/* A new array over a's keys (same everything, a fresh handle). */
+int garray_view(tsr_array_ctx *ctx, const char *label, const tsr_array *a, tsr_array **out_p);
 
 /* ---------- tasks ---------- */
 /* Records key = op(params; inputs). Copies everything. */

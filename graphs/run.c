@@ -194,17 +194,10 @@ TSR_API int tsr_compute_npy(tsr_array_ctx *ctx, const tsr_array *a, const char *
 /* Marks every chunk of a as kept and returns an array over them. */
 static int persisted_view(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **out_p)
 {
-  tsr_array *out = NULL;
-  int rc = garray_new(ctx, "persist", a->dtype, a->ndim, a->shape, a->chunk, &out);
-  if (rc == 0) garray_copy_repr(out, a);
-  for (size_t b = 0; rc == 0 && b < a->nblocks; b++) {
-    free(out->keys[b]);
-    out->keys[b] = strdup(a->keys[b]);
-    rc = out->keys[b] ? tsr_strmap_put(ctx->held, a->keys[b], strlen(a->keys[b]), 1) : TSR_ENOMEM;
-  }
-  if (rc != 0) return client_fail(rc, "persist: out of memory");
-  *out_p = out;
-  return 0;
+  for (size_t b = 0; b < a->nblocks; b++)
+    if (tsr_strmap_put(ctx->held, a->keys[b], strlen(a->keys[b]), 1) != 0)
+      return client_fail(TSR_ENOMEM, "persist: out of memory");
+  return garray_view(ctx, "persist", a, out_p);
 }
 
 TSR_API int tsr_persist_many(tsr_array_ctx *ctx, const tsr_array *const *arrays, size_t n, int timeout_ms,

@@ -46,6 +46,7 @@ typedef enum tsr_encoding {
   TSR_ENC_PACKED2 = 1,  /* u8 values 0..3, four to a byte along the last
                          * axis (element j in bits 2(j%4).. of byte j/4),
                          * a chunk [.., c] held as [.., ceil(c/4)] */
+  TSR_ENC_BLOSC = 2,    /* each chunk one c-blosc frame of its dense bytes */
 } tsr_encoding;
 
 /* The value of a genotype array (dtype u8, values 0, 1, 2 = dosage of
@@ -55,6 +56,11 @@ typedef enum tsr_encoding {
 #define TSR_GENO_MISSING 3
 
 tsr_encoding tsr_array_encoding(const tsr_array *a);
+/* A view of integer array a (the same chunks; nothing runs) whose value
+ * `missing` marks missing elements, or with none for missing = -1: how a
+ * .npy or Zarr genotype matrix that codes missing calls as 3 says so.
+ * TSR_EINVAL for a float array or a value outside the dtype. */
+int tsr_with_missing(tsr_array_ctx *ctx, const tsr_array *a, int missing, tsr_array **out_p);
 /* The integer value marking a missing element of an integer array, or -1
  * when it has none (float arrays mark missing elements with NaN). */
 int tsr_array_missing(const tsr_array *a);
@@ -160,8 +166,35 @@ int tsr_slice(tsr_array_ctx *ctx, const tsr_array *a, const int64_t *start, cons
 int tsr_compute(tsr_array_ctx *ctx, const tsr_array *a, void *buf, size_t cap, int timeout_ms);
 /* Computes a and writes it as a .npy file here (on the client's host). */
 int tsr_compute_npy(tsr_array_ctx *ctx, const tsr_array *a, const char *path, int timeout_ms);
+/* How tsr_compress holds chunks. encoding TSR_ENC_BLOSC takes any array
+ * (cname "blosclz", "lz4", "lz4hc", "zstd" or "zlib"; clevel 0..9;
+ * shuffle "none", "byte" or "bit"); TSR_ENC_PACKED2 takes a u8 array of
+ * values 0..3 (a genotype matrix; larger values would be stored as 3). */
+typedef struct tsr_compress_opts {
+  tsr_encoding encoding;
+  const char *cname;
+  int clevel;
+  const char *shuffle;
+} tsr_compress_opts;
+
+#define TSR_COMPRESS_OPTS_DEFAULT {TSR_ENC_BLOSC, "zstd", 5, "bit"}
+
+/* An array with a's values whose chunks are held encoded (the seed's
+ * map_blocks(compress).persist(), done by the library): persist it to keep
+ * them so on the workers — the memory tiers then count the encoded bytes.
+ * Every builder reads it as a (decoding a chunk where it is needed, into
+ * the op that reads it), and products read packed chunks directly. A
+ * product over a packed or blosc-persisted array gives the same bytes as
+ * over a plainly persisted one. opts may be NULL (blosc, zstd, level 5,
+ * bit shuffle). TSR_EINVAL for an unknown codec, TSR_ESHAPE for a packed
+ * encoding of anything but u8. */
+int tsr_compress(tsr_array_ctx *ctx, const tsr_array *a, const tsr_compress_opts *opts, tsr_array **out_p);
+/* a with dense chunks (a itself, as a new handle, when already dense). */
+int tsr_decompress(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **out_p);
+
 /* Computes a's chunks and keeps them on the workers; *out_p is a new array
- * over the kept chunks (its tasks are not recomputed by later graphs). */
+ * over the kept chunks (its tasks are not recomputed by later graphs).
+ * The chunks are kept in a's encoding (tsr_compress). */
 int tsr_persist(tsr_array_ctx *ctx, const tsr_array *a, int timeout_ms, tsr_array **out_p);
 
 /* Like dask.persist(*arrays) / dask.compute(*arrays): one graph for all n

@@ -43,6 +43,8 @@ extern const tsr_op_def tsr_op_matmul_2bit;
 extern const tsr_op_def tsr_op_fillnan;      /* convert.c */
 extern const tsr_op_def tsr_op_ufunc;        /* ufunc.c */
 extern const tsr_op_def tsr_op_matmul_chain; /* matmul_chain.c */
+extern const tsr_op_def tsr_op_blosc_compress;   /* blosc.c */
+extern const tsr_op_def tsr_op_blosc_decompress;
 /* Test-only (test_only = true). */
 extern const tsr_op_def tsr_op_crash;
 extern const tsr_op_def tsr_op_fail;
