@@ -8,6 +8,7 @@
 #ifndef TSR_KERNELS_CPU_OPS_H
 #define TSR_KERNELS_CPU_OPS_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "kernels.h"
@@ -164,6 +165,55 @@ typedef struct tsr_k_xsrc {
  * Same returns as tsr_k_matmul_skinny (0: w is not f64 or is too wide). */
 int tsr_k_skinny_x(const tsr_k_xsrc *x, bool x_is_a, bool ta, bool tb, int64_t k, const tsr_buf *w, double *c,
                    tsr_errbuf *err);
+
+/* ---------- matmul_chain (matmul_chain.c; CUDA: cuda/chain.cu) ---------- */
+
+#define TSR_K_CHAIN_MAX 16
+enum {
+  TSR_K_STEP_ADD = 1,   /* z + v */
+  TSR_K_STEP_SUB = 2,   /* z − v */
+  TSR_K_STEP_MUL = 3,   /* z · v */
+  TSR_K_STEP_DIV = 4,   /* z / v */
+  TSR_K_STEP_RSUB = 5,  /* v − z */
+  TSR_K_STEP_RDIV = 6,  /* v / z */
+  TSR_K_STEP_SCALE = 7, /* z · a + b */
+  TSR_K_STEP_FILLNAN = 8, /* a where z is NaN */
+};
+enum { TSR_K_SIDE_XB = 0, TSR_K_SIDE_XTB, TSR_K_SIDE_BX, TSR_K_SIDE_BTX };
+
+/* A matmul_chain task's params checked against its inputs' metas. */
+typedef struct tsr_k_chain {
+  int side;                             /* TSR_K_SIDE_* */
+  int64_t rows, cols;                   /* X's logical shape */
+  bool packed, has_missing;
+  int64_t missing;                      /* X's missing value (loaded as NaN) */
+  int64_t outer;                        /* B's extent that is not the inner dimension */
+  int n_steps;
+  int codes[TSR_K_CHAIN_MAX];
+  int vec_input[TSR_K_CHAIN_MAX];       /* the input holding a step's vector, or -1 */
+  double values[2 * TSR_K_CHAIN_MAX];   /* a step's scalars (a, b) */
+} tsr_k_chain;
+int tsr_k_chain_parse(const tsr_params *p, const tsr_meta *in, int n_in, tsr_k_chain *ch, tsr_errbuf *err);
+
+#ifdef __CUDACC__
+#define TSR_K_HD __host__ __device__
+#else
+#define TSR_K_HD
+#endif
+/* One step on one value (v: the step's vector value for this column). */
+static inline TSR_K_HD double tsr_k_chain_step(int code, double z, double v, double a, double b)
+{
+  switch (code) {
+  case TSR_K_STEP_ADD: return z + v;
+  case TSR_K_STEP_SUB: return z - v;
+  case TSR_K_STEP_MUL: return z * v;
+  case TSR_K_STEP_DIV: return z / v;
+  case TSR_K_STEP_RSUB: return v - z;
+  case TSR_K_STEP_RDIV: return v / z;
+  case TSR_K_STEP_SCALE: return z * a + b;
+  default: return isnan(z) ? a : z;
+  }
+}
 
 /* A random op's chunk, parsed (random.c): dist is "random_uniform",
  * "random_normal" or "randint". tsr_k_gen_fill writes the chunk described

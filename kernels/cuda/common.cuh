@@ -195,6 +195,12 @@ int tsr_cuda_geno_xb(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t 
                      tsr_dtype bdt, int64_t n, void *out, tsr_errbuf *err);
 int tsr_cuda_geno_btx(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t r, int64_t c, const void *b,
                       tsr_dtype bdt, int64_t m, void *out, tsr_errbuf *err);
+/* The same reading X through a mode (genotype.cuh, geno_mode): the
+ * missing value made 0, or only the mask of missing values. */
+int tsr_cuda_geno_xb_mode(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t r, int64_t c, const void *b,
+                          tsr_dtype bdt, int64_t n, void *out, int mode, int missing, tsr_errbuf *err);
+int tsr_cuda_geno_btx_mode(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t r, int64_t c, const void *b,
+                           tsr_dtype bdt, int64_t m, void *out, int mode, int missing, tsr_errbuf *err);
 /* Test hook: true makes tsr_cuda_geno_xb use the narrow configuration
  * that GPUs with less shared memory get. Not for production use. */
 extern "C" void tsr_cuda_geno_test_narrow(bool on);
@@ -244,5 +250,6 @@ TSR_CUDA_VARIANT(svd);
 TSR_CUDA_VARIANT(pack2bit);
 TSR_CUDA_VARIANT(unpack2bit);
 TSR_CUDA_VARIANT(matmul_2bit);
+TSR_CUDA_VARIANT(matmul_chain);
 
 #endif

@@ -44,6 +44,8 @@ struct btx_args {
   int64_t m;             /* B's columns = the result's rows */
   void *out;             /* [splits][m][c], B's dtype */
   int chunks, chunks_per_split;
+  int mode;              /* GENO_RAW, _ZERO_MISSING or _MISSING_MASK */
+  uint32_t miss4;        /* the missing value in each byte */
 };
 
 /* Row q (0..7) of step s for thread t, clamped: B's rows past r are 0. */
@@ -125,12 +127,14 @@ __device__ __forceinline__ void btx_columns(const uint32_t (&w)[8], int h, int g
 
 template <int EPB, int NT, int DG>
 __device__ __forceinline__ void btx_step(const uint32_t (&w)[8], const char *buf, int ks, int g, int t,
-                                         int (&acc)[2][NT][DG][4])
+                                         int (&acc)[2][NT][DG][4], int mode, uint32_t miss4)
 {
   typedef btx_cfg<EPB, NT, DG> C;
   uint32_t lo[4], hi[4];  /* columns 4g..4g+3: rows 8t..8t+3 and 8t+4..8t+7 */
   btx_columns<EPB>(w, 0, g, lo);
   btx_columns<EPB>(w, 1, g, hi);
+#pragma unroll
+  for (int q = 0; q < 4; q++) lo[q] = geno_mode(lo[q], mode, miss4), hi[q] = geno_mode(hi[q], mode, miss4);
   /* tile i: MMA row g = column 4g+2i, row g+8 = column 4g+2i+1 */
   const uint32_t A[2][4] = {{lo[0], lo[1], hi[0], hi[1]}, {lo[2], lo[3], hi[2], hi[3]}};
 #pragma unroll
@@ -218,7 +222,7 @@ __global__ void __launch_bounds__(256, btx_blocks<OutT, NT>::N) btx_kernel(btx_a
     } else {
       btx_load_x(w, a, s, t, wcol);
     }
-    btx_step<EPB, NT, DG>(w, smem + (int)((s / C::SPC - ch0) & 1) * C::BUF, ks, g, t, acc);
+    btx_step<EPB, NT, DG>(w, smem + (int)((s / C::SPC - ch0) & 1) * C::BUF, ks, g, t, acc, a.mode, a.miss4);
   }
   btx_store<OutT, NT, DG>(a, acc, nbase, col0, g, t);
 }
@@ -258,6 +262,12 @@ static int btx_dispatch(int epb, int nt, bool async, const btx_args &a, dim3 gri
 int tsr_cuda_geno_btx(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t r, int64_t c, const void *b,
                       tsr_dtype bdt, int64_t m, void *out, tsr_errbuf *err)
 {
+  return tsr_cuda_geno_btx_mode(gpu, x, epb, r, c, b, bdt, m, out, GENO_RAW, 0, err);
+}
+
+int tsr_cuda_geno_btx_mode(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t r, int64_t c, const void *b,
+                           tsr_dtype bdt, int64_t m, void *out, int mode, int missing, tsr_errbuf *err)
+{
   cudaStream_t s = tsr_stream(gpu);
   const size_t es = bdt == TSR_F64 ? 8 : 4;
   if (c == 0 || m == 0) return 0;
@@ -274,7 +284,7 @@ int tsr_cuda_geno_btx(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t
   if (rc == 0 && splits > 1) rc = scr.get((size_t)(splits * m * c) * es, &part, "btx's partial products", err);
   if (rc != 0) return rc;
   btx_args a = {x, r, c, cb, bs.digits, bs.cols_tot, bs.kp, bs.exps, m, splits > 1 ? part : out, (int)chunks,
-                per_split};
+                per_split, mode, 0x01010101u * (uint32_t)(missing & 255)};
   dim3 grid((unsigned)col_blocks, (unsigned)splits, (unsigned)groups);
   bool async = tsr_geno_load_width(x, cb, 4) == 4;  /* cp.async needs 4-byte aligned rows */
   rc = bdt == TSR_F64 ? btx_dispatch<double>(epb, nt, async, a, grid, s, err)

@@ -42,6 +42,8 @@ struct xb_args {
   int64_t n;            /* B's columns */
   void *out;            /* [splits][r][n], B's dtype */
   int chunks, chunks_per_split;
+  int mode;             /* GENO_RAW, _ZERO_MISSING or _MISSING_MASK */
+  uint32_t miss4;       /* the missing value in each byte */
 };
 
 /* Where unit u (16 bytes) of shared row `row` lives: the eight lanes of a
@@ -94,7 +96,7 @@ __device__ __forceinline__ void xb_copy_x(const xb_args &a, int64_t s, int64_t r
  * 16 genotypes, four registers (w >> 2q) & 0x03030303, two MMAs. */
 template <int EPB, int NT, bool WIDE, int D>
 __device__ __forceinline__ void xb_step(const uint4 (&cur)[4], const uint4 *buf, int ks, int g, int t,
-                                        int (&acc)[2][NT][D][4])
+                                        int (&acc)[2][NT][D][4], int mode, uint32_t miss4)
 {
   typedef xb_cfg<EPB, NT, WIDE, D> C;
   constexpr int UPR = C::KC / 16;
@@ -113,6 +115,8 @@ __device__ __forceinline__ void xb_step(const uint4 (&cur)[4], const uint4 *buf,
           A[i][h][0] = (w0 >> (4 * h)) & 0x03030303u, A[i][h][2] = (w0 >> (4 * h + 2)) & 0x03030303u;
           A[i][h][1] = (w8 >> (4 * h)) & 0x03030303u, A[i][h][3] = (w8 >> (4 * h + 2)) & 0x03030303u;
         }
+#pragma unroll
+        for (int q = 0; q < 4; q++) A[i][h][q] = geno_mode(A[i][h][q], mode, miss4);
       }
     const int unit = ks * 4 * EPB + EPB * t + j;
 #pragma unroll
@@ -162,7 +166,7 @@ __global__ void __launch_bounds__(256, 1) xb_kernel(xb_args a)
 #pragma unroll
       for (int p = 0; p < 4; p++)
         cur[p] = *(const uint4 *)(xs + (warp * 32 + 16 * (p / 2) + 8 * (p % 2) + g) * C::XROW + 64 * ss + 16 * t);
-      xb_step<EPB, NT, WIDE, D>(cur, (const uint4 *)buf, ss, g, t, acc);
+      xb_step<EPB, NT, WIDE, D>(cur, (const uint4 *)buf, ss, g, t, acc, a.mode, a.miss4);
     }
   }
   OutT *dst = (OutT *)a.out + (int64_t)blockIdx.y * a.r * a.n;
@@ -247,6 +251,12 @@ static bool xb_wide(void)
 int tsr_cuda_geno_xb(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t r, int64_t c, const void *b,
                      tsr_dtype bdt, int64_t n, void *out, tsr_errbuf *err)
 {
+  return tsr_cuda_geno_xb_mode(gpu, x, epb, r, c, b, bdt, n, out, GENO_RAW, 0, err);
+}
+
+int tsr_cuda_geno_xb_mode(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t r, int64_t c, const void *b,
+                          tsr_dtype bdt, int64_t n, void *out, int mode, int missing, tsr_errbuf *err)
+{
   cudaStream_t s = tsr_stream(gpu);
   const size_t es = bdt == TSR_F64 ? 8 : 4;
   if (r == 0 || n == 0) return 0;
@@ -266,7 +276,7 @@ int tsr_cuda_geno_xb(const tsr_gpu_ctx *gpu, const uint8_t *x, int epb, int64_t 
   if (rc == 0 && splits > 1) rc = scr.get((size_t)(splits * r * n) * es, &part, "xb's partial products", err);
   if (rc != 0) return rc;
   xb_args a = {x, r, cb, (const uint4 *)bs.digits, bs.cols_tot, bs.kp, bs.exps, n, splits > 1 ? part : out,
-               (int)chunks, per_split};
+               (int)chunks, per_split, mode, 0x01010101u * (uint32_t)(missing & 255)};
   dim3 grid((unsigned)row_blocks, (unsigned)splits, (unsigned)groups);
   int vec = tsr_geno_load_width(x, cb, 16);
   rc = bdt == TSR_F64 ? xb_dispatch<double>(wide, epb, nt, vec, a, grid, s, err)

@@ -117,6 +117,22 @@ __device__ __forceinline__ uint4 tsr_geno_load16(const uint8_t *row, int64_t off
   return v;
 }
 
+/* ---------- what the products read of X ---------- */
+
+/* An X byte (a genotype, after unpacking) as the MMA takes it: as it is
+ * (GENO_RAW), with the missing value `miss` made 0 (GENO_ZERO_MISSING),
+ * or 1 where X is missing and 0 elsewhere (GENO_MISSING_MASK) — the two
+ * parts of a standardized product (chain.cu). Four bytes at a time;
+ * miss4 is the missing byte in each of the four. */
+enum { GENO_RAW = 0, GENO_ZERO_MISSING = 1, GENO_MISSING_MASK = 2 };
+
+__device__ __forceinline__ uint32_t geno_mode(uint32_t w, int mode, uint32_t miss4)
+{
+  if (mode == GENO_RAW) return w;
+  uint32_t eq = __vcmpeq4(w, miss4);
+  return mode == GENO_ZERO_MISSING ? (w & ~eq) : (eq & 0x01010101u);
+}
+
 /* ---------- B's digits (genotype.cu) ---------- */
 
 /* B (nk × ncols, row-major) prepared for a kernel: digits [D][cols_tot][kp]

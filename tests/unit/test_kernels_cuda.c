@@ -884,6 +884,98 @@ TEST(matmul_2bit_gpu_vs_cpu)
   tsr_params_clear(&p);
 }
 
+/* add/sub/mul/div broadcasting a row, a column or a scalar, either side:
+ * the same bytes as the CPU. */
+TEST(broadcast_bit_identical)
+{
+  static const char *const ops[] = {"add", "sub", "mul", "div"}, *const kinds[] = {"row", "col", "scalar"};
+  static const tsr_dtype dts[] = {TSR_U8, TSR_I32, TSR_F32, TSR_F64};
+  int64_t sm[2] = {301, 77}, sr[1] = {77}, sc[2] = {301, 1}, s1[1] = {1};
+  tsr_params p = TSR_PARAMS_INIT;
+  for (int o = 0; o < 4; o++)
+    for (int k = 0; k < 3; k++)
+      for (int d = 0; d < 4; d++)
+        for (int sw = 0; sw < 2; sw++) {
+          if (o == 3 && (dts[d] == TSR_U8 || dts[d] == TSR_I32)) continue;  /* integer div: the CPU variant */
+          tsr_buf in[2] = {rand_buf(dts[d], 2, sm, 200), rand_buf(dts[d], k == 0 ? 1 : k == 1 ? 2 : 1, k == 0 ? sr : k == 1 ? sc : s1, 200)}, c, g;
+          tsr_params_clear(&p);
+          tsr_params_add_str(&p, "bcast", kinds[k], strlen(kinds[k]));
+          if (sw) tsr_params_add_bool(&p, "swap", true);
+          BOTH(ops[o], &p, in, 2, &c, &g);
+          ASSERT_SAME(&c, &g);
+          free(c.data), free(g.data);
+          free_bufs(in, 2);
+        }
+  tsr_params_clear(&p);
+}
+
+/* matmul_chain on every side, u8 and packed X, without steps, with a
+ * standardization that fills missing values, and with a scale: within the
+ * int8 kernels' f64 bound of the CPU variant. A column without variance
+ * (mean 0, spread 0) is all 0 on both. Missing values left NaN go to the
+ * CPU variant. */
+static void chain_params(tsr_params *p, const char *side, int kind, int64_t packed_cols)
+{
+  int64_t steps[3] = {2, 4, 8}, inputs[3] = {2, 3, -1}, s1[1] = {7}, i1[1] = {-1};
+  double values[6] = {0, 0, 0, 0, 0, 0}, v1[2] = {0.25, -1.5};
+  tsr_params_clear(p);
+  tsr_params_add_str(p, "side", side, strlen(side));
+  if (packed_cols >= 0) tsr_params_add_int(p, "cols", packed_cols);
+  if (kind == 1) {
+    tsr_params_add_int(p, "missing", 3);
+    tsr_params_add_ints(p, "steps", steps, 3);
+    tsr_params_add_ints(p, "step_inputs", inputs, 3);
+    tsr_params_add_floats(p, "step_values", values, 6);
+  } else if (kind == 2) {
+    tsr_params_add_ints(p, "steps", s1, 1);
+    tsr_params_add_ints(p, "step_inputs", i1, 1);
+    tsr_params_add_floats(p, "step_values", v1, 2);
+  } else if (kind == 3) {
+    tsr_params_add_int(p, "missing", 3);  /* missing values stay NaN */
+  }
+}
+
+TEST(matmul_chain_gpu_vs_cpu)
+{
+  static const char *const sides[] = {"xb", "xtb", "bx", "btx"};
+  static const int64_t cases[][3] = {{1000, 1001, 20}, {513, 4096, 30}, {70, 300, 5}};
+  tsr_params p = TSR_PARAMS_INIT;
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+    for (int side = 0; side < 4; side++)
+      for (int packed = 0; packed < 2; packed++)
+        for (int kind = 0; kind < 3; kind++) {
+          int64_t r = cases[ci][0], cc = cases[ci][1], w = cases[ci][2];
+          int64_t sx[2] = {r, cc}, sv[1] = {cc};
+          int64_t sb[2] = {side == 0 ? cc : side == 2 ? w : r, side == 2 ? r : w};
+          tsr_buf x = rand_buf(TSR_U8, 2, sx, 3), mu = hbuf(TSR_F64, 1, sv), sd = hbuf(TSR_F64, 1, sv), pk, c, g;
+          for (int64_t i = 0; i < r; i++) ((uint8_t *)x.data)[i * cc + 5] = 0;  /* a column without variance */
+          for (int64_t j = 0; j < cc; j++) {
+            ((double *)mu.data)[j] = j == 5 ? 0.0 : 0.2 + 1.6 * rnd_unit();
+            ((double *)sd.data)[j] = j == 5 ? 0.0 : 0.5 + 0.5 * rnd_unit();
+          }
+          tsr_errbuf err;
+          ASSERT_OK(cpu_run("pack2bit", NULL, &x, 1, &pk, &err));
+          tsr_buf in[4] = {packed ? pk : x, rand_buf(TSR_F64, 2, sb, 0), mu, sd};
+          chain_params(&p, sides[side], kind, packed ? cc : -1);
+          BOTH("matmul_chain", &p, in, kind == 1 ? 4 : 2, &c, &g);
+          double e = rel_err(&g, &c);
+          if (e > 1e-8)
+            fprintf(stderr, "  chain %s %s kind %d %lldx%lld w %lld: %.2e\n", sides[side], packed ? "packed" : "u8", kind,
+                    (long long)r, (long long)cc, (long long)w, e);
+          ASSERT_TRUE(e <= 1e-8);
+          free(c.data), free(g.data), free(x.data), free(pk.data), free(in[1].data), free(mu.data), free(sd.data);
+        }
+  /* a missing value left NaN: the CPU variant's */
+  int64_t sx[2] = {64, 64}, sb[2] = {64, 4};
+  tsr_buf in[2] = {rand_buf(TSR_U8, 2, sx, 3), rand_buf(TSR_F64, 2, sb, 0)}, g;
+  tsr_errbuf err;
+  chain_params(&p, "xb", 3, -1);
+  ASSERT_EQ(gpu_run("matmul_chain", &p, in, 2, &g, &err), TSR_ENODEV);
+  free(g.data);
+  free_bufs(in, 2);
+  tsr_params_clear(&p);
+}
+
 /* ---------- the CPU side of the 2-bit ops (--cpu) ---------- */
 
 TEST(pack2bit_cpu_format)
@@ -1417,5 +1509,7 @@ int main(int argc, char **argv)
   RUN_IF(solver_failure_is_reported_after_the_stream);
   RUN_IF(pack_unpack_gpu_matches_cpu);
   RUN_IF(matmul_2bit_gpu_vs_cpu);
+  RUN_IF(broadcast_bit_identical);
+  RUN_IF(matmul_chain_gpu_vs_cpu);
   return kit_summary();
 }
