@@ -2,11 +2,12 @@
 # bench/svd_gpu.sh — randomized SVD (k=10) of an N x 20,000 uint8 genotype
 # matrix (randint 0..2) on one GPU, same machine, same run:
 #   1. the seed's Dask + CuPy code (bench/svd_gpu_dask.py), N = 1M and 4M,
-#      against Tessera on `tessera local --gpus 0` on the same shapes
-#      (tsr-svd --persist: the array API, u8 X kept on the GPU, f64 passes;
-#      and tsr-svd-gpu --mode packed: X kept 2-bit packed, f64 thin
-#      matrices, the products on int8 tensor cores — with Dask's chunks
-#      (20,000, 5,000) and with larger ones, --packed-chunks);
+#      against Tessera on `tessera local --gpus 0` on the same shapes:
+#      tsr-svd-gpu, i.e. tsr_svd_compressed through the public API on X
+#      persisted 2-bit packed (tsr_compress) or as u8 — f64 thin matrices,
+#      the products on int8 tensor cores (the library folds the stored
+#      blocks into matmul_chain) — with Dask's chunks (20,000, 5,000) and
+#      with larger ones, --packed-chunks;
 #   2. one pass X @ Om by a CuPy chunk loop and a PyTorch loop (fp32, bf16)
 #      (bench/svd_gpu_torch.py), against Tessera's whole SVD;
 #   3. 10,000,000 x 20,000 (200 GB as u8), kept 2-bit packed (50 GB), k=10,
@@ -44,7 +45,7 @@ gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)
 echo "# bench/svd_gpu  $(date -u +%Y-%m-%d)  GPU: $gpu  $(nproc) cores"
 echo "# dask:    python3 bench/svd_gpu_dask.py --rows $rows --repeat 2"
 echo "# loops:   python3 bench/svd_gpu_torch.py --rows $rows"
-echo "# tessera: tessera local --gpus 0 -- tsr-svd --rows N --cols 20000 --chunks 20000,5000 --dtype u8 --dist randint:0:3 --k 10 --persist   (x2)"
+echo "# tessera: tessera local --gpus 0 -- tsr-svd-gpu --rows N --cols 20000 --chunks 100000,20000 --k 10 --mode u8 --repeat $repeat --check"
 echo "#          tessera local --gpus 0 -- tsr-svd-gpu --rows N --cols 20000 --chunks R,C --k 10 --mode packed --dtype $pdt --repeat $repeat --check   (R,C in: $pchunks)"
 echo "#          tessera local --gpus 0 -- tsr-svd-gpu --rows $big --cols 20000 --chunks 100000,20000 --k 10 --mode packed --dtype $pdt --repeat 2 --check"
 
@@ -65,8 +66,8 @@ if [ $loops = 1 ]; then
 fi
 for n in $rows; do
   if [ $u8 = 1 ]; then
-    tsvd="tsr-svd --rows $n --cols 20000 --chunks 20000,5000 --dtype u8 --dist randint:0:3 --k 10 --persist"
-    step "tessera-u8 $n" 240 tessera local --gpus 0 -- sh -c "$tsvd | sed 's/^/run0 /'; $tsvd | sed 's/^/run1 /'"
+    step "tessera-u8-100000x20000 $n" 240 tessera local --gpus 0 -- tsr-svd-gpu --rows "$n" --cols 20000 \
+      --chunks 100000,20000 --k 10 --mode u8 --repeat "$repeat" --check
   fi
   for ch in $pchunks; do
     step "tessera-packed-${ch/,/x}-$pdt $n" 240 tessera local --gpus 0 -- tsr-svd-gpu --rows "$n" --cols 20000 \
@@ -103,17 +104,12 @@ for line in raw:
     if m: best[(m[1], int(m[2]))] = (0.0, float(m[3]))
     m = re.match(r"== (tessera-\S+) \d+$", line)
     if m: step = m[1]
-    m = re.match(r"(run\d) tsr-svd (\d+) x", line) or re.match(r"tsr-svd-gpu (\d+) x", line)
-    if m and line.startswith("run"): label, n, pend = "tessera-u8", int(m[2]), {}
-    elif m: label, n = step, int(m[1])
-    m = re.match(r"run\d generation: ([\d.]+) s", line)
-    if m and label == "tessera-u8": pend["gen"] = float(m[1])
-    m = re.match(r"run\d svd: ([\d.]+) s", line)
-    if m and label == "tessera-u8": keep((label, n), pend.get("gen", 0.0), float(m[1]))
+    m = re.match(r"tsr-svd-gpu (\d+) x", line)
+    if m: label, n = step, int(m[1])
     m = re.match(r"run \d+: generation ([\d.]+) s, svd ([\d.]+) s", line)
-    if m and label.startswith("tessera-packed"): keep((label, n), float(m[1]), float(m[2]))
+    if m and label: keep((label, n), float(m[1]), float(m[2]))
     m = re.match(r"check: .*max error s ([\d.e+-]+), v ([\d.e+-]+)", line)
-    if m and label.startswith("tessera-packed"): checks[(label, n)] = (float(m[1]), float(m[2]))
+    if m and label: checks[(label, n)] = (float(m[1]), float(m[2]))
 tessera = [l for l in labels if l.startswith("tessera")]
 print()
 print(f"{'N':>10} {'what':<36} {'gen_s':>8} {'svd_s':>8} {'total_s':>8}")
