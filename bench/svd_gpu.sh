@@ -46,8 +46,8 @@ echo "# bench/svd_gpu  $(date -u +%Y-%m-%d)  GPU: $gpu  $(nproc) cores"
 echo "# dask:    python3 bench/svd_gpu_dask.py --rows $rows --repeat 2"
 echo "# loops:   python3 bench/svd_gpu_torch.py --rows $rows"
 echo "# tessera: tessera local --gpus 0 -- tsr-svd-gpu --rows N --cols 20000 --chunks 100000,20000 --k 10 --mode u8 --repeat $repeat --check"
-echo "#          tessera local --gpus 0 -- tsr-svd-gpu --rows N --cols 20000 --chunks R,C --k 10 --mode packed --dtype $pdt --repeat $repeat --check   (R,C in: $pchunks)"
-echo "#          tessera local --gpus 0 -- tsr-svd-gpu --rows $big --cols 20000 --chunks 100000,20000 --k 10 --mode packed --dtype $pdt --repeat 2 --check"
+echo "#          tessera local --gpus 0 -- tsr-svd-gpu --rows N --cols 20000 --chunks R,C --k 10 --mode packed --repeat $repeat --check   (R,C in: $pchunks)"
+echo "#          tessera local --gpus 0 -- tsr-svd-gpu --rows $big --cols 20000 --chunks 100000,20000 --k 10 --mode packed --repeat 2 --check"
 
 step() {  # label, timeout seconds, command...
   local label=$1 limit=$2; shift 2
@@ -71,18 +71,18 @@ for n in $rows; do
   fi
   for ch in $pchunks; do
     step "tessera-packed-${ch/,/x}-$pdt $n" 240 tessera local --gpus 0 -- tsr-svd-gpu --rows "$n" --cols 20000 \
-      --chunks "$ch" --k 10 --mode packed --dtype "$pdt" --repeat "$repeat" --check
+      --chunks "$ch" --k 10 --mode packed --repeat "$repeat" --check
   done
 done
 # the same with 8 streams (executor threads) on the GPU worker instead of 4
 if [ $streams8 = 1 ]; then
   n=${rows##* } ch=${pchunks##* }
   step "tessera-packed-${ch/,/x}-$pdt-8streams $n" 240 tessera local --gpus 0 --worker-arg --threads --worker-arg 8 -- \
-    tsr-svd-gpu --rows "$n" --cols 20000 --chunks "$ch" --k 10 --mode packed --dtype "$pdt" --repeat "$repeat"
+    tsr-svd-gpu --rows "$n" --cols 20000 --chunks "$ch" --k 10 --mode packed --repeat "$repeat"
 fi
 if [ -n "$big" ] && [ "$big" != 0 ]; then
   step "tessera-packed-100000x20000-$pdt $big" 420 tessera local --gpus 0 -- tsr-svd-gpu --rows "$big" --cols 20000 \
-    --chunks 100000,20000 --k 10 --mode packed --dtype "$pdt" --repeat 2 --check
+    --chunks 100000,20000 --k 10 --mode packed --repeat 2 --check
 fi
 
 # ---- summary: best (warm) times, the f64 checks and the ratios ----

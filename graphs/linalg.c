@@ -14,7 +14,19 @@
 #include "graphs.h"
 
 #define TSR_API __attribute__((visibility("default")))
-#define TSQR_FAN_IN 16
+/* R factors stacked per QR of the tree: as many as keep the stacked
+ * matrix (fan·n x n) within 2^22 elements, 16 to 1024 of them. A sketch
+ * of 20 columns then stacks 1024 R's in one level — the tree's depth is
+ * its latency — while 1000 columns stack 16 (128 MB). */
+#define TSQR_STACK_ELEMS ((int64_t)1 << 22)
+#define TSQR_FAN_MIN 16
+#define TSQR_FAN_MAX 1024
+
+static size_t tsqr_fan_in(int64_t n)
+{
+  int64_t fan = n > 0 ? TSQR_STACK_ELEMS / (n * n) : TSQR_FAN_MAX;
+  return (size_t)(fan < TSQR_FAN_MIN ? TSQR_FAN_MIN : fan > TSQR_FAN_MAX ? TSQR_FAN_MAX : fan);
+}
 #define EXACT_SVD_MAX_COLS 16384
 
 static int add_rows_slice(tsr_array_ctx *ctx, const char *in, int64_t r0, int64_t r1, int64_t cols, char *key, size_t cap)
@@ -72,14 +84,15 @@ typedef struct tsqr_level {
 /* Factors level L's R's in groups; fills level L+1. */
 static int tsqr_up(tsr_array_ctx *ctx, tsqr_level *lv, tsqr_level *up, int64_t n)
 {
-  up->n = (lv->n + TSQR_FAN_IN - 1) / TSQR_FAN_IN;
+  const size_t fan = tsqr_fan_in(n);
+  up->n = (lv->n + fan - 1) / fan;
   up->r = calloc(up->n, sizeof *up->r);
   up->w = calloc(up->n, sizeof *up->w);
   lv->group_q = calloc(up->n, sizeof *lv->group_q);
   if (!up->r || !up->w || !lv->group_q) return client_fail(TSR_ENOMEM, "tsqr: out of memory");
   int rc = 0;
   for (size_t g = 0; g < up->n && rc == 0; g++) {
-    size_t lo = g * TSQR_FAN_IN, hi = lo + TSQR_FAN_IN < lv->n ? lo + TSQR_FAN_IN : lv->n;
+    size_t lo = g * fan, hi = lo + fan < lv->n ? lo + fan : lv->n;
     int64_t grid[2] = {(int64_t)(hi - lo), 1};
     char stacked[256], q[256], r[256];
     tsr_args *args = NULL;
@@ -97,9 +110,10 @@ static int tsqr_up(tsr_array_ctx *ctx, tsqr_level *lv, tsqr_level *up, int64_t n
 /* Correction factors of level L's items from their groups (level L+1). */
 static int tsqr_down(tsr_array_ctx *ctx, tsqr_level *lv, const tsqr_level *up, int64_t n)
 {
+  const size_t fan = tsqr_fan_in(n);
   int rc = 0;
   for (size_t i = 0; i < lv->n && rc == 0; i++) {
-    size_t g = i / TSQR_FAN_IN, pos = i % TSQR_FAN_IN;
+    size_t g = i / fan, pos = i % fan;
     char slice[256], w[256];
     rc = add_rows_slice(ctx, lv->group_q[g], (int64_t)pos * n, (int64_t)(pos + 1) * n, n, slice, sizeof slice);
     if (rc == 0 && up->w[g] != NULL) rc = add_matmul(ctx, slice, up->w[g], false, w, sizeof w);

@@ -15,8 +15,8 @@ extern "C" {
 #endif
 
 /* A = Q R for a tall-skinny A (rows >= cols, one chunk across the columns):
- * a QR per row chunk, a tree of QRs over the stacked R factors (fan-in
- * TSR_TSQR_FAN_IN), Q assembled per chunk. Q has A's row chunks; R is
+ * a QR per row chunk, a tree of QRs over the stacked R factors (as many
+ * a QR as keep it within 2^22 elements, 16 to 1024), Q assembled per chunk. Q has A's row chunks; R is
  * cols x cols. Errors: TSR_ESHAPE when A is not 2-D, has more columns than
  * rows, or has more than one column chunk (rechunk first, or use tsr_qr). */
 int tsr_tsqr(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **q_p, tsr_array **r_p);
