@@ -40,6 +40,8 @@ extern const tsr_op_def tsr_op_matmul_random;
 extern const tsr_op_def tsr_op_pack2bit;     /* pack2bit.c */
 extern const tsr_op_def tsr_op_unpack2bit;
 extern const tsr_op_def tsr_op_matmul_2bit;
+extern const tsr_op_def tsr_op_zarr_read;    /* zarr_read.c */
+extern const tsr_op_def tsr_op_zarr_write;   /* zarr_write.c */
 /* Test-only (test_only = true). */
 extern const tsr_op_def tsr_op_crash;
 extern const tsr_op_def tsr_op_fail;
