@@ -39,7 +39,8 @@ static int get_dims(const zmeta *m, const json_t *obj, const char *field, int64_
   for (size_t i = 0; i < n; i++) {
     const json_t *e = json_array_get(v, i);
     if (!json_is_integer(e) || json_integer_value(e) < min)
-      return ZFAIL(m, TSR_EINVAL, "field '%s' entry %zu is %s, not an integer >= %" PRId64, field, i, json_kind(e), min);
+      return ZFAIL(m, TSR_EINVAL, "field '%s' entry %zu is %s, not an integer >= %" PRId64, field, i, json_kind(e),
+                   min);
     out[i] = json_integer_value(e);
   }
   *n_p = (int)n;
@@ -124,7 +125,8 @@ static int fill_string(zmeta *m, const char *s, uint64_t *bits_p)
   if (is_float && strcmp(s, "Infinity") == 0) return zmeta_value_bits(m->dtype, INFINITY, bits_p) ? 0 : -1;
   if (is_float && strcmp(s, "-Infinity") == 0) return zmeta_value_bits(m->dtype, -INFINITY, bits_p) ? 0 : -1;
   size_t hex = strlen(s) - 2, want = 2 * tsr_dtype_size(m->dtype);
-  if (is_float && m->format == 3 && strncmp(s, "0x", 2) == 0 && hex == want && strspn(s + 2, "0123456789abcdefABCDEF") == hex) {
+  bool is_hex = strncmp(s, "0x", 2) == 0 && hex == want && strspn(s + 2, "0123456789abcdefABCDEF") == hex;
+  if (is_float && m->format == 3 && is_hex) {
     *bits_p = strtoull(s + 2, NULL, 16);
     return 0;
   }
@@ -170,8 +172,8 @@ static int check_limits(zmeta *m)
   int64_t bytes = (int64_t)tsr_dtype_size(m->dtype), chunks = 1, per_shard = 1;
   for (int d = 0; d < m->ndim; d++) {
     if (m->sharded && m->chunk[d] % m->inner[d] != 0)
-      return ZFAIL(m, TSR_ESHAPE, "shard shape axis %d (%" PRId64 ") is not a multiple of the inner chunk (%" PRId64 ")",
-                   d, m->chunk[d], m->inner[d]);
+      return ZFAIL(m, TSR_ESHAPE, "shard shape axis %d (%" PRId64 ") is not a multiple of the inner chunk (%" PRId64
+                   ")", d, m->chunk[d], m->inner[d]);
     if (c[d] > TSR_ZMETA_MAX_CHUNK_BYTES / bytes)
       return ZFAIL(m, TSR_ELIMIT, "a chunk is over %" PRId64 " bytes (axis %d: %" PRId64 ")", TSR_ZMETA_MAX_CHUNK_BYTES,
                    d, c[d]);
@@ -342,7 +344,8 @@ static int parse_pipeline(zmeta *m, zpipe *p, const json_t *codecs, bool inner)
   for (int d = 0; d < m->ndim; d++) p->perm[d] = d;
   size_t n = json_array_size(codecs);
   for (size_t i = 0; rc == 0 && i < n; i++) rc = parse_codec(m, p, json_array_get(codecs, i), inner, n == 1, &stage);
-  if (rc == 0 && stage == 0) return ZFAIL(m, TSR_EINVAL, "%s'codecs' has no array-to-bytes codec ('bytes')", inner ? "sharding " : "");
+  if (rc == 0 && stage == 0)
+    return ZFAIL(m, TSR_EINVAL, "%s'codecs' has no array-to-bytes codec ('bytes')", inner ? "sharding " : "");
   if (tsr_dtype_size(m->dtype) == 1) p->big_endian = false;
   return rc;
 }

@@ -38,7 +38,8 @@ static int resolve_opts(const tsr_zarr_write_opts *in, tsr_zarr_write_opts *o)
   if (o->blosc_cname == NULL) o->blosc_cname = "lz4";
   bool known = false;
   for (size_t i = 0; i < sizeof cnames / sizeof cnames[0]; i++) known |= strcmp(o->blosc_cname, cnames[i]) == 0;
-  if (!known) return client_fail(TSR_EINVAL, "to_zarr: blosc_cname '%s' (lz4, lz4hc, zstd, zlib, blosclz)", o->blosc_cname);
+  if (!known)
+    return client_fail(TSR_EINVAL, "to_zarr: blosc_cname '%s' (lz4, lz4hc, zstd, zlib, blosclz)", o->blosc_cname);
   if ((unsigned)o->blosc_shuffle > TSR_ZARR_BITSHUFFLE)
     return client_fail(TSR_EINVAL, "to_zarr: blosc_shuffle %d (0, 1 or 2)", (int)o->blosc_shuffle);
   if (o->dimension_separator == 0) o->dimension_separator = o->zarr_format == 2 ? '.' : '/';
@@ -129,8 +130,10 @@ static json_t *meta_v2(const tsr_array *a, const tsr_zarr_write_opts *o)
 static json_t *codecs_v3(const tsr_array *a, const tsr_zarr_write_opts *o)
 {
   static const char *const shuffles[] = {"noshuffle", "shuffle", "bitshuffle"};
-  json_t *bytes = tsr_dtype_size(a->dtype) == 1 ? json_pack("{s:s}", "name", "bytes")
-                                                : json_pack("{s:s, s:{s:s}}", "name", "bytes", "configuration", "endian", "little");
+  /* zarr-python writes no endian for one-byte types. */
+  json_t *bytes = tsr_dtype_size(a->dtype) == 1
+                    ? json_pack("{s:s}", "name", "bytes")
+                    : json_pack("{s:s, s:{s:s}}", "name", "bytes", "configuration", "endian", "little");
   json_t *comp = NULL;
   if (o->codec == TSR_ZARR_BLOSC)
     comp = json_pack("{s:s, s:{s:i, s:s, s:i, s:s, s:i}}", "name", "blosc", "configuration", "typesize",
@@ -164,7 +167,8 @@ static int dump_file(json_t *json, const char *dir, const char *name)
   int rc = json == NULL ? client_fail(TSR_ENOMEM, "to_zarr: cannot build %s", path) : 0;
   if (rc == 0 && json_dump_file(json, tmp, JSON_INDENT(2)) != 0)
     rc = client_fail(TSR_EIO, "to_zarr: cannot write %s: %s", tmp, strerror(errno));
-  if (rc == 0 && rename(tmp, path) != 0) rc = client_fail(TSR_EIO, "to_zarr: cannot write %s: %s", path, strerror(errno));
+  if (rc == 0 && rename(tmp, path) != 0)
+    rc = client_fail(TSR_EIO, "to_zarr: cannot write %s: %s", path, strerror(errno));
   if (rc != 0) unlink(tmp);
   json_decref(json);
   return rc;

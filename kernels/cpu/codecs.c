@@ -163,7 +163,8 @@ static int zstd_decode(const void *src, size_t len, void *dst, size_t want, cons
     return tsr_fail(err, TSR_EIO, "%s: the zstd frame holds %llu bytes, the chunk needs %zu", what, size, want);
   size_t got = ZSTD_decompress(dst, want, src, len);
   if (ZSTD_isError(got)) return tsr_fail(err, TSR_EIO, "%s: corrupt zstd stream: %s", what, ZSTD_getErrorName(got));
-  if (got != want) return tsr_fail(err, TSR_EIO, "%s: the zstd stream holds %zu bytes, the chunk needs %zu", what, got, want);
+  if (got != want)
+    return tsr_fail(err, TSR_EIO, "%s: the zstd stream holds %zu bytes, the chunk needs %zu", what, got, want);
   return 0;
 }
 

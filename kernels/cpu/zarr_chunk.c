@@ -132,7 +132,8 @@ int tsr_zchunk_crc_strip(const unsigned char *buf, size_t *len_p, const char *wh
 {
   if (*len_p < 4) return tsr_fail(err, TSR_EIO, "%s: %zu bytes are too short for a crc32c checksum", what, *len_p);
   size_t n = *len_p - 4;
-  uint32_t want = (uint32_t)buf[n] | (uint32_t)buf[n + 1] << 8 | (uint32_t)buf[n + 2] << 16 | (uint32_t)buf[n + 3] << 24;
+  uint32_t want = 0;
+  for (int i = 3; i >= 0; i--) want = want << 8 | buf[n + (size_t)i];
   uint32_t got = tsr_crc32c(buf, n);
   if (got != want)
     return tsr_fail(err, TSR_EIO, "%s: crc32c mismatch (stored %08x, computed %08x): corrupt data", what, want, got);

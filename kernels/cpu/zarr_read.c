@@ -62,7 +62,8 @@ static int parse_shard(const tsr_params *p, shard_ref *s, tsr_errbuf *err)
   int rc = tsr_params_get_int(p, "shard_chunks", &s->n, err);
   if (rc == 0) rc = tsr_params_get_int(p, "shard_chunk", &s->k, err);
   if (rc != 0) return tsr_k_param_fail(OP, rc, err);
-  if ((rc = get_opt_str(p, "index_location", &where, err)) != 0 || (rc = get_opt_str(p, "index_codecs", &codecs, err)) ||
+  if ((rc = get_opt_str(p, "index_location", &where, err)) != 0 ||
+      (rc = get_opt_str(p, "index_codecs", &codecs, err)) != 0 ||
       (rc = get_opt_bool(p, "index_big_endian", &s->index_big, err)) != 0)
     return rc;
   if (s->n < 1 || s->n > MAX_SHARD_CHUNKS || s->k < 0 || s->k >= s->n)

@@ -81,9 +81,12 @@ static int read_and_compare(tsr_array_ctx *ctx, const char *path, const char *ra
   int rc = tsr_from_zarr(ctx, path, &a);
   if (rc != 0) return fprintf(stderr, "    from_zarr: %s: %s\n", tsr_err_name(rc), tsr_errmsg()), 1;
   if (tsr_array_dtype(a) != dt || tsr_array_ndim(a) != nd) return fprintf(stderr, "    wrong dtype or ndim\n"), 1;
-  for (int d = 0; d < nd; d++)
-    if (tsr_array_dim(a, d) != shape[d] || (chunks && tsr_array_chunk(a, d) != (chunks[d] < shape[d] ? chunks[d] : shape[d])))
-      return fprintf(stderr, "    axis %d: %lld/%lld\n", d, (long long)tsr_array_dim(a, d), (long long)tsr_array_chunk(a, d)), 1;
+  for (int d = 0; d < nd; d++) {
+    int64_t want_chunk = chunks == NULL ? -1 : chunks[d] < shape[d] ? chunks[d] : shape[d];
+    if (tsr_array_dim(a, d) != shape[d] || (chunks != NULL && tsr_array_chunk(a, d) != want_chunk))
+      return fprintf(stderr, "    axis %d: %lld, chunk %lld\n", d, (long long)tsr_array_dim(a, d),
+                     (long long)tsr_array_chunk(a, d)), 1;
+  }
   size_t want_len = 0, n = (size_t)tsr_array_size(a) * tsr_dtype_size(dt);
   char *want = slurp(raw, &want_len), *got = malloc(n ? n : 1);
   rc = tsr_compute(ctx, a, got, n, 60000);
@@ -168,7 +171,8 @@ static int write_one(tsr_array_ctx *ctx, const write_case *w, uint64_t seed, FIL
   FILE *f = fopen(raw, "wb");
   if (f != NULL) fwrite(bytes, 1, n, f), fclose(f);
   free(bytes);
-  for (int d = 0, used = 0; d < w->ndim; d++) used += snprintf(dims + used, sizeof dims - (size_t)used, d ? ",%lld" : "%lld", (long long)w->shape[d]);
+  for (int d = 0, used = 0; d < w->ndim; d++)
+    used += snprintf(dims + used, sizeof dims - (size_t)used, d ? ",%lld" : "%lld", (long long)w->shape[d]);
   fprintf(listing, "%s\t%s\t%s\t%s\t%s\t%d\n", w->name, path, raw, numpy_dtype(w->dtype), dims, w->opts.zarr_format);
   if (rc == 0 && read_and_compare(ctx, path, raw, w->dtype, w->ndim, w->shape, w->chunks) != 0) rc = -1;
   return rc;
@@ -189,7 +193,8 @@ TEST(writes_arrays_zarr_python_reads_bit_for_bit)
     {"w2_blosc_lz4", opts_of(2, TSR_ZARR_BLOSC, "lz4", TSR_ZARR_SHUFFLE, 0, 0), TSR_F64, 2, {37, 23}, {10, 8}},
     {"w2_blosc_zstd_bit", opts_of(2, TSR_ZARR_BLOSC, "zstd", TSR_ZARR_BITSHUFFLE, 0, 0), TSR_I32, 2, {37, 23}, {10, 8}},
     {"w2_blosc_blosclz", opts_of(2, TSR_ZARR_BLOSC, "blosclz", TSR_ZARR_NOSHUFFLE, 0, 7), TSR_U8, 1, {1001}, {100}},
-    {"w2_blosc_lz4hc", opts_of(2, TSR_ZARR_BLOSC, "lz4hc", TSR_ZARR_SHUFFLE, '/', 0), TSR_F32, 3, {9, 10, 11}, {4, 5, 6}},
+    {"w2_blosc_lz4hc", opts_of(2, TSR_ZARR_BLOSC, "lz4hc", TSR_ZARR_SHUFFLE, '/', 0), TSR_F32, 3, {9, 10, 11},
+     {4, 5, 6}},
     {"w2_blosc_zlib", opts_of(2, TSR_ZARR_BLOSC, "zlib", TSR_ZARR_SHUFFLE, 0, -1), TSR_I64, 2, {20, 20}, {7, 7}},
     {"w2_zstd", opts_of(2, TSR_ZARR_ZSTD, NULL, 0, 0, 0), TSR_F64, 3, {9, 10, 11}, {4, 5, 6}},
     {"w2_gzip", opts_of(2, TSR_ZARR_GZIP, NULL, 0, 0, 0), TSR_I64, 1, {1000}, {333}},
@@ -197,7 +202,8 @@ TEST(writes_arrays_zarr_python_reads_bit_for_bit)
     {"w2_none", opts_of(2, TSR_ZARR_NONE, NULL, 0, 0, 0), TSR_U8, 2, {31, 17}, {31, 5}},
     {"w3_default", opts_of(3, TSR_ZARR_ZSTD, NULL, 0, 0, 0), TSR_F64, 2, {37, 23}, {10, 8}},
     {"w3_blosc_lz4", opts_of(3, TSR_ZARR_BLOSC, "lz4", TSR_ZARR_SHUFFLE, 0, 0), TSR_I32, 3, {9, 10, 11}, {4, 5, 6}},
-    {"w3_blosc_zstd_bit", opts_of(3, TSR_ZARR_BLOSC, "zstd", TSR_ZARR_BITSHUFFLE, '.', 0), TSR_U8, 2, {37, 23}, {10, 8}},
+    {"w3_blosc_zstd_bit", opts_of(3, TSR_ZARR_BLOSC, "zstd", TSR_ZARR_BITSHUFFLE, '.', 0), TSR_U8, 2, {37, 23},
+     {10, 8}},
     {"w3_gzip_nan", opts_of(3, TSR_ZARR_GZIP, NULL, 0, 0, NAN), TSR_F32, 2, {37, 23}, {10, 8}},
     {"w3_none", opts_of(3, TSR_ZARR_NONE, NULL, 0, 0, 3), TSR_I64, 1, {1000}, {300}},
     {"w3_scalar", opts_of(3, TSR_ZARR_ZSTD, NULL, 0, 0, 0), TSR_F64, 0, {0}, {0}},

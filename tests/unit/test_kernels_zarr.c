@@ -72,7 +72,8 @@ static int round_trip(tsr_codec_enc e, const unsigned char *src, size_t n)
   unsigned char *enc = malloc(cap), *dec = malloc(n);
   tsr_errbuf err;
   int ok = tsr_codec_enc_check("t", &e, &err) == 0 && tsr_codec_encode(&e, src, n, enc, cap, &len, "t", &err) == 0;
-  if (ok && e.id != TSR_CODEC_NONE) ok = tsr_codec_decompress(e.id, enc, len, dec, n, "t", &err) == 0 && memcmp(dec, src, n) == 0;
+  if (ok && e.id != TSR_CODEC_NONE)
+    ok = tsr_codec_decompress(e.id, enc, len, dec, n, "t", &err) == 0 && memcmp(dec, src, n) == 0;
   /* Asking for one byte more or fewer than the stream holds must fail. */
   if (ok && e.id != TSR_CODEC_NONE) ok = tsr_codec_decompress(e.id, enc, len, dec, n - 1, "t", &err) == TSR_EIO;
   if (!ok) fprintf(stderr, "  %s: %s\n", tsr_codec_name(e.id), err.text);
