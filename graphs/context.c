@@ -135,6 +135,25 @@ static int decode_packed2(tsr_array_ctx *ctx, const tsr_array *a, tsr_array *out
   return rc;
 }
 
+/* blosc_decompress of each frame back to its block's dtype and shape. */
+static int decode_blosc(tsr_array_ctx *ctx, const tsr_array *a, tsr_array *out)
+{
+  int rc = 0;
+  for (size_t b = 0; rc == 0 && b < a->nblocks; b++) {
+    int64_t idx[TSR_MAX_NDIM], shape[TSR_MAX_NDIM];
+    garray_index(a, b, idx);
+    garray_block_shape(a, idx, shape);
+    tsr_args *args = NULL;
+    const char *in = a->keys[b];
+    rc = tsr_args_new(&args);
+    if (rc == 0) rc = tsr_args_str(args, "dtype", gdtype_name(a->dtype));
+    if (rc == 0) rc = gargs_shape(args, "shape", a->ndim, shape);
+    if (rc == 0) rc = gtask_add(ctx, out->keys[b], "blosc_decompress", args, &in, 1);
+    tsr_args_destroy(&args);
+  }
+  return rc;
+}
+
 int garray_dense(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array **out_p)
 {
   if (a->encoding == TSR_ENC_DENSE) {
@@ -146,6 +165,7 @@ int garray_dense(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array **out_p
   if (rc != 0) return rc;
   out->missing = a->missing;
   if (a->encoding == TSR_ENC_PACKED2) rc = decode_packed2(ctx, a, out);
+  else if (a->encoding == TSR_ENC_BLOSC) rc = decode_blosc(ctx, a, out);
   else rc = client_fail(TSR_EINVAL, "array has an unknown encoding %d", (int)a->encoding);
   if (rc != 0) {
     tsr_array_free(ctx, &out);
@@ -223,6 +243,37 @@ int garray_new(tsr_array_ctx *ctx, const char *label, tsr_dtype dtype, int ndim,
 /* ---------- metadata accessors ---------- */
 
 TSR_API tsr_encoding tsr_array_encoding(const tsr_array *a) { return a->encoding; }
+
+int garray_view(tsr_array_ctx *ctx, const char *label, const tsr_array *a, tsr_array **out_p)
+{
+  tsr_array *out = NULL;
+  int rc = garray_new(ctx, label, a->dtype, a->ndim, a->shape, a->chunk, &out);
+  for (size_t b = 0; rc == 0 && b < a->nblocks; b++) {
+    free(out->keys[b]);
+    out->keys[b] = strdup(a->keys[b]);
+    if (out->keys[b] == NULL) rc = client_fail(TSR_ENOMEM, "%s: out of memory", label);
+  }
+  if (rc != 0) {
+    tsr_array_free(ctx, &out);
+    return rc;
+  }
+  garray_copy_repr(out, a);
+  *out_p = out;
+  return 0;
+}
+
+TSR_API int tsr_with_missing(tsr_array_ctx *ctx, const tsr_array *a, int missing, tsr_array **out_p)
+{
+  if (ctx == NULL || a == NULL || out_p == NULL) return client_fail(TSR_EINVAL, "with_missing: NULL argument");
+  int64_t top = a->dtype == TSR_U8 ? 255 : a->dtype == TSR_I32 ? INT32_MAX : a->dtype == TSR_I64 ? INT64_MAX : -1;
+  if (top < 0) return client_fail(TSR_EINVAL, "with_missing: %s arrays mark missing values with NaN", gdtype_name(a->dtype));
+  if (missing < -1 || missing > top)
+    return client_fail(TSR_EINVAL, "with_missing: %d is not a %s value", missing, gdtype_name(a->dtype));
+  int rc = garray_view(ctx, "missing", a, out_p);
+  if (rc == 0) (*out_p)->missing = missing;
+  return rc;
+}
+
 TSR_API int tsr_array_missing(const tsr_array *a) { return a->missing; }
 TSR_API tsr_dtype tsr_array_dtype(const tsr_array *a) { return a->dtype; }
 TSR_API int tsr_array_ndim(const tsr_array *a) { return a->ndim; }
@@ -353,6 +404,18 @@ static int add_param(tsr_args *args, const tsr_param *p)
   case TSR_PARAM_FLOATS: return tsr_args_floats(args, p->name, p->floats, p->n);
   }
   return TSR_EINVAL;
+}
+
+int gtask_params(const graph_task *t, tsr_params *params)
+{
+  if (t->params == NULL || t->params_len == 0) return 0;
+  msgpack_unpacked up;
+  msgpack_unpacked_init(&up);
+  tsr_errbuf err = {{0}};
+  int rc = msgpack_unpack_next(&up, t->params, t->params_len, NULL) == MSGPACK_UNPACK_SUCCESS ? 0 : TSR_EINVAL;
+  if (rc == 0) rc = tsr_wire_params(&up.data, params, &err);
+  msgpack_unpacked_destroy(&up);
+  return rc;
 }
 
 int gargs_merge(tsr_args *args, const void *map, size_t len)

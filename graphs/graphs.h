@@ -74,6 +74,8 @@ int garray_check_2d(const tsr_array *a, const char *what);
 int garray_dense(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array **out_p);
 /* Copies encoding and missing value from a to out (a view over a's keys). */
 void garray_copy_repr(tsr_array *out, const tsr_array *a);
+/* A new array over a's keys (same everything, a fresh handle). */
+int garray_view(tsr_array_ctx *ctx, const char *label, const tsr_array *a, tsr_array **out_p);
 
 /* ---------- tasks ---------- */
 /* Records key = op(params; inputs). Copies everything. */
@@ -90,8 +92,33 @@ int gtask_sum_tree(tsr_array_ctx *ctx, const char *label, char **keys, size_t n,
 /* ---------- args helpers (return 0 or an error; a NULL args is ENOMEM) ---------- */
 int gargs_shape(tsr_args *args, const char *name, int ndim, const int64_t *values);
 const char *gdtype_name(tsr_dtype dtype);
+/* Decodes t's params into params (appended; clear it after). 0 or an error. */
+int gtask_params(const graph_task *t, tsr_params *params);
+/* The task behind key, or NULL when the key is persisted or unknown. */
+const graph_task *gtask_of(const tsr_array_ctx *ctx, const char *key);
 /* Adds every entry of an encoded params map to args. */
 int gargs_merge(tsr_args *args, const void *map, size_t len);
+
+/* ---------- chains folded into products (chain.c) ---------- */
+#define GCHAIN_MAX_STEPS 16
+/* The per-column elementwise steps behind a block key, down to the block
+ * as stored (see chain.c). n_steps 0 and packed_cols -1 when there is
+ * nothing to fold. Pointers borrow the context's task table. */
+typedef struct gchain {
+  const char *base;                         /* the stored block's key */
+  int64_t packed_cols;                      /* >= 0: base is 2-bit packed, this many columns */
+  int64_t missing;                          /* the base's missing-value sentinel, or -1 */
+  int n_steps;                              /* in the order they apply */
+  int codes[GCHAIN_MAX_STEPS];              /* kernels/cpu/matmul_chain.c's step codes */
+  const char *vectors[GCHAIN_MAX_STEPS];    /* a step's row-vector block key, or NULL */
+  double values[2 * GCHAIN_MAX_STEPS];      /* a step's scalars */
+} gchain;
+void gchain_find(const tsr_array_ctx *ctx, const char *key, gchain *chain);
+/* Records key_out = the product of chain's block and `other` on side
+ * ("xb", "xtb", "bx", "btx": matmul_chain's). */
+int gchain_product(tsr_array_ctx *ctx, const gchain *chain, const char *side, const char *other, char *key_out,
+                   size_t cap);
+bool gdtype_is_float(tsr_dtype dtype);
 
 /* ---------- running ---------- */
 /* Submits every task that keys[0..n) need and waits; the future wants the

@@ -54,6 +54,8 @@ static int write_meta(const char *dir, const tsr_array *a)
 TSR_API int tsr_to_chunk_dir(tsr_array_ctx *ctx, const tsr_array *a, const char *dir, int timeout_ms)
 {
   if (ctx == NULL || a == NULL || dir == NULL) return client_fail(TSR_EINVAL, "to_chunk_dir: NULL argument");
+  int rc0 = garray_dense(ctx, a, &a);
+  if (rc0 != 0) return rc0;
   if (mkdir(dir, 0755) != 0 && errno != EEXIST)
     return client_fail(TSR_EIO, "to_chunk_dir: cannot create %s: %s", dir, strerror(errno));
   char **keys = calloc(a->nblocks, sizeof *keys);

@@ -222,42 +222,6 @@ static int wrap_key(tsr_array_ctx *ctx, const char *label, tsr_dtype dtype, int 
   return rc;
 }
 
-TSR_API int tsr_svd_tall_skinny(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **u_p, tsr_array **s_p,
-                                tsr_array **v_p)
-{
-  int rc = check_tall_skinny(a, "svd_tall_skinny");
-  if (rc != 0) return rc;
-  int64_t n = a->shape[1];
-  if (n > EXACT_SVD_MAX_COLS)
-    return client_fail(TSR_ESHAPE, "svd_tall_skinny: %lld columns is too wide for the exact SVD (limit %d); use svd_compressed",
-                       (long long)n, EXACT_SVD_MAX_COLS);
-  const tsr_array *one = NULL;
-  tsr_array *q = NULL, *r = NULL, *u = NULL, *s = NULL, *v = NULL;
-  rc = one_column_chunk(ctx, a, &one);
-  if (rc == 0) rc = tsr_tsqr(ctx, one, &q, &r);
-  char packed[256], ur[256], sk[256], vk[256];
-  int64_t nn[2] = {n, n}, sn[1] = {n};
-  const char *rin = r ? r->keys[0] : NULL;
-  if (rc == 0) rc = gtask_add_tmp(ctx, "svd", "svd", NULL, &rin, 1, packed, sizeof packed);
-  if (rc == 0) rc = add_view(ctx, packed, 0, 2, nn, ur, sizeof ur);
-  if (rc == 0) rc = add_view(ctx, packed, n * n, 1, sn, sk, sizeof sk);
-  if (rc == 0) rc = add_view(ctx, packed, n * n + n, 2, nn, vk, sizeof vk);
-  if (rc == 0) rc = garray_new(ctx, "svd-u", q->dtype, 2, q->shape, q->chunk, &u);
-  for (size_t i = 0; rc == 0 && i < q->nblocks; i++) {
-    char key[256];
-    rc = add_matmul(ctx, q->keys[i], ur, false, key, sizeof key);
-    free(u->keys[i]);
-    u->keys[i] = strdup(key);
-  }
-  if (rc == 0) rc = wrap_key(ctx, "svd-s", q->dtype, 1, sn, sk, &s);
-  if (rc == 0) rc = wrap_key(ctx, "svd-v", q->dtype, 2, nn, vk, &v);
-  if (rc != 0) return rc;
-  *u_p = u;
-  *s_p = s;
-  *v_p = v;
-  return 0;
-}
-
 /* m (2-D) times v (1-D, one chunk) broadcast along axis, block by block. */
 static int bmul(tsr_array_ctx *ctx, const tsr_array *m, const tsr_array *v, int axis, tsr_array **out_p)
 {
@@ -289,6 +253,50 @@ static int coerce_signs(tsr_array_ctx *ctx, tsr_array **u, tsr_array **v)
     *v = v2;
   }
   return rc;
+}
+
+/* The exact tall-skinny SVD; with coerce, in Dask's sign convention. */
+static int svd_tall_skinny(tsr_array_ctx *ctx, const tsr_array *a, bool coerce, tsr_array **u_p, tsr_array **s_p,
+                           tsr_array **v_p)
+{
+  int rc = check_tall_skinny(a, "svd_tall_skinny");
+  if (rc != 0) return rc;
+  int64_t n = a->shape[1];
+  if (n > EXACT_SVD_MAX_COLS)
+    return client_fail(TSR_ESHAPE, "svd_tall_skinny: %lld columns is too wide for the exact SVD (limit %d); use svd_compressed",
+                       (long long)n, EXACT_SVD_MAX_COLS);
+  const tsr_array *one = NULL;
+  tsr_array *q = NULL, *r = NULL, *u = NULL, *s = NULL, *v = NULL;
+  rc = one_column_chunk(ctx, a, &one);
+  if (rc == 0) rc = tsr_tsqr(ctx, one, &q, &r);
+  char packed[256], ur[256], sk[256], vk[256];
+  int64_t nn[2] = {n, n}, sn[1] = {n};
+  const char *rin = r ? r->keys[0] : NULL;
+  if (rc == 0) rc = gtask_add_tmp(ctx, "svd", "svd", NULL, &rin, 1, packed, sizeof packed);
+  if (rc == 0) rc = add_view(ctx, packed, 0, 2, nn, ur, sizeof ur);
+  if (rc == 0) rc = add_view(ctx, packed, n * n, 1, sn, sk, sizeof sk);
+  if (rc == 0) rc = add_view(ctx, packed, n * n + n, 2, nn, vk, sizeof vk);
+  if (rc == 0) rc = garray_new(ctx, "svd-u", q->dtype, 2, q->shape, q->chunk, &u);
+  for (size_t i = 0; rc == 0 && i < q->nblocks; i++) {
+    char key[256];
+    rc = add_matmul(ctx, q->keys[i], ur, false, key, sizeof key);
+    free(u->keys[i]);
+    u->keys[i] = strdup(key);
+  }
+  if (rc == 0) rc = wrap_key(ctx, "svd-s", q->dtype, 1, sn, sk, &s);
+  if (rc == 0) rc = wrap_key(ctx, "svd-v", q->dtype, 2, nn, vk, &v);
+  if (rc == 0 && coerce) rc = coerce_signs(ctx, &u, &v);
+  if (rc != 0) return rc;
+  *u_p = u;
+  *s_p = s;
+  *v_p = v;
+  return 0;
+}
+
+TSR_API int tsr_svd_tall_skinny(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **u_p, tsr_array **s_p,
+                                tsr_array **v_p)
+{
+  return svd_tall_skinny(ctx, a, true, u_p, s_p, v_p);
 }
 
 /* The range finder: Q with orthonormal columns spanning A's top subspace. */
@@ -337,7 +345,7 @@ TSR_API int tsr_svd_compressed(tsr_array_ctx *ctx, const tsr_array *a, int k, co
   if (rc == 0) rc = tsr_transpose(ctx, q, &qt);
   if (rc == 0) rc = tsr_matmul(ctx, qt, a, &b);
   if (rc == 0) rc = tsr_transpose(ctx, b, &bt);
-  if (rc == 0) rc = tsr_svd_tall_skinny(ctx, bt, &ub, &s, &vtb);
+  if (rc == 0) rc = svd_tall_skinny(ctx, bt, false, &ub, &s, &vtb);  /* signs are set once, at the end */
   if (rc == 0) rc = tsr_transpose(ctx, vtb, &vtbt);
   if (rc == 0) rc = tsr_matmul(ctx, q, vtbt, &u);
   if (rc == 0) rc = tsr_transpose(ctx, ub, &v);

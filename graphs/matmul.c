@@ -6,8 +6,13 @@
  *   product (a 20000 x 5000 f64 block would be 800 MB);
  * - a block that is a `transpose` task is read through the GEMM's transpose
  *   flag instead of being copied.
+ * - a block behind a chain of per-column elementwise steps (a standardized
+ *   genotype matrix: fillnan((astype(X) − μ) / σ, 0)), a 2-bit packed
+ *   block, or an integer block, is read as stored by `matmul_chain`, which
+ *   applies the steps tile by tile inside the product (graphs/chain.c).
  * So X @ Omega, Q^T @ X and X^T @ Q over a random X cost one pass of
- * generation and no stored X. */
+ * generation and no stored X, and over a standardized packed X one pass
+ * over the packed bytes and no stored Z. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +21,7 @@
 
 #define TSR_API __attribute__((visibility("default")))
 
-/* The task behind key, or NULL when the key is persisted or unknown. */
-static const graph_task *task_of(const tsr_array_ctx *ctx, const char *key)
+const graph_task *gtask_of(const tsr_array_ctx *ctx, const char *key)
 {
   uint64_t index;
   if (tsr_strmap_get(ctx->held, key, strlen(key), NULL)) return NULL;
@@ -31,25 +35,30 @@ static bool is_random(const graph_task *t)
          (strcmp(t->op, "random_uniform") == 0 || strcmp(t->op, "random_normal") == 0 || strcmp(t->op, "randint") == 0);
 }
 
-static bool is_transpose(const graph_task *t) { return t != NULL && strcmp(t->op, "transpose") == 0 && t->n_inputs == 1; }
+static bool is_op(const graph_task *t, const char *op, size_t n_inputs)
+{
+  return t != NULL && strcmp(t->op, op) == 0 && t->n_inputs == n_inputs;
+}
 
 /* What one operand block resolves to. */
 typedef struct operand {
   const char *key;                /* the key to feed in (after folding a transpose) */
   const graph_task *random;       /* the random task to generate instead, or NULL */
   bool transposed;
+  gchain chain;                   /* the elementwise chain behind key (gchain_find) */
 } operand;
 
 static operand resolve(const tsr_array_ctx *ctx, const char *key)
 {
-  operand op = {key, NULL, false};
-  const graph_task *t = task_of(ctx, key);
-  if (is_transpose(t)) {
+  operand op = {key, NULL, false, {0}};
+  const graph_task *t = gtask_of(ctx, key);
+  if (is_op(t, "transpose", 1)) {
     op.key = t->inputs[0];
     op.transposed = true;
-    t = task_of(ctx, op.key);
+    t = gtask_of(ctx, op.key);
   }
   if (is_random(t)) op.random = t;
+  else gchain_find(ctx, op.key, &op.chain);
   return op;
 }
 
@@ -67,13 +76,37 @@ static const char *fused_side(const operand *a, const operand *b, int64_t na, in
   return NULL;
 }
 
+/* What the product of two blocks may fold (tsr_matmul decides from the
+ * arrays): a chain is folded only into an f64 product, and an integer
+ * operand is read as stored even without a chain. */
+typedef struct fold_rule {
+  bool f64;              /* both operands f64 (or integer times f64): the product is f64 */
+  bool int_a, int_b;     /* operand is an integer array */
+} fold_rule;
+
+static bool chain_wanted(const operand *o, bool is_int)
+{
+  return o->random == NULL && (o->chain.n_steps > 0 || o->chain.packed_cols >= 0 || is_int);
+}
+
+static int add_chain_product(tsr_array_ctx *ctx, const operand *x, const operand *other, bool x_left,
+                             char *key_out, size_t cap)
+{
+  const char *side = x_left ? (x->transposed ? "xtb" : "xb") : (other->transposed ? "btx" : "bx");
+  return gchain_product(ctx, &x->chain, side, other->key, key_out, cap);
+}
+
 /* Emits one partial product of blocks of na and nb elements; writes its
  * key to key_out. */
 static int partial_product(tsr_array_ctx *ctx, const char *a_key, const char *b_key, int64_t na, int64_t nb,
-                           char *key_out, size_t cap)
+                           const fold_rule *fold, char *key_out, size_t cap)
 {
   operand a = resolve(ctx, a_key), b = resolve(ctx, b_key);
   const char *side = fused_side(&a, &b, na, nb);
+  if (side == NULL && fold->f64 && !b.transposed) {
+    if (chain_wanted(&a, fold->int_a)) return add_chain_product(ctx, &a, &b, true, key_out, cap);
+    if (chain_wanted(&b, fold->int_b)) return add_chain_product(ctx, &b, &a, false, key_out, cap);
+  }
   tsr_args *args = NULL;
   int rc = tsr_args_new(&args);
   if (rc == 0 && side != NULL) {
@@ -107,6 +140,10 @@ TSR_API int tsr_matmul(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *
 {
   int rc = garray_check_2d(a, "matmul");
   if (rc == 0) rc = garray_check_2d(b, "matmul");
+  /* A packed operand's decode tasks are recorded but folded into the
+   * products below (see resolve): they never run on their own. */
+  if (rc == 0) rc = garray_dense(ctx, a, &a);
+  if (rc == 0) rc = garray_dense(ctx, b, &b);
   if (rc != 0) return rc;
   if (a->shape[1] != b->shape[0])
     return client_fail(TSR_ESHAPE, "matmul: inner dimensions differ: (%lld,%lld) @ (%lld,%lld)", (long long)a->shape[0],
@@ -128,17 +165,19 @@ TSR_API int tsr_matmul(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *
   tsr_array *out = NULL;
   rc = garray_new(ctx, "matmul", product_dtype(a->dtype, b->dtype), 2, shape, chunks, &out);
   int64_t np = a->nchunks[1];
+  bool ia = !gdtype_is_float(a->dtype), ib = !gdtype_is_float(bb->dtype);
+  fold_rule fold = {(a->dtype == TSR_F64 || ia) && (bb->dtype == TSR_F64 || ib) && !(ia && ib), ia, ib};
   char **partials = calloc((size_t)np, sizeof *partials);
   if (rc == 0 && partials == NULL) rc = client_fail(TSR_ENOMEM, "matmul: out of memory");
   for (int64_t i = 0; rc == 0 && i < out->nchunks[0]; i++)
     for (int64_t j = 0; rc == 0 && j < out->nchunks[1]; j++) {
       for (int64_t p = 0; rc == 0 && p < np; p++) {
-        int64_t ia[2] = {i, p}, ib[2] = {p, j}, sa[2], sb[2];
+        int64_t ia_[2] = {i, p}, ib_[2] = {p, j}, sa[2], sb[2];
         char key[256];
-        garray_block_shape(a, ia, sa);
-        garray_block_shape(bb, ib, sb);
-        rc = partial_product(ctx, a->keys[garray_block(a, ia)], bb->keys[garray_block(bb, ib)], sa[0] * sa[1],
-                             sb[0] * sb[1], key, sizeof key);
+        garray_block_shape(a, ia_, sa);
+        garray_block_shape(bb, ib_, sb);
+        rc = partial_product(ctx, a->keys[garray_block(a, ia_)], bb->keys[garray_block(bb, ib_)], sa[0] * sa[1],
+                             sb[0] * sb[1], &fold, key, sizeof key);
         partials[p] = strdup(key);
       }
       char root[256];

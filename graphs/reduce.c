@@ -12,6 +12,7 @@
 TSR_API int tsr_transpose(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **out_p)
 {
   int rc = garray_check_2d(a, "transpose");
+  if (rc == 0) rc = garray_dense(ctx, a, &a);
   if (rc != 0) return rc;
   int64_t shape[2] = {a->shape[1], a->shape[0]}, chunks[2] = {a->chunk[1], a->chunk[0]};
   tsr_array *out = NULL;
@@ -32,8 +33,22 @@ TSR_API int tsr_transpose(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **ou
 
 static tsr_dtype sum_dtype(tsr_dtype dtype) { return dtype == TSR_F32 || dtype == TSR_F64 ? dtype : TSR_I64; }
 
+/* What a reduction skips and whether it counts (kernels/cpu/reduce.c). */
+typedef enum { RED_SUM, RED_NANSUM, RED_COUNT } reduction;
+
+/* The params that make `sum` skip a's missing values (and count). */
+static int skip_args(tsr_args *args, const tsr_array *a, reduction red)
+{
+  int rc = 0;
+  if (red == RED_SUM) return 0;
+  if (a->missing >= 0) rc = tsr_args_int(args, "missing", a->missing);
+  else if (a->dtype == TSR_F32 || a->dtype == TSR_F64) rc = tsr_args_bool(args, "skipna", true);
+  if (rc == 0 && red == RED_COUNT) rc = tsr_args_bool(args, "count", true);
+  return rc;
+}
+
 /* Partial sum of every block; axis -1 for the total. Keys to partial[]. */
-static int partial_sums(tsr_array_ctx *ctx, const tsr_array *a, int axis, char **partial)
+static int partial_sums(tsr_array_ctx *ctx, const tsr_array *a, int axis, reduction red, char **partial)
 {
   int rc = 0;
   for (size_t b = 0; b < a->nblocks && rc == 0; b++) {
@@ -42,6 +57,7 @@ static int partial_sums(tsr_array_ctx *ctx, const tsr_array *a, int axis, char *
     const char *in = a->keys[b];
     rc = tsr_args_new(&args);
     if (rc == 0) rc = tsr_args_int(args, "axis", axis);
+    if (rc == 0) rc = skip_args(args, a, red);
     if (rc == 0) rc = gtask_add_tmp(ctx, "sum-chunk", "sum", args, &in, 1, key, sizeof key);
     tsr_args_destroy(&args);
     partial[b] = strdup(key);
@@ -77,10 +93,14 @@ static int combine(tsr_array_ctx *ctx, const tsr_array *a, int axis, char **part
   return rc;
 }
 
-TSR_API int tsr_sum(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p)
+static int reduce(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, reduction red, tsr_array **out_p)
 {
-  if (a == NULL || out_p == NULL) return client_fail(TSR_EINVAL, "sum: array is NULL");
-  if (axis < -1 || axis >= a->ndim) return client_fail(TSR_EINVAL, "sum: axis %d outside -1..%d", axis, a->ndim - 1);
+  static const char *const names[] = {"sum", "nansum", "count_valid"};
+  if (a == NULL || out_p == NULL) return client_fail(TSR_EINVAL, "%s: array is NULL", names[red]);
+  if (axis < -1 || axis >= a->ndim)
+    return client_fail(TSR_EINVAL, "%s: axis %d outside -1..%d", names[red], axis, a->ndim - 1);
+  int rc0 = garray_dense(ctx, a, &a);
+  if (rc0 != 0) return rc0;
   int64_t shape[TSR_MAX_NDIM], chunks[TSR_MAX_NDIM];
   int ndim = 0;
   for (int d = 0; axis >= 0 && d < a->ndim; d++)
@@ -91,8 +111,9 @@ TSR_API int tsr_sum(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_
   tsr_array *out = NULL;
   char **partial = calloc(a->nblocks, sizeof *partial);
   if (partial == NULL) return client_fail(TSR_ENOMEM, "sum: out of memory");
-  int rc = garray_new(ctx, "sum", sum_dtype(a->dtype), ndim, shape, chunks, &out);
-  if (rc == 0) rc = partial_sums(ctx, a, axis, partial);
+  tsr_dtype dtype = red == RED_COUNT ? TSR_I64 : sum_dtype(a->dtype);
+  int rc = garray_new(ctx, names[red], dtype, ndim, shape, chunks, &out);
+  if (rc == 0) rc = partial_sums(ctx, a, axis, red, partial);
   for (size_t ob = 0; rc == 0 && ob < out->nblocks; ob++) rc = combine(ctx, a, axis, partial, out, ob, split_every);
   for (size_t b = 0; b < a->nblocks; b++) free(partial[b]);
   free(partial);
@@ -102,6 +123,33 @@ TSR_API int tsr_sum(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_
   }
   *out_p = out;
   return 0;
+}
+
+TSR_API int tsr_sum(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p)
+{
+  return reduce(ctx, a, axis, split_every, RED_SUM, out_p);
+}
+
+TSR_API int tsr_nansum(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p)
+{
+  return reduce(ctx, a, axis, split_every, RED_NANSUM, out_p);
+}
+
+TSR_API int tsr_count_valid(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p)
+{
+  return reduce(ctx, a, axis, split_every, RED_COUNT, out_p);
+}
+
+/* nansum / count, both as f64 (NaN where nothing was counted). */
+TSR_API int tsr_nanmean(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p)
+{
+  tsr_array *sum = NULL, *count = NULL, *fsum = NULL, *fcount = NULL;
+  int rc = tsr_nansum(ctx, a, axis, split_every, &sum);
+  if (rc == 0) rc = tsr_count_valid(ctx, a, axis, split_every, &count);
+  if (rc == 0) rc = tsr_astype(ctx, sum, sum->dtype == TSR_F32 ? TSR_F32 : TSR_F64, &fsum);
+  if (rc == 0) rc = tsr_astype(ctx, count, fsum->dtype, &fcount);
+  if (rc == 0) rc = tsr_div(ctx, fsum, fcount, out_p);
+  return rc;
 }
 
 TSR_API int tsr_mean(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p)

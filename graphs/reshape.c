@@ -140,6 +140,8 @@ static int finish(tsr_array_ctx *ctx, int rc, tsr_array *out, tsr_array **out_p)
 TSR_API int tsr_rechunk(tsr_array_ctx *ctx, const tsr_array *a, const int64_t *chunks, tsr_array **out_p)
 {
   if (a == NULL || chunks == NULL || out_p == NULL) return client_fail(TSR_EINVAL, "rechunk: NULL argument");
+  int rc0 = garray_dense(ctx, a, &a);
+  if (rc0 != 0) return rc0;
   int64_t want[TSR_MAX_NDIM];
   for (int d = 0; d < a->ndim; d++) want[d] = chunks[d] < 0 ? a->chunk[d] : chunks[d];
   tsr_array *out = NULL;
@@ -154,6 +156,8 @@ TSR_API int tsr_slice(tsr_array_ctx *ctx, const tsr_array *a, const int64_t *sta
 {
   if (a == NULL || start == NULL || stop == NULL || out_p == NULL)
     return client_fail(TSR_EINVAL, "slice: NULL argument");
+  int rc0 = garray_dense(ctx, a, &a);
+  if (rc0 != 0) return rc0;
   int64_t shape[TSR_MAX_NDIM];
   for (int d = 0; d < a->ndim; d++) {
     if (start[d] < 0 || stop[d] > a->shape[d] || start[d] > stop[d])
@@ -200,8 +204,8 @@ TSR_API int tsr_concatenate(tsr_array_ctx *ctx, const tsr_array *const *arrays, 
       same = same && want[d] == arrays[k]->chunk[d];
     }
     tsr_array *re = NULL;
-    aligned[k] = arrays[k];
-    if (!same && (rc = tsr_rechunk(ctx, arrays[k], want, &re)) == 0) aligned[k] = re;
+    rc = garray_dense(ctx, arrays[k], &aligned[k]);
+    if (rc == 0 && !same && (rc = tsr_rechunk(ctx, arrays[k], want, &re)) == 0) aligned[k] = re;
   }
   tsr_array *out = NULL;
   if (rc == 0) rc = garray_new(ctx, "concatenate", first->dtype, first->ndim, shape, first->chunk, &out);

@@ -139,19 +139,28 @@ TSR_API int tsr_compute_many(tsr_array_ctx *ctx, const tsr_array *const *arrays,
                              const size_t *caps, int timeout_ms)
 {
   if (ctx == NULL || arrays == NULL || bufs == NULL || caps == NULL) return client_fail(TSR_EINVAL, "compute: NULL argument");
-  for (size_t i = 0; i < n; i++) {
-    if (arrays[i] == NULL || bufs[i] == NULL) return client_fail(TSR_EINVAL, "compute: array or buffer %zu is NULL", i);
-    if (caps[i] < array_bytes(arrays[i]))
-      return client_fail(TSR_ELIMIT, "compute: buffer %zu of %zu bytes cannot hold %zu", i, caps[i], array_bytes(arrays[i]));
+  const tsr_array **dense = calloc(n ? n : 1, sizeof *dense);
+  if (dense == NULL) return client_fail(TSR_ENOMEM, "compute: out of memory");
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    if (arrays[i] == NULL || bufs[i] == NULL) rc = client_fail(TSR_EINVAL, "compute: array or buffer %zu is NULL", i);
+    else if (caps[i] < array_bytes(arrays[i]))
+      rc = client_fail(TSR_ELIMIT, "compute: buffer %zu of %zu bytes cannot hold %zu", i, caps[i], array_bytes(arrays[i]));
+    else rc = garray_dense(ctx, arrays[i], &dense[i]);  /* the elements, not an encoding */
   }
-  size_t count;
-  char **keys = all_keys(arrays, n, &count);
-  if (keys == NULL) return client_fail(TSR_ENOMEM, "compute: out of memory");
+  size_t count = 0;
+  char **keys = rc == 0 ? all_keys(dense, n, &count) : NULL;
+  if (rc == 0 && keys == NULL) rc = client_fail(TSR_ENOMEM, "compute: out of memory");
+  if (rc != 0) {
+    free(dense);
+    return rc;
+  }
   tsr_future *f = NULL;
-  int rc = grun_submit(ctx, keys, count, timeout_ms, &f);
-  for (size_t i = 0; rc == 0 && i < n; i++) rc = gather_all(ctx, arrays[i], bufs[i], timeout_ms);
+  rc = grun_submit(ctx, keys, count, timeout_ms, &f);
+  for (size_t i = 0; rc == 0 && i < n; i++) rc = gather_all(ctx, dense[i], bufs[i], timeout_ms);
   tsr_future_release(&f);
   free(keys);
+  free(dense);
   return rc;
 }
 
@@ -185,17 +194,10 @@ TSR_API int tsr_compute_npy(tsr_array_ctx *ctx, const tsr_array *a, const char *
 /* Marks every chunk of a as kept and returns an array over them. */
 static int persisted_view(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **out_p)
 {
-  tsr_array *out = NULL;
-  int rc = garray_new(ctx, "persist", a->dtype, a->ndim, a->shape, a->chunk, &out);
-  if (rc == 0) garray_copy_repr(out, a);
-  for (size_t b = 0; rc == 0 && b < a->nblocks; b++) {
-    free(out->keys[b]);
-    out->keys[b] = strdup(a->keys[b]);
-    rc = out->keys[b] ? tsr_strmap_put(ctx->held, a->keys[b], strlen(a->keys[b]), 1) : TSR_ENOMEM;
-  }
-  if (rc != 0) return client_fail(rc, "persist: out of memory");
-  *out_p = out;
-  return 0;
+  for (size_t b = 0; b < a->nblocks; b++)
+    if (tsr_strmap_put(ctx->held, a->keys[b], strlen(a->keys[b]), 1) != 0)
+      return client_fail(TSR_ENOMEM, "persist: out of memory");
+  return garray_view(ctx, "persist", a, out_p);
 }
 
 TSR_API int tsr_persist_many(tsr_array_ctx *ctx, const tsr_array *const *arrays, size_t n, int timeout_ms,

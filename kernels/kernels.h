@@ -61,7 +61,11 @@ typedef struct tsr_op_def {
    * parameter ranges). 0 or TSR_ESHAPE / TSR_EINVAL with a message. */
   int (*infer)(const tsr_params *params, const tsr_meta *in, int n_in, tsr_meta *out, tsr_errbuf *err);
   /* Runs on the CPU. out->meta is what infer returned and out->data holds
-   * out->nbytes bytes (64-byte aligned, contents undefined). 0 or error. */
+   * out->nbytes bytes (64-byte aligned, contents undefined). 0 or error.
+   * An op whose output size depends on the data (a compressed chunk)
+   * infers an upper bound and may lower out->meta.shape[0] before it
+   * returns; tsr_op_run_cpu then keeps that many bytes. Such an op has
+   * no CUDA variant. */
   int (*cpu)(const tsr_params *params, const tsr_buf *in, int n_in, tsr_buf *out, tsr_errbuf *err);
   bool test_only;  /* registered only when TESSERA_TEST_OPS=1 */
   /* The CUDA variant, or NULL (set by the registry when the CUDA kernels

@@ -20,7 +20,8 @@ static const tsr_op_def *const regular_ops[] = {
   &tsr_op_load_npy,       &tsr_op_save_npy,      &tsr_op_noop,    &tsr_op_transpose,
   &tsr_op_slice,          &tsr_op_assemble,      &tsr_op_view,    &tsr_op_qr,
   &tsr_op_svd,            &tsr_op_bmul,          &tsr_op_signs,   &tsr_op_matmul_random,
-  &tsr_op_pack2bit,       &tsr_op_unpack2bit,    &tsr_op_matmul_2bit,
+  &tsr_op_pack2bit,       &tsr_op_unpack2bit,    &tsr_op_matmul_2bit, &tsr_op_fillnan,
+  &tsr_op_ufunc,          &tsr_op_matmul_chain,  &tsr_op_blosc_compress, &tsr_op_blosc_decompress,
   &tsr_op_zarr_read,      &tsr_op_zarr_write,
 };
 static const tsr_op_def *const test_ops[] = {&tsr_op_crash, &tsr_op_fail, &tsr_op_sleep};
@@ -107,6 +108,28 @@ static int infer_from_bufs(const tsr_op_def *op, const tsr_params *params, const
   return rc;
 }
 
+/* A shrinking op's output: at most the bound infer() gave, its meta else
+ * unchanged; a much smaller one moves to a buffer of its own size (the
+ * chunk store keeps what it is given, and compression is its purpose). */
+static int shrink_output(const tsr_op_def *op, const tsr_meta *bound, tsr_buf *out, tsr_errbuf *err)
+{
+  tsr_meta want = *bound;
+  want.shape[0] = out->meta.shape[0];
+  int64_t nbytes = tsr_meta_nbytes(&out->meta);
+  if (!tsr_meta_equal(&want, &out->meta) || nbytes < 0 || (size_t)nbytes > out->nbytes)
+    return tsr_fail(err, TSR_EINTERNAL, "%s: output %s does not fit its bound %s", op->name, tsr_k_str(&out->meta).s,
+                    tsr_k_str(bound).s);
+  if ((size_t)nbytes + (1u << 16) < out->nbytes) {
+    void *small = aligned_alloc(64, nbytes == 0 ? 64 : ((size_t)nbytes + 63) / 64 * 64);
+    if (small == NULL) return tsr_fail(err, TSR_ENOMEM, "%s: cannot allocate %lld bytes", op->name, (long long)nbytes);
+    memcpy(small, out->data, (size_t)nbytes);
+    free(out->data);
+    out->data = small;
+  }
+  out->nbytes = (size_t)nbytes;
+  return 0;
+}
+
 int tsr_op_run_cpu(const tsr_op_def *op, const tsr_params *params, const tsr_buf *in, int n_in, tsr_buf *out,
                    tsr_errbuf *err)
 {
@@ -128,8 +151,9 @@ int tsr_op_run_cpu(const tsr_op_def *op, const tsr_params *params, const tsr_buf
                                     tsr_k_str(&meta).s);
   tsr_buf result = {meta, data, nbytes};
   rc = op->cpu(params, in, n_in, &result, err);
+  if (rc == 0 && !tsr_meta_equal(&meta, &result.meta)) rc = shrink_output(op, &meta, &result, err);
   if (rc != 0) {
-    free(data);
+    free(result.data);
     return rc;
   }
   *out = result;

@@ -46,6 +46,7 @@ typedef enum tsr_encoding {
   TSR_ENC_PACKED2 = 1,  /* u8 values 0..3, four to a byte along the last
                          * axis (element j in bits 2(j%4).. of byte j/4),
                          * a chunk [.., c] held as [.., ceil(c/4)] */
+  TSR_ENC_BLOSC = 2,    /* each chunk one c-blosc frame of its dense bytes */
 } tsr_encoding;
 
 /* The value of a genotype array (dtype u8, values 0, 1, 2 = dosage of
@@ -55,6 +56,11 @@ typedef enum tsr_encoding {
 #define TSR_GENO_MISSING 3
 
 tsr_encoding tsr_array_encoding(const tsr_array *a);
+/* A view of integer array a (the same chunks; nothing runs) whose value
+ * `missing` marks missing elements, or with none for missing = -1: how a
+ * .npy or Zarr genotype matrix that codes missing calls as 3 says so.
+ * TSR_EINVAL for a float array or a value outside the dtype. */
+int tsr_with_missing(tsr_array_ctx *ctx, const tsr_array *a, int missing, tsr_array **out_p);
 /* The integer value marking a missing element of an integer array, or -1
  * when it has none (float arrays mark missing elements with NaN). */
 int tsr_array_missing(const tsr_array *a);
@@ -98,14 +104,32 @@ int tsr_from_chunk_dir(tsr_array_ctx *ctx, const char *dir, tsr_array **out_p);
  * are overwritten). */
 int tsr_to_chunk_dir(tsr_array_ctx *ctx, const tsr_array *a, const char *dir, int timeout_ms);
 
-/* ---------- elementwise (same shape; chunks are unified by rechunking) ---------- */
+/* ---------- elementwise ----------
+ * Binary ops take arrays of the same shape (chunks are unified by
+ * rechunking the second), or broadcast as NumPy does in 2-D: a row vector
+ * (shape (c,) or (1, c): one value per column), a column vector ((r, 1):
+ * one value per row) or a one-element array (a scalar) against a matrix,
+ * on either side. Dtypes promote as NumPy's: float over integer (u8 with
+ * f32 stays f32), the wider float or integer. An integer array with a
+ * missing-value sentinel (tsr_array_missing) computes in f64, so its
+ * missing values become NaN and stay missing through the arithmetic.
+ * Encoded inputs are decoded (see tsr_encoding). */
 int tsr_add(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_array **out_p);
 int tsr_sub(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_array **out_p);
 int tsr_mul(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_array **out_p);
 int tsr_div(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_array **out_p);
 /* a * factor + offset */
 int tsr_scale(tsr_array_ctx *ctx, const tsr_array *a, double factor, double offset, tsr_array **out_p);
+/* To dtype; an integer array's missing values become NaN in a float one. */
 int tsr_astype(tsr_array_ctx *ctx, const tsr_array *a, tsr_dtype dtype, tsr_array **out_p);
+/* NaN (a missing value) of a float array replaced by value (mean
+ * imputation of standardized data is tsr_fillnan(z, 0)). TSR_ESHAPE for
+ * an integer array. */
+int tsr_fillnan(tsr_array_ctx *ctx, const tsr_array *a, double value, tsr_array **out_p);
+/* One-argument math elementwise, NumPy's ufuncs: fn is "sqrt", "log",
+ * "log1p", "exp", "expm1", "abs" or "square". Float arrays keep their
+ * dtype, integer ones give f64 (missing values NaN). */
+int tsr_ufunc(tsr_array_ctx *ctx, const tsr_array *a, const char *fn, tsr_array **out_p);
 /* Applies a named op chunk by chunk; params as for tsr_graph_add (may be
  * NULL). The op must keep each chunk's shape; out_dtype is its dtype. */
 int tsr_map_blocks(tsr_array_ctx *ctx, const char *op, const tsr_args *params, const tsr_array *a,
@@ -120,6 +144,14 @@ int tsr_matmul(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *b, tsr_a
  * sums are combined split_every at a time (0: default 8). */
 int tsr_sum(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p);
 int tsr_mean(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p);
+/* Like tsr_sum, skipping missing values: NaN of float arrays, the
+ * sentinel of integer ones (tsr_array_missing), like np.nansum. */
+int tsr_nansum(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p);
+/* The number of values that are not missing, as i64, reduced like sum. */
+int tsr_count_valid(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p);
+/* tsr_nansum / tsr_count_valid in f64 (f32 for f32 input), like
+ * np.nanmean: NaN where every value was missing. */
+int tsr_nanmean(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_every, tsr_array **out_p);
 int tsr_concatenate(tsr_array_ctx *ctx, const tsr_array *const *arrays, size_t n, int axis, tsr_array **out_p);
 /* New regular chunk sizes (ndim entries; -1 keeps an axis's chunks, 0 makes
  * it one chunk). */
@@ -134,8 +166,35 @@ int tsr_slice(tsr_array_ctx *ctx, const tsr_array *a, const int64_t *start, cons
 int tsr_compute(tsr_array_ctx *ctx, const tsr_array *a, void *buf, size_t cap, int timeout_ms);
 /* Computes a and writes it as a .npy file here (on the client's host). */
 int tsr_compute_npy(tsr_array_ctx *ctx, const tsr_array *a, const char *path, int timeout_ms);
+/* How tsr_compress holds chunks. encoding TSR_ENC_BLOSC takes any array
+ * (cname "blosclz", "lz4", "lz4hc", "zstd" or "zlib"; clevel 0..9;
+ * shuffle "none", "byte" or "bit"); TSR_ENC_PACKED2 takes a u8 array of
+ * values 0..3 (a genotype matrix; larger values would be stored as 3). */
+typedef struct tsr_compress_opts {
+  tsr_encoding encoding;
+  const char *cname;
+  int clevel;
+  const char *shuffle;
+} tsr_compress_opts;
+
+#define TSR_COMPRESS_OPTS_DEFAULT {TSR_ENC_BLOSC, "zstd", 5, "bit"}
+
+/* An array with a's values whose chunks are held encoded (the seed's
+ * map_blocks(compress).persist(), done by the library): persist it to keep
+ * them so on the workers — the memory tiers then count the encoded bytes.
+ * Every builder reads it as a (decoding a chunk where it is needed, into
+ * the op that reads it), and products read packed chunks directly. A
+ * product over a packed or blosc-persisted array gives the same bytes as
+ * over a plainly persisted one. opts may be NULL (blosc, zstd, level 5,
+ * bit shuffle). TSR_EINVAL for an unknown codec, TSR_ESHAPE for a packed
+ * encoding of anything but u8. */
+int tsr_compress(tsr_array_ctx *ctx, const tsr_array *a, const tsr_compress_opts *opts, tsr_array **out_p);
+/* a with dense chunks (a itself, as a new handle, when already dense). */
+int tsr_decompress(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **out_p);
+
 /* Computes a's chunks and keeps them on the workers; *out_p is a new array
- * over the kept chunks (its tasks are not recomputed by later graphs). */
+ * over the kept chunks (its tasks are not recomputed by later graphs).
+ * The chunks are kept in a's encoding (tsr_compress). */
 int tsr_persist(tsr_array_ctx *ctx, const tsr_array *a, int timeout_ms, tsr_array **out_p);
 
 /* Like dask.persist(*arrays) / dask.compute(*arrays): one graph for all n

@@ -30,31 +30,25 @@ static void transpose(const double *a, int64_t r, int64_t c, double *t)
 }
 
 /* X [xr, xc] as stored, tile by tile in order of the inner dimension. */
-static void run_tiles(const tsr_buf *x, bool xb, const double *wk, int64_t w, double *out, double *tile)
+static void run_tiles(const tsr_k_xsrc *x, bool xb, const double *wk, int64_t w, double *out, double *tile)
 {
-  int64_t xr = x->meta.shape[0], xc = x->meta.shape[1];
-  size_t es = tsr_dtype_size(x->meta.dtype);
+  int64_t xr = x->rows, xc = x->cols;
   for (int64_t r0 = 0; r0 < xr; r0 += TILE_ROWS)
     for (int64_t c0 = 0; c0 < xc; c0 += TILE_COLS) {
       int64_t nr = xr - r0 < TILE_ROWS ? xr - r0 : TILE_ROWS, nc = xc - c0 < TILE_COLS ? xc - c0 : TILE_COLS;
-      for (int64_t r = 0; r < nr; r++)
-        tsr_k_load_f64(x->meta.dtype, (const char *)x->data + (size_t)((r0 + r) * xc + c0) * es, (size_t)nc,
-                       tile + r * nc);
+      x->load(x, r0, nr, c0, nc, tile);
       if (xb) tsr_k_gemm_xb_f64(TSR_K_ISA_BEST, nr, nc, w, tile, nc, wk + c0 * w, w, out + r0 * w, w);
       else tsr_k_gemm_btx_f64(TSR_K_ISA_BEST, nr, nc, w, wk + r0 * w, w, tile, nc, out + c0, xc);
     }
 }
 
-int tsr_k_matmul_skinny(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const tsr_buf *a, const tsr_buf *b,
-                        double *c, tsr_errbuf *err)
+int tsr_k_skinny_x(const tsr_k_xsrc *x, bool x_is_a, bool ta, bool tb, int64_t k, const tsr_buf *wb, double *c,
+                   tsr_errbuf *err)
 {
-  bool x_is_a = !tsr_k_is_float(a->meta.dtype) && b->meta.dtype == TSR_F64;
-  bool x_is_b = !tsr_k_is_float(b->meta.dtype) && a->meta.dtype == TSR_F64;
-  int64_t w = x_is_a ? n : m;
-  if ((!x_is_a && !x_is_b) || w > SKINNY_MAX) return 0;
-  const tsr_buf *x = x_is_a ? a : b, *wb = x_is_a ? b : a;
+  int64_t w = x_is_a ? (tb ? wb->meta.shape[0] : wb->meta.shape[1]) : (ta ? wb->meta.shape[1] : wb->meta.shape[0]);
+  if (wb->meta.dtype != TSR_F64 || w > SKINNY_MAX) return 0;
   bool xb = x_is_a ? !ta : tb, out_t = x_is_a ? ta : tb, w_t = x_is_a ? tb : !ta;
-  int64_t xr = x->meta.shape[0], xc = x->meta.shape[1];
+  int64_t xr = x->rows, xc = x->cols;
   size_t out_n = (size_t)(xb ? xr * w : w * xc);
   double *tile = malloc(TILE_ROWS * TILE_COLS * sizeof *tile);
   double *wk = w_t ? malloc((size_t)(k * w) * sizeof *wk) : NULL;
@@ -71,4 +65,26 @@ int tsr_k_matmul_skinny(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const
   free(tile), free(wk);
   if (out != c) free(out);
   return 1;
+}
+
+/* A stored integer chunk's tile, converted as astype to f64 does. */
+static void load_plain(const tsr_k_xsrc *x, int64_t r0, int64_t nr, int64_t c0, int64_t nc, double *tile)
+{
+  const tsr_buf *b = x->arg;
+  size_t es = tsr_dtype_size(b->meta.dtype);
+  for (int64_t r = 0; r < nr; r++)
+    tsr_k_load_f64(b->meta.dtype, (const char *)b->data + (size_t)((r0 + r) * x->cols + c0) * es, (size_t)nc,
+                   tile + r * nc);
+}
+
+int tsr_k_matmul_skinny(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const tsr_buf *a, const tsr_buf *b,
+                        double *c, tsr_errbuf *err)
+{
+  (void)m, (void)n;
+  bool x_is_a = !tsr_k_is_float(a->meta.dtype) && b->meta.dtype == TSR_F64;
+  bool x_is_b = !tsr_k_is_float(b->meta.dtype) && a->meta.dtype == TSR_F64;
+  if (!x_is_a && !x_is_b) return 0;
+  const tsr_buf *x = x_is_a ? a : b;
+  tsr_k_xsrc src = {x->meta.shape[0], x->meta.shape[1], load_plain, x};
+  return tsr_k_skinny_x(&src, x_is_a, ta, tb, k, x_is_a ? b : a, c, err);
 }

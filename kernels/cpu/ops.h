@@ -40,6 +40,11 @@ extern const tsr_op_def tsr_op_matmul_random;
 extern const tsr_op_def tsr_op_pack2bit;     /* pack2bit.c */
 extern const tsr_op_def tsr_op_unpack2bit;
 extern const tsr_op_def tsr_op_matmul_2bit;
+extern const tsr_op_def tsr_op_fillnan;      /* convert.c */
+extern const tsr_op_def tsr_op_ufunc;        /* ufunc.c */
+extern const tsr_op_def tsr_op_matmul_chain; /* matmul_chain.c */
+extern const tsr_op_def tsr_op_blosc_compress;   /* blosc.c */
+extern const tsr_op_def tsr_op_blosc_decompress;
 extern const tsr_op_def tsr_op_zarr_read;    /* zarr_read.c */
 extern const tsr_op_def tsr_op_zarr_write;   /* zarr_write.c */
 /* Test-only (test_only = true). */
@@ -147,6 +152,20 @@ void tsr_k_gemm_xb_f64(tsr_k_isa isa, int64_t rows, int64_t cols, int64_t n, con
  * not this path's (nothing written), or TSR_ENOMEM. */
 int tsr_k_matmul_skinny(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const tsr_buf *a, const tsr_buf *b,
                         double *c, tsr_errbuf *err);
+
+/* Where the skinny path reads X [rows, cols] (as stored) from: load()
+ * writes the f64 tile of rows [r0, r0+nr) and columns [c0, c0+nc) to tile
+ * (row-major, nc per row). c0 is a multiple of 256. */
+typedef struct tsr_k_xsrc {
+  int64_t rows, cols;
+  void (*load)(const struct tsr_k_xsrc *x, int64_t r0, int64_t nr, int64_t c0, int64_t nc, double *tile);
+  const void *arg;
+} tsr_k_xsrc;
+/* The skinny path over a tile source: X is operand A (x_is_a) or B of
+ * C = op(A) op(B), w the other operand (f64), k the inner dimension.
+ * Same returns as tsr_k_matmul_skinny (0: w is not f64 or is too wide). */
+int tsr_k_skinny_x(const tsr_k_xsrc *x, bool x_is_a, bool ta, bool tb, int64_t k, const tsr_buf *w, double *c,
+                   tsr_errbuf *err);
 
 /* A random op's chunk, parsed (random.c): dist is "random_uniform",
  * "random_normal" or "randint". tsr_k_gen_fill writes the chunk described

@@ -14,6 +14,9 @@
  * - astype: integers wrap, int → float rounds to nearest, float → int
  *   truncates and clamps, NaN → 0 (common.cuh, from cpu/common.c).
  *
+ * - add/mul/sub/div broadcast a row, column or scalar like the CPU ops
+ *   (`bcast`, `swap`), one IEEE operation per element: the same bytes.
+ *
  * All kernels are grid-stride loops over 64-bit indices. */
 #include <math.h>
 
@@ -95,6 +98,67 @@ __global__ void nary_kernel(nary_args a, T *out, int64_t n)
   }
 }
 
+/* ---------- broadcasting (cpu/elementwise.c: `bcast` row, col, scalar; `swap`) ---------- */
+
+enum { OP_DIV = OP_SUB + 1 };
+enum { BC_ROW = 1, BC_COL, BC_SCALAR };
+
+template <class T, int OP>
+__global__ void bcast_kernel(const T *x, const T *v, T *out, int64_t n, int64_t row_len, int kind, bool swap)
+{
+  typedef typename arith<T>::type U;
+  TSR_GRID_STRIDE(i, n)
+  {
+    int64_t at = kind == BC_ROW ? i % row_len : kind == BC_COL ? i / row_len : 0;
+    U a = (U)x[i], b = (U)v[at];
+    if (swap) {
+      U t = a;
+      a = b, b = t;
+    }
+    out[i] = (T)(OP == OP_ADD ? (U)(a + b) : OP == OP_MUL ? (U)(a * b) : OP == OP_SUB ? (U)(a - b) : (U)(a / b));
+  }
+}
+
+/* The broadcast kind of p (0 when absent); -1 for a name it does not know. */
+static int bcast_kind_of(const tsr_params *p, bool *swap_p)
+{
+  const char *name = "none";
+  *swap_p = false;
+  if (tsr_params_find(p, "bcast") != nullptr && tsr_params_get_str(p, "bcast", &name, nullptr) != 0) return -1;
+  if (tsr_params_find(p, "swap") != nullptr && tsr_params_get_bool(p, "swap", swap_p, nullptr) != 0) return -1;
+  if (strcmp(name, "none") == 0) return 0;
+  return strcmp(name, "row") == 0 ? BC_ROW : strcmp(name, "col") == 0 ? BC_COL : strcmp(name, "scalar") == 0 ? BC_SCALAR : -1;
+}
+
+/* x OP v broadcast; infer() checked the shapes. Integer div never comes here. */
+template <int OP>
+static int bcast_cuda(const char *op, int kind, bool swap, const tsr_buf *in, tsr_buf *out, const tsr_gpu_ctx *gpu,
+                      tsr_errbuf *err)
+{
+  int64_t n = tsr_meta_count(&out->meta), row_len = out->meta.ndim > 0 ? out->meta.shape[out->meta.ndim - 1] : 1;
+  if (n == 0) return 0;
+  int rc = tsr_with_dtype(out->meta.dtype, [&](auto t) {
+    using T = decltype(t);
+    bcast_kernel<T, OP><<<tsr_grid(n, 256), 256, 0, tsr_stream(gpu)>>>((const T *)in[0].data, (const T *)in[1].data,
+                                                                       (T *)out->data, n, row_len, kind, swap);
+    return TSR_CUDA_LAUNCHED("bcast_kernel", err);
+  });
+  return rc == 0 ? 0 : tsr_cuda_fail_op(op, rc, err);
+}
+
+/* Runs the broadcast form when p asks for one: 1 when it ran (or failed:
+ * *rc_p says), 0 when p has no broadcast. */
+template <int OP>
+static int maybe_bcast(const char *op, const tsr_params *p, const tsr_buf *in, tsr_buf *out, const tsr_gpu_ctx *gpu,
+                       tsr_errbuf *err, int *rc_p)
+{
+  bool swap;
+  int kind = bcast_kind_of(p, &swap);
+  if (kind == 0) return 0;
+  *rc_p = kind < 0 ? tsr_fail(err, TSR_EINVAL, "%s: bad bcast or swap param", op) : bcast_cuda<OP>(op, kind, swap, in, out, gpu, err);
+  return 1;
+}
+
 template <int OP>
 static int nary_cuda(const char *op, const tsr_buf *in, int n_in, tsr_buf *out, const tsr_gpu_ctx *gpu,
                      tsr_errbuf *err)
@@ -117,19 +181,22 @@ static int nary_cuda(const char *op, const tsr_buf *in, int n_in, tsr_buf *out, 
 
 TSR_CUDA_VARIANT(add)
 {
-  (void)p;
+  int rc;
+  if (maybe_bcast<OP_ADD>("add", p, in, out, gpu, err, &rc)) return rc;
   return nary_cuda<OP_ADD>("add", in, n_in, out, gpu, err);
 }
 
 TSR_CUDA_VARIANT(mul)
 {
-  (void)p;
+  int rc;
+  if (maybe_bcast<OP_MUL>("mul", p, in, out, gpu, err, &rc)) return rc;
   return nary_cuda<OP_MUL>("mul", in, n_in, out, gpu, err);
 }
 
 TSR_CUDA_VARIANT(sub)
 {
-  (void)p;
+  int rc;
+  if (maybe_bcast<OP_SUB>("sub", p, in, out, gpu, err, &rc)) return rc;
   return nary_cuda<OP_SUB>("sub", in, n_in, out, gpu, err);
 }
 
@@ -143,10 +210,12 @@ __global__ void div_kernel(const T *a, const T *b, T *out, int64_t n)
 
 TSR_CUDA_VARIANT(div)
 {
-  (void)p, (void)n_in;
+  (void)n_in;
   tsr_dtype dt = out->meta.dtype;
   if (dt != TSR_F32 && dt != TSR_F64)
     return tsr_fail(err, TSR_ENODEV, "div: integer division runs on the CPU variant (a zero divisor must fail the task)");
+  int brc;
+  if (maybe_bcast<OP_DIV>("div", p, in, out, gpu, err, &brc)) return brc;
   int64_t n = tsr_meta_count(&out->meta);
   if (n == 0) return 0;
   cudaStream_t s = tsr_stream(gpu);
@@ -236,7 +305,9 @@ int tsr_cuda_convert_2d(tsr_dtype to, tsr_dtype from, const void *src, int64_t l
 
 TSR_CUDA_VARIANT(astype)
 {
-  (void)p, (void)n_in;
+  (void)n_in;
+  if (tsr_params_find(p, "missing") != nullptr)
+    return tsr_fail(err, TSR_ENODEV, "astype: a missing-value sentinel converts on the CPU variant");
   int rc = tsr_cuda_convert(out->meta.dtype, in[0].meta.dtype, in[0].data, out->data, tsr_meta_count(&out->meta),
                             tsr_stream(gpu), err);
   return rc == 0 ? 0 : tsr_cuda_fail_op("astype", rc, err);

@@ -140,6 +140,8 @@ static int sum_launch(const T *x, const sum_shape &sh, void *out, const tsr_gpu_
 TSR_CUDA_VARIANT(sum)
 {
   (void)n_in;
+  if (tsr_params_find(p, "skipna") || tsr_params_find(p, "missing") || tsr_params_find(p, "count"))
+    return tsr_fail(err, TSR_ENODEV, "sum: skipping missing values runs on the CPU variant");
   const tsr_meta *m = &in[0].meta;
   int64_t axis;
   int rc = tsr_params_opt_int(p, "axis", -1, &axis, err);

@@ -480,6 +480,105 @@ TEST(two_contexts_do_not_share_key_names)
   tsr_array_ctx_destroy(&c2);
 }
 
+/* Each row of v sums to >= 0, and each column of u was flipped with its
+ * row of v: u_t . (A v_t) = s_t > 0 (regression: `tsr-svd --method exact`
+ * on a 3000 x 700 uniform matrix returned rows of v with a negative sum).
+ * For the exact SVD, A v_t = s_t u_t to tol. */
+static void check_signs(const double *a, const double *u, const double *s, const double *v, int64_t m, int64_t n,
+                        int64_t k, double tol)
+{
+  for (int64_t t = 0; t < k; t++) {
+    double sum = 0, dot = 0, worst = 0, scale = 0;
+    for (int64_t j = 0; j < n; j++) sum += v[t * n + j];
+    ASSERT_TRUE(sum >= 0);
+    for (int64_t i = 0; i < m; i++) {
+      double av = 0;
+      for (int64_t j = 0; j < n; j++) av += a[i * n + j] * v[t * n + j];
+      dot += u[i * k + t] * av;
+      worst = fmax(worst, fabs(av - s[t] * u[i * k + t]));
+      scale = fmax(scale, fabs(av));
+    }
+    ASSERT_TRUE(dot > 0);
+    if (tol > 0) ASSERT_TRUE(worst <= tol * scale);
+  }
+}
+
+TEST(svd_signs_follow_dask_convention)
+{
+  const int64_t m = 3000, n = 700, k = 10;
+  tsr_array_ctx *ctx = NULL;
+  tsr_array *A = NULL, *U = NULL, *S = NULL, *V = NULL, *Uc = NULL, *Sc = NULL, *Vc = NULL;
+  int64_t shape[2] = {m, n}, ch[2] = {1000, 700};
+  ASSERT_OK(tsr_array_ctx_new(client, &ctx));
+  ASSERT_OK(tsr_random_uniform(ctx, 5, TSR_F64, 2, shape, ch, &A));
+  ASSERT_OK(tsr_svd_tall_skinny(ctx, A, &U, &S, &V));
+  tsr_svd_opts o = TSR_SVD_OPTS_DEFAULT;
+  o.n_power_iter = 2;
+  ASSERT_OK(tsr_svd_compressed(ctx, A, (int)k, &o, &Uc, &Sc, &Vc));
+  double *a = fetch(ctx, A), *u = fetch(ctx, U), *s = fetch(ctx, S), *v = fetch(ctx, V);
+  double *uc = fetch(ctx, Uc), *sc = fetch(ctx, Sc), *vc = fetch(ctx, Vc);
+  ASSERT_TRUE(a && u && s && v && uc && sc && vc);
+  check_signs(a, u, s, v, m, n, n, 1e-10);
+  check_signs(a, uc, sc, vc, m, n, k, 0);
+  free(a), free(u), free(s), free(v), free(uc), free(sc), free(vc);
+  tsr_array_ctx_destroy(&ctx);
+}
+
+/* A minus its column means divided by its column spreads, through row
+ * and column broadcasts, and nanmean/nansum/count over NaN. */
+TEST(broadcasting_and_nan_reductions_match_local)
+{
+  const int64_t m = 301, n = 57;
+  double *a = local_random(m * n, 9);
+  for (int64_t i = 0; i < m * n; i += 11) a[i] = NAN;
+  int64_t ch[2] = {64, 20};
+  tsr_array_ctx *ctx = NULL;
+  tsr_array *A = NULL, *mu = NULL, *cnt = NULL, *sum = NULL, *C = NULL, *Z = NULL, *F = NULL, *rows = NULL, *R = NULL;
+  tsr_array *sq = NULL;
+  ASSERT_OK(tsr_array_ctx_new(client, &ctx));
+  ASSERT_OK(tsr_from_npy(ctx, write_npy(a, m, n), ch, &A));
+  ASSERT_OK(tsr_nanmean(ctx, A, 0, 3, &mu));
+  ASSERT_OK(tsr_nansum(ctx, A, 1, 0, &sum));
+  ASSERT_OK(tsr_count_valid(ctx, A, -1, 0, &cnt));
+  ASSERT_OK(tsr_sub(ctx, A, mu, &C));            /* a row vector (n,) */
+  ASSERT_OK(tsr_ufunc(ctx, mu, "square", &sq));
+  ASSERT_OK(tsr_div(ctx, C, sq, &Z));
+  ASSERT_OK(tsr_fillnan(ctx, Z, 0.0, &F));
+  int64_t rshape[2] = {m, 1}, rch[2] = {100, 1};
+  ASSERT_OK(tsr_full(ctx, 2.0, TSR_F64, 2, rshape, rch, &rows));
+  ASSERT_OK(tsr_mul(ctx, rows, F, &R));          /* a column vector on the left */
+  double *gmu = fetch(ctx, mu), *gsum = fetch(ctx, sum), *gr = fetch(ctx, R);
+  int64_t gcnt = -1;
+  ASSERT_OK(tsr_compute(ctx, cnt, &gcnt, sizeof gcnt, 60000));
+  ASSERT_TRUE(gmu && gsum && gr);
+  int64_t want_cnt = 0;
+  for (int64_t j = 0; j < n; j++) {
+    double s = 0;
+    int64_t c = 0;
+    for (int64_t i = 0; i < m; i++)
+      if (!isnan(a[i * n + j])) s += a[i * n + j], c++;
+    want_cnt += c;
+    ASSERT_NEAR(gmu[j], s / (double)c, 1e-14);
+    for (int64_t i = 0; i < m; i++) {
+      double x = a[i * n + j], want = isnan(x) ? 0.0 : 2.0 * ((x - gmu[j]) / (gmu[j] * gmu[j]));
+      ASSERT_EQ(gr[i * n + j], want);            /* the same IEEE operations: the same bytes */
+    }
+  }
+  ASSERT_EQ(gcnt, want_cnt);
+  for (int64_t i = 0; i < m; i++) {
+    double s = 0;
+    for (int64_t j = 0; j < n; j++) s += isnan(a[i * n + j]) ? 0.0 : a[i * n + j];
+    ASSERT_NEAR(gsum[i], s, 1e-13);
+  }
+  tsr_array *bad = NULL, *col = NULL;
+  int64_t wrong[1] = {n + 1};
+  ASSERT_OK(tsr_ones(ctx, TSR_F64, 1, wrong, NULL, &col));
+  ASSERT_EQ(tsr_add(ctx, A, col, &bad), TSR_ESHAPE);
+  ASSERT_TRUE(strstr(tsr_errmsg(), "do not broadcast") != NULL);
+  free(a), free(gmu), free(gsum), free(gr);
+  tsr_array_ctx_destroy(&ctx);
+}
+
 int main(void)
 {
   signal(SIGPIPE, SIG_IGN);
@@ -497,6 +596,8 @@ int main(void)
   RUN(odd_shapes_and_clear_errors);
   RUN(chunk_directory_round_trip_and_constants);
   RUN(two_contexts_do_not_share_key_names);
+  RUN(svd_signs_follow_dask_convention);
+  RUN(broadcasting_and_nan_reductions_match_local);
   tsr_client_close(client);
   cluster_stop(&c, kit_failed_tests > 0);
   char cmd[200];

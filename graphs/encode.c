@@ -1,0 +1,79 @@
+/* Arrays whose chunks are held encoded (tessera/array.h, tsr_compress):
+ * a `pack2bit` or `blosc_compress` task per block. Decoding is
+ * garray_dense's (context.c), which every builder calls. */
+#include <string.h>
+
+#include "graphs.h"
+
+#define TSR_API __attribute__((visibility("default")))
+
+static int check_blosc(const tsr_compress_opts *o)
+{
+  static const char *const cnames[] = {"blosclz", "lz4", "lz4hc", "zstd", "zlib"}, *const shuffles[] = {"none", "byte", "bit"};
+  bool cname_ok = false, shuffle_ok = false;
+  for (int i = 0; i < 5; i++) cname_ok = cname_ok || (o->cname != NULL && strcmp(o->cname, cnames[i]) == 0);
+  for (int i = 0; i < 3; i++) shuffle_ok = shuffle_ok || (o->shuffle != NULL && strcmp(o->shuffle, shuffles[i]) == 0);
+  if (!cname_ok)
+    return client_fail(TSR_EINVAL, "compress: unknown cname '%s' (blosclz, lz4, lz4hc, zstd, zlib)", o->cname ? o->cname : "(null)");
+  if (!shuffle_ok)
+    return client_fail(TSR_EINVAL, "compress: unknown shuffle '%s' (none, byte, bit)", o->shuffle ? o->shuffle : "(null)");
+  if (o->clevel < 0 || o->clevel > 9) return client_fail(TSR_EINVAL, "compress: clevel %d outside 0..9", o->clevel);
+  return 0;
+}
+
+static int check_opts(const tsr_array *a, const tsr_compress_opts *o)
+{
+  if (o->encoding == TSR_ENC_BLOSC) return check_blosc(o);
+  if (o->encoding != TSR_ENC_PACKED2) return client_fail(TSR_EINVAL, "compress: unknown encoding %d", (int)o->encoding);
+  if (a->dtype != TSR_U8 || a->ndim < 1)
+    return client_fail(TSR_ESHAPE, "compress: 2-bit packing takes a u8 array of values 0..3, got %s", gdtype_name(a->dtype));
+  if (a->missing >= 0 && a->missing != TSR_GENO_MISSING)
+    return client_fail(TSR_EINVAL, "compress: 2-bit packing keeps values 0..3, but the missing value is %d", a->missing);
+  return 0;
+}
+
+static int codec_args(const tsr_compress_opts *o, tsr_args **args_p)
+{
+  *args_p = NULL;
+  if (o->encoding != TSR_ENC_BLOSC) return 0;
+  int rc = tsr_args_new(args_p);
+  if (rc == 0) rc = tsr_args_str(*args_p, "cname", o->cname);
+  if (rc == 0) rc = tsr_args_int(*args_p, "clevel", o->clevel);
+  if (rc == 0) rc = tsr_args_str(*args_p, "shuffle", o->shuffle);
+  return rc;
+}
+
+TSR_API int tsr_compress(tsr_array_ctx *ctx, const tsr_array *a, const tsr_compress_opts *opts, tsr_array **out_p)
+{
+  tsr_compress_opts o = TSR_COMPRESS_OPTS_DEFAULT;
+  if (opts != NULL) o = *opts;
+  if (ctx == NULL || a == NULL || out_p == NULL) return client_fail(TSR_EINVAL, "compress: NULL argument");
+  int rc = check_opts(a, &o);
+  if (rc == 0) rc = garray_dense(ctx, a, &a);
+  if (rc != 0) return rc;
+  const char *op = o.encoding == TSR_ENC_BLOSC ? "blosc_compress" : "pack2bit";
+  tsr_args *args = NULL;
+  tsr_array *out = NULL;
+  rc = codec_args(&o, &args);
+  if (rc == 0) rc = garray_new(ctx, o.encoding == TSR_ENC_BLOSC ? "blosc" : "packed", a->dtype, a->ndim, a->shape, a->chunk, &out);
+  for (size_t b = 0; rc == 0 && b < a->nblocks; b++) {
+    const char *in = a->keys[b];
+    rc = gtask_add(ctx, out->keys[b], op, args, &in, 1);
+  }
+  tsr_args_destroy(&args);
+  if (rc != 0) {
+    tsr_array_free(ctx, &out);
+    return rc;
+  }
+  out->encoding = o.encoding;
+  out->missing = a->missing;
+  *out_p = out;
+  return 0;
+}
+
+TSR_API int tsr_decompress(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **out_p)
+{
+  if (ctx == NULL || a == NULL || out_p == NULL) return client_fail(TSR_EINVAL, "decompress: NULL argument");
+  int rc = garray_dense(ctx, a, &a);
+  return rc == 0 ? garray_view(ctx, "decompress", a, out_p) : rc;
+}

@@ -1,0 +1,341 @@
+/* Unit tests of the kernels behind broadcasting, missing values and folded
+ * chains: add/sub/mul/div with `bcast`, astype's `missing`, fillnan,
+ * ufunc, sum's skipna/missing/count, and matmul_chain against the same
+ * chain computed op by op (every side, u8 and packed X, narrow and wide
+ * B), with its error messages. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "kit.h"
+#include "cpu/ops.h"
+
+static tsr_buf buf_of(tsr_dtype dtype, int ndim, const int64_t *shape, void *data)
+{
+  tsr_buf b;
+  memset(&b, 0, sizeof b);
+  tsr_k_meta_set(&b.meta, dtype, ndim, shape);
+  b.data = data;
+  b.nbytes = (size_t)tsr_meta_nbytes(&b.meta);
+  return b;
+}
+
+static int run(const char *name, const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *out, tsr_errbuf *err)
+{
+  memset(out, 0, sizeof *out);
+  err->text[0] = '\0';
+  return tsr_op_run_cpu(tsr_op_find(name), p, in, n_in, out, err);
+}
+
+/* ---------- broadcasting ---------- */
+
+TEST(broadcast_row_col_scalar_and_swap)
+{
+  double x[6] = {1, 2, 3, 4, 5, 6}, row[3] = {10, 20, 30}, col[2] = {100, 200}, one[1] = {2};
+  int64_t s23[2] = {2, 3}, s3[1] = {3}, s21[2] = {2, 1}, s1[1] = {1};
+  tsr_buf in[2] = {buf_of(TSR_F64, 2, s23, x), buf_of(TSR_F64, 1, s3, row)}, out;
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_params_add_str(&p, "bcast", "row", 3);
+  ASSERT_OK(run("sub", &p, in, 2, &out, &err));
+  const double *o = out.data;
+  ASSERT_EQ(o[0], -9.0);
+  ASSERT_EQ(o[5], -24.0);
+  ASSERT_EQ(out.meta.shape[0], 2);
+  free(out.data);
+  tsr_params_add_bool(&p, "swap", true);  /* v - x */
+  ASSERT_OK(run("sub", &p, in, 2, &out, &err));
+  ASSERT_EQ(((double *)out.data)[4], 15.0);
+  free(out.data);
+  tsr_params_clear(&p);
+  tsr_params_add_str(&p, "bcast", "col", 3);
+  in[1] = buf_of(TSR_F64, 2, s21, col);
+  ASSERT_OK(run("div", &p, in, 2, &out, &err));
+  ASSERT_EQ(((double *)out.data)[2], 0.03);
+  ASSERT_EQ(((double *)out.data)[3], 0.02);
+  free(out.data);
+  tsr_params_clear(&p);
+  tsr_params_add_str(&p, "bcast", "scalar", 6);
+  in[1] = buf_of(TSR_F64, 1, s1, one);
+  ASSERT_OK(run("mul", &p, in, 2, &out, &err));
+  ASSERT_EQ(((double *)out.data)[5], 12.0);
+  free(out.data);
+  /* a vector of the wrong length is refused, naming both */
+  tsr_params_clear(&p);
+  tsr_params_add_str(&p, "bcast", "row", 3);
+  in[1] = buf_of(TSR_F64, 2, s21, col);
+  ASSERT_EQ(run("add", &p, in, 2, &out, &err), TSR_ESHAPE);
+  ASSERT_TRUE(strstr(err.text, "needs 3 values") != NULL);
+  tsr_params_clear(&p);
+}
+
+TEST(broadcast_integers_wrap_and_divide_by_zero_fails)
+{
+  uint8_t x[4] = {250, 1, 2, 3}, v[2] = {10, 0};
+  int64_t s22[2] = {2, 2}, s2[1] = {2};
+  tsr_buf in[2] = {buf_of(TSR_U8, 2, s22, x), buf_of(TSR_U8, 1, s2, v)}, out;
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_params_add_str(&p, "bcast", "row", 3);
+  ASSERT_OK(run("add", &p, in, 2, &out, &err));
+  ASSERT_EQ(((uint8_t *)out.data)[0], 4);  /* 260 wraps */
+  free(out.data);
+  ASSERT_EQ(run("div", &p, in, 2, &out, &err), TSR_EINVAL);
+  ASSERT_TRUE(strstr(err.text, "division by zero") != NULL);
+  tsr_params_clear(&p);
+}
+
+/* ---------- missing values ---------- */
+
+TEST(astype_missing_fillnan_and_ufunc)
+{
+  uint8_t g[5] = {0, 1, 2, 3, 1};
+  int64_t s5[1] = {5};
+  tsr_buf in = buf_of(TSR_U8, 1, s5, g), out, filled, root;
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_params_add_str(&p, "dtype", "f64", 3);
+  tsr_params_add_int(&p, "missing", 3);
+  ASSERT_OK(run("astype", &p, &in, 1, &out, &err));
+  const double *d = out.data;
+  ASSERT_TRUE(isnan(d[3]) && d[2] == 2.0 && d[4] == 1.0);
+  tsr_params_clear(&p);
+  tsr_params_add_float(&p, "value", -7.5);
+  ASSERT_OK(run("fillnan", &p, &out, 1, &filled, &err));
+  ASSERT_EQ(((double *)filled.data)[3], -7.5);
+  ASSERT_EQ(((double *)filled.data)[1], 1.0);
+  ASSERT_EQ(run("fillnan", &p, &in, 1, &root, &err), TSR_ESHAPE);  /* integers have no NaN */
+  tsr_params_clear(&p);
+  tsr_params_add_str(&p, "fn", "sqrt", 4);
+  ASSERT_OK(run("ufunc", &p, &out, 1, &root, &err));
+  ASSERT_TRUE(isnan(((double *)root.data)[3]));
+  ASSERT_EQ(((double *)root.data)[2], sqrt(2.0));
+  free(root.data);
+  tsr_params_clear(&p);
+  tsr_params_add_str(&p, "fn", "cbrt", 4);
+  ASSERT_EQ(run("ufunc", &p, &out, 1, &root, &err), TSR_EINVAL);
+  ASSERT_TRUE(strstr(err.text, "unknown fn 'cbrt'") != NULL);
+  tsr_params_clear(&p);
+  free(out.data);
+  free(filled.data);
+}
+
+/* sum over axis with the given extra params; returns the output buffer. */
+static void *sum_of(const tsr_buf *in, int axis, const char *mode, tsr_dtype *dt_p)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf out;
+  tsr_params_add_int(&p, "axis", axis);
+  if (strstr(mode, "missing")) tsr_params_add_int(&p, "missing", 3);
+  if (strstr(mode, "skipna")) tsr_params_add_bool(&p, "skipna", true);
+  if (strstr(mode, "count")) tsr_params_add_bool(&p, "count", true);
+  int rc = run("sum", &p, in, 1, &out, &err);
+  tsr_params_clear(&p);
+  if (rc != 0) return NULL;
+  *dt_p = out.meta.dtype;
+  return out.data;
+}
+
+TEST(sum_skips_missing_and_counts)
+{
+  /* 3 x 4 genotypes, 3 = missing; a float copy with NaN */
+  uint8_t g[12] = {0, 1, 2, 3, 3, 3, 2, 1, 2, 0, 3, 2};
+  double f[12];
+  for (int i = 0; i < 12; i++) f[i] = g[i] == 3 ? NAN : g[i];
+  int64_t shape[2] = {3, 4};
+  tsr_buf gi = buf_of(TSR_U8, 2, shape, g), fi = buf_of(TSR_F64, 2, shape, f);
+  tsr_dtype dt;
+  int64_t *cs = sum_of(&gi, 0, "missing", &dt), *cc = sum_of(&gi, 0, "missing count", &dt);
+  ASSERT_TRUE(cs != NULL && cc != NULL);
+  ASSERT_EQ(dt, TSR_I64);
+  int64_t want_s[4] = {2, 1, 4, 3}, want_c[4] = {2, 2, 2, 2};
+  for (int j = 0; j < 4; j++) {
+    ASSERT_EQ(cs[j], want_s[j]);
+    ASSERT_EQ(cc[j], want_c[j]);
+  }
+  double *fs = sum_of(&fi, 1, "skipna", &dt);
+  int64_t *fc = sum_of(&fi, -1, "skipna count", &dt);
+  ASSERT_TRUE(fs != NULL && fc != NULL);
+  ASSERT_EQ(fs[0], 3.0);
+  ASSERT_EQ(fs[1], 3.0);
+  ASSERT_EQ(fs[2], 4.0);
+  ASSERT_EQ(fc[0], 8);
+  double *plain = sum_of(&fi, 1, "", &dt);
+  ASSERT_TRUE(plain != NULL && isnan(plain[0]));  /* without skipna NaN propagates */
+  free(cs), free(cc), free(fs), free(fc), free(plain);
+}
+
+/* ---------- matmul_chain ---------- */
+
+/* Packs u8 values 0..3 of a [r, c] matrix into pack2bit's layout. */
+static uint8_t *pack(const uint8_t *x, int64_t r, int64_t c)
+{
+  int64_t cb = (c + 3) / 4;
+  uint8_t *p = calloc((size_t)(r * cb), 1);
+  for (int64_t i = 0; i < r; i++)
+    for (int64_t j = 0; j < c; j++) p[i * cb + j / 4] |= (uint8_t)(x[i * c + j] << (2 * (j % 4)));
+  return p;
+}
+
+/* Z = fillnan((astype(X, f64, missing 3) - mu) / sd, 0), op by op. */
+static double *chain_by_ops(const tsr_buf *x, const tsr_buf *mu, const tsr_buf *sd)
+{
+  tsr_params p = TSR_PARAMS_INIT, pb = TSR_PARAMS_INIT, pf = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf f, c, z, zf;
+  tsr_params_add_str(&p, "dtype", "f64", 3);
+  tsr_params_add_int(&p, "missing", 3);
+  tsr_params_add_str(&pb, "bcast", "row", 3);
+  tsr_params_add_float(&pf, "value", 0.0);
+  int rc = run("astype", &p, x, 1, &f, &err);
+  tsr_buf in1[2] = {f, *mu};
+  if (rc == 0) rc = run("sub", &pb, in1, 2, &c, &err);
+  tsr_buf in2[2] = {c, *sd};
+  if (rc == 0) rc = run("div", &pb, in2, 2, &z, &err);
+  if (rc == 0) rc = run("fillnan", &pf, &z, 1, &zf, &err);
+  tsr_params_clear(&p), tsr_params_clear(&pb), tsr_params_clear(&pf);
+  free(f.data), free(c.data), free(z.data);
+  return rc == 0 ? zf.data : NULL;
+}
+
+/* The chain's params for matmul_chain (vectors are inputs 2 and 3). */
+static void chain_params(tsr_params *p, const char *side, int64_t packed_cols)
+{
+  int64_t steps[3] = {2, 4, 8}, step_inputs[3] = {2, 3, -1};
+  double values[6] = {0, 0, 0, 0, 0, 0};
+  tsr_params_add_str(p, "side", side, strlen(side));
+  tsr_params_add_int(p, "missing", 3);
+  tsr_params_add_ints(p, "steps", steps, 3);
+  tsr_params_add_ints(p, "step_inputs", step_inputs, 3);
+  tsr_params_add_floats(p, "step_values", values, 6);
+  if (packed_cols >= 0) tsr_params_add_int(p, "cols", packed_cols);
+}
+
+/* C = op(A) op(B) naively in long double, A [m,k] (or [k,m] when ta). */
+static void naive(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double *a, const double *b, double *c)
+{
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      long double s = 0;
+      for (int64_t q = 0; q < k; q++) s += (long double)(ta ? a[q * m + i] : a[i * k + q]) * (tb ? b[j * k + q] : b[q * n + j]);
+      c[i * n + j] = (double)s;
+    }
+}
+
+static double max_rel(const double *a, const double *b, size_t n)
+{
+  double d = 0, m = 0;
+  for (size_t i = 0; i < n; i++) d = fmax(d, fabs(a[i] - b[i])), m = fmax(m, fabs(b[i]));
+  return d / (m > 0 ? m : 1);
+}
+
+/* Every side, narrow (w) B: folded = product of the stored chain, and u8
+ * and packed X give the same bytes. */
+static void check_sides(int64_t r, int64_t c, int64_t w)
+{
+  uint8_t *x = malloc((size_t)(r * c));
+  double *mu = malloc((size_t)c * sizeof *mu), *sd = malloc((size_t)c * sizeof *sd);
+  double *bx = malloc((size_t)(c * w) * sizeof(double)), *br = malloc((size_t)(r * w) * sizeof(double));
+  for (int64_t i = 0; i < r * c; i++) x[i] = (uint8_t)((i * 7 + i / 13) % 4);
+  for (int64_t j = 0; j < c; j++) mu[j] = 0.5 + 0.01 * (double)j, sd[j] = 0.7 + 0.003 * (double)j;
+  for (int64_t i = 0; i < c * w; i++) bx[i] = sin((double)i);
+  for (int64_t i = 0; i < r * w; i++) br[i] = cos((double)i);
+  uint8_t *px = pack(x, r, c);
+  int64_t sx[2] = {r, c}, spx[2] = {r, (c + 3) / 4}, sc[1] = {c}, sbx[2] = {c, w}, sbr[2] = {r, w}, swr[2] = {w, r};
+  tsr_buf xb = buf_of(TSR_U8, 2, sx, x), pb = buf_of(TSR_U8, 2, spx, px);
+  tsr_buf mub = buf_of(TSR_F64, 1, sc, mu), sdb = buf_of(TSR_F64, 1, sc, sd);
+  double *z = chain_by_ops(&xb, &mub, &sdb);
+  ASSERT_TRUE(z != NULL);
+  static const char *const sides[] = {"xb", "xtb", "bx", "btx"};
+  for (int s = 0; s < 4; s++) {
+    /* B for the side: xb [c, w]; xtb [r, w]; bx [w, r]; btx [r, w] */
+    tsr_buf b = s == 0 ? buf_of(TSR_F64, 2, sbx, bx) : s == 2 ? buf_of(TSR_F64, 2, swr, br) : buf_of(TSR_F64, 2, sbr, br);
+    tsr_buf in_u8[4] = {xb, b, mub, sdb}, in_pk[4] = {pb, b, mub, sdb}, o1, o2;
+    tsr_params p1 = TSR_PARAMS_INIT, p2 = TSR_PARAMS_INIT;
+    tsr_errbuf err;
+    chain_params(&p1, sides[s], -1);
+    chain_params(&p2, sides[s], c);
+    ASSERT_OK(run("matmul_chain", &p1, in_u8, 4, &o1, &err));
+    ASSERT_OK(run("matmul_chain", &p2, in_pk, 4, &o2, &err));
+    ASSERT_EQ(o1.nbytes, o2.nbytes);
+    ASSERT_TRUE(memcmp(o1.data, o2.data, o1.nbytes) == 0);
+    int64_t m = o1.meta.shape[0], n = o1.meta.shape[1];
+    double *want = malloc((size_t)(m * n) * sizeof *want);
+    if (s == 0) naive(false, false, r, w, c, z, bx, want);
+    if (s == 1) naive(true, false, c, w, r, z, br, want);
+    if (s == 2) naive(false, false, w, c, r, br, z, want);
+    if (s == 3) naive(true, false, w, c, r, br, z, want);
+    double e = max_rel(o1.data, want, (size_t)(m * n));
+    if (e > 1e-13) fprintf(stderr, "  side %s r %lld c %lld w %lld: error %.3g\n", sides[s], (long long)r, (long long)c, (long long)w, e);
+    ASSERT_TRUE(e <= 1e-13);
+    tsr_params_clear(&p1), tsr_params_clear(&p2);
+    free(o1.data), free(o2.data), free(want);
+  }
+  free(x), free(px), free(mu), free(sd), free(bx), free(br), free(z);
+}
+
+TEST(matmul_chain_matches_the_chain_op_by_op)
+{
+  check_sides(70, 300, 5);    /* skinny kernels, tiles over both axes */
+  check_sides(9, 11, 3);      /* odd sizes, one tile */
+  check_sides(40, 90, 70);    /* wide B: dgemm over panels */
+}
+
+TEST(matmul_chain_plain_integer_equals_matmul)
+{
+  int64_t r = 33, c = 517, w = 7;
+  uint8_t *x = malloc((size_t)(r * c));
+  double *b = malloc((size_t)(c * w) * sizeof *b);
+  for (int64_t i = 0; i < r * c; i++) x[i] = (uint8_t)(i % 3);
+  for (int64_t i = 0; i < c * w; i++) b[i] = 1.0 / (double)(i + 1);
+  int64_t sx[2] = {r, c}, sb[2] = {c, w};
+  tsr_buf in[2] = {buf_of(TSR_U8, 2, sx, x), buf_of(TSR_F64, 2, sb, b)}, o1, o2;
+  tsr_params p = TSR_PARAMS_INIT, none = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_params_add_str(&p, "side", "xb", 2);
+  ASSERT_OK(run("matmul_chain", &p, in, 2, &o1, &err));
+  ASSERT_OK(run("matmul", &none, in, 2, &o2, &err));
+  ASSERT_TRUE(o1.nbytes == o2.nbytes && memcmp(o1.data, o2.data, o1.nbytes) == 0);
+  tsr_params_clear(&p);
+  free(o1.data), free(o2.data), free(x), free(b);
+}
+
+TEST(matmul_chain_refuses_bad_params)
+{
+  uint8_t x[4] = {0};
+  double b[4] = {0}, v[3] = {0};
+  int64_t s22[2] = {2, 2}, s3[1] = {3};
+  tsr_buf in[3] = {buf_of(TSR_U8, 2, s22, x), buf_of(TSR_F64, 2, s22, b), buf_of(TSR_F64, 1, s3, v)}, out;
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_params_add_str(&p, "side", "yx", 2);
+  ASSERT_EQ(run("matmul_chain", &p, in, 2, &out, &err), TSR_EINVAL);
+  ASSERT_TRUE(strstr(err.text, "side 'yx'") != NULL);
+  tsr_params_clear(&p);
+  int64_t steps[1] = {2}, inputs[1] = {2};
+  double values[2] = {0, 0};
+  tsr_params_add_str(&p, "side", "xb", 2);
+  tsr_params_add_ints(&p, "steps", steps, 1);
+  tsr_params_add_ints(&p, "step_inputs", inputs, 1);
+  tsr_params_add_floats(&p, "step_values", values, 2);
+  ASSERT_EQ(run("matmul_chain", &p, in, 3, &out, &err), TSR_ESHAPE);  /* 3 values for 2 columns */
+  ASSERT_TRUE(strstr(err.text, "vector of 2 values") != NULL);
+  tsr_params_clear(&p);
+}
+
+int main(void)
+{
+  tsr_ops_init(false);
+  RUN(broadcast_row_col_scalar_and_swap);
+  RUN(broadcast_integers_wrap_and_divide_by_zero_fails);
+  RUN(astype_missing_fillnan_and_ufunc);
+  RUN(sum_skips_missing_and_counts);
+  RUN(matmul_chain_matches_the_chain_op_by_op);
+  RUN(matmul_chain_plain_integer_equals_matmul);
+  RUN(matmul_chain_refuses_bad_params);
+  return kit_summary();
+}
