@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libzmq3-dev libmsgpack-dev libblosc-dev libucx-dev
       libopenblas-dev liblapacke-dev libsodium-dev
-      python3 python3-numpy)
+      libzstd-dev zlib1g-dev libisal-dev libjansson-dev
+      python3 python3-numpy python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -46,6 +46,8 @@ extern const tsr_op_def tsr_op_ufunc;        /* ufunc.c */
 extern const tsr_op_def tsr_op_matmul_chain; /* matmul_chain.c */
 extern const tsr_op_def tsr_op_blosc_compress;   /* blosc.c */
 extern const tsr_op_def tsr_op_blosc_decompress;
+extern const tsr_op_def tsr_op_zarr_read;    /* zarr_read.c */
+extern const tsr_op_def tsr_op_zarr_write;   /* zarr_write.c */
 /* Test-only (test_only = true). */
 extern const tsr_op_def tsr_op_crash;
 extern const tsr_op_def tsr_op_fail;
