@@ -1087,7 +1087,8 @@ TEST(registry_and_test_ops)
   static const char *names[] = {"random_uniform", "random_normal", "randint", "full", "add", "mul", "sub", "div",
                                 "scale", "astype", "sum", "matmul", "load_npy", "save_npy", "noop",
                                 "transpose", "slice", "assemble", "view", "qr", "svd", "bmul", "signs",
-                                "matmul_random", "pack2bit", "unpack2bit", "matmul_2bit", "fillnan", "ufunc", "matmul_chain"};
+                                "matmul_random", "pack2bit", "unpack2bit", "matmul_2bit", "fillnan", "ufunc", "matmul_chain",
+                                "read_bed"};
   tsr_params p = TSR_PARAMS_INIT;
   tsr_errbuf err;
   tsr_buf out;
