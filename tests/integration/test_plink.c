@@ -5,6 +5,7 @@
  * the samples' and variants' names, and each refused file with its
  * message — on the client, and on a worker for a .bed changed after the
  * graph was built — after which the cluster still serves. */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,6 +271,74 @@ TEST(info_names_the_samples_and_variants)
   tsr_plink_info_destroy(&info);  /* NULL is a no-op */
 }
 
+/* ---------- the benchmark's generator ---------- */
+
+static int gen_bed(const char *prefix, const char *threads)
+{
+  const char *argv[] = {cluster_bin("tsr-gen-bed"), "--out", prefix, "--samples", "301", "--snps", "1003",
+                        "--pops", "3", "--seed", "7", "--threads", threads, NULL};
+  char out[512];
+  return run_capture(argv, NULL, out, sizeof out, 60);
+}
+
+/* bench/gen_bed.c's files read back: the same bytes for any thread count,
+ * the populations in the .fam, about 1% missing, and the structure a PCA
+ * should find (population means of the dosage differ). */
+TEST(generated_sets_read_back_whatever_the_thread_count)
+{
+  char p1[200], p3[200], bed1[220], bed3[220];
+  snprintf(p1, sizeof p1, "%s/gen1", tmpdir);
+  snprintf(p3, sizeof p3, "%s/gen3", tmpdir);
+  ASSERT_EQ(gen_bed(p1, "1"), 0);
+  ASSERT_EQ(gen_bed(p3, "3"), 0);
+  snprintf(bed1, sizeof bed1, "%s.bed", p1);
+  snprintf(bed3, sizeof bed3, "%s.bed", p3);
+  size_t len1 = 0, len3 = 0;
+  uint8_t *b1 = slurp(bed1, &len1), *b3 = slurp(bed3, &len3);
+  ASSERT_TRUE(b1 != NULL && b3 != NULL);
+  ASSERT_EQ(len1, 3 + 76 * 1003);
+  ASSERT_TRUE(len1 == len3 && memcmp(b1, b3, len1) == 0);
+  free(b1), free(b3);
+
+  tsr_plink_info *info = NULL;
+  ASSERT_OK(tsr_plink_info_read(p1, &info));
+  ASSERT_STREQ(info->fid[0], "pop1");
+  ASSERT_STREQ(info->fid[150], "pop2");
+  ASSERT_STREQ(info->fid[300], "pop3");
+  ASSERT_STREQ(info->iid[300], "s301");
+  ASSERT_STREQ(info->variant_id[1002], "snp1003");
+  ASSERT_STREQ(info->chrom[1002], "22");
+  tsr_plink_info_destroy(&info);
+
+  tsr_array_ctx *ctx = NULL;
+  tsr_array *a = NULL;
+  const int64_t chunks[2] = {150, 250};
+  ASSERT_OK(tsr_array_ctx_new(client, &ctx));
+  ASSERT_OK(tsr_from_plink(ctx, p1, chunks, &a));
+  uint8_t *x = compute_u8(ctx, a), *want = reference_decode(p1, 301, 1003);
+  ASSERT_TRUE(x != NULL && want != NULL && memcmp(x, want, 301 * 1003) == 0);
+  int64_t missing = 0;
+  double diff = 0;  /* mean |pop1 mean - pop3 mean| of the dosage over SNPs */
+  for (int64_t v = 0; v < 1003; v++) {
+    double s[2] = {0, 0}, n[2] = {0, 0};
+    for (int64_t i = 0; i < 301; i++) {
+      uint8_t g = x[i * 1003 + v];
+      missing += g == TSR_GENO_MISSING;
+      int k = i < 100 ? 0 : i >= 201 ? 1 : -1;  /* populations 1 and 3 */
+      if (k >= 0 && g != TSR_GENO_MISSING) s[k] += g, n[k]++;
+    }
+    diff += fabs(s[0] / n[0] - s[1] / n[1]) / 1003;
+  }
+  fprintf(stderr, "  generated: %lld missing, dosage means of populations 1 and 3 differ by %.3f\n", (long long)missing,
+          diff);
+  ASSERT_TRUE(missing > 2700 && missing < 3340);  /* 1% of 301,903 is 3,019, sd 55 */
+  /* Sampling alone (Fst 0, 100 samples a population) gives about 0.07;
+   * Fst 0.05 adds |2 (p1 - p3)|, about 0.2. */
+  ASSERT_TRUE(diff > 0.14);
+  free(x), free(want);
+  tsr_array_ctx_destroy(&ctx);
+}
+
 /* ---------- bad input ---------- */
 
 #define SMALL_N 10
@@ -457,6 +526,7 @@ int main(void)
   } else {
     fprintf(stderr, "[ SKIP ] the real-data tests: no %s (set TSR_PLINK_DATA)\n", probe);
   }
+  RUN(generated_sets_read_back_whatever_the_thread_count);
   RUN(bad_files_are_refused_with_the_file_and_the_problem);
   RUN(a_bed_changed_after_the_graph_was_built_fails_its_task);
   tsr_client_close(client);
