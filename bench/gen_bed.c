@@ -173,7 +173,12 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 typedef uint32_t v8u __attribute__((vector_size(32)));
 typedef uint8_t v8b __attribute__((vector_size(8)));
 
-static inline v8u lowbias32_v(v8u x)
+/* Always inlined, also at -O0: a call from the AVX2 clone to a helper
+ * compiled for the default target passes 256-bit vectors in registers the
+ * callee does not read them from (the ABI change GCC's -Wpsabi warns of). */
+#define VEC_INLINE static inline __attribute__((always_inline))
+
+VEC_INLINE v8u lowbias32_v(v8u x)
 {
   x ^= x >> 16;
   x *= 0x7feb352du;
@@ -182,7 +187,7 @@ static inline v8u lowbias32_v(v8u x)
   return x ^ (x >> 16);
 }
 
-static inline v8i codes_v(v8u u, const int32_t t[3])
+VEC_INLINE v8i codes_v(v8u u, const int32_t t[3])
 {
   v8i x = (v8i)u;
   return -((x >= t[0]) + (x >= t[1]) + (x >= t[2]));
