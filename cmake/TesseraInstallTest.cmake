@@ -23,7 +23,7 @@ endfunction()
 file(REMOVE_RECURSE ${WORK_DIR})
 set(PREFIX ${WORK_DIR}/prefix)
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX} --component devel)
-foreach(f include/tessera/tessera.h include/tessera/base.h include/tessera/zarr.h)
+foreach(f include/tessera/tessera.h include/tessera/base.h include/tessera/zarr.h include/tessera/plink.h)
   if(NOT EXISTS ${PREFIX}/${f})
     message(FATAL_ERROR "not installed: ${f}")
   endif()
@@ -33,6 +33,7 @@ set(SRC ${WORK_DIR}/consumer)
 file(WRITE ${SRC}/main.c [=[
 #include <stdio.h>
 #include <string.h>
+#include <tessera/plink.h>
 #include <tessera/tessera.h>
 #include <tessera/zarr.h>
 
@@ -41,6 +42,8 @@ int main(void)
   /* Links the Zarr builders (and jansson, for the static archive). */
   tsr_array *z = NULL;
   if (tsr_from_zarr(NULL, "x", &z) != TSR_EINVAL) return 4;
+  tsr_plink_info *info = NULL;
+  tsr_plink_info_destroy(&info);  /* the reader's header installs and links */
   if (strcmp(tsr_strerror(TSR_ETASK), "a task failed (see the future's error message)") != 0) return 1;
   tsr_args *a = NULL;
   if (tsr_args_new(&a) != 0 || tsr_args_int(a, "seed", 5) != 0) return 2;

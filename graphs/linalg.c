@@ -313,6 +313,32 @@ TSR_API int tsr_svd_tall_skinny(tsr_array_ctx *ctx, const tsr_array *a, tsr_arra
   return svd_tall_skinny(ctx, a, true, u_p, s_p, v_p);
 }
 
+/* Block Krylov (FastPCA's Blanczos, PLINK 2's --pca approx): each power
+ * iterate Q_i = orth(A orth(Aᵀ Q_{i-1})) is kept, and Q spans them all,
+ * l·(q+1) columns, for the price of the same passes over A. A spectrum
+ * with a flat tail (genotypes: hundreds of eigenvalues near 1 under a few
+ * population PCs) needs this: the last iterate alone converges like
+ * (σ_{l+1}/σ_k)^(2q+1), the span like a polynomial of degree 2q+1. */
+static int krylov_span(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *at, tsr_array *y, int q_iters,
+                       tsr_array **q_p)
+{
+  tsr_array **blocks = calloc((size_t)q_iters + 1, sizeof *blocks), *q = NULL, *r = NULL, *z = NULL, *w = NULL;
+  if (blocks == NULL) return client_fail(TSR_ENOMEM, "svd_compressed: out of memory");
+  int rc = tsr_tsqr(ctx, y, &blocks[0], &r);
+  for (int i = 1; rc == 0 && i <= q_iters; i++) {
+    rc = tsr_matmul(ctx, at, blocks[i - 1], &z);
+    if (rc == 0) rc = tsr_tsqr(ctx, z, &w, &r);
+    if (rc == 0) rc = tsr_matmul(ctx, a, w, &y);
+    if (rc == 0) rc = tsr_tsqr(ctx, y, &blocks[i], &r);
+  }
+  tsr_array *k = NULL;
+  if (rc == 0) rc = tsr_concatenate(ctx, (const tsr_array *const *)blocks, (size_t)q_iters + 1, 1, &k);
+  if (rc == 0) rc = tsr_qr(ctx, k, &q, &r);
+  if (rc == 0) *q_p = q;
+  free(blocks);
+  return rc;
+}
+
 /* The range finder: Q with orthonormal columns spanning A's top subspace. */
 static int range_finder(tsr_array_ctx *ctx, const tsr_array *a, int64_t l, const tsr_svd_opts *o, tsr_array **q_p)
 {
@@ -322,6 +348,7 @@ static int range_finder(tsr_array_ctx *ctx, const tsr_array *a, int64_t l, const
   int rc = tsr_random_normal(ctx, o->seed, dtype, 2, oshape, ochunks, &omega);
   if (rc == 0) rc = tsr_matmul(ctx, a, omega, &y);
   if (rc == 0) rc = tsr_transpose(ctx, a, &at);
+  if (rc == 0 && o->iterator == TSR_SVD_KRYLOV) return krylov_span(ctx, a, at, y, o->n_power_iter, q_p);
   for (int i = 0; rc == 0 && i < o->n_power_iter; i++) {
     if (o->iterator == TSR_SVD_POWER) {
       rc = tsr_tsqr(ctx, y, &q, &r);
@@ -340,6 +367,39 @@ static int range_finder(tsr_array_ctx *ctx, const tsr_array *a, int64_t l, const
   return rc;
 }
 
+/* B (l x n) this small is decomposed by one svd task (the op takes any
+ * shape): TSQR of Bᵀ would add a dozen tasks to the critical path. */
+#define SMALL_SVD_ELEMS ((int64_t)1 << 24)
+
+/* SVD of B = Qᵀ A: ub (l x r), s (r), vt (r x n), r = min(l, n). */
+static int svd_of_b(tsr_array_ctx *ctx, const tsr_array *b, tsr_array **ub_p, tsr_array **s_p, tsr_array **vt_p)
+{
+  int64_t l = b->shape[0], n = b->shape[1];
+  if (l * n > SMALL_SVD_ELEMS) {
+    tsr_array *bt = NULL, *v = NULL, *vtb = NULL;
+    int rc = tsr_transpose(ctx, b, &bt);
+    if (rc == 0) rc = svd_tall_skinny(ctx, bt, false, &v, s_p, &vtb);  /* signs are set once, at the end */
+    if (rc == 0) rc = tsr_transpose(ctx, vtb, ub_p);
+    if (rc == 0) rc = tsr_transpose(ctx, v, vt_p);
+    return rc;
+  }
+  tsr_array *one = NULL;
+  const tsr_array *whole = b;
+  int64_t all[2] = {l, n}, ll[2] = {l, l}, sl[1] = {l}, ln[2] = {l, n};
+  int rc = 0;
+  if (b->nblocks > 1 && (rc = tsr_rechunk(ctx, b, all, &one)) == 0) whole = one;
+  char packed[256], uk[256], sk[256], vk[256];
+  const char *in = rc == 0 ? whole->keys[0] : NULL;
+  if (rc == 0) rc = gtask_add_tmp(ctx, "svd", "svd", NULL, &in, 1, packed, sizeof packed);
+  if (rc == 0) rc = add_view(ctx, packed, 0, 2, ll, uk, sizeof uk);
+  if (rc == 0) rc = add_view(ctx, packed, l * l, 1, sl, sk, sizeof sk);
+  if (rc == 0) rc = add_view(ctx, packed, l * l + l, 2, ln, vk, sizeof vk);
+  if (rc == 0) rc = wrap_key(ctx, "svd-u", b->dtype, 2, ll, uk, ub_p);
+  if (rc == 0) rc = wrap_key(ctx, "svd-s", b->dtype, 1, sl, sk, s_p);
+  if (rc == 0) rc = wrap_key(ctx, "svd-v", b->dtype, 2, ln, vk, vt_p);
+  return rc;
+}
+
 TSR_API int tsr_svd_compressed(tsr_array_ctx *ctx, const tsr_array *a, int k, const tsr_svd_opts *opts,
                                tsr_array **u_p, tsr_array **s_p, tsr_array **v_p)
 {
@@ -352,17 +412,19 @@ TSR_API int tsr_svd_compressed(tsr_array_ctx *ctx, const tsr_array *a, int k, co
   if (o.n_oversamples < 0 || o.n_power_iter < 0) return client_fail(TSR_EINVAL, "svd_compressed: negative option");
   int64_t l = k + o.n_oversamples > 20 ? k + o.n_oversamples : 20;
   if (l > mn) l = mn;
-  /* B = Q^T A is l x n; its SVD through TSQR of B^T (n x l, tall). */
-  tsr_array *q = NULL, *qt = NULL, *b = NULL, *bt = NULL, *ub = NULL, *s = NULL, *vtb = NULL, *vtbt = NULL;
-  tsr_array *u = NULL, *v = NULL;
+  /* A Krylov span has l columns per pass over A (at most min(m, n)). */
+  if (o.iterator == TSR_SVD_KRYLOV && l * (o.n_power_iter + 1) > mn) {
+    l = mn / (o.n_power_iter + 1);
+    if (l < k) return client_fail(TSR_EINVAL, "svd_compressed: %d Krylov iterations of at least k = %d columns exceed %lld",
+                                  o.n_power_iter, k, (long long)mn);
+  }
+  /* B = Q^T A is l x n (l·(q+1) for Krylov), decomposed by svd_of_b. */
+  tsr_array *q = NULL, *qt = NULL, *b = NULL, *ub = NULL, *s = NULL, *u = NULL, *v = NULL;
   rc = range_finder(ctx, a, l, &o, &q);
   if (rc == 0) rc = tsr_transpose(ctx, q, &qt);
   if (rc == 0) rc = tsr_matmul(ctx, qt, a, &b);
-  if (rc == 0) rc = tsr_transpose(ctx, b, &bt);
-  if (rc == 0) rc = svd_tall_skinny(ctx, bt, false, &ub, &s, &vtb);  /* signs are set once, at the end */
-  if (rc == 0) rc = tsr_transpose(ctx, vtb, &vtbt);
-  if (rc == 0) rc = tsr_matmul(ctx, q, vtbt, &u);
-  if (rc == 0) rc = tsr_transpose(ctx, ub, &v);
+  if (rc == 0) rc = svd_of_b(ctx, b, &ub, &s, &v);
+  if (rc == 0) rc = tsr_matmul(ctx, q, ub, &u);
   int64_t u0[2] = {0, 0}, u1[2] = {m, k}, s0[1] = {0}, s1[1] = {k}, v0[2] = {0, 0}, v1[2] = {k, n};
   tsr_array *uk = NULL, *sk = NULL, *vk = NULL;
   if (rc == 0) rc = tsr_slice(ctx, u, u0, u1, &uk);

@@ -33,7 +33,13 @@ int tsr_qr(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **q_p, tsr_array **
 int tsr_svd_tall_skinny(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **u_p, tsr_array **s_p,
                         tsr_array **v_p);
 
-typedef enum { TSR_SVD_POWER = 0, TSR_SVD_QR = 1 } tsr_svd_iterator;
+/* How the range finder iterates (n_power_iter times): POWER and QR as
+ * Dask's svd_compressed (QR re-orthonormalizes after every product);
+ * KRYLOV keeps every iterate and spans them all, l·(n_power_iter + 1)
+ * columns for the same passes over A (block Krylov, as FastPCA and PLINK
+ * 2's --pca approx): far more accurate when the spectrum has a flat tail
+ * (genotype matrices do). */
+typedef enum { TSR_SVD_POWER = 0, TSR_SVD_QR = 1, TSR_SVD_KRYLOV = 2 } tsr_svd_iterator;
 
 typedef struct tsr_svd_opts {
   int n_oversamples;          /* default 10 */
@@ -84,10 +90,11 @@ typedef struct tsr_pca_opts {
   int k;                            /* components; default 10 */
   tsr_pca_method method;            /* default TSR_PCA_COMPRESSED */
   tsr_standardize_mode standardize; /* default TSR_STANDARDIZE_BINOM2 */
-  tsr_svd_opts svd;                 /* the compressed method's (default: 10 oversamples, 2 power iterations) */
+  tsr_svd_opts svd;                 /* the compressed method's (default: block Krylov, 2 iterations, 40
+                                     * oversamples: a 150-column span for k = 10) */
 } tsr_pca_opts;
 
-#define TSR_PCA_OPTS_DEFAULT {10, TSR_PCA_COMPRESSED, TSR_STANDARDIZE_BINOM2, {10, 2, TSR_SVD_POWER, 0, true}}
+#define TSR_PCA_OPTS_DEFAULT {10, TSR_PCA_COMPRESSED, TSR_STANDARDIZE_BINOM2, {40, 2, TSR_SVD_KRYLOV, 0, true}}
 
 /* PCA of a samples x variants array x (n x m) as PLINK's --pca means it:
  * Z = tsr_standardize(x), Z = U S Vᵀ. Returns eigvec (n x k: U's first k

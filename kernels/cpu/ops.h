@@ -48,6 +48,7 @@ extern const tsr_op_def tsr_op_blosc_compress;   /* blosc.c */
 extern const tsr_op_def tsr_op_blosc_decompress;
 extern const tsr_op_def tsr_op_zarr_read;    /* zarr_read.c */
 extern const tsr_op_def tsr_op_zarr_write;   /* zarr_write.c */
+extern const tsr_op_def tsr_op_read_bed;     /* plink.c */
 /* Test-only (test_only = true). */
 extern const tsr_op_def tsr_op_crash;
 extern const tsr_op_def tsr_op_fail;
@@ -277,5 +278,42 @@ bool tsr_k_philox_tile_t_isa(tsr_k_isa isa, const tsr_k_vals *v, uint64_t L0, ui
                              size_t cols, double *out, size_t ldo);
 /* The words of blocks b0.. into out: tsr_k_philox_values_isa with WORDS. */
 size_t tsr_k_philox_blocks_isa(tsr_k_isa isa, uint64_t seed, uint64_t b0, size_t n, uint32_t *out);
+
+/* PLINK 1 .bed chunks (plink.c; the format and the chunk layout are in
+ * its top comment and docs/plink.md). A chunk: samples [row0, row0+rows)
+ * x variants [col0, col0+cols) of a file of n_samples x n_variants. */
+typedef struct tsr_k_bed_slice {
+  const char *path;                /* for messages; borrowed */
+  int64_t n_samples, n_variants;   /* the file's */
+  int64_t row0, rows, col0, cols;  /* the chunk */
+} tsr_k_bed_slice;
+
+/* The chunk's packed A1 dosages from SNP-major codes: in points at the
+ * byte holding sample q (0..3) of the chunk's first variant, variant c's
+ * bytes start at in + c·istride, and (q + rows + 3) / 4 bytes of each are
+ * read. Row r of out (at out + r·ostride) gets ceil(cols/4) bytes: the
+ * pack2bit layout of the dosages (00→2, 10→1, 11→0, 01→3), pad bits
+ * zero. Bits of in outside the chunk are ignored. */
+void tsr_k_bed_transpose(const uint8_t *in, size_t istride, int q, int64_t rows, int64_t cols, uint8_t *out,
+                         size_t ostride);
+/* Checks fd's magic (6c 1b 01), mode and exact size against s's counts.
+ * 0 or TSR_EIO with a message that names s->path and the problem. */
+int tsr_k_bed_check(int fd, const tsr_k_bed_slice *s, tsr_errbuf *err);
+/* How tsr_k_bed_read reads: whole records, at most batch_bytes of them
+ * (and at least 4) per pread; or, when a chunk would skip more than
+ * skip_bytes of each record, one pread per record of just its bytes.
+ * The defaults, measured here (docs/plink.md): a pread into 64 MiB of
+ * fresh pages took 37-82 ms (the kernel faults each page in during the
+ * copy), the same 67 MB through a reused 8 MiB buffer 4-9 ms; a pread per
+ * record costs as much as copying some kilobytes (957-sample records read
+ * one pread each for chunks of 3 or 4 samples took 1.2-2 s a matrix). */
+typedef struct tsr_k_bed_io {
+  size_t batch_bytes;
+  uint64_t skip_bytes;
+} tsr_k_bed_io;
+#define TSR_K_BED_IO_DEFAULT {(size_t)8 << 20, (uint64_t)64 << 10}
+/* Reads s's chunk from fd (checked) into out, u8 [rows, ceil(cols/4)].
+ * 0, TSR_EIO (the file is shorter than its check said) or TSR_ENOMEM. */
+int tsr_k_bed_read(int fd, const tsr_k_bed_slice *s, const tsr_k_bed_io *io, uint8_t *out, tsr_errbuf *err);
 
 #endif

@@ -1088,7 +1088,8 @@ TEST(registry_and_test_ops)
                                 "scale", "astype", "sum", "matmul", "load_npy", "save_npy", "noop",
                                 "transpose", "slice", "assemble", "view", "qr", "svd", "bmul", "signs",
                                 "matmul_random", "pack2bit", "unpack2bit", "matmul_2bit", "fillnan", "ufunc", "matmul_chain",
-                                "blosc_compress", "blosc_decompress", "zarr_read", "zarr_write"};
+                                "blosc_compress", "blosc_decompress", "zarr_read", "zarr_write",
+                                "read_bed"};
   tsr_params p = TSR_PARAMS_INIT;
   tsr_errbuf err;
   tsr_buf out;
