@@ -90,11 +90,11 @@ typedef struct tsr_pca_opts {
   int k;                            /* components; default 10 */
   tsr_pca_method method;            /* default TSR_PCA_COMPRESSED */
   tsr_standardize_mode standardize; /* default TSR_STANDARDIZE_BINOM2 */
-  tsr_svd_opts svd;                 /* the compressed method's (default: block Krylov, 2 iterations, 40
-                                     * oversamples: a 150-column span for k = 10) */
+  tsr_svd_opts svd;                 /* the compressed method's (default: block Krylov, 2 iterations, 90
+                                     * oversamples: a 300-column span for k = 10) */
 } tsr_pca_opts;
 
-#define TSR_PCA_OPTS_DEFAULT {10, TSR_PCA_COMPRESSED, TSR_STANDARDIZE_BINOM2, {40, 2, TSR_SVD_KRYLOV, 0, true}}
+#define TSR_PCA_OPTS_DEFAULT {10, TSR_PCA_COMPRESSED, TSR_STANDARDIZE_BINOM2, {90, 2, TSR_SVD_KRYLOV, 0, true}}
 
 /* PCA of a samples x variants array x (n x m) as PLINK's --pca means it:
  * Z = tsr_standardize(x), Z = U S Vᵀ. Returns eigvec (n x k: U's first k

@@ -14,9 +14,14 @@
 #include "cluster.h"
 #include "kit.h"
 #include "tessera/linalg.h"
+#include "tessera/plink.h"
 
 static cluster c;
 static tsr_client *client;
+static char data_dir[512], tmpdir[128];
+
+#define HM3 "HM3_thinned_autosomal_overlap"
+#define KG "1kg.ref.phase1_release_v3.20101123_thinned_autosomal_overlap"
 
 /* ---------- helpers ---------- */
 
@@ -175,16 +180,170 @@ TEST(folded_standardization_equals_the_stored_matrix_for_any_chunking)
   tsr_array_ctx_destroy(&ctx);
 }
 
+/* ---------- the real data sets (../shared/data/hapmap3_1kg_genotypes) ---------- */
+
+/* Up to max numbers from a text file: the `col`-th whitespace-separated
+ * field of each line not starting with '#'. Returns the count. */
+static int read_column(const char *path, int col, double *out, int max)
+{
+  FILE *f = fopen(path, "r");
+  char line[1 << 16];
+  int n = 0;
+  while (f != NULL && n < max && fgets(line, sizeof line, f) != NULL) {
+    if (line[0] == '#') continue;
+    char *save = NULL, *tok = strtok_r(line, " \t\n", &save);
+    for (int i = 0; tok != NULL && i < col; i++) tok = strtok_r(NULL, " \t\n", &save);
+    if (tok != NULL) out[n++] = strtod(tok, NULL);
+  }
+  if (f != NULL) fclose(f);
+  return n;
+}
+
+/* Column `col` of an eigenvec file (rows in .fam order) into v (n rows). */
+static int eigenvec_column(const char *path, int col, double *v, int n)
+{
+  return read_column(path, col, v, n) == n ? 0 : -1;
+}
+
+static double abs_corr(const double *a, const double *b, int n)
+{
+  double ma = 0, mb = 0, sab = 0, saa = 0, sbb = 0;
+  for (int i = 0; i < n; i++) ma += a[i] / n, mb += b[i] / n;
+  for (int i = 0; i < n; i++) sab += (a[i] - ma) * (b[i] - mb), saa += (a[i] - ma) * (a[i] - ma), sbb += (b[i] - mb) * (b[i] - mb);
+  return fabs(sab) / sqrt(saa * sbb);
+}
+
+/* Runs tsr-pca on a data set; 0 when it exited 0. */
+static int tsr_pca_run(const char *set, const char *out, const char *method, const char *power)
+{
+  char prefix[700], env[400], text[4096];
+  snprintf(prefix, sizeof prefix, "%s/%s", data_dir, set);
+  snprintf(env, sizeof env, "TESSERA_SCHEDULER=%s", c.address);
+  const char *argv[] = {cluster_bin("tsr-pca"), "--bed", prefix, "--k", "10", "--method", method,
+                        "--power-iters", power, "--out", out, NULL};
+  int rc = run_capture(argv, env, text, sizeof text, 300);
+  if (rc != 0) fprintf(stderr, "  tsr-pca exit %d:\n%s\n", rc, text);
+  return rc;
+}
+
+/* tsr-pca's results for one data set against the references: eigenvalues
+ * within eig_tol of the exact binom2 column (the first top_exact of them;
+ * the rest within loose), within 0.5% + eig_tol of PLINK's, and the top 5
+ * eigenvectors with |correlation| >= 0.999 to PLINK's. */
+static void check_set(const char *set, const char *tag, int n, const char *method, const char *power, int top_exact,
+                      double eig_tol, double loose)
+{
+  char out[300], path[800];
+  snprintf(out, sizeof out, "%s/%s-%s-%s", tmpdir, tag, method, power);
+  ASSERT_EQ(tsr_pca_run(set, out, method, power), 0);
+  double ev[10], exact[10], plink[10];
+  snprintf(path, sizeof path, "%s.eigenval", out);
+  ASSERT_EQ(read_column(path, 0, ev, 10), 10);
+  snprintf(path, sizeof path, "%s/reference/%s.exact_eigh_binom2.txt", data_dir, tag);
+  ASSERT_EQ(read_column(path, 1, exact, 10), 10);
+  snprintf(path, sizeof path, "%s/reference/%s.plink2_pca20.eigenval", data_dir, tag);
+  ASSERT_EQ(read_column(path, 0, plink, 10), 10);
+  double worst = 0, worst_plink = 0;
+  for (int i = 0; i < 10; i++) {
+    double e = fabs(ev[i] - exact[i]) / exact[i];
+    worst = fmax(worst, i < top_exact ? e : 0);
+    worst_plink = fmax(worst_plink, fabs(ev[i] - plink[i]) / plink[i]);
+    ASSERT_TRUE(e <= (i < top_exact ? eig_tol : loose));
+  }
+  fprintf(stderr, "  %s %s q=%s: eigenvalues within %.2e of exact (top %d), %.2e of PLINK\n", tag, method, power, worst,
+          top_exact, worst_plink);
+  ASSERT_TRUE(worst_plink <= 0.005 + (top_exact == 10 ? eig_tol : loose));
+  double *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+  for (int pc = 0; pc < 5; pc++) {
+    snprintf(path, sizeof path, "%s.eigenvec", out);
+    ASSERT_OK(eigenvec_column(path, 2 + pc, a, n));
+    snprintf(path, sizeof path, "%s/reference/%s.plink1.9_pca20.eigenvec", data_dir, tag);
+    ASSERT_OK(eigenvec_column(path, 2 + pc, b, n));
+    double r = abs_corr(a, b, n);
+    if (r < 0.999) fprintf(stderr, "  %s PC%d: |correlation| %.6f\n", tag, pc + 1, r);
+    ASSERT_TRUE(r >= 0.999);
+  }
+  free(a), free(b);
+}
+
+TEST(hapmap3_and_1000_genomes_match_the_reference_pca)
+{
+  /* exact; compressed (block Krylov) with six iterations: both to 1e-4 */
+  check_set(HM3, "hm3", 957, "exact", "2", 10, 1e-4, 0);
+  check_set(KG, "1kg", 1092, "exact", "2", 10, 1e-4, 0);
+  check_set(HM3, "hm3", 957, "compressed", "6", 10, 1e-4, 0);
+  check_set(KG, "1kg", 1092, "compressed", "6", 10, 1e-4, 0);
+  /* two iterations (tsr-pca's default): the population PCs to 1e-3, the
+   * flat tail (PCs within 2% of each other) to 2% (docs/pca.md) */
+  check_set(HM3, "hm3", 957, "compressed", "2", 5, 1e-3, 0.02);
+  check_set(KG, "1kg", 1092, "compressed", "2", 3, 1e-3, 0.02);
+}
+
+/* Eigenvalues of the exact PCA of a data set read with the given chunks. */
+static int exact_eigenvalues(tsr_array_ctx *ctx, const char *set, const int64_t *chunks, tsr_pca_method method,
+                             double *ev)
+{
+  char prefix[700];
+  snprintf(prefix, sizeof prefix, "%s/%s", data_dir, set);
+  tsr_array *x = NULL;
+  tsr_pca_opts o = TSR_PCA_OPTS_DEFAULT;
+  o.method = method;
+  int rc = tsr_from_plink(ctx, prefix, chunks, &x);
+  return rc == 0 ? eigenvalues(ctx, x, &o, ev) : rc;
+}
+
+TEST(any_chunking_gives_the_same_eigenvalues)
+{
+  static const int64_t chunkings[][2] = {{957, 14079}, {320, 4096}, {101, 999}};
+  tsr_array_ctx *ctx = NULL;
+  double ref[10], ev[10], cref[10], cev[10];
+  ASSERT_OK(tsr_array_ctx_new(client, &ctx));
+  ASSERT_OK(exact_eigenvalues(ctx, HM3, NULL, TSR_PCA_EXACT, ref));
+  ASSERT_OK(exact_eigenvalues(ctx, HM3, NULL, TSR_PCA_COMPRESSED, cref));
+  for (size_t i = 0; i < sizeof chunkings / sizeof chunkings[0]; i++) {
+    ASSERT_OK(exact_eigenvalues(ctx, HM3, chunkings[i], TSR_PCA_EXACT, ev));
+    ASSERT_OK(exact_eigenvalues(ctx, HM3, chunkings[i], TSR_PCA_COMPRESSED, cev));
+    for (int j = 0; j < 10; j++) {
+      ASSERT_TRUE(fabs(ev[j] - ref[j]) <= 1e-12 * ref[j]);
+      ASSERT_TRUE(fabs(cev[j] - cref[j]) <= 1e-12 * cref[j]);
+    }
+  }
+  tsr_array_ctx_destroy(&ctx);
+}
+
+TEST(tsr_pca_names_a_bad_input)
+{
+  char env[400], text[4096], prefix[400];
+  snprintf(env, sizeof env, "TESSERA_SCHEDULER=%s", c.address);
+  snprintf(prefix, sizeof prefix, "%s/nothing-here", tmpdir);
+  const char *argv[] = {cluster_bin("tsr-pca"), "--bed", prefix, "--out", prefix, NULL};
+  ASSERT_EQ(run_capture(argv, env, text, sizeof text, 60), 1);
+  const char *bad[] = {cluster_bin("tsr-pca"), "--bed", prefix, "--method", "magic", NULL};
+  ASSERT_EQ(run_capture(bad, env, text, sizeof text, 60), 2);
+  const char *two[] = {cluster_bin("tsr-pca"), "--bed", prefix, "--npy", prefix, NULL};
+  ASSERT_EQ(run_capture(two, env, text, sizeof text, 60), 2);
+}
+
 int main(void)
 {
   signal(SIGPIPE, SIG_IGN);
+  const char *env = getenv("TSR_PLINK_DATA");
+  snprintf(data_dir, sizeof data_dir, "%s", env != NULL && env[0] != '\0' ? env : TSR_PLINK_DATA);
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr-pca-XXXXXX");
+  if (mkdtemp(tmpdir) == NULL) return 1;
   if (cluster_start(&c, 2, 1, NULL, NULL) != 0 || tsr_client_open(&client, c.address, NULL) != 0) {
     cluster_stop(&c, true);
     return 1;
   }
   RUN(blosc_and_packed_persist_give_the_raw_svd_in_fewer_bytes);
   RUN(folded_standardization_equals_the_stored_matrix_for_any_chunking);
+  RUN(hapmap3_and_1000_genomes_match_the_reference_pca);
+  RUN(any_chunking_gives_the_same_eigenvalues);
+  RUN(tsr_pca_names_a_bad_input);
   tsr_client_close(client);
   cluster_stop(&c, kit_failed_tests > 0);
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
   return kit_summary();
 }
