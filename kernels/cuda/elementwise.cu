@@ -12,7 +12,8 @@
  *   __dadd_rn (never contracted to an fma, like the CPU build's
  *   -ffp-contract=off), bmul x·v in double; both store like astype from f64.
  * - astype: integers wrap, int → float rounds to nearest, float → int
- *   truncates and clamps, NaN → 0 (common.cuh, from cpu/common.c).
+ *   truncates and clamps, NaN → 0 (common.cuh, from cpu/common.c); an
+ *   integer's `missing` value becomes NaN in a float output.
  *
  * - add/mul/sub/div broadcast a row, column or scalar like the CPU ops
  *   (`bcast`, `swap`), one IEEE operation per element: the same bytes.
@@ -303,11 +304,37 @@ int tsr_cuda_convert_2d(tsr_dtype to, tsr_dtype from, const void *src, int64_t l
   });
 }
 
+/* An integer chunk to a float dtype with its missing value made NaN. */
+template <class To, class From>
+__global__ void missing_to_nan_kernel(const From *src, To *dst, int64_t missing, int64_t n)
+{
+  TSR_GRID_STRIDE(i, n) dst[i] = (int64_t)src[i] == missing ? (To)NAN : tsr_convert<To>(src[i]);
+}
+
+static int astype_missing(const tsr_buf *in, tsr_buf *out, int64_t missing, cudaStream_t s, tsr_errbuf *err)
+{
+  int64_t n = tsr_meta_count(&out->meta);
+  if (n == 0) return 0;
+  return tsr_with_dtype(in[0].meta.dtype, [&](auto f) {
+    using From = decltype(f);
+    if (out->meta.dtype == TSR_F32)
+      missing_to_nan_kernel<float, From><<<tsr_grid(n, 256), 256, 0, s>>>((const From *)in[0].data, (float *)out->data, missing, n);
+    else
+      missing_to_nan_kernel<double, From><<<tsr_grid(n, 256), 256, 0, s>>>((const From *)in[0].data, (double *)out->data, missing, n);
+    return TSR_CUDA_LAUNCHED("missing_to_nan_kernel", err);
+  });
+}
+
 TSR_CUDA_VARIANT(astype)
 {
   (void)n_in;
-  if (tsr_params_find(p, "missing") != nullptr)
-    return tsr_fail(err, TSR_ENODEV, "astype: a missing-value sentinel converts on the CPU variant");
+  int64_t missing;
+  tsr_dtype from = in[0].meta.dtype, to = out->meta.dtype;
+  bool ints = from == TSR_U8 || from == TSR_I32 || from == TSR_I64;
+  if (ints && (to == TSR_F32 || to == TSR_F64) && tsr_params_get_int(p, "missing", &missing, nullptr) == 0) {
+    int rc = astype_missing(in, out, missing, tsr_stream(gpu), err);
+    return rc == 0 ? 0 : tsr_cuda_fail_op("astype", rc, err);
+  }
   int rc = tsr_cuda_convert(out->meta.dtype, in[0].meta.dtype, in[0].data, out->data, tsr_meta_count(&out->meta),
                             tsr_stream(gpu), err);
   return rc == 0 ? 0 : tsr_cuda_fail_op("astype", rc, err);

@@ -13,7 +13,10 @@
  * 1]). Two passes: partial sums over S segments of n into scratch, then a
  * sum of the S partials in order; S = 1 writes the output directly.
  *   inner == 1 (rows): a warp per (row, segment), lanes strided, warp tree.
- *   inner > 1 (columns): a thread per (segment, output), coalesced over j. */
+ *   inner > 1 (columns): a thread per (segment, output), coalesced over j.
+ * Missing values as the CPU op's params say (sum_mask): skipped integers
+ * equal to `missing`, skipped NaN (`skipna`), or a count of the values
+ * not skipped (`count`, output i64). */
 #include "common.cuh"
 
 template <class T>
@@ -33,11 +36,28 @@ struct acc_of<int64_t> {
   typedef uint64_t type;
 };
 
-/* The output element from an accumulator: i64 for integers, else the input's float dtype. */
+/* What is skipped and whether values are counted (cpu/reduce.c). */
+struct sum_mask {
+  int skipna, has_missing, count;
+  int64_t missing;
+};
+
+/* One element's contribution. */
 template <class T, class A>
-__device__ __forceinline__ void store_sum(void *out, int64_t k, A acc)
+__device__ __forceinline__ A term(T x, const sum_mask &m)
 {
-  if constexpr (tsr_is_int<T>::value) ((int64_t *)out)[k] = (int64_t)acc;
+  bool skip;
+  if constexpr (tsr_is_int<T>::value) skip = m.has_missing && (int64_t)x == m.missing;
+  else skip = (m.skipna || m.count) && isnan((double)x);
+  return skip ? (A)0 : m.count ? (A)1 : (A)x;
+}
+
+/* The output element from an accumulator: i64 for integers and counts,
+ * else the input's float dtype. */
+template <class T, class A>
+__device__ __forceinline__ void store_sum(void *out, int64_t k, A acc, const sum_mask &m)
+{
+  if (tsr_is_int<T>::value || m.count) ((int64_t *)out)[k] = (int64_t)acc;
   else ((T *)out)[k] = (T)acc;
 }
 
@@ -48,7 +68,7 @@ struct sum_shape {
 
 /* Rows: warp w sums segment w % S of row w / S. */
 template <class T>
-__global__ void sum_rows_kernel(const T *x, sum_shape sh, void *dst, int partial)
+__global__ void sum_rows_kernel(const T *x, sum_shape sh, void *dst, int partial, sum_mask m)
 {
   typedef typename acc_of<T>::type A;
   int lane = threadIdx.x & 31;
@@ -58,17 +78,17 @@ __global__ void sum_rows_kernel(const T *x, sum_shape sh, void *dst, int partial
     int64_t a1 = a0 + sh.seg_len < sh.n ? a0 + sh.seg_len : sh.n;
     const T *src = x + row * sh.n;
     A acc = 0;
-    for (int64_t a = a0 + lane; a < a1; a += 32) acc += (A)src[a];
+    for (int64_t a = a0 + lane; a < a1; a += 32) acc += term<T, A>(src[a], m);
     for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);
     if (lane != 0) continue;
     if (partial) ((A *)dst)[w] = acc;
-    else store_sum<T, A>(dst, row, acc);
+    else store_sum<T, A>(dst, row, acc, m);
   }
 }
 
 /* Columns: thread i sums segment i / outputs of output i % outputs. */
 template <class T>
-__global__ void sum_cols_kernel(const T *x, sum_shape sh, void *dst, int partial)
+__global__ void sum_cols_kernel(const T *x, sum_shape sh, void *dst, int partial, sum_mask m)
 {
   typedef typename acc_of<T>::type A;
   int64_t outputs = sh.outer * sh.inner;
@@ -78,9 +98,9 @@ __global__ void sum_cols_kernel(const T *x, sum_shape sh, void *dst, int partial
     int64_t a0 = s * sh.seg_len, a1 = a0 + sh.seg_len < sh.n ? a0 + sh.seg_len : sh.n;
     const T *src = x + o * sh.n * sh.inner + j;
     A acc = 0;
-    for (int64_t a = a0; a < a1; a++) acc += (A)src[a * sh.inner];
+    for (int64_t a = a0; a < a1; a++) acc += term<T, A>(src[a * sh.inner], m);
     if (partial) ((A *)dst)[i] = acc;
-    else store_sum<T, A>(dst, q, acc);
+    else store_sum<T, A>(dst, q, acc, m);
   }
 }
 
@@ -88,14 +108,14 @@ __global__ void sum_cols_kernel(const T *x, sum_shape sh, void *dst, int partial
  * layout: partial[q * S + s]; columns: partial[s * outputs + q]. */
 template <class T>
 __global__ void sum_finish_kernel(const typename acc_of<T>::type *part, int64_t outputs, int64_t segs, int rows,
-                                  void *out)
+                                  void *out, sum_mask m)
 {
   typedef typename acc_of<T>::type A;
   TSR_GRID_STRIDE(q, outputs)
   {
     A acc = 0;
     for (int64_t s = 0; s < segs; s++) acc += rows ? part[q * segs + s] : part[s * outputs + q];
-    store_sum<T, A>(out, q, acc);
+    store_sum<T, A>(out, q, acc, m);
   }
 }
 
@@ -114,7 +134,8 @@ static sum_shape plan(int64_t outer, int64_t n, int64_t inner)
 }
 
 template <class T>
-static int sum_launch(const T *x, const sum_shape &sh, void *out, const tsr_gpu_ctx *gpu, tsr_errbuf *err)
+static int sum_launch(const T *x, const sum_shape &sh, const sum_mask &m, void *out, const tsr_gpu_ctx *gpu,
+                      tsr_errbuf *err)
 {
   typedef typename acc_of<T>::type A;
   cudaStream_t s = tsr_stream(gpu);
@@ -128,23 +149,27 @@ static int sum_launch(const T *x, const sum_shape &sh, void *out, const tsr_gpu_
   }
   void *dst = partial ? (void *)part : out;
   if (sh.inner == 1)
-    sum_rows_kernel<T><<<tsr_grid(outputs * sh.segs * 32, 256), 256, 0, s>>>(x, sh, dst, partial);
+    sum_rows_kernel<T><<<tsr_grid(outputs * sh.segs * 32, 256), 256, 0, s>>>(x, sh, dst, partial, m);
   else
-    sum_cols_kernel<T><<<tsr_grid(outputs * sh.segs, 256), 256, 0, s>>>(x, sh, dst, partial);
+    sum_cols_kernel<T><<<tsr_grid(outputs * sh.segs, 256), 256, 0, s>>>(x, sh, dst, partial, m);
   int rc = TSR_CUDA_LAUNCHED("sum_kernel", err);
   if (rc != 0 || !partial) return rc;
-  sum_finish_kernel<T><<<tsr_grid(outputs, 256), 256, 0, s>>>(part, outputs, sh.segs, sh.inner == 1, out);
+  sum_finish_kernel<T><<<tsr_grid(outputs, 256), 256, 0, s>>>(part, outputs, sh.segs, sh.inner == 1, out, m);
   return TSR_CUDA_LAUNCHED("sum_finish_kernel", err);
 }
 
 TSR_CUDA_VARIANT(sum)
 {
   (void)n_in;
-  if (tsr_params_find(p, "skipna") || tsr_params_find(p, "missing") || tsr_params_find(p, "count"))
-    return tsr_fail(err, TSR_ENODEV, "sum: skipping missing values runs on the CPU variant");
   const tsr_meta *m = &in[0].meta;
   int64_t axis;
+  bool skipna = false, count = false;
+  sum_mask mask = {0, tsr_params_find(p, "missing") != nullptr, 0, 0};
   int rc = tsr_params_opt_int(p, "axis", -1, &axis, err);
+  if (rc == 0 && tsr_params_find(p, "skipna")) rc = tsr_params_get_bool(p, "skipna", &skipna, err);
+  if (rc == 0 && tsr_params_find(p, "count")) rc = tsr_params_get_bool(p, "count", &count, err);
+  if (rc == 0 && mask.has_missing) rc = tsr_params_get_int(p, "missing", &mask.missing, err);
+  mask.skipna = skipna, mask.count = count;
   if (rc != 0) return tsr_k_param_fail("sum", rc, err);
   if (axis < -1 || axis >= m->ndim) return tsr_fail(err, TSR_EINVAL, "sum: axis %lld is out of range", (long long)axis);
   int64_t outer = 1, n = tsr_meta_count(m), inner = 1;
@@ -163,7 +188,7 @@ TSR_CUDA_VARIANT(sum)
   sum_shape sh = plan(outer, n, inner);
   rc = tsr_with_dtype(m->dtype, [&](auto t) {
     using T = decltype(t);
-    return sum_launch<T>((const T *)in[0].data, sh, out->data, gpu, err);
+    return sum_launch<T>((const T *)in[0].data, sh, mask, out->data, gpu, err);
   });
   return rc == 0 ? 0 : tsr_cuda_fail_op("sum", rc, err);
 }

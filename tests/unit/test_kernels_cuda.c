@@ -909,6 +909,41 @@ TEST(broadcast_bit_identical)
   tsr_params_clear(&p);
 }
 
+/* sum skipping missing values (a genotype's 3, NaN) and counting the
+ * rest, and astype turning the missing value into NaN: the CPU's results
+ * (integers and counts to the bit, f64 sums within 1e-12). */
+TEST(missing_values_sum_count_and_astype)
+{
+  int64_t shape[2] = {300, 257};
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf g = rand_buf(TSR_U8, 2, shape, 3), f = rand_buf(TSR_F64, 2, shape, 0), c, gg;
+  for (int64_t i = 0; i < 300 * 257; i += 7) ((double *)f.data)[i] = NAN;
+  for (int axis = -1; axis < 2; axis++)
+    for (int mode = 0; mode < 2; mode++) {
+      tsr_params_clear(&p);
+      tsr_params_add_int(&p, "axis", axis);
+      tsr_params_add_int(&p, "missing", 3);
+      if (mode) tsr_params_add_bool(&p, "count", true);
+      BOTH("sum", &p, &g, 1, &c, &gg);
+      ASSERT_SAME(&c, &gg);
+      free(c.data), free(gg.data);
+      tsr_params_clear(&p);
+      tsr_params_add_int(&p, "axis", axis);
+      tsr_params_add_bool(&p, mode ? "count" : "skipna", true);
+      BOTH("sum", &p, &f, 1, &c, &gg);
+      if (mode) ASSERT_SAME(&c, &gg);
+      else ASSERT_TRUE(rel_err(&gg, &c) <= 1e-12);
+      free(c.data), free(gg.data);
+    }
+  tsr_params_clear(&p);
+  tsr_params_add_str(&p, "dtype", "f64", 3);
+  tsr_params_add_int(&p, "missing", 3);
+  BOTH("astype", &p, &g, 1, &c, &gg);
+  ASSERT_SAME(&c, &gg);
+  free(c.data), free(gg.data), free(g.data), free(f.data);
+  tsr_params_clear(&p);
+}
+
 /* matmul_chain on every side, u8 and packed X, without steps, with a
  * standardization that fills missing values, and with a scale: within the
  * int8 kernels' f64 bound of the CPU variant. A column without variance
@@ -1510,6 +1545,7 @@ int main(int argc, char **argv)
   RUN_IF(pack_unpack_gpu_matches_cpu);
   RUN_IF(matmul_2bit_gpu_vs_cpu);
   RUN_IF(broadcast_bit_identical);
+  RUN_IF(missing_values_sum_count_and_astype);
   RUN_IF(matmul_chain_gpu_vs_cpu);
   return kit_summary();
 }
