@@ -1,5 +1,6 @@
 /* Arrays whose chunks are held encoded (tessera/array.h, tsr_compress):
- * a `pack2bit` or `blosc_compress` task per block. Decoding is
+ * a `pack2bit` or `blosc_compress` task per block (a random genotype
+ * block: one `randint_packed` task). Decoding is
  * garray_dense's (context.c), which every builder calls. */
 #include <string.h>
 
@@ -32,6 +33,36 @@ static int check_opts(const tsr_array *a, const tsr_compress_opts *o)
   return 0;
 }
 
+/* A block that is a random genotype chunk (randint of u8 values 0..3, not
+ * persisted) is generated packed by one task instead of packed after. */
+static bool packs_at_birth(const graph_task *t)
+{
+  if (t == NULL || strcmp(t->op, "randint") != 0 || t->n_inputs != 0) return false;
+  tsr_params p = TSR_PARAMS_INIT;
+  int64_t low = -1, high = 99;
+  const char *dtype = "";
+  bool ok = gtask_params(t, &p) == 0 && tsr_params_get_int(&p, "low", &low, NULL) == 0 &&
+            tsr_params_get_int(&p, "high", &high, NULL) == 0 && tsr_params_get_str(&p, "dtype", &dtype, NULL) == 0 &&
+            strcmp(dtype, "u8") == 0 && low >= 0 && high <= 4;
+  tsr_params_clear(&p);
+  return ok;
+}
+
+static int encode_block(tsr_array_ctx *ctx, const tsr_compress_opts *o, const tsr_args *args, const char *in,
+                        const char *key)
+{
+  const graph_task *t = o->encoding == TSR_ENC_PACKED2 ? gtask_of(ctx, in) : NULL;
+  if (packs_at_birth(t)) {
+    tsr_args *rp = NULL;
+    int rc = tsr_args_new(&rp);
+    if (rc == 0) rc = gargs_merge(rp, t->params, t->params_len);
+    if (rc == 0) rc = gtask_add(ctx, key, "randint_packed", rp, NULL, 0);
+    tsr_args_destroy(&rp);
+    return rc;
+  }
+  return gtask_add(ctx, key, o->encoding == TSR_ENC_BLOSC ? "blosc_compress" : "pack2bit", args, &in, 1);
+}
+
 static int codec_args(const tsr_compress_opts *o, tsr_args **args_p)
 {
   *args_p = NULL;
@@ -51,15 +82,11 @@ TSR_API int tsr_compress(tsr_array_ctx *ctx, const tsr_array *a, const tsr_compr
   int rc = check_opts(a, &o);
   if (rc == 0) rc = garray_dense(ctx, a, &a);
   if (rc != 0) return rc;
-  const char *op = o.encoding == TSR_ENC_BLOSC ? "blosc_compress" : "pack2bit";
   tsr_args *args = NULL;
   tsr_array *out = NULL;
   rc = codec_args(&o, &args);
   if (rc == 0) rc = garray_new(ctx, o.encoding == TSR_ENC_BLOSC ? "blosc" : "packed", a->dtype, a->ndim, a->shape, a->chunk, &out);
-  for (size_t b = 0; rc == 0 && b < a->nblocks; b++) {
-    const char *in = a->keys[b];
-    rc = gtask_add(ctx, out->keys[b], op, args, &in, 1);
-  }
+  for (size_t b = 0; rc == 0 && b < a->nblocks; b++) rc = encode_block(ctx, &o, args, a->keys[b], out->keys[b]);
   tsr_args_destroy(&args);
   if (rc != 0) {
     tsr_array_free(ctx, &out);

@@ -127,18 +127,6 @@ static int partial_product(tsr_array_ctx *ctx, const char *a_key, const char *b_
   return rc;
 }
 
-/* Partial products summed per add task: 8, or more of small blocks (a
- * sketch's 20 x 20000 partials of Qᵀ X): up to 64 MB of inputs an add,
- * at most 128, since each level of the tree is a round of latency. */
-static int sum_fan_in(const tsr_array *out, int64_t i, int64_t j)
-{
-  int64_t idx[2] = {i, j}, shape[2];
-  garray_block_shape(out, idx, shape);
-  int64_t bytes = shape[0] * shape[1] * (int64_t)tsr_dtype_size(out->dtype);
-  int64_t fan = bytes > 0 ? ((int64_t)64 << 20) / bytes : 128;
-  return (int)(fan < 8 ? 8 : fan > 128 ? 128 : fan);
-}
-
 static tsr_dtype product_dtype(tsr_dtype a, tsr_dtype b)
 {
   bool fa = a == TSR_F32 || a == TSR_F64, fb = b == TSR_F32 || b == TSR_F64;
@@ -194,7 +182,7 @@ TSR_API int tsr_matmul(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *
       }
       char root[256];
       int64_t io[2] = {i, j};
-      if (rc == 0) rc = gtask_sum_tree(ctx, "matmul-sum", partials, (size_t)np, sum_fan_in(out, i, j), root, sizeof root);
+      if (rc == 0) rc = gtask_sum_tree(ctx, "matmul-sum", partials, (size_t)np, 8, root, sizeof root);
       if (rc == 0) {
         size_t ob = garray_block(out, io);
         free(out->keys[ob]);

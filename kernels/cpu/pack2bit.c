@@ -226,6 +226,60 @@ static int mm2_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, 
   return 0;
 }
 
+/* ---------- randint_packed ---------- */
+
+/* randint's params (docs/random.md) for a u8 chunk of values 0..3, the
+ * chunk written 2-bit packed: pack2bit(randint(...)) without the u8 chunk
+ * in between (graphs/encode.c uses it for a packed random array). */
+static int rp_parse(const tsr_params *p, tsr_k_gen *g, tsr_errbuf *err)
+{
+  int rc = tsr_k_gen_parse("randint", p, g, err);
+  if (rc != 0) return tsr_k_param_fail("randint_packed", rc, err);
+  if (g->dtype != TSR_U8 || g->low < 0 || g->low + (int64_t)g->range > 4 || g->grid.ndim < 1)
+    return tsr_fail(err, TSR_EINVAL, "randint_packed: needs u8 values in 0..3 and at least 1 dimension");
+  return 0;
+}
+
+static int rp_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  (void)in, (void)n;
+  tsr_k_gen g;
+  int rc = rp_parse(p, &g, err);
+  if (rc != 0) return rc;
+  tsr_k_meta_set(out, TSR_U8, g.grid.ndim, g.grid.shape);
+  out->shape[g.grid.ndim - 1] = packed_len(g.grid.shape[g.grid.ndim - 1]);
+  return 0;
+}
+
+/* A row (the last axis) at a time: generated into row, packed into out. */
+static int rp_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  (void)in, (void)n;
+  tsr_k_gen g, rowg;
+  int rc = rp_parse(p, &g, err);
+  if (rc != 0) return rc;
+  int nd = g.grid.ndim;
+  int64_t c = g.grid.shape[nd - 1], rows = c == 0 ? 0 : tsr_meta_count(&out->meta) / packed_len(c);
+  uint8_t *row = malloc(c > 0 ? (size_t)c : 1);
+  if (row == NULL) return tsr_fail(err, TSR_ENOMEM, "randint_packed: out of memory for a row of %lld", (long long)c);
+  rowg = g;
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t rest = r;
+    for (int d = nd - 2; d >= 0; d--) {  /* row r's place in the chunk, then in the array */
+      rowg.grid.shape[d] = 1;
+      rowg.grid.offset[d] = g.grid.offset[d] + rest % g.grid.shape[d];
+      rest /= g.grid.shape[d];
+    }
+    tsr_k_gen_fill(&rowg, row);
+    tsr_buf rb = {out->meta, row, (size_t)c}, ob = {out->meta, (uint8_t *)out->data + r * packed_len(c), 0};
+    rb.meta.ndim = 1, rb.meta.shape[0] = c;
+    pack_cpu(NULL, &rb, 1, &ob, NULL);
+  }
+  free(row);
+  return 0;
+}
+
+const tsr_op_def tsr_op_randint_packed = {"randint_packed", 0, 0, rp_infer, rp_cpu, false, NULL};
 const tsr_op_def tsr_op_pack2bit = {"pack2bit", 1, 1, pack_infer, pack_cpu, false, NULL};
 const tsr_op_def tsr_op_unpack2bit = {"unpack2bit", 1, 1, unpack_infer, unpack_cpu, false, NULL};
 const tsr_op_def tsr_op_matmul_2bit = {"matmul_2bit", 2, 2, mm2_infer, mm2_cpu, false, NULL};

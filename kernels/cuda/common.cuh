@@ -251,5 +251,6 @@ TSR_CUDA_VARIANT(pack2bit);
 TSR_CUDA_VARIANT(unpack2bit);
 TSR_CUDA_VARIANT(matmul_2bit);
 TSR_CUDA_VARIANT(matmul_chain);
+TSR_CUDA_VARIANT(randint_packed);
 
 #endif

@@ -174,3 +174,48 @@ TSR_CUDA_VARIANT(randint)
   (void)in, (void)n_in;
   return gen_cuda("randint", p, out, gpu, err);
 }
+
+/* ---------- randint_packed (cpu/pack2bit.c): randint 0..3 written 2-bit packed ---------- */
+
+/* Thread i packs 16 values of a row (4 bytes of its packed row): row
+ * r = i / words, values 16q.. of it, whose global indices start at the
+ * row's start. Rows that start on a Philox block take 4 blocks a thread. */
+__global__ void gen_packed_kernel(gen_dev g, uint8_t *out, int64_t c, int64_t cb)
+{
+  const int64_t words = (c + 15) / 16;
+  TSR_GRID_STRIDE(i, g.runs * words)
+  {
+    int64_t r = i / words, q = i - r * words, L0 = run_start(g, r) + 16 * q, n = c - 16 * q < 16 ? c - 16 * q : 16;
+    uint32_t word = 0, w[4];
+    uint64_t have = ~(uint64_t)0;
+    for (int e = 0; e < n; e++) {
+      uint64_t L = (uint64_t)(L0 + e), b = L / 4;
+      if (b != have) tsr_philox_block(g.seed, b, w), have = b;
+      word |= (uint32_t)tsr_randint_map(w[L % 4], g.low, g.range) << (2 * e);
+    }
+    uint8_t *dst = out + r * cb + 4 * q;
+    if (cb % 4 == 0) *(uint32_t *)dst = word;
+    else
+      for (int k = 0; k < 4 && 4 * q + k < cb; k++) dst[k] = (uint8_t)(word >> (8 * k));
+  }
+}
+
+TSR_CUDA_VARIANT(randint_packed)
+{
+  (void)in, (void)n_in;
+  tsr_k_gen g;
+  int rc = tsr_k_gen_parse("randint", p, &g, err);
+  if (rc == 0 && (g.dtype != TSR_U8 || g.low < 0 || g.low + (int64_t)g.range > 4 || g.grid.ndim < 1))
+    rc = tsr_fail(err, TSR_EINVAL, "randint_packed: needs u8 values in 0..3 and at least 1 dimension");
+  if (rc != 0) return rc;
+  gen_dev d = gen_dev_of(&g);
+  /* one run a row: the last axis, whatever the chunk spans */
+  d.j = d.nd - 1;
+  d.runs = 1;
+  for (int k = 0; k < d.j; k++) d.runs *= d.shape[k];
+  int64_t c = d.shape[d.j], cb = c / 4 + (c % 4 != 0);
+  if (d.runs == 0 || c == 0) return 0;
+  gen_packed_kernel<<<tsr_grid(d.runs * ((c + 15) / 16), 256), 256, 0, tsr_stream(gpu)>>>(d, (uint8_t *)out->data, c, cb);
+  rc = TSR_CUDA_LAUNCHED("gen_packed_kernel", err);
+  return rc == 0 ? 0 : tsr_cuda_fail_op("randint_packed", rc, err);
+}

@@ -327,6 +327,32 @@ TEST(matmul_chain_refuses_bad_params)
   tsr_params_clear(&p);
 }
 
+/* randint_packed writes pack2bit(randint) for any chunk of any array. */
+TEST(randint_packed_is_randint_packed)
+{
+  static const int64_t cases[][6] = {{70, 301, 1000, 1000, 13, 7}, {5, 20000, 10, 20000, 3, 0}, {1, 3, 4, 9, 0, 5}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int64_t shape[2] = {cases[i][0], cases[i][1]}, global[2] = {cases[i][2], cases[i][3]};
+    int64_t offset[2] = {cases[i][4], cases[i][5]};
+    tsr_params p = TSR_PARAMS_INIT;
+    tsr_errbuf err;
+    tsr_buf raw, packed, direct;
+    tsr_params_add_int(&p, "seed", 77);
+    tsr_params_add_int(&p, "low", 0);
+    tsr_params_add_int(&p, "high", 3);
+    tsr_params_add_str(&p, "dtype", "u8", 2);
+    tsr_params_add_ints(&p, "shape", shape, 2);
+    tsr_params_add_ints(&p, "global_shape", global, 2);
+    tsr_params_add_ints(&p, "offset", offset, 2);
+    ASSERT_OK(run("randint", &p, NULL, 0, &raw, &err));
+    ASSERT_OK(run("pack2bit", NULL, &raw, 1, &packed, &err));
+    ASSERT_OK(run("randint_packed", &p, NULL, 0, &direct, &err));
+    ASSERT_TRUE(packed.nbytes == direct.nbytes && memcmp(packed.data, direct.data, packed.nbytes) == 0);
+    free(raw.data), free(packed.data), free(direct.data);
+    tsr_params_clear(&p);
+  }
+}
+
 int main(void)
 {
   tsr_ops_init(false);
@@ -337,5 +363,6 @@ int main(void)
   RUN(matmul_chain_matches_the_chain_op_by_op);
   RUN(matmul_chain_plain_integer_equals_matmul);
   RUN(matmul_chain_refuses_bad_params);
+  RUN(randint_packed_is_randint_packed);
   return kit_summary();
 }

@@ -909,6 +909,24 @@ TEST(broadcast_bit_identical)
   tsr_params_clear(&p);
 }
 
+/* randint_packed: the CPU's bytes, aligned and unaligned rows. */
+TEST(randint_packed_bit_identical)
+{
+  static const int64_t cases[][6] = {{1000, 20000, 5000, 20000, 1000, 0}, {70, 301, 1000, 1000, 13, 7}, {3, 5, 9, 9, 2, 3}};
+  tsr_params p = TSR_PARAMS_INIT;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int64_t shape[2] = {cases[i][0], cases[i][1]}, global[2] = {cases[i][2], cases[i][3]}, offset[2] = {cases[i][4], cases[i][5]};
+    tsr_buf c, g;
+    rparams(&p, 91, "u8", 2, shape, global, offset);
+    tsr_params_add_int(&p, "low", 0);
+    tsr_params_add_int(&p, "high", 3);
+    BOTH("randint_packed", &p, NULL, 0, &c, &g);
+    ASSERT_SAME(&c, &g);
+    free(c.data), free(g.data);
+  }
+  tsr_params_clear(&p);
+}
+
 /* sum skipping missing values (a genotype's 3, NaN) and counting the
  * rest, and astype turning the missing value into NaN: the CPU's results
  * (integers and counts to the bit, f64 sums within 1e-12). */
@@ -1546,6 +1564,7 @@ int main(int argc, char **argv)
   RUN_IF(matmul_2bit_gpu_vs_cpu);
   RUN_IF(broadcast_bit_identical);
   RUN_IF(missing_values_sum_count_and_astype);
+  RUN_IF(randint_packed_bit_identical);
   RUN_IF(matmul_chain_gpu_vs_cpu);
   return kit_summary();
 }
