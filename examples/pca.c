@@ -26,7 +26,7 @@
 
 typedef struct opts {
   const char *bed, *zarr, *npy, *out;
-  int64_t chunk_rows, chunk_cols;  /* 0: the reader's default */
+  int64_t chunk_rows, chunk_cols;  /* 0: chosen for the PCA (pca_chunks) */
   tsr_pca_opts pca;
   int missing;                     /* --missing for integer zarr/npy input, or -1 */
   bool loadings, persist;
@@ -126,18 +126,45 @@ static int parse_args(int argc, char **argv, opts *o)
 
 /* ---------- input ---------- */
 
-static int open_input(tsr_array_ctx *ctx, const opts *o, tsr_array **x_p)
+/* Chunks for the PCA when none were given: about square blocks (each
+ * product's partial results are a block's rows, or columns, times the
+ * subspace: all-samples chunks would make every one a full n x l matrix)
+ * of 2^28 genotypes (64 MB packed) on CPU workers, 2^32 on GPUs. */
+static void pca_chunks(opts *o, int64_t n, int64_t m, bool gpu)
 {
-  int64_t chunks[2] = {o->chunk_rows, o->chunk_cols};
-  const int64_t *ch = o->chunk_rows > 0 ? chunks : NULL;
-  if (o->bed != NULL) return tsr_from_plink(ctx, o->bed, ch, x_p);
+  if (o->chunk_rows > 0) return;
+  int64_t side = gpu ? 65536 : 16384, target = gpu ? (int64_t)1 << 32 : (int64_t)1 << 28;
+  o->chunk_rows = n < side ? n : side;
+  int64_t c = target / o->chunk_rows;
+  o->chunk_cols = c >= m ? m : c / 4 * 4;
+}
+
+
+/* The input, chunked for the PCA (pca_chunks) unless --chunks said how;
+ * a Zarr array keeps its own chunks unless --chunks is given. */
+static int open_input(tsr_array_ctx *ctx, const opts *o, bool gpu, tsr_array **x_p)
+{
+  opts c = *o;
   tsr_array *raw = NULL;
-  int rc = o->zarr != NULL ? tsr_from_zarr(ctx, o->zarr, &raw) : tsr_from_npy(ctx, o->npy, ch, &raw);
-  if (rc == 0 && o->zarr != NULL && ch != NULL) rc = tsr_rechunk(ctx, raw, ch, &raw);
+  int rc = 0;
+  if (o->bed != NULL) {
+    tsr_plink_info *info = NULL;
+    if ((rc = tsr_plink_info_read(o->bed, &info)) != 0) return rc;
+    pca_chunks(&c, info->n_samples, info->n_variants, gpu);
+    tsr_plink_info_destroy(&info);
+    int64_t chunks[2] = {c.chunk_rows, c.chunk_cols};
+    return tsr_from_plink(ctx, o->bed, chunks, x_p);
+  }
+  rc = o->zarr != NULL ? tsr_from_zarr(ctx, o->zarr, &raw) : tsr_from_npy(ctx, o->npy, NULL, &raw);
   if (rc == 0 && tsr_array_ndim(raw) != 2) {
     fprintf(stderr, "tsr-pca: %s is %d-D; a samples x variants matrix is 2-D\n", o->zarr ? o->zarr : o->npy,
             tsr_array_ndim(raw));
     return TSR_ESHAPE;
+  }
+  if (rc == 0 && (o->npy != NULL || o->chunk_rows > 0)) {
+    pca_chunks(&c, tsr_array_dim(raw, 0), tsr_array_dim(raw, 1), gpu);
+    int64_t chunks[2] = {c.chunk_rows, c.chunk_cols};
+    rc = o->npy != NULL ? tsr_from_npy(ctx, o->npy, chunks, &raw) : tsr_rechunk(ctx, raw, chunks, &raw);
   }
   if (rc == 0 && o->missing >= 0) rc = tsr_with_missing(ctx, raw, o->missing, &raw);
   if (rc == 0) *x_p = raw;
@@ -222,24 +249,26 @@ static int fail(const char *what, int rc)
   return rc;
 }
 
-static void print_cluster(tsr_client *client)
+/* Prints the cluster; returns its GPU workers' count. */
+static size_t print_cluster(tsr_client *client)
 {
   tsr_cluster_info *info = NULL;
-  if (tsr_cluster_info_get(client, 10000, &info) != 0) return;
+  if (tsr_cluster_info_get(client, 10000, &info) != 0) return 0;
   size_t gpus = 0;
   for (size_t i = 0; i < info->n_workers; i++) gpus += strncmp(info->workers[i].device, "gpu", 3) == 0;
   printf("cluster: %zu workers (%zu GPU)\n", info->n_workers, gpus);
   tsr_cluster_info_destroy(&info);
+  return gpus;
 }
 
 /* The whole job on an open client: read, PCA, write. */
-static int run(tsr_client *client, const opts *o, results *r)
+static int run(tsr_client *client, const opts *o, bool gpu, results *r)
 {
   tsr_array_ctx *ctx = NULL;
   tsr_array *x = NULL, *e = NULL, *s = NULL, *l = NULL;
   double t0 = now_s();
   int rc = tsr_array_ctx_new(client, &ctx);
-  if (rc == 0 && (rc = open_input(ctx, o, &x)) != 0) fail("reading the input", rc);
+  if (rc == 0 && (rc = open_input(ctx, o, gpu, &x)) != 0) fail("reading the input", rc);
   if (rc == 0) {
     r->n = tsr_array_dim(x, 0), r->m = tsr_array_dim(x, 1), r->k = o->pca.k;
     printf("input: %lld samples x %lld variants (%s, chunks %lld x %lld)\n", (long long)r->n, (long long)r->m,
@@ -281,9 +310,9 @@ int main(int argc, char **argv)
     tsr_plink_info_destroy(&info);
     return fail("connecting", rc), 1;
   }
-  print_cluster(client);
+  bool gpu = print_cluster(client) > 0;
   results r = {0};
-  rc = run(client, &o, &r);
+  rc = run(client, &o, gpu, &r);
   double t1 = now_s();
   if (rc == 0) rc = write_outputs(&o, &r, info);
   if (rc == 0) {
