@@ -126,19 +126,21 @@ static int parse_args(int argc, char **argv, opts *o)
 
 /* ---------- input ---------- */
 
-/* Chunks for the PCA when none were given: about square blocks (each
- * product's partial results are a block's rows, or columns, times the
- * subspace: all-samples chunks would make every one a full n x l matrix)
- * of 2^28 genotypes (64 MB packed) on CPU workers, 2^32 on GPUs. */
+/* Chunks for the PCA when none were given. Each product's partial
+ * results are a chunk's rows (or columns) times the subspace, so chunks
+ * are large: on CPU workers about square blocks of 2^28 genotypes (64 MB
+ * packed: all-samples chunks would make every partial a full n x l matrix
+ * in host memory); on GPUs all samples (up to 2^21) by 2^32 genotypes
+ * (1 GB packed), each a contiguous stretch of the SNP-major .bed, read at
+ * disk speed, and the partials summed at device speed. */
 static void pca_chunks(opts *o, int64_t n, int64_t m, bool gpu)
 {
   if (o->chunk_rows > 0) return;
-  int64_t side = gpu ? 65536 : 16384, target = gpu ? (int64_t)1 << 32 : (int64_t)1 << 28;
+  int64_t side = gpu ? (int64_t)1 << 21 : 16384, target = gpu ? (int64_t)1 << 32 : (int64_t)1 << 28;
   o->chunk_rows = n < side ? n : side;
   int64_t c = target / o->chunk_rows;
   o->chunk_cols = c >= m ? m : c / 4 * 4;
 }
-
 
 /* The input, chunked for the PCA (pca_chunks) unless --chunks said how;
  * a Zarr array keeps its own chunks unless --chunks is given. */
