@@ -43,7 +43,20 @@ static double now_s(void)
 typedef struct run_result {
   double gen_s, svd_s;
   double *s, *v;
+  uint64_t held, device;  /* after generation: result bytes the workers hold, device pool bytes in use */
 } run_result;
+
+/* What the workers hold now (the scheduler's count) and their device pools. */
+static void held_bytes(tsr_client *c, run_result *res)
+{
+  tsr_cluster_info *info = NULL;
+  if (tsr_cluster_info_get(c, 10000, &info) != 0) return;
+  for (size_t i = 0; i < info->n_workers; i++) {
+    res->held += info->workers[i].memory_held;
+    res->device += info->workers[i].device_memory_used;
+  }
+  tsr_cluster_info_destroy(&info);
+}
 
 /* X as --mode keeps it, persisted (persist false: X as a lazy random
  * array, generated inside the products). */
@@ -71,6 +84,8 @@ static int run_once(tsr_client *c, const opts *o, bool persist, run_result *res)
   double t0 = now_s();
   int rc = tsr_array_ctx_new(c, &ctx);
   if (rc == 0) rc = make_x(ctx, o, persist, &x);
+  res->gen_s = now_s() - t0;
+  if (rc == 0 && persist) held_bytes(c, res);  /* not part of either time */
   double t1 = now_s();
   if (rc == 0) rc = tsr_svd_compressed(ctx, x, o->k, &so, &u, &s, &v);
   res->s = calloc((size_t)o->k, sizeof *res->s);
@@ -82,7 +97,6 @@ static int run_once(tsr_client *c, const opts *o, bool persist, run_result *res)
     rc = tsr_compute_many(ctx, arrays, 2, bufs, caps, -1);
   }
   if (rc != 0) fprintf(stderr, "tsr-svd-gpu: %s: %s\n", tsr_err_name(rc), tsr_errmsg());
-  res->gen_s = t1 - t0;
   res->svd_s = now_s() - t1;
   tsr_array_ctx_destroy(&ctx);
   return rc;
@@ -153,12 +167,14 @@ int main(int argc, char **argv)
   }
   printf("tsr-svd-gpu %lld x %lld u8 randint(0,3) chunks %lld,%lld k=%d oversamples=%d power-iters=%d mode=%s (f64)\n",
          (long long)o.rows, (long long)o.cols, (long long)o.crow, (long long)o.ccol, o.k, o.over, o.power, o.mode);
-  run_result best = {1e30, 1e30, NULL, NULL};
+  run_result best = {1e30, 1e30, NULL, NULL, 0, 0};
   int rc = 0;
   for (int r = 0; r < o.repeat && rc == 0; r++) {
     run_result res = {0};
     rc = run_once(c, &o, true, &res);
-    if (rc == 0) printf("run %d: generation %.3f s, svd %.3f s, total %.3f s\n", r, res.gen_s, res.svd_s, res.gen_s + res.svd_s);
+    if (rc == 0)
+      printf("run %d: generation %.3f s, svd %.3f s, total %.3f s; held %llu bytes, device pool %llu bytes\n", r, res.gen_s,
+             res.svd_s, res.gen_s + res.svd_s, (unsigned long long)res.held, (unsigned long long)res.device);
     fflush(stdout);
     if (rc == 0 && res.gen_s + res.svd_s < best.gen_s + best.svd_s) {
       free(best.s), free(best.v);

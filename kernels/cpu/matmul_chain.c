@@ -173,9 +173,34 @@ static void apply_steps(const chain *ch, int64_t c0, int64_t nc, double *t)
   }
 }
 
+/* A packed tile through a table: each of its columns takes 4 values, so
+ * the steps run on those 4 (the same operations on the same inputs as
+ * per element: the same bytes) and each element is one lookup. */
+#define LUT_COLS 256
+
+static void load_tile_packed(const chain *ch, int64_t r0, int64_t nr, int64_t c0, int64_t nc, double *tile)
+{
+  double lut[4][LUT_COLS];
+  for (int v = 0; v < 4; v++) {
+    double x = ch->k.has_missing && v == ch->k.missing ? NAN : (double)v;
+    for (int64_t j = 0; j < nc; j++) lut[v][j] = x;
+    apply_steps(ch, c0, nc, lut[v]);
+  }
+  int64_t cb = packed_len(ch->k.cols);
+  for (int64_t r = 0; r < nr; r++) {
+    const uint8_t *row = (const uint8_t *)ch->x->data + (r0 + r) * cb;
+    double *t = tile + r * nc;
+    for (int64_t j = 0; j < nc; j++) t[j] = lut[(row[(c0 + j) / 4] >> (2 * ((c0 + j) % 4))) & 3u][j];
+  }
+}
+
 static void load_tile(const tsr_k_xsrc *x, int64_t r0, int64_t nr, int64_t c0, int64_t nc, double *tile)
 {
   const chain *ch = x->arg;
+  if (ch->k.packed && nc <= LUT_COLS) {
+    load_tile_packed(ch, r0, nr, c0, nc, tile);
+    return;
+  }
   for (int64_t r = 0; r < nr; r++) {
     load_row(ch, r0 + r, c0, nc, tile + r * nc);
     apply_steps(ch, c0, nc, tile + r * nc);
@@ -185,20 +210,34 @@ static void load_tile(const tsr_k_xsrc *x, int64_t r0, int64_t nr, int64_t c0, i
 /* ---------- the product ---------- */
 
 /* Wide B: Z a row panel at a time into dgemm. */
-static int panels(const chain *ch, const tsr_buf *b, double *out, tsr_errbuf *err)
+/* Rows [r0, r0+w) of Z into the panel zp (c per row), through the tiles. */
+static void load_panel(const tsr_k_xsrc *src, int64_t r0, int64_t w, double *zp, double *tile)
+{
+  int64_t c = src->cols;
+  for (int64_t c0 = 0; c0 < c; c0 += LUT_COLS) {
+    int64_t nc = c - c0 < LUT_COLS ? c - c0 : LUT_COLS;
+    for (int64_t i0 = 0; i0 < w; i0 += 64) {
+      int64_t ni = w - i0 < 64 ? w - i0 : 64;
+      src->load(src, r0 + i0, ni, c0, nc, tile);
+      for (int64_t i = 0; i < ni; i++) memcpy(zp + (i0 + i) * c + c0, tile + i * nc, (size_t)nc * sizeof *tile);
+    }
+  }
+}
+
+static int panels(const chain *ch, const tsr_k_xsrc *src, const tsr_buf *b, double *out, tsr_errbuf *err)
 {
   int64_t r = ch->k.rows, c = ch->k.cols, pr = PANEL_ELEMS / (c > 0 ? c : 1);
   pr = pr < 1 ? 1 : pr > r ? r : pr;
-  double *zp = malloc((size_t)(pr * c) * sizeof *zp);
-  if (zp == NULL) return tsr_fail(err, TSR_ENOMEM, "matmul_chain: out of memory for a %lld-row panel", (long long)pr);
+  double *zp = malloc((size_t)(pr * c) * sizeof *zp), *tile = malloc(64 * LUT_COLS * sizeof *tile);
+  if (zp == NULL || tile == NULL) {
+    free(zp), free(tile);
+    return tsr_fail(err, TSR_ENOMEM, "matmul_chain: out of memory for a %lld-row panel", (long long)pr);
+  }
   const double *bd = b->data;
   int64_t bw = b->meta.shape[1];
   for (int64_t r0 = 0; r0 < r; r0 += pr) {
     int64_t w = r - r0 < pr ? r - r0 : pr;
-    for (int64_t i = 0; i < w; i++) {
-      load_row(ch, r0 + i, 0, c, zp + i * c);
-      apply_steps(ch, 0, c, zp + i * c);
-    }
+    load_panel(src, r0, w, zp, tile);
     double beta = r0 == 0 ? 0.0 : 1.0;
     int side = ch->k.side;
     if (side == TSR_K_SIDE_XB)
@@ -210,7 +249,7 @@ static int panels(const chain *ch, const tsr_buf *b, double *out, tsr_errbuf *er
     else
       tsr_k_gemm(TSR_F64, true, false, bw, c, w, bd + r0 * bw, bw, zp, c, beta, out, c);
   }
-  free(zp);
+  free(zp), free(tile);
   return 0;
 }
 
@@ -234,7 +273,7 @@ static int chain_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out
   int64_t k = ch.k.side == TSR_K_SIDE_XB ? ch.k.cols : ch.k.rows;
   rc = tsr_k_skinny_x(&src, x_is_a, ta, false, k, &in[1], out->data, err);
   if (rc != 0) return rc < 0 ? rc : 0;
-  return panels(&ch, &in[1], out->data, err);
+  return panels(&ch, &src, &in[1], out->data, err);
 }
 
 const tsr_op_def tsr_op_matmul_chain = {"matmul_chain", 2, 2 + TSR_K_CHAIN_MAX, chain_infer, chain_cpu, false, NULL};
