@@ -314,22 +314,42 @@ TSR_API int tsr_svd_tall_skinny(tsr_array_ctx *ctx, const tsr_array *a, tsr_arra
 }
 
 /* Block Krylov (FastPCA's Blanczos, PLINK 2's --pca approx): each power
- * iterate Q_i = orth(A orth(Aᵀ Q_{i-1})) is kept, and Q spans them all,
- * l·(q+1) columns, for the price of the same passes over A. A spectrum
+ * iterate Q_i = orth(A orth(Aᵀ Q_{i-1})) is kept (orthonormalized against
+ * the ones before it), and Q spans them all, l·(q+1) columns, for the
+ * price of the same passes over A. A spectrum
  * with a flat tail (genotypes: hundreds of eigenvalues near 1 under a few
  * population PCs) needs this: the last iterate alone converges like
  * (σ_{l+1}/σ_k)^(2q+1), the span like a polynomial of degree 2q+1. */
+/* q orthonormalized against the orthonormal p (block Gram-Schmidt, then
+ * TSQR): later Krylov iterates lie almost in the span of the earlier ones,
+ * and without this the span's basis would be ill-conditioned, its last
+ * digits depending on rounding (so on the chunking). */
+static int project_out(tsr_array_ctx *ctx, const tsr_array *p, const tsr_array *q, tsr_array **out_p)
+{
+  tsr_array *pt = NULL, *c = NULL, *pc = NULL, *rest = NULL, *r = NULL;
+  int rc = tsr_transpose(ctx, p, &pt);
+  if (rc == 0) rc = tsr_matmul(ctx, pt, q, &c);
+  if (rc == 0) rc = tsr_matmul(ctx, p, c, &pc);
+  if (rc == 0) rc = tsr_sub(ctx, q, pc, &rest);
+  if (rc == 0) rc = tsr_tsqr(ctx, rest, out_p, &r);
+  return rc;
+}
+
 static int krylov_span(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array *at, tsr_array *y, int q_iters,
                        tsr_array **q_p)
 {
   tsr_array **blocks = calloc((size_t)q_iters + 1, sizeof *blocks), *q = NULL, *r = NULL, *z = NULL, *w = NULL;
+  tsr_array *span = NULL;
   if (blocks == NULL) return client_fail(TSR_ENOMEM, "svd_compressed: out of memory");
   int rc = tsr_tsqr(ctx, y, &blocks[0], &r);
+  span = blocks[0];
   for (int i = 1; rc == 0 && i <= q_iters; i++) {
     rc = tsr_matmul(ctx, at, blocks[i - 1], &z);
     if (rc == 0) rc = tsr_tsqr(ctx, z, &w, &r);
     if (rc == 0) rc = tsr_matmul(ctx, a, w, &y);
-    if (rc == 0) rc = tsr_tsqr(ctx, y, &blocks[i], &r);
+    if (rc == 0) rc = tsr_tsqr(ctx, y, &q, &r);
+    if (rc == 0) rc = project_out(ctx, span, q, &blocks[i]);
+    if (rc == 0 && i < q_iters) rc = tsr_concatenate(ctx, (const tsr_array *const *)blocks, (size_t)i + 1, 1, &span);
   }
   tsr_array *k = NULL;
   if (rc == 0) rc = tsr_concatenate(ctx, (const tsr_array *const *)blocks, (size_t)q_iters + 1, 1, &k);

@@ -47,7 +47,8 @@ static int skip_args(tsr_args *args, const tsr_array *a, reduction red)
   return rc;
 }
 
-/* Partial sum of every block; axis -1 for the total. Keys to partial[]. */
+/* Partial sum of every block; axis -1 for the total. Keys to partial[].
+ * Column sums of a 2-bit packed array read the packed chunks (`cols`). */
 static int partial_sums(tsr_array_ctx *ctx, const tsr_array *a, int axis, reduction red, char **partial)
 {
   int rc = 0;
@@ -55,8 +56,11 @@ static int partial_sums(tsr_array_ctx *ctx, const tsr_array *a, int axis, reduct
     tsr_args *args = NULL;
     char key[256];
     const char *in = a->keys[b];
+    int64_t idx[TSR_MAX_NDIM];
+    garray_index(a, b, idx);
     rc = tsr_args_new(&args);
     if (rc == 0) rc = tsr_args_int(args, "axis", axis);
+    if (rc == 0 && a->encoding == TSR_ENC_PACKED2) rc = tsr_args_int(args, "cols", garray_chunk_len(a, 1, idx[1]));
     if (rc == 0) rc = skip_args(args, a, red);
     if (rc == 0) rc = gtask_add_tmp(ctx, "sum-chunk", "sum", args, &in, 1, key, sizeof key);
     tsr_args_destroy(&args);
@@ -99,7 +103,8 @@ static int reduce(tsr_array_ctx *ctx, const tsr_array *a, int axis, int split_ev
   if (a == NULL || out_p == NULL) return client_fail(TSR_EINVAL, "%s: array is NULL", names[red]);
   if (axis < -1 || axis >= a->ndim)
     return client_fail(TSR_EINVAL, "%s: axis %d outside -1..%d", names[red], axis, a->ndim - 1);
-  int rc0 = garray_dense(ctx, a, &a);
+  bool packed_columns = a->encoding == TSR_ENC_PACKED2 && a->ndim == 2 && axis == 0;
+  int rc0 = packed_columns ? 0 : garray_dense(ctx, a, &a);
   if (rc0 != 0) return rc0;
   int64_t shape[TSR_MAX_NDIM], chunks[TSR_MAX_NDIM];
   int ndim = 0;

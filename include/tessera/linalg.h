@@ -94,7 +94,7 @@ typedef struct tsr_pca_opts {
                                      * oversamples: a 300-column span for k = 10) */
 } tsr_pca_opts;
 
-#define TSR_PCA_OPTS_DEFAULT {10, TSR_PCA_COMPRESSED, TSR_STANDARDIZE_BINOM2, {90, 2, TSR_SVD_KRYLOV, 0, true}}
+#define TSR_PCA_OPTS_DEFAULT {10, TSR_PCA_COMPRESSED, TSR_STANDARDIZE_BINOM2, {10, 6, TSR_SVD_KRYLOV, 0, true}}
 
 /* PCA of a samples x variants array x (n x m) as PLINK's --pca means it:
  * Z = tsr_standardize(x), Z = U S Vᵀ. Returns eigvec (n x k: U's first k

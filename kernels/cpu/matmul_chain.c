@@ -35,6 +35,7 @@ typedef struct chain {
   tsr_k_chain k;
   const tsr_buf *x;
   const double *vec[TSR_K_CHAIN_MAX];  /* a step's vector (per column of X), or NULL */
+  double *lut;                         /* packed X: Z's 4 possible values per column, [cols][4] */
 } chain;
 
 static int64_t packed_len(int64_t c) { return c / 4 + (c % 4 != 0); }
@@ -173,31 +174,51 @@ static void apply_steps(const chain *ch, int64_t c0, int64_t nc, double *t)
   }
 }
 
-/* A packed tile through a table: each of its columns takes 4 values, so
- * the steps run on those 4 (the same operations on the same inputs as
- * per element: the same bytes) and each element is one lookup. */
+/* A packed X through a table: each column takes 4 values, so the steps
+ * run once a task on those 4 (the same operations on the same inputs as
+ * per element: the same bytes), and each element is one lookup. */
 #define LUT_COLS 256
+
+static double *make_lut(chain *ch)
+{
+  int64_t c = ch->k.cols;
+  double *lut = malloc((size_t)(4 * (c > 0 ? c : 1)) * sizeof *lut), row[4][LUT_COLS];
+  for (int64_t c0 = 0; lut != NULL && c0 < c; c0 += LUT_COLS) {
+    int64_t nc = c - c0 < LUT_COLS ? c - c0 : LUT_COLS;
+    for (int v = 0; v < 4; v++) {
+      double x = ch->k.has_missing && v == ch->k.missing ? NAN : (double)v;
+      for (int64_t j = 0; j < nc; j++) row[v][j] = x;
+      apply_steps(ch, c0, nc, row[v]);
+    }
+    for (int64_t j = 0; j < nc; j++)
+      for (int v = 0; v < 4; v++) lut[4 * (c0 + j) + v] = row[v][j];
+  }
+  return lut;
+}
 
 static void load_tile_packed(const chain *ch, int64_t r0, int64_t nr, int64_t c0, int64_t nc, double *tile)
 {
-  double lut[4][LUT_COLS];
-  for (int v = 0; v < 4; v++) {
-    double x = ch->k.has_missing && v == ch->k.missing ? NAN : (double)v;
-    for (int64_t j = 0; j < nc; j++) lut[v][j] = x;
-    apply_steps(ch, c0, nc, lut[v]);
-  }
   int64_t cb = packed_len(ch->k.cols);
+  const double *lut = ch->lut + 4 * c0;
   for (int64_t r = 0; r < nr; r++) {
-    const uint8_t *row = (const uint8_t *)ch->x->data + (r0 + r) * cb;
+    const uint8_t *bytes = (const uint8_t *)ch->x->data + (r0 + r) * cb + c0 / 4;
     double *t = tile + r * nc;
-    for (int64_t j = 0; j < nc; j++) t[j] = lut[(row[(c0 + j) / 4] >> (2 * ((c0 + j) % 4))) & 3u][j];
+    int64_t j = 0;
+    for (; j + 4 <= nc; j += 4) {  /* c0 is a multiple of 4: a byte is 4 columns */
+      unsigned b = bytes[j / 4];
+      t[j] = lut[4 * j + (b & 3u)];
+      t[j + 1] = lut[4 * j + 4 + ((b >> 2) & 3u)];
+      t[j + 2] = lut[4 * j + 8 + ((b >> 4) & 3u)];
+      t[j + 3] = lut[4 * j + 12 + (b >> 6)];
+    }
+    for (; j < nc; j++) t[j] = lut[4 * j + ((bytes[j / 4] >> (2 * (j % 4))) & 3u)];
   }
 }
 
 static void load_tile(const tsr_k_xsrc *x, int64_t r0, int64_t nr, int64_t c0, int64_t nc, double *tile)
 {
   const chain *ch = x->arg;
-  if (ch->k.packed && nc <= LUT_COLS) {
+  if (ch->lut != NULL) {
     load_tile_packed(ch, r0, nr, c0, nc, tile);
     return;
   }
@@ -262,18 +283,22 @@ static int chain_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out
   int rc = tsr_k_chain_parse(p, metas, n, &ch.k, err);
   if (rc != 0) return rc;
   ch.x = &in[0];
+  ch.lut = NULL;
   for (int s = 0; s < ch.k.n_steps; s++) ch.vec[s] = ch.k.vec_input[s] >= 2 ? in[ch.k.vec_input[s]].data : NULL;
   if (out->nbytes == 0) return 0;
   if (ch.k.rows == 0 || ch.k.cols == 0 || ch.k.outer == 0) {
     memset(out->data, 0, out->nbytes);  /* an empty inner dimension sums to 0 */
     return 0;
   }
+  if (ch.k.packed && (ch.lut = make_lut(&ch)) == NULL)
+    return tsr_fail(err, TSR_ENOMEM, "matmul_chain: out of memory for the table of %lld columns", (long long)ch.k.cols);
   tsr_k_xsrc src = {ch.k.rows, ch.k.cols, load_tile, &ch};
   bool x_is_a = ch.k.side <= TSR_K_SIDE_XTB, ta = ch.k.side == TSR_K_SIDE_XTB || ch.k.side == TSR_K_SIDE_BTX;
   int64_t k = ch.k.side == TSR_K_SIDE_XB ? ch.k.cols : ch.k.rows;
   rc = tsr_k_skinny_x(&src, x_is_a, ta, false, k, &in[1], out->data, err);
-  if (rc != 0) return rc < 0 ? rc : 0;
-  return panels(&ch, &src, &in[1], out->data, err);
+  if (rc == 0) rc = panels(&ch, &src, &in[1], out->data, err);
+  free(ch.lut);
+  return rc < 0 ? rc : 0;
 }
 
 const tsr_op_def tsr_op_matmul_chain = {"matmul_chain", 2, 2 + TSR_K_CHAIN_MAX, chain_infer, chain_cpu, false, NULL};

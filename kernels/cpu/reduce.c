@@ -13,7 +13,12 @@
  * `missing` skips that value of an integer input (a genotype's 3), and
  * `count` true counts the elements not skipped instead of summing them
  * (output i64). So nansum is sum with skipna/missing, and a nanmean is
- * the nansum over the count. */
+ * the nansum over the count.
+ *
+ * A 2-bit packed input (param `cols`: its logical column count; values
+ * 0..3) sums over axis 0 straight from the packed bytes: per-column
+ * accumulators, a table lookup per genotype, no unpacked copy (the column
+ * statistics of a genotype matrix). Output i64 [cols]. */
 #include <math.h>
 #include <string.h>
 
@@ -73,11 +78,47 @@ static int sum_axis(const tsr_params *p, int ndim, int64_t *axis_p, tsr_errbuf *
   return 0;
 }
 
+/* ---------- a packed input (param cols) ---------- */
+
+static int packed_cols(const tsr_params *p, const tsr_meta *in, int64_t axis, int64_t *cols_p, tsr_errbuf *err)
+{
+  int rc = tsr_params_get_int(p, "cols", cols_p, err);
+  if (rc != 0) return tsr_k_param_fail("sum", rc, err);
+  int64_t cb = *cols_p / 4 + (*cols_p % 4 != 0);
+  if (in->dtype != TSR_U8 || in->ndim != 2 || *cols_p < 0 || in->shape[1] != cb || axis != 0)
+    return tsr_fail(err, TSR_ESHAPE, "sum: a packed input of %lld columns is u8 [r, %lld] summed over axis 0, got %s axis %lld",
+                    (long long)*cols_p, (long long)cb, tsr_k_str(in).s, (long long)axis);
+  return 0;
+}
+
+/* out[j] = the sum over rows of what code x of column j contributes. */
+static void packed_sum(const sum_mode *sm, const uint8_t *x, int64_t rows, int64_t cols, int64_t *out)
+{
+  int64_t add[4], cb = cols / 4 + (cols % 4 != 0);
+  for (int v = 0; v < 4; v++) add[v] = sm->has_missing && v == sm->missing ? 0 : sm->count ? 1 : v;
+  memset(out, 0, (size_t)cols * sizeof *out);
+  for (int64_t r = 0; r < rows; r++, x += cb) {
+    int64_t j = 0;
+    for (; j + 4 <= cols; j += 4) {
+      unsigned b = x[j / 4];
+      out[j] += add[b & 3u], out[j + 1] += add[(b >> 2) & 3u], out[j + 2] += add[(b >> 4) & 3u], out[j + 3] += add[b >> 6];
+    }
+    for (; j < cols; j++) out[j] += add[(x[j / 4] >> (2 * (j % 4))) & 3u];
+  }
+}
+
 static int sum_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
 {
-  int64_t axis;
+  int64_t axis, cols;
   sum_mode sm;
   if (n != 1) return tsr_fail(err, TSR_EINVAL, "sum: takes 1 input, got %d", n);
+  if (tsr_params_find(p, "cols") != NULL) {
+    int rc = tsr_params_opt_int(p, "axis", -1, &axis, err);
+    if (rc == 0) rc = sum_mode_parse(p, &sm, err);
+    if (rc == 0) rc = packed_cols(p, &in[0], axis, &cols, err);
+    if (rc == 0) tsr_k_meta_set(out, TSR_I64, 1, &cols);
+    return rc;
+  }
   int rc = sum_axis(p, in[0].ndim, &axis, err);
   if (rc == 0) rc = sum_mode_parse(p, &sm, err);
   if (rc != 0) return rc;
@@ -172,6 +213,10 @@ static int sum_cpu(const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *ou
   int rc = sum_axis(p, m->ndim, &axis, err);
   if (rc == 0) rc = sum_mode_parse(p, &sm, err);
   if (rc != 0) return rc;
+  if (tsr_params_find(p, "cols") != NULL) {
+    packed_sum(&sm, in[0].data, m->shape[0], out->meta.shape[0], out->data);
+    return 0;
+  }
   size_t count = (size_t)tsr_meta_count(m), outer = 1, n = count, inner = 1, es = tsr_dtype_size(m->dtype);
   if (axis >= 0) {
     n = (size_t)m->shape[axis];

@@ -158,6 +158,43 @@ static int sum_launch(const T *x, const sum_shape &sh, const sum_mask &m, void *
   return TSR_CUDA_LAUNCHED("sum_finish_kernel", err);
 }
 
+/* ---------- a 2-bit packed input over axis 0 (cpu/reduce.c: param cols) ---------- */
+
+/* Thread (byte column q, row segment y): the 4 columns of byte q over its
+ * rows, added into out with integer atomics (order-free: the CPU's sums). */
+__global__ void packed_sum_kernel(const uint8_t *x, int64_t rows, int64_t cols, int64_t cb, int64_t seg, sum_mask m,
+                                  unsigned long long *out)
+{
+  int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, r0 = (int64_t)blockIdx.y * seg;
+  if (q >= cb) return;
+  int64_t add[4], acc[4] = {0, 0, 0, 0};
+  for (int v = 0; v < 4; v++) add[v] = m.has_missing && v == m.missing ? 0 : m.count ? 1 : v;
+  for (int64_t r = r0; r < rows && r < r0 + seg; r++) {
+    unsigned b = x[r * cb + q];
+#pragma unroll
+    for (int s = 0; s < 4; s++) acc[s] += add[(b >> (2 * s)) & 3u];
+  }
+  for (int s = 0; s < 4 && 4 * q + s < cols; s++) atomicAdd(&out[4 * q + s], (unsigned long long)acc[s]);
+}
+
+static int packed_sum(const tsr_params *p, const tsr_buf *in, tsr_buf *out, const sum_mask &m, const tsr_gpu_ctx *gpu,
+                      tsr_errbuf *err)
+{
+  int64_t cols, rows = in[0].meta.shape[0], cb = in[0].meta.shape[1];
+  int rc = tsr_params_get_int(p, "cols", &cols, err);
+  if (rc != 0) return tsr_k_param_fail("sum", rc, err);
+  cudaStream_t s = tsr_stream(gpu);
+  rc = TSR_CUDA_CHECK(cudaMemsetAsync(out->data, 0, out->nbytes, s), err);
+  if (rc != 0 || rows == 0 || cb == 0) return rc;
+  int64_t bx = (cb + 255) / 256, segs = (131072 + cb - 1) / cb;  /* about 128k threads in all */
+  segs = segs > rows ? rows : segs > 65535 ? 65535 : segs;
+  int64_t seg = (rows + segs - 1) / segs;
+  segs = (rows + seg - 1) / seg;
+  packed_sum_kernel<<<dim3((unsigned)bx, (unsigned)segs), 256, 0, s>>>((const uint8_t *)in[0].data, rows, cols, cb, seg, m,
+                                                                      (unsigned long long *)out->data);
+  return TSR_CUDA_LAUNCHED("packed_sum_kernel", err);
+}
+
 TSR_CUDA_VARIANT(sum)
 {
   (void)n_in;
@@ -170,6 +207,10 @@ TSR_CUDA_VARIANT(sum)
   if (rc == 0 && tsr_params_find(p, "count")) rc = tsr_params_get_bool(p, "count", &count, err);
   if (rc == 0 && mask.has_missing) rc = tsr_params_get_int(p, "missing", &mask.missing, err);
   mask.skipna = skipna, mask.count = count;
+  if (rc == 0 && tsr_params_find(p, "cols") != nullptr) {
+    rc = packed_sum(p, in, out, mask, gpu, err);
+    return rc == 0 ? 0 : tsr_cuda_fail_op("sum", rc, err);
+  }
   if (rc != 0) return tsr_k_param_fail("sum", rc, err);
   if (axis < -1 || axis >= m->ndim) return tsr_fail(err, TSR_EINVAL, "sum: axis %lld is out of range", (long long)axis);
   int64_t outer = 1, n = tsr_meta_count(m), inner = 1;

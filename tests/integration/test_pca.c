@@ -213,14 +213,16 @@ static double abs_corr(const double *a, const double *b, int n)
   return fabs(sab) / sqrt(saa * sbb);
 }
 
-/* Runs tsr-pca on a data set; 0 when it exited 0. */
+/* Runs tsr-pca on a data set (two iterations with a wider span: 90
+ * oversamples); 0 when it exited 0. */
 static int tsr_pca_run(const char *set, const char *out, const char *method, const char *power)
 {
   char prefix[700], env[400], text[4096];
   snprintf(prefix, sizeof prefix, "%s/%s", data_dir, set);
   snprintf(env, sizeof env, "TESSERA_SCHEDULER=%s", c.address);
+  const char *over = strcmp(power, "2") == 0 ? "90" : "10";
   const char *argv[] = {cluster_bin("tsr-pca"), "--bed", prefix, "--k", "10", "--method", method,
-                        "--power-iters", power, "--out", out, NULL};
+                        "--power-iters", power, "--oversamples", over, "--out", out, NULL};
   int rc = run_capture(argv, env, text, sizeof text, 300);
   if (rc != 0) fprintf(stderr, "  tsr-pca exit %d:\n%s\n", rc, text);
   return rc;
@@ -268,12 +270,13 @@ static void check_set(const char *set, const char *tag, int n, const char *metho
 
 TEST(hapmap3_and_1000_genomes_match_the_reference_pca)
 {
-  /* exact; compressed (block Krylov) with six iterations: both to 1e-4 */
+  /* exact; compressed (block Krylov) with six iterations, tsr-pca's
+   * default: both to 1e-4 */
   check_set(HM3, "hm3", 957, "exact", "2", 10, 1e-4, 0);
   check_set(KG, "1kg", 1092, "exact", "2", 10, 1e-4, 0);
   check_set(HM3, "hm3", 957, "compressed", "6", 10, 1e-4, 0);
   check_set(KG, "1kg", 1092, "compressed", "6", 10, 1e-4, 0);
-  /* two iterations (tsr-pca's default): the population PCs to 1e-3, the
+  /* two iterations (a 300-column span): the population PCs to 1e-3, the
    * flat tail (PCs within 2% of each other) to 2% (docs/pca.md) */
   check_set(HM3, "hm3", 957, "compressed", "2", 5, 1e-3, 0.02);
   check_set(KG, "1kg", 1092, "compressed", "2", 3, 1e-3, 0.02);
@@ -303,10 +306,12 @@ TEST(any_chunking_gives_the_same_eigenvalues)
   for (size_t i = 0; i < sizeof chunkings / sizeof chunkings[0]; i++) {
     ASSERT_OK(exact_eigenvalues(ctx, HM3, chunkings[i], TSR_PCA_EXACT, ev));
     ASSERT_OK(exact_eigenvalues(ctx, HM3, chunkings[i], TSR_PCA_COMPRESSED, cev));
-    for (int j = 0; j < 10; j++) {
-      ASSERT_TRUE(fabs(ev[j] - ref[j]) <= 1e-12 * ref[j]);
-      ASSERT_TRUE(fabs(cev[j] - cref[j]) <= 1e-12 * cref[j]);
-    }
+    double we = 0, wc = 0;
+    for (int j = 0; j < 10; j++) we = fmax(we, fabs(ev[j] - ref[j]) / ref[j]), wc = fmax(wc, fabs(cev[j] - cref[j]) / cref[j]);
+    fprintf(stderr, "  chunks %lld x %lld: exact within %.2e, compressed within %.2e\n", (long long)chunkings[i][0],
+            (long long)chunkings[i][1], we, wc);
+    ASSERT_TRUE(we <= 1e-12);
+    ASSERT_TRUE(wc <= 1e-12);
   }
   tsr_array_ctx_destroy(&ctx);
 }
