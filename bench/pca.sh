@@ -19,11 +19,16 @@
 #
 # The exact commands (PREFIX = $OUT/gen):
 #   build/bin/tsr-gen-bed --out PREFIX --samples SAMPLES --snps SNPS --missing 0.01 --pops 5 --fst 0.05 --seed 1
-#   build/bin/tessera local --cpu-workers 2 --threads-per-worker 1 -- \
-#     build/bin/tsr-pca --bed PREFIX --k 10 --method compressed --power-iters 2 --out $OUT/tsr
+#   build-cpu/bin/tessera local --cpu-workers 2 --threads-per-worker 1 --memory-limit 1GiB -- \
+#     build-cpu/bin/tsr-pca --bed PREFIX --k 10 --out $OUT/tsr      (tsr-pca's defaults: 6 Krylov iterations, l = 20)
 #   plink2 --bfile PREFIX --pca approx 10 --threads 2 --out $OUT/plink2
 #   timeout 15m plink2 --bfile PREFIX --pca 10 --threads 2 --out $OUT/plink2_exact
-#   (accuracy reference) tsr-pca ... --power-iters 8 --out $OUT/tsr_ref
+#   (accuracy reference) tsr-pca ... --power-iters 12 --oversamples 40 --out $OUT/tsr_ref
+# Tessera runs from a CPU-only Release build (build-cpu, made here when
+# missing): the CUDA libraries a CUDA build links cost each worker ~190 MB
+# of resident memory at load, on a machine without a GPU too. Each worker
+# holds at most 1 GiB: the packed .bed chunks it drops under that limit
+# are read again when needed (docs/memory.md), with the same results.
 # plink2 gets the 2 threads that Tessera's 2 single-threaded workers get.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +47,10 @@ for a in "$@"; do
 done
 samples=${args[0]:-100000}
 snps=${args[1]:-50000}
-bin=${BIN:-build/bin}
+bin=${BIN:-build-cpu/bin}
+if [ -z "${BIN:-}" ] && [ ! -x "$bin/tsr-pca" -o ! -x "$bin/tsr-gen-bed" ]; then
+  BUILD_DIR=build-cpu scripts/build.sh -DTSR_CUDA=OFF -DCMAKE_BUILD_TYPE=Release
+fi
 out=${OUT:-bench/out/pca-${samples}x${snps}}
 prefix=$out/gen
 [ "$exact" = auto ] && { [ "$samples" -le 20000 ] && exact=yes || exact=no; }
@@ -91,16 +99,17 @@ run() {  # label, log file, command...
 
 status=0
 if [ "$plink2_only" = 0 ]; then
-  run tessera "$out/tsr.log" "$bin/tessera" local --cpu-workers 2 --threads-per-worker 1 -- \
-    "$bin/tsr-pca" --bed "$prefix" --k 10 --method compressed --power-iters 2 --out "$out/tsr" || status=1
+  run tessera "$out/tsr.log" "$bin/tessera" local --cpu-workers 2 --threads-per-worker 1 --memory-limit 1GiB -- \
+    "$bin/tsr-pca" --bed "$prefix" --k 10 --out "$out/tsr" || status=1
 fi
 run plink2-approx "$out/plink2.run.log" plink2 --bfile "$prefix" --pca approx 10 --threads 2 --out "$out/plink2" || status=1
 # The accuracy reference where plink2's exact PCA is out of reach: the
-# same Krylov PCA run to convergence (eight iterations: at HapMap3 size it
-# matches the exact eigenvalues to 1e-9). Not timed against anything.
+# same Krylov PCA run further (12 iterations of 50 columns: at HapMap3
+# size six of 20 match the exact eigenvalues to 3e-5). Not timed against
+# anything.
 if [ "$plink2_only" = 0 ]; then
   run tessera-ref "$out/tsr_ref.log" "$bin/tessera" local --cpu-workers 2 --threads-per-worker 1 -- \
-    "$bin/tsr-pca" --bed "$prefix" --k 10 --method compressed --power-iters 8 --out "$out/tsr_ref" || status=1
+    "$bin/tsr-pca" --bed "$prefix" --k 10 --power-iters 12 --oversamples 40 --out "$out/tsr_ref" || status=1
 fi
 if [ "$exact" = yes ]; then
   run plink2-exact "$out/plink2_exact.run.log" timeout 15m plink2 --bfile "$prefix" --pca 10 --threads 2 \
