@@ -123,6 +123,8 @@ TEST(astype_missing_fillnan_and_ufunc)
   free(filled.data);
 }
 
+static uint8_t *pack(const uint8_t *x, int64_t r, int64_t c);
+
 /* sum over axis with the given extra params; returns the output buffer. */
 static void *sum_of(const tsr_buf *in, int axis, const char *mode, tsr_dtype *dt_p)
 {
@@ -166,7 +168,24 @@ TEST(sum_skips_missing_and_counts)
   ASSERT_EQ(fc[0], 8);
   double *plain = sum_of(&fi, 1, "", &dt);
   ASSERT_TRUE(plain != NULL && isnan(plain[0]));  /* without skipna NaN propagates */
-  free(cs), free(cc), free(fs), free(fc), free(plain);
+  /* the same column sums from the packed bytes */
+  uint8_t *pk = pack(g, 3, 4);
+  int64_t sp[2] = {3, 1};
+  tsr_buf pb = buf_of(TSR_U8, 2, sp, pk), out;
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  for (int mode = 0; mode < 2; mode++) {
+    tsr_params_clear(&p);
+    tsr_params_add_int(&p, "axis", 0);
+    tsr_params_add_int(&p, "cols", 4);
+    tsr_params_add_int(&p, "missing", 3);
+    if (mode) tsr_params_add_bool(&p, "count", true);
+    ASSERT_OK(run("sum", &p, &pb, 1, &out, &err));
+    for (int j = 0; j < 4; j++) ASSERT_EQ(((int64_t *)out.data)[j], mode ? want_c[j] : want_s[j]);
+    free(out.data);
+  }
+  tsr_params_clear(&p);
+  free(pk), free(cs), free(cc), free(fs), free(fc), free(plain);
 }
 
 /* ---------- matmul_chain ---------- */

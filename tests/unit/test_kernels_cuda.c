@@ -953,6 +953,21 @@ TEST(missing_values_sum_count_and_astype)
       else ASSERT_TRUE(rel_err(&gg, &c) <= 1e-12);
       free(c.data), free(gg.data);
     }
+  /* the column sums of a packed chunk (rows not a multiple of anything, a partial last byte) */
+  tsr_buf pk;
+  tsr_errbuf err;
+  ASSERT_OK(cpu_run("pack2bit", NULL, &g, 1, &pk, &err));
+  for (int mode = 0; mode < 2; mode++) {
+    tsr_params_clear(&p);
+    tsr_params_add_int(&p, "axis", 0);
+    tsr_params_add_int(&p, "cols", 257);
+    tsr_params_add_int(&p, "missing", 3);
+    if (mode) tsr_params_add_bool(&p, "count", true);
+    BOTH("sum", &p, &pk, 1, &c, &gg);
+    ASSERT_SAME(&c, &gg);
+    free(c.data), free(gg.data);
+  }
+  free(pk.data);
   tsr_params_clear(&p);
   tsr_params_add_str(&p, "dtype", "f64", 3);
   tsr_params_add_int(&p, "missing", 3);
