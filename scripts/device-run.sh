@@ -13,8 +13,9 @@
 #    unpacks them with `dpkg -x` under .deps/ (git-ignored). libc and the
 #    compiler runtime are the device's own (newer); the CUDA libraries
 #    (cudart, cuBLAS, cuSOLVER) are the device's CUDA 13.
-# 3. Packs the stripped binaries, the test runner's inputs and those
-#    libraries into .deps/carry/tessera-device.tar.xz (xz: OpenBLAS alone is
+# 3. Packs the stripped binaries, the test runner's inputs (HapMap3's
+#    genotypes and reference eigenvalues) and those libraries into
+#    .deps/carry/tessera-device.tar.xz (xz: OpenBLAS alone is
 #    35 MB unpacked; the device tool moves at most 64 MiB a call).
 # 4. Downloads the wheels of the Dask benchmark (dask, distributed and the
 #    pure-Python packages the device image lacks) into .whl/ (git-ignored).
@@ -84,7 +85,13 @@ for soname in "${!soname_path[@]}"; do
   [ -n "$src" ] && [ -e "$src" ] || { echo "device-run.sh: $real not in the downloaded packages" >&2; exit 1; }
   cp -L "$src" "$stage/lib/$soname"
 done
-tar -C "$stage" -cf - bin lib | xz -T0 -6 > .deps/carry/tessera-device.tar.xz
+# The HapMap3 genotypes and their reference eigenvalues, for test_gpu's
+# PCA (../shared does not travel to the GPU machine).
+hm3=../shared/data/hapmap3_1kg_genotypes
+mkdir -p "$stage/data/reference"
+cp $hm3/HM3_thinned_autosomal_overlap.{bed,bim,fam} "$stage/data/"
+cp $hm3/reference/hm3.exact_eigh_binom2.txt "$stage/data/reference/"
+tar -C "$stage" -cf - bin lib data | xz -T0 -6 > .deps/carry/tessera-device.tar.xz
 
 # ---- wheels for bench/svd_gpu_dask.py ----
 if [ $wheels = 1 ]; then

@@ -41,6 +41,7 @@ for b in "$t"/bin/*; do
 done
 export PATH="$t/wrap:$PATH"
 export TESSERA_TEST_BIN_DIR="$t/bin"
+export TSR_PLINK_DATA="$t/data"   # HapMap3 for test_gpu's PCA (scripts/device-run.sh packs it)
 {
   echo "== $(date -u) $(hostname)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

@@ -130,3 +130,24 @@ int svd_of_materialized_x2(const char *address, int64_t rows, int64_t cols, int6
   tsr_client_close(client);
   return rc;
 }
+
+int read_column(const char *path, int col, double *out, int max)
+{
+  FILE *f = fopen(path, "r");
+  char line[1 << 16];
+  int n = 0;
+  while (f != NULL && n < max && fgets(line, sizeof line, f) != NULL) {
+    if (line[0] == '#') continue;
+    char *save = NULL, *tok = strtok_r(line, " \t\n", &save);
+    for (int i = 0; tok != NULL && i < col; i++) tok = strtok_r(NULL, " \t\n", &save);
+    if (tok != NULL) out[n++] = strtod(tok, NULL);
+  }
+  if (f != NULL) fclose(f);
+  return n;
+}
+
+const char *plink_data_dir(void)
+{
+  const char *env = getenv("TSR_PLINK_DATA");
+  return env != NULL && env[0] != '\0' ? env : TSR_PLINK_DATA;
+}

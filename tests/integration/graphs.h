@@ -26,5 +26,13 @@ int gather_f64(tsr_client *c, const char *key, double *value_p);
  * its own client on address; prints the error on stderr. 0 or an error. */
 int svd_of_materialized_x2(const char *address, int64_t rows, int64_t cols, int64_t chunk_rows, int k,
                            int64_t timeout_ms, double *s, double *v);
+/* Up to max numbers from a text file: the col-th (from 0) whitespace-
+ * separated field of each line not starting with '#' (reference result
+ * files: PLINK's .eigenval/.eigenvec, SOURCE.md's tables). Returns the
+ * count (0 when the file cannot be read). */
+int read_column(const char *path, int col, double *out, int max);
+/* The HapMap3 / 1000 Genomes directory: $TSR_PLINK_DATA, else the
+ * build's ../shared/data/hapmap3_1kg_genotypes. Static. */
+const char *plink_data_dir(void);
 
 #endif

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cluster.h"
+#include "graphs.h"
 #include "kit.h"
 #include "tessera/linalg.h"
 #include "tessera/plink.h"
@@ -182,23 +183,6 @@ TEST(folded_standardization_equals_the_stored_matrix_for_any_chunking)
 
 /* ---------- the real data sets (../shared/data/hapmap3_1kg_genotypes) ---------- */
 
-/* Up to max numbers from a text file: the `col`-th whitespace-separated
- * field of each line not starting with '#'. Returns the count. */
-static int read_column(const char *path, int col, double *out, int max)
-{
-  FILE *f = fopen(path, "r");
-  char line[1 << 16];
-  int n = 0;
-  while (f != NULL && n < max && fgets(line, sizeof line, f) != NULL) {
-    if (line[0] == '#') continue;
-    char *save = NULL, *tok = strtok_r(line, " \t\n", &save);
-    for (int i = 0; tok != NULL && i < col; i++) tok = strtok_r(NULL, " \t\n", &save);
-    if (tok != NULL) out[n++] = strtod(tok, NULL);
-  }
-  if (f != NULL) fclose(f);
-  return n;
-}
-
 /* Column `col` of an eigenvec file (rows in .fam order) into v (n rows). */
 static int eigenvec_column(const char *path, int col, double *v, int n)
 {
@@ -332,8 +316,7 @@ TEST(tsr_pca_names_a_bad_input)
 int main(void)
 {
   signal(SIGPIPE, SIG_IGN);
-  const char *env = getenv("TSR_PLINK_DATA");
-  snprintf(data_dir, sizeof data_dir, "%s", env != NULL && env[0] != '\0' ? env : TSR_PLINK_DATA);
+  snprintf(data_dir, sizeof data_dir, "%s", plink_data_dir());
   snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr-pca-XXXXXX");
   if (mkdtemp(tmpdir) == NULL) return 1;
   if (cluster_start(&c, 2, 1, NULL, NULL) != 0 || tsr_client_open(&client, c.address, NULL) != 0) {

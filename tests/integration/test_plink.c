@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cluster.h"
+#include "graphs.h"
 #include "kit.h"
 #include "tessera/plink.h"
 
@@ -506,8 +507,7 @@ TEST(a_bed_changed_after_the_graph_was_built_fails_its_task)
 int main(void)
 {
   signal(SIGPIPE, SIG_IGN);
-  const char *env = getenv("TSR_PLINK_DATA");
-  snprintf(data_dir, sizeof data_dir, "%s", env != NULL && env[0] != '\0' ? env : TSR_PLINK_DATA);
+  snprintf(data_dir, sizeof data_dir, "%s", plink_data_dir());
   char probe[700];
   struct stat st;
   snprintf(probe, sizeof probe, "%s/" HM3 ".bed", data_dir);
