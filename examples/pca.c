@@ -143,17 +143,15 @@ static void pca_chunks(opts *o, int64_t n, int64_t m, bool gpu)
 }
 
 /* The input, chunked for the PCA (pca_chunks) unless --chunks said how;
- * a Zarr array keeps its own chunks unless --chunks is given. */
-static int open_input(tsr_array_ctx *ctx, const opts *o, bool gpu, tsr_array **x_p)
+ * a Zarr array keeps its own chunks unless --chunks is given. info: the
+ * .fam/.bim of a --bed input. */
+static int open_input(tsr_array_ctx *ctx, const opts *o, const tsr_plink_info *info, bool gpu, tsr_array **x_p)
 {
   opts c = *o;
   tsr_array *raw = NULL;
   int rc = 0;
   if (o->bed != NULL) {
-    tsr_plink_info *info = NULL;
-    if ((rc = tsr_plink_info_read(o->bed, &info)) != 0) return rc;
     pca_chunks(&c, info->n_samples, info->n_variants, gpu);
-    tsr_plink_info_destroy(&info);
     int64_t chunks[2] = {c.chunk_rows, c.chunk_cols};
     return tsr_from_plink(ctx, o->bed, chunks, x_p);
   }
@@ -264,13 +262,13 @@ static size_t print_cluster(tsr_client *client)
 }
 
 /* The whole job on an open client: read, PCA, write. */
-static int run(tsr_client *client, const opts *o, bool gpu, results *r)
+static int run(tsr_client *client, const opts *o, const tsr_plink_info *info, bool gpu, results *r)
 {
   tsr_array_ctx *ctx = NULL;
   tsr_array *x = NULL, *e = NULL, *s = NULL, *l = NULL;
   double t0 = now_s();
   int rc = tsr_array_ctx_new(client, &ctx);
-  if (rc == 0 && (rc = open_input(ctx, o, gpu, &x)) != 0) fail("reading the input", rc);
+  if (rc == 0 && (rc = open_input(ctx, o, info, gpu, &x)) != 0) fail("reading the input", rc);
   if (rc == 0) {
     r->n = tsr_array_dim(x, 0), r->m = tsr_array_dim(x, 1), r->k = o->pca.k;
     printf("input: %lld samples x %lld variants (%s, chunks %lld x %lld)\n", (long long)r->n, (long long)r->m,
@@ -314,7 +312,7 @@ int main(int argc, char **argv)
   }
   bool gpu = print_cluster(client) > 0;
   results r = {0};
-  rc = run(client, &o, gpu, &r);
+  rc = run(client, &o, info, gpu, &r);
   double t1 = now_s();
   if (rc == 0) rc = write_outputs(&o, &r, info);
   if (rc == 0) {
