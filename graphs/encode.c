@@ -104,3 +104,23 @@ TSR_API int tsr_decompress(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **o
   int rc = garray_dense(ctx, a, &a);
   return rc == 0 ? garray_view(ctx, "decompress", a, out_p) : rc;
 }
+
+TSR_API int tsr_sparse(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **out_p)
+{
+  if (ctx == NULL || a == NULL || out_p == NULL) return client_fail(TSR_EINVAL, "sparse: NULL argument");
+  int rc = garray_check_2d(a, "sparse");
+  if (rc == 0) rc = garray_dense(ctx, a, &a);
+  tsr_array *out = NULL;
+  if (rc == 0) rc = garray_new(ctx, "csr", a->dtype, 2, a->shape, a->chunk, &out);
+  for (size_t b = 0; rc == 0 && b < a->nblocks; b++) {
+    const char *in = a->keys[b];
+    rc = gtask_add(ctx, out->keys[b], "csr_from_dense", NULL, &in, 1);
+  }
+  if (rc != 0) {
+    tsr_array_free(ctx, &out);
+    return rc;
+  }
+  out->encoding = TSR_ENC_CSR;
+  *out_p = out;
+  return 0;
+}

@@ -47,6 +47,8 @@ typedef enum tsr_encoding {
                          * axis (element j in bits 2(j%4).. of byte j/4),
                          * a chunk [.., c] held as [.., ceil(c/4)] */
   TSR_ENC_BLOSC = 2,    /* each chunk one c-blosc frame of its dense bytes */
+  TSR_ENC_CSR = 3,      /* 2-D: each chunk a CSR matrix (indptr, indices,
+                         * values) in one u8 chunk: kernels/cpu/csr.h */
 } tsr_encoding;
 
 /* The value of a genotype array (dtype u8, values 0, 1, 2 = dosage of
@@ -191,6 +193,9 @@ typedef struct tsr_compress_opts {
 int tsr_compress(tsr_array_ctx *ctx, const tsr_array *a, const tsr_compress_opts *opts, tsr_array **out_p);
 /* a with dense chunks (a itself, as a new handle, when already dense). */
 int tsr_decompress(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **out_p);
+/* A 2-D array's values held sparse (TSR_ENC_CSR: zeros dropped, NaN kept).
+ * Builders read it as a; tsr_decompress makes it dense again. */
+int tsr_sparse(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **out_p);
 
 /* Computes a's chunks and keeps them on the workers; *out_p is a new array
  * over the kept chunks (its tasks are not recomputed by later graphs).

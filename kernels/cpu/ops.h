@@ -42,6 +42,8 @@ extern const tsr_op_def tsr_op_pack2bit;     /* pack2bit.c */
 extern const tsr_op_def tsr_op_unpack2bit;
 extern const tsr_op_def tsr_op_matmul_2bit;
 extern const tsr_op_def tsr_op_randint_packed;
+extern const tsr_op_def tsr_op_csr_from_dense;   /* csr.c */
+extern const tsr_op_def tsr_op_csr_densify;
 extern const tsr_op_def tsr_op_fillnan;      /* convert.c */
 extern const tsr_op_def tsr_op_ufunc;        /* ufunc.c */
 extern const tsr_op_def tsr_op_matmul_chain; /* matmul_chain.c */

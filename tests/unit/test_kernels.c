@@ -1089,7 +1089,8 @@ TEST(registry_and_test_ops)
                                 "transpose", "slice", "assemble", "view", "qr", "svd", "bmul", "signs",
                                 "matmul_random", "pack2bit", "unpack2bit", "matmul_2bit", "fillnan", "ufunc", "matmul_chain",
                                 "blosc_compress", "blosc_decompress", "zarr_read", "zarr_write",
-                                "read_bed", "randint_packed"};
+                                "read_bed", "randint_packed",
+                                "csr_from_dense", "csr_densify"};
   tsr_params p = TSR_PARAMS_INIT;
   tsr_errbuf err;
   tsr_buf out;

@@ -11,6 +11,7 @@
 
 #include "kernels.h"
 #include "kit.h"
+#include "cpu/csr.h"
 #include "cpu/ops.h"
 
 static tsr_buf buf_of(tsr_dtype dtype, int ndim, const int64_t *shape, void *data)
@@ -372,6 +373,39 @@ TEST(randint_packed_is_randint_packed)
   }
 }
 
+/* A dense chunk to CSR and back: zeros (and -0.0) dropped, NaN kept,
+ * columns in order; a damaged chunk is refused. */
+TEST(csr_round_trip_and_checks)
+{
+  double x[12] = {0, 1.5, 0, -0.0, NAN, 0, 0, 0, 2, 0, 0, -3};
+  int64_t shape[2] = {3, 4};
+  tsr_buf in = buf_of(TSR_F64, 2, shape, x), csr, back;
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  ASSERT_OK(run("csr_from_dense", NULL, &in, 1, &csr, &err));
+  tsr_k_csr v;
+  ASSERT_OK(tsr_k_csr_view(&csr, true, &v, &err));
+  ASSERT_EQ(v.nnz, 4);
+  ASSERT_EQ(v.indptr[1], 1);
+  ASSERT_EQ(v.indices[1], 0);  /* row 1: the NaN at column 0 */
+  ASSERT_EQ(csr.nbytes, (size_t)tsr_k_csr_bytes(3, 4, TSR_F64));
+  tsr_params_add_str(&p, "dtype", "f64", 3);
+  tsr_params_add_ints(&p, "shape", shape, 2);
+  ASSERT_OK(run("csr_densify", &p, &csr, 1, &back, &err));
+  for (int i = 0; i < 12; i++)
+    ASSERT_TRUE(isnan(x[i]) ? isnan(((double *)back.data)[i]) : ((double *)back.data)[i] == (x[i] == 0 ? 0.0 : x[i]));
+  free(back.data);
+  v.indices[2] = 9;  /* out of range */
+  ASSERT_EQ(tsr_k_csr_view(&csr, true, &v, &err), TSR_EPROTO);
+  ASSERT_TRUE(strstr(err.text, "outside") != NULL);
+  ASSERT_EQ(run("csr_densify", &p, &csr, 1, &back, &err), TSR_EPROTO);
+  ((unsigned char *)csr.data)[0] = 'X';
+  ASSERT_EQ(run("csr_densify", &p, &csr, 1, &back, &err), TSR_EPROTO);
+  ASSERT_TRUE(strstr(err.text, "not a CSR chunk") != NULL);
+  free(csr.data);
+  tsr_params_clear(&p);
+}
+
 int main(void)
 {
   tsr_ops_init(false);
@@ -383,5 +417,6 @@ int main(void)
   RUN(matmul_chain_plain_integer_equals_matmul);
   RUN(matmul_chain_refuses_bad_params);
   RUN(randint_packed_is_randint_packed);
+  RUN(csr_round_trip_and_checks);
   return kit_summary();
 }
