@@ -92,6 +92,20 @@ int tsr_zeros(tsr_array_ctx *ctx, tsr_dtype dtype, int ndim, const int64_t *shap
               tsr_array **out_p);
 int tsr_ones(tsr_array_ctx *ctx, tsr_dtype dtype, int ndim, const int64_t *shape, const int64_t *chunks,
              tsr_array **out_p);
+/* A sparse count matrix like a single-cell experiment's (cells x genes,
+ * f32 counts, TSR_ENC_CSR, chunks of row_chunk cells): each cell is of one
+ * of n_types types with its own marker genes, has a log-normal size factor,
+ * and about density x genes nonzero counts. Values depend only on seed and
+ * the cell's index (never on row_chunk). With types_p, also the cells'
+ * true types (i32 [cells]) to score a clustering against. The model is in
+ * kernels/cpu/counts_synth.c; the single-cell benchmarks use it. */
+typedef struct tsr_random_counts_opts {
+  int64_t n_types;  /* default 20 */
+  double density;   /* default 0.03 */
+} tsr_random_counts_opts;
+#define TSR_RANDOM_COUNTS_OPTS_DEFAULT {20, 0.03}
+int tsr_random_counts(tsr_array_ctx *ctx, uint64_t seed, int64_t n_cells, int64_t n_genes, int64_t row_chunk,
+                      const tsr_random_counts_opts *opts, tsr_array **counts_p, tsr_array **types_p);
 /* Reads a .npy file (read on the workers, chunk by chunk; the file must be
  * visible to them at the same path). The header is read here for shape and
  * dtype. */

@@ -44,6 +44,8 @@ extern const tsr_op_def tsr_op_matmul_2bit;
 extern const tsr_op_def tsr_op_randint_packed;
 extern const tsr_op_def tsr_op_csr_from_dense;   /* csr.c */
 extern const tsr_op_def tsr_op_csr_densify;
+extern const tsr_op_def tsr_op_counts_synth;        /* counts_synth.c */
+extern const tsr_op_def tsr_op_counts_synth_types;
 extern const tsr_op_def tsr_op_fillnan;      /* convert.c */
 extern const tsr_op_def tsr_op_ufunc;        /* ufunc.c */
 extern const tsr_op_def tsr_op_matmul_chain; /* matmul_chain.c */

@@ -406,6 +406,56 @@ TEST(csr_round_trip_and_checks)
   tsr_params_clear(&p);
 }
 
+static int synth(const char *op, int64_t rows, int64_t row0, tsr_buf *out, tsr_errbuf *err)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_params_add_int(&p, "seed", 7);
+  tsr_params_add_int(&p, "rows", rows);
+  tsr_params_add_int(&p, "row0", row0);
+  tsr_params_add_int(&p, "types", 5);
+  tsr_params_add_int(&p, "genes", 2000);
+  tsr_params_add_float(&p, "density", 0.03);
+  int rc = run(op, &p, NULL, 0, out, err);
+  tsr_params_clear(&p);
+  return rc;
+}
+
+/* The synthetic counts: canonical CSR chunks whose rows do not depend on
+ * the chunking, about density x genes values per cell, cells of one type
+ * sharing more genes than cells of two types. */
+TEST(counts_synth_is_chunking_free_and_clustered)
+{
+  tsr_buf whole, half, types;
+  tsr_errbuf err;
+  tsr_k_csr a, b;
+  ASSERT_OK(synth("counts_synth", 400, 0, &whole, &err));
+  ASSERT_OK(synth("counts_synth", 200, 200, &half, &err));
+  ASSERT_OK(synth("counts_synth_types", 400, 0, &types, &err));
+  ASSERT_OK(tsr_k_csr_view(&whole, true, &a, &err));
+  ASSERT_OK(tsr_k_csr_view(&half, true, &b, &err));
+  int64_t off = a.indptr[200], n = a.nnz - off;
+  ASSERT_EQ(b.nnz, n);
+  ASSERT_TRUE(memcmp(b.indices, a.indices + off, (size_t)n * 4) == 0);
+  ASSERT_TRUE(memcmp(b.values, (float *)a.values + off, (size_t)n * 4) == 0);
+  double per_cell = (double)a.nnz / 400;
+  ASSERT_TRUE(per_cell > 0.7 * 60 && per_cell < 1.3 * 60);
+  const int32_t *t = types.data;
+  double same = 0, other = 0;
+  int n_same = 0, n_other = 0;
+  for (int i = 0; i < 40; i++)
+    for (int j = i + 1; j < 40; j++) {
+      int shared = 0;
+      for (int64_t p = a.indptr[i], q = a.indptr[j]; p < a.indptr[i + 1] && q < a.indptr[j + 1];)
+        if (a.indices[p] == a.indices[q]) shared++, p++, q++;
+        else if (a.indices[p] < a.indices[q]) p++;
+        else q++;
+      if (t[i] == t[j]) same += shared, n_same++;
+      else other += shared, n_other++;
+    }
+  ASSERT_TRUE(n_same > 0 && n_other > 0 && same / n_same > 3 * (other / n_other));
+  free(whole.data), free(half.data), free(types.data);
+}
+
 int main(void)
 {
   tsr_ops_init(false);
@@ -418,5 +468,6 @@ int main(void)
   RUN(matmul_chain_refuses_bad_params);
   RUN(randint_packed_is_randint_packed);
   RUN(csr_round_trip_and_checks);
+  RUN(counts_synth_is_chunking_free_and_clustered);
   return kit_summary();
 }
