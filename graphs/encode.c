@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "graphs.h"
+#include "cpu/csr.h"
 
 #define TSR_API __attribute__((visibility("default")))
 
@@ -122,5 +123,34 @@ TSR_API int tsr_sparse(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **out_p
   }
   out->encoding = TSR_ENC_CSR;
   *out_p = out;
+  return 0;
+}
+
+/* Checks a gathered chunk fully (bytes from a worker are data from
+ * outside this process) with csr.h's layout helpers. */
+TSR_API int tsr_csr_chunk_parts(const void *bytes, size_t nbytes, tsr_csr_parts *parts_p)
+{
+  const unsigned char *p = bytes;
+  if (p == NULL || parts_p == NULL) return client_fail(TSR_EINVAL, "csr_chunk_parts: NULL argument");
+  if (nbytes < TSR_CSR_HEADER || memcmp(p, "TCSR", 4) != 0 || p[4] != 1 || p[6] != 4)
+    return client_fail(TSR_EPROTO, "not a CSR chunk (version 1, 32-bit indices) of %zu bytes", nbytes);
+  tsr_k_csr v;
+  memcpy(&v.rows, p + 8, 8), memcpy(&v.cols, p + 16, 8), memcpy(&v.nnz, p + 24, 8);
+  v.dtype = (tsr_dtype)p[5];
+  int64_t want = tsr_k_csr_bytes(v.rows, v.nnz, v.dtype);
+  if (want < 0 || (size_t)want != nbytes || v.cols < 0 || v.cols > INT32_MAX)
+    return client_fail(TSR_EPROTO, "CSR chunk of %lld x %lld with %lld values does not fit its %zu bytes",
+                       (long long)v.rows, (long long)v.cols, (long long)v.nnz, nbytes);
+  tsr_k_csr_parts((void *)p, v.rows, v.nnz, &v);
+  for (int64_t r = 0; r < v.rows; r++) {
+    bool ok = v.indptr[r] >= 0 && v.indptr[r + 1] >= v.indptr[r] && v.indptr[r + 1] <= v.nnz;
+    for (int64_t i = ok ? v.indptr[r] : 0; ok && i < v.indptr[r + 1]; i++)
+      ok = v.indices[i] >= 0 && v.indices[i] < v.cols && (i == v.indptr[r] || v.indices[i] > v.indices[i - 1]);
+    if (!ok) return client_fail(TSR_EPROTO, "CSR chunk: row %lld has bad row pointers or columns", (long long)r);
+  }
+  if (v.indptr[0] != 0 || v.indptr[v.rows] != v.nnz)
+    return client_fail(TSR_EPROTO, "CSR chunk: row pointers run from %lld to %lld, not 0 to %lld",
+                       (long long)v.indptr[0], (long long)v.indptr[v.rows], (long long)v.nnz);
+  *parts_p = (tsr_csr_parts){v.rows, v.cols, v.nnz, v.dtype, v.indptr, v.indices, v.values};
   return 0;
 }

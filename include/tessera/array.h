@@ -211,6 +211,20 @@ int tsr_decompress(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **out_p);
  * Builders read it as a; tsr_decompress makes it dense again. */
 int tsr_sparse(tsr_array_ctx *ctx, const tsr_array *a, tsr_array **out_p);
 
+/* The parts of one chunk of a TSR_ENC_CSR array as tsr_gather returns it
+ * (the layout is kernels/cpu/csr.h's): pointers into bytes, valid while
+ * they are. For a client that writes a sparse result out (a Matrix
+ * Market file) without densifying it. TSR_EPROTO with a message when bytes
+ * are not a well-formed CSR chunk (every index checked). */
+typedef struct tsr_csr_parts {
+  int64_t rows, cols, nnz;
+  tsr_dtype dtype;           /* of values */
+  const int64_t *indptr;     /* [rows + 1] */
+  const int32_t *indices;    /* [nnz], increasing within a row */
+  const void *values;        /* [nnz] of dtype */
+} tsr_csr_parts;
+int tsr_csr_chunk_parts(const void *bytes, size_t nbytes, tsr_csr_parts *parts_p);
+
 /* Computes a's chunks and keeps them on the workers; *out_p is a new array
  * over the kept chunks (its tasks are not recomputed by later graphs).
  * The chunks are kept in a's encoding (tsr_compress). */
