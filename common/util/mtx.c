@@ -58,6 +58,13 @@ bool tsr_mtx_skip(const char *line)
   return line[0] == '%' || at_end(line);
 }
 
+/* Length of line without its line end, at most 60: for messages. */
+static int line_len(const char *line)
+{
+  size_t n = strcspn(line, "\r\n");
+  return n < 60 ? (int)n : 60;
+}
+
 /* A non-negative decimal integer at *p (advanced past it); false when
  * there is none or it exceeds 2^62. */
 static bool parse_count(const char **p, int64_t *v_p)
@@ -81,7 +88,8 @@ int tsr_mtx_size(const char *line, tsr_mtx_header *h, tsr_errbuf *err)
   const char *p = line;
   int64_t r, c, n;
   if (!parse_count(&p, &r) || !parse_count(&p, &c) || !parse_count(&p, &n) || !at_end(p))
-    return tsr_fail(err, TSR_EINVAL, "the size line must be 'rows columns entries' (three integers), not '%.60s'", line);
+    return tsr_fail(err, TSR_EINVAL, "the size line must be 'rows columns entries' (three integers), not '%.*s'",
+                    line_len(line), line);
   if (r > TSR_MTX_MAX_DIM || c > TSR_MTX_MAX_DIM)
     return tsr_fail(err, TSR_ELIMIT, "%lld x %lld exceeds the limit of %lld rows and columns", (long long)r,
                     (long long)c, (long long)TSR_MTX_MAX_DIM);
@@ -90,6 +98,14 @@ int tsr_mtx_size(const char *line, tsr_mtx_header *h, tsr_errbuf *err)
                     (long long)r, (long long)c);
   h->rows = r, h->cols = c, h->entries = n;
   return 0;
+}
+
+/* Length of the word at s (to its first blank, at most 40), for messages. */
+static int word_len(const char *s)
+{
+  int n = 0;
+  while (n < 40 && s[n] != '\0' && !isspace((unsigned char)s[n])) n++;
+  return n;
 }
 
 /* The value field: an integer field's is parsed by hand (exact, and a
@@ -104,13 +120,13 @@ static int parse_value(const char *p, bool integer, double *v_p, tsr_errbuf *err
     int64_t m;
     const char *q = s + (neg || *s == '+');
     if (!parse_count(&q, &m) || !at_end(q))
-      return tsr_fail(err, TSR_EINVAL, "the value '%.40s' is not an integer (the header says integer)", s);
+      return tsr_fail(err, TSR_EINVAL, "the value '%.*s' is not an integer (the header says integer)", word_len(s), s);
     v = neg ? -(double)m : (double)m;
   } else {
     errno = 0;
     v = strtod(s, &end);
     if (end == s || !at_end(end))
-      return tsr_fail(err, TSR_EINVAL, "the value '%.40s' is not a number", s);
+      return tsr_fail(err, TSR_EINVAL, "the value '%.*s' is not a number", word_len(s), s);
   }
   *v_p = v;
   return 0;
@@ -122,7 +138,7 @@ int tsr_mtx_entry(const char *line, const tsr_mtx_header *h, int64_t *i_p, int64
   const char *p = line;
   int64_t i, j;
   if (!parse_count(&p, &i) || !parse_count(&p, &j))
-    return tsr_fail(err, TSR_EINVAL, "an entry must be 'row column value', not '%.60s'", line);
+    return tsr_fail(err, TSR_EINVAL, "an entry must be 'row column value', not '%.*s'", line_len(line), line);
   if (i < 1 || i > h->rows || j < 1 || j > h->cols)
     return tsr_fail(err, TSR_EINVAL, "entry (%lld, %lld) is out of range: the matrix is %lld x %lld (1-based)",
                     (long long)i, (long long)j, (long long)h->rows, (long long)h->cols);
