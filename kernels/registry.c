@@ -25,6 +25,7 @@ static const tsr_op_def *const regular_ops[] = {
   &tsr_op_zarr_read,      &tsr_op_zarr_write,     &tsr_op_read_bed,      &tsr_op_randint_packed,
   &tsr_op_csr_from_dense, &tsr_op_csr_densify,
   &tsr_op_counts_synth,   &tsr_op_counts_synth_types,
+  &tsr_op_tenx_h5_read,   &tsr_op_mtx_read,
 };
 static const tsr_op_def *const test_ops[] = {&tsr_op_crash, &tsr_op_fail, &tsr_op_sleep};
 

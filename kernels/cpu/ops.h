@@ -54,6 +54,8 @@ extern const tsr_op_def tsr_op_blosc_decompress;
 extern const tsr_op_def tsr_op_zarr_read;    /* zarr_read.c */
 extern const tsr_op_def tsr_op_zarr_write;   /* zarr_write.c */
 extern const tsr_op_def tsr_op_read_bed;     /* plink.c */
+extern const tsr_op_def tsr_op_tenx_h5_read; /* tenx_h5.c */
+extern const tsr_op_def tsr_op_mtx_read;     /* mtx_read.c */
 /* Test-only (test_only = true). */
 extern const tsr_op_def tsr_op_crash;
 extern const tsr_op_def tsr_op_fail;
