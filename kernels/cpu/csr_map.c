@@ -19,6 +19,8 @@
  *   rechunking after a row filter are all one gather.
  * mask_from_runs: no inputs → u8 [n]; params `n`, `runs` [int] pairs
  *   (start, length) set to 1: a client-side mask sent compactly.
+ * values_f64: no inputs → f64 [n]; param `values` [float]: a small
+ *   client-side vector (per-gene scale factors) as a chunk.
  * clip: [dense float] → same; params `lo`, `hi` (either may be absent):
  *   scanpy's scale(max_value). NaN stays NaN. */
 #include <math.h>
@@ -210,14 +212,31 @@ static int32_t *column_map(const gather_args *g, const uint8_t *mask, int64_t *c
   return map;
 }
 
+static int gather_rows(const gather_args *gp, const tsr_buf *in, int n, tsr_k_csr *pieces, tsr_buf *out, tsr_errbuf *err);
+
 static int gather_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
 {
   gather_args g;
-  tsr_meta metas[64];
-  tsr_k_csr pieces[64], o;
-  if (n > 64) return tsr_fail(err, TSR_ELIMIT, "csr_gather: at most 64 inputs, got %d", n);
+  tsr_meta *metas = malloc(sizeof *metas * (size_t)n);
+  tsr_k_csr *pieces = malloc(sizeof *pieces * (size_t)n);
+  if (metas == NULL || pieces == NULL) {
+    free(metas), free(pieces);
+    return tsr_fail(err, TSR_ENOMEM, "csr_gather: out of memory");
+  }
   for (int i = 0; i < n; i++) metas[i] = in[i].meta;
   int rc = parse_gather(p, metas, n, &g, err);
+  free(metas);
+  if (rc == 0) rc = gather_rows(&g, in, n, pieces, out, err);
+  free(pieces);
+  return rc;
+}
+
+/* The gather itself, pieces: scratch for n views. */
+static int gather_rows(const gather_args *gp, const tsr_buf *in, int n, tsr_k_csr *pieces, tsr_buf *out, tsr_errbuf *err)
+{
+  const gather_args g = *gp;
+  tsr_k_csr o;
+  int rc = 0;
   for (size_t i = 0; rc == 0 && i < g.n_pieces; i++) rc = tsr_k_csr_input("csr_gather", &in[i], g.piece_rows[i], g.in_cols, &pieces[i], err);
   for (size_t i = 0; rc == 0 && i < g.n_pieces; i++)
     if (pieces[i].dtype != g.dtype) rc = tsr_fail(err, TSR_ESHAPE, "csr_gather: piece %zu holds dtype %d, not %s", i, (int)pieces[i].dtype, tsr_dtype_name(g.dtype));
@@ -287,6 +306,28 @@ static int mask_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
   return 0;
 }
 
+/* ---------- values_f64 ---------- */
+
+static int values_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  (void)in, (void)n;
+  const tsr_param *q = tsr_params_find(p, "values");
+  if (q == NULL || (q->type != TSR_PARAM_FLOATS && q->type != TSR_PARAM_INTS))
+    return tsr_fail(err, TSR_EINVAL, "values_f64: missing parameter 'values' (a list of numbers)");
+  int64_t len = (int64_t)q->n;
+  tsr_k_meta_set(out, TSR_F64, 1, &len);
+  return 0;
+}
+
+static int values_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  (void)in, (void)n, (void)err;
+  const tsr_param *q = tsr_params_find(p, "values");
+  double *o = out->data;
+  for (size_t i = 0; i < q->n; i++) o[i] = q->type == TSR_PARAM_FLOATS ? q->floats[i] : (double)q->ints[i];
+  return 0;
+}
+
 /* ---------- clip ---------- */
 
 static int clip_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
@@ -318,4 +359,5 @@ const tsr_op_def tsr_op_csr_map = {"csr_map", 1, 1, map_infer, map_cpu, false, N
 const tsr_op_def tsr_op_csr_normalize_rows = {"csr_normalize_rows", 2, 2, norm_infer, norm_cpu, false, NULL};
 const tsr_op_def tsr_op_csr_gather = {"csr_gather", 1, -1, gather_infer, gather_cpu, false, NULL};
 const tsr_op_def tsr_op_mask_from_runs = {"mask_from_runs", 0, 0, mask_infer, mask_cpu, false, NULL};
+const tsr_op_def tsr_op_values_f64 = {"values_f64", 0, 0, values_infer, values_cpu, false, NULL};
 const tsr_op_def tsr_op_clip = {"clip", 1, 1, clip_infer, clip_cpu, false, NULL};

@@ -50,6 +50,7 @@ extern const tsr_op_def tsr_op_csr_normalize_rows;
 extern const tsr_op_def tsr_op_csr_gather;
 extern const tsr_op_def tsr_op_mask_from_runs;
 extern const tsr_op_def tsr_op_clip;
+extern const tsr_op_def tsr_op_values_f64;
 extern const tsr_op_def tsr_op_csr_matmul;   /* csr_matmul.c */
 extern const tsr_op_def tsr_op_fillnan;      /* convert.c */
 extern const tsr_op_def tsr_op_ufunc;        /* ufunc.c */
