@@ -438,7 +438,7 @@ int main(void)
   RUN(pbmc68k_pca_of_the_309_hvg_reproduces_the_stored_one);
   RUN(pbmc68k_counts_preprocessing_matches_scanpy);
   tsr_client_close(client);
-  cluster_stop(&c, kit_failed_tests > 0);
+  cluster_stop(&c, kit_failed_tests > 0 || getenv("TSR_TEST_DUMP_LOGS") != NULL);  /* to see which ops ran */
   char cmd[200];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
