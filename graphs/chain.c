@@ -109,7 +109,27 @@ static void find_base(const tsr_array_ctx *ctx, gchain *c, const char *key)
     key = t->inputs[0];
   }
   tsr_params_clear(&p);
+  /* A sparse block decoded for elementwise steps: the product reads the
+   * CSR chunk itself (csr_matmul) and never densifies it. */
+  int64_t shape[TSR_MAX_NDIM];
+  const tsr_param *q;
+  if (c->packed_cols < 0 && c->missing < 0 && is_op(t, "csr_densify", 1) && gtask_params(t, &p) == 0 &&
+      (q = tsr_params_find(&p, "shape")) != NULL && q->type == TSR_PARAM_INTS && q->n == 2) {
+    memcpy(shape, q->ints, 2 * sizeof *shape);
+    c->csr = true;
+    c->csr_shape[0] = shape[0], c->csr_shape[1] = shape[1];
+    key = t->inputs[0];
+  }
+  tsr_params_clear(&p);
   c->base = key;
+}
+
+/* True when every step is affine in x (what csr_matmul folds). */
+bool gchain_affine(const gchain *c)
+{
+  for (int i = 0; i < c->n_steps; i++)
+    if (c->codes[i] == STEP_RDIV || c->codes[i] == STEP_FILLNAN) return false;
+  return true;
 }
 
 void gchain_find(const tsr_array_ctx *ctx, const char *key, gchain *c)
@@ -144,6 +164,7 @@ static int chain_args(const gchain *c, const char *side, const int64_t *step_inp
   for (int i = 0; i < c->n_steps; i++) codes[i] = c->codes[i];
   int rc = tsr_args_str(args, "side", side);
   if (rc == 0 && c->packed_cols >= 0) rc = tsr_args_int(args, "cols", c->packed_cols);
+  if (rc == 0 && c->csr) rc = gargs_shape(args, "shape", 2, c->csr_shape);
   if (rc == 0 && c->missing >= 0) rc = tsr_args_int(args, "missing", c->missing);
   if (rc == 0 && c->n_steps > 0) {
     rc = tsr_args_ints(args, "steps", codes, (size_t)c->n_steps);
@@ -163,7 +184,8 @@ int gchain_product(tsr_array_ctx *ctx, const gchain *c, const char *side, const 
   tsr_args *args = NULL;
   int rc = tsr_args_new(&args);
   if (rc == 0) rc = chain_args(c, side, step_inputs, args);
-  if (rc == 0) rc = gtask_add_tmp(ctx, "matmul-chain", "matmul_chain", args, inputs, n, key_out, cap);
+  if (rc == 0 && c->csr) rc = gtask_add_tmp(ctx, "csr-matmul", "csr_matmul", args, inputs, n, key_out, cap);
+  else if (rc == 0) rc = gtask_add_tmp(ctx, "matmul-chain", "matmul_chain", args, inputs, n, key_out, cap);
   tsr_args_destroy(&args);
   return rc;
 }

@@ -108,12 +108,16 @@ typedef struct gchain {
   const char *base;                         /* the stored block's key */
   int64_t packed_cols;                      /* >= 0: base is 2-bit packed, this many columns */
   int64_t missing;                          /* the base's missing-value sentinel, or -1 */
+  bool csr;                                 /* base is a CSR chunk (a csr_densify below): csr_matmul */
+  int64_t csr_shape[2];                     /* its logical rows, cols */
   int n_steps;                              /* in the order they apply */
   int codes[GCHAIN_MAX_STEPS];              /* kernels/cpu/matmul_chain.c's step codes */
   const char *vectors[GCHAIN_MAX_STEPS];    /* a step's row-vector block key, or NULL */
   double values[2 * GCHAIN_MAX_STEPS];      /* a step's scalars */
 } gchain;
 void gchain_find(const tsr_array_ctx *ctx, const char *key, gchain *chain);
+/* True when every step is affine in x (a CSR base is folded only then). */
+bool gchain_affine(const gchain *chain);
 /* Records key_out = the product of chain's block and `other` on side
  * ("xb", "xtb", "bx", "btx": matmul_chain's). */
 int gchain_product(tsr_array_ctx *ctx, const gchain *chain, const char *side, const char *other, char *key_out,

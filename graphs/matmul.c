@@ -10,6 +10,9 @@
  *   genotype matrix: fillnan((astype(X) − μ) / σ, 0)), a 2-bit packed
  *   block, or an integer block, is read as stored by `matmul_chain`, which
  *   applies the steps tile by tile inside the product (graphs/chain.c).
+ * - a CSR block (tsr_sparse), or one behind affine per-column steps
+ *   (X − μ, (X − μ)/σ: implicit centering), is read as stored by
+ *   `csr_matmul` in f64 products: the dense block is never made.
  * So X @ Omega, Q^T @ X and X^T @ Q over a random X cost one pass of
  * generation and no stored X, and over a standardized packed X one pass
  * over the packed bytes and no stored Z. */
@@ -86,6 +89,7 @@ typedef struct fold_rule {
 
 static bool chain_wanted(const operand *o, bool is_int)
 {
+  if (o->random == NULL && o->chain.csr) return gchain_affine(&o->chain);
   return o->random == NULL && (o->chain.n_steps > 0 || o->chain.packed_cols >= 0 || is_int);
 }
 

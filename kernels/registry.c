@@ -26,6 +26,8 @@ static const tsr_op_def *const regular_ops[] = {
   &tsr_op_csr_from_dense, &tsr_op_csr_densify,
   &tsr_op_counts_synth,   &tsr_op_counts_synth_types,
   &tsr_op_tenx_h5_read,   &tsr_op_mtx_read,
+  &tsr_op_csr_sum,        &tsr_op_csr_map,        &tsr_op_csr_normalize_rows, &tsr_op_csr_gather,
+  &tsr_op_mask_from_runs, &tsr_op_clip,           &tsr_op_csr_matmul,     &tsr_op_values_f64,
 };
 static const tsr_op_def *const test_ops[] = {&tsr_op_crash, &tsr_op_fail, &tsr_op_sleep};
 

@@ -46,6 +46,14 @@ extern const tsr_op_def tsr_op_csr_from_dense;   /* csr.c */
 extern const tsr_op_def tsr_op_csr_densify;
 extern const tsr_op_def tsr_op_counts_synth;        /* counts_synth.c */
 extern const tsr_op_def tsr_op_counts_synth_types;
+extern const tsr_op_def tsr_op_csr_sum;      /* csr_stats.c */
+extern const tsr_op_def tsr_op_csr_map;      /* csr_map.c */
+extern const tsr_op_def tsr_op_csr_normalize_rows;
+extern const tsr_op_def tsr_op_csr_gather;
+extern const tsr_op_def tsr_op_mask_from_runs;
+extern const tsr_op_def tsr_op_clip;
+extern const tsr_op_def tsr_op_values_f64;
+extern const tsr_op_def tsr_op_csr_matmul;   /* csr_matmul.c */
 extern const tsr_op_def tsr_op_fillnan;      /* convert.c */
 extern const tsr_op_def tsr_op_ufunc;        /* ufunc.c */
 extern const tsr_op_def tsr_op_matmul_chain; /* matmul_chain.c */
