@@ -44,6 +44,11 @@ extern const tsr_op_def tsr_op_matmul_2bit;
 extern const tsr_op_def tsr_op_randint_packed;
 extern const tsr_op_def tsr_op_csr_from_dense;   /* csr.c */
 extern const tsr_op_def tsr_op_csr_densify;
+extern const tsr_op_def tsr_op_knn_tile;        /* knn.c */
+extern const tsr_op_def tsr_op_knn_merge;
+extern const tsr_op_def tsr_op_umap_membership;   /* knn_graph.c */
+extern const tsr_op_def tsr_op_umap_union;
+extern const tsr_op_def tsr_op_knn_distances_csr;
 extern const tsr_op_def tsr_op_fillnan;      /* convert.c */
 extern const tsr_op_def tsr_op_ufunc;        /* ufunc.c */
 extern const tsr_op_def tsr_op_matmul_chain; /* matmul_chain.c */
