@@ -54,6 +54,13 @@ extern const tsr_op_def tsr_op_mask_from_runs;
 extern const tsr_op_def tsr_op_clip;
 extern const tsr_op_def tsr_op_values_f64;
 extern const tsr_op_def tsr_op_csr_matmul;   /* csr_matmul.c */
+extern const tsr_op_def tsr_op_knn_tile;        /* knn.c */
+extern const tsr_op_def tsr_op_knn_merge;
+extern const tsr_op_def tsr_op_umap_membership;   /* knn_graph.c */
+extern const tsr_op_def tsr_op_umap_union;
+extern const tsr_op_def tsr_op_knn_distances_csr;
+extern const tsr_op_def tsr_op_community;        /* community_ops.c */
+extern const tsr_op_def tsr_op_modularity;
 extern const tsr_op_def tsr_op_fillnan;      /* convert.c */
 extern const tsr_op_def tsr_op_ufunc;        /* ufunc.c */
 extern const tsr_op_def tsr_op_matmul_chain; /* matmul_chain.c */

@@ -1,0 +1,377 @@
+/* kernels/cpu/knn.c — exact k nearest neighbours as tiles and merges
+ * (graphs/cluster.c builds the graph; docs/cluster.md).
+ *
+ * knn_tile (inputs: row block X_i [ri, d], column block X_j [rj, d], same
+ *   float dtype; params k, metric (0 euclidean, 1 cosine), row0, col0: the
+ *   blocks' first global rows). For every row of X_i, the m = k - 1 nearest
+ *   rows of X_j other than itself. Candidates come from a GEMM in the
+ *   blocks' dtype: key = |y|² − 2 x·y (|x|² is the same along a row, so the
+ *   order is the distance's), scanned against the row's current m + MARGIN
+ *   best in sub-tiles that stay in cache. The kept candidates' distances
+ *   are then recomputed exactly in f64 (squared euclidean, or 1 − cos) and
+ *   the best m kept, ties by smaller index. The margin absorbs the GEMM's
+ *   rounding: a true neighbour is lost only if MARGIN others rounded ahead
+ *   of it. Output f64 [ri, 2m]: m global indices (as f64, exact below
+ *   2^53; −1 when X_j has fewer rows) then their m exact distances (+inf).
+ * knn_merge (inputs: the tiles of one row block, any number; params k,
+ *   part (0 indices, 1 distances), metric, row0). Row r gets itself first
+ *   at distance 0, then the best k − 1 of all tiles' candidates (ties by
+ *   index): part 0 as i64 [ri, k], part 1 as f32 [ri, k] (sqrt for
+ *   euclidean). */
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+#define KNN_MARGIN 8
+#define KNN_RB 128   /* sub-tile rows */
+#define KNN_CB 2048  /* sub-tile columns: RB x CB keys stay in L2 */
+
+typedef struct knn_params {
+  int64_t k, metric, row0, col0, part;
+} knn_params;
+
+static int get_int(const char *op, const tsr_params *p, const char *name, int64_t dflt, int64_t *v, tsr_errbuf *err)
+{
+  *v = dflt;
+  if (tsr_params_find(p, name) == NULL) return dflt >= 0 ? 0 : tsr_fail(err, TSR_EINVAL, "%s: missing parameter '%s'", op, name);
+  int rc = tsr_params_get_int(p, name, v, err);
+  return rc == 0 ? 0 : tsr_k_param_fail(op, rc, err);
+}
+
+static int parse(const char *op, const tsr_params *p, knn_params *kp, tsr_errbuf *err)
+{
+  int rc = get_int(op, p, "k", -1, &kp->k, err);
+  if (rc == 0) rc = get_int(op, p, "metric", 0, &kp->metric, err);
+  if (rc == 0) rc = get_int(op, p, "row0", 0, &kp->row0, err);
+  if (rc == 0) rc = get_int(op, p, "col0", 0, &kp->col0, err);
+  if (rc == 0) rc = get_int(op, p, "part", 0, &kp->part, err);
+  if (rc == 0 && (kp->k < 1 || kp->k > (1 << 20)))
+    rc = tsr_fail(err, TSR_EINVAL, "%s: k = %lld outside 1..%d", op, (long long)kp->k, 1 << 20);
+  if (rc == 0 && kp->metric != 0 && kp->metric != 1)
+    rc = tsr_fail(err, TSR_EINVAL, "%s: metric %lld is neither 0 (euclidean) nor 1 (cosine)", op, (long long)kp->metric);
+  if (rc == 0 && (kp->part < 0 || kp->part > 1)) rc = tsr_fail(err, TSR_EINVAL, "%s: part must be 0 or 1", op);
+  return rc;
+}
+
+static int64_t m_of(int64_t k) { return k > 1 ? k - 1 : 1; }
+
+/* ---------- knn_tile ---------- */
+
+static int tile_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  knn_params kp;
+  int rc = parse("knn_tile", p, &kp, err);
+  if (rc != 0) return rc;
+  if (n != 2) return tsr_fail(err, TSR_EINVAL, "knn_tile: takes 2 inputs, got %d", n);
+  if (in[0].ndim != 2 || in[1].ndim != 2 || in[0].dtype != in[1].dtype || in[0].shape[1] != in[1].shape[1] ||
+      (in[0].dtype != TSR_F32 && in[0].dtype != TSR_F64))
+    return tsr_fail(err, TSR_ESHAPE, "knn_tile: needs two f32 or f64 blocks of equal width, got %s and %s",
+                    tsr_k_str(&in[0]).s, tsr_k_str(&in[1]).s);
+  if (in[0].shape[1] > INT32_MAX / 2 || in[0].shape[0] > INT32_MAX || in[1].shape[0] > INT32_MAX)
+    return tsr_fail(err, TSR_ELIMIT, "knn_tile: blocks %s too large", tsr_k_str(&in[0]).s);
+  int64_t shape[2] = {in[0].shape[0], 2 * m_of(kp.k)};
+  tsr_k_meta_set(out, TSR_F64, 2, shape);
+  return 0;
+}
+
+static int check_finite(const tsr_buf *b, int64_t row0, tsr_errbuf *err)
+{
+  int64_t rows = b->meta.shape[0], d = b->meta.shape[1];
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < d; c++) {
+      double v = b->meta.dtype == TSR_F32 ? ((const float *)b->data)[r * d + c] : ((const double *)b->data)[r * d + c];
+      if (!isfinite(v))
+        return tsr_fail(err, TSR_EINVAL, "knn_tile: row %lld column %lld of the input is %s (kNN needs finite values)",
+                        (long long)(row0 + r), (long long)c, isnan(v) ? "NaN" : "infinite");
+    }
+  return 0;
+}
+
+/* A row's kept candidates: keys ascending, their global columns. */
+typedef struct cand {
+  float *key;
+  int64_t *idx;
+} cand;
+
+/* Inserts (v, j) into the sorted list of K, after equal keys (columns
+ * come in increasing order, so equal keys stay ordered by index). */
+static void cand_insert(float *key, int64_t *idx, int K, float v, int64_t j)
+{
+  int p = K - 1;
+  while (p > 0 && key[p - 1] > v) {
+    key[p] = key[p - 1];
+    idx[p] = idx[p - 1];
+    p--;
+  }
+  key[p] = v;
+  idx[p] = j;
+}
+
+/* The scan of one row of a sub-tile: keys yn[c] − 2 g[c]; a block of 16
+ * with nothing below the threshold (nearly all of them) costs one vector
+ * compare. skip: the column of the row itself (or −1). */
+#define SCAN_BODY                                                                          \
+  float thr = key[K - 1];                                                                 \
+  int64_t c = 0;                                                                           \
+  for (; c + 16 <= nc; c += 16) {                                                          \
+    int hit = 0;                                                                           \
+    for (int j = 0; j < 16; j++) hit |= (yn[c + j] - 2.0f * g[c + j]) < thr;               \
+    if (!hit) continue;                                                                    \
+    for (int j = 0; j < 16; j++) {                                                         \
+      float v = yn[c + j] - 2.0f * g[c + j];                                               \
+      if (v < thr && c + j != skip) cand_insert(key, idx, K, v, col0 + c + j), thr = key[K - 1]; \
+    }                                                                                      \
+  }                                                                                        \
+  for (; c < nc; c++) {                                                                    \
+    float v = yn[c] - 2.0f * g[c];                                                         \
+    if (v < thr && c != skip) cand_insert(key, idx, K, v, col0 + c), thr = key[K - 1];     \
+  }
+
+__attribute__((target("avx512f"))) static void scan_avx512(const float *g, const float *yn, int64_t nc, int64_t skip,
+                                                          int64_t col0, float *key, int64_t *idx, int K)
+{
+  SCAN_BODY
+}
+__attribute__((target("avx2"))) static void scan_avx2(const float *g, const float *yn, int64_t nc, int64_t skip,
+                                                     int64_t col0, float *key, int64_t *idx, int K)
+{
+  SCAN_BODY
+}
+static void scan_plain(const float *g, const float *yn, int64_t nc, int64_t skip, int64_t col0, float *key,
+                       int64_t *idx, int K)
+{
+  SCAN_BODY
+}
+
+typedef void (*scan_fn)(const float *, const float *, int64_t, int64_t, int64_t, float *, int64_t *, int);
+
+static scan_fn pick_scan(void)
+{
+  tsr_k_isa isa = tsr_k_isa_resolve(TSR_K_ISA_BEST);
+  return isa == TSR_K_ISA_AVX512 ? scan_avx512 : isa == TSR_K_ISA_AVX2 ? scan_avx2 : scan_plain;
+}
+
+/* Row norms (|y|²; 1 for cosine, whose rows are normalized) as f32 keys
+ * (when yn is not NULL),
+ * and for cosine a normalized copy of the block. */
+static void prepare(const tsr_buf *b, bool cosine, float *yn, void *normed)
+{
+  int64_t rows = b->meta.shape[0], d = b->meta.shape[1];
+  bool f32 = b->meta.dtype == TSR_F32;
+  for (int64_t r = 0; r < rows; r++) {
+    double s = 0;
+    for (int64_t c = 0; c < d; c++) {
+      double v = f32 ? ((const float *)b->data)[r * d + c] : ((const double *)b->data)[r * d + c];
+      s += v * v;
+    }
+    if (yn != NULL) yn[r] = cosine ? 1.0f : (float)s;
+    if (!cosine) continue;
+    double inv = s > 0 ? 1.0 / sqrt(s) : 0.0;  /* a zero row stays zero: distance 1 to all */
+    for (int64_t c = 0; c < d; c++) {
+      if (f32) ((float *)normed)[r * d + c] = (float)(((const float *)b->data)[r * d + c] * inv);
+      else ((double *)normed)[r * d + c] = ((const double *)b->data)[r * d + c] * inv;
+    }
+  }
+}
+
+/* The exact distance of rows a and b (f64; squared euclidean or 1 − cos). */
+static double exact_dist(const tsr_buf *x, int64_t a, const tsr_buf *y, int64_t b, bool cosine)
+{
+  int64_t d = x->meta.shape[1];
+  double s = 0, xx = 0, yy = 0;
+  for (int64_t c = 0; c < d; c++) {
+    double u = x->meta.dtype == TSR_F32 ? ((const float *)x->data)[a * d + c] : ((const double *)x->data)[a * d + c];
+    double v = y->meta.dtype == TSR_F32 ? ((const float *)y->data)[b * d + c] : ((const double *)y->data)[b * d + c];
+    if (cosine) s += u * v, xx += u * u, yy += v * v;
+    else s += (u - v) * (u - v);
+  }
+  if (!cosine) return s;
+  return xx > 0 && yy > 0 ? 1.0 - s / (sqrt(xx) * sqrt(yy)) : 1.0;
+}
+
+/* Sorts n (dist, idx) pairs by distance, then index (insertion: n is small). */
+static void sort_pairs(double *dist, int64_t *idx, int64_t n)
+{
+  for (int64_t i = 1; i < n; i++) {
+    double dv = dist[i];
+    int64_t iv = idx[i], p = i;
+    while (p > 0 && (dist[p - 1] > dv || (dist[p - 1] == dv && idx[p - 1] > iv))) {
+      dist[p] = dist[p - 1], idx[p] = idx[p - 1];
+      p--;
+    }
+    dist[p] = dv, idx[p] = iv;
+  }
+}
+
+/* Writes row r's m best of its K candidates, exact, into out. */
+static void finish_row(const tsr_buf *x, int64_t r, const tsr_buf *y, int64_t col0, const int64_t *cidx, int K,
+                       int64_t m, bool cosine, double *out)
+{
+  double dist[K];
+  int64_t idx[K];
+  int n = 0;
+  for (int i = 0; i < K; i++)
+    if (cidx[i] >= 0) idx[n] = cidx[i], dist[n] = exact_dist(x, r, y, cidx[i] - col0, cosine), n++;
+  sort_pairs(dist, idx, n);
+  for (int64_t i = 0; i < m; i++) {
+    out[i] = i < n ? (double)idx[i] : -1.0;
+    out[m + i] = i < n ? dist[i] : INFINITY;
+  }
+}
+
+/* G [nr, nc] = A rows [r0, r0+nr) · B rows [c0, c0+nc)ᵀ as f32 (an f64
+ * GEMM is rounded to f32 keys; the exact pass decides anyway). */
+static void tile_gemm(tsr_dtype dt, const void *a, const void *b, int64_t d, int64_t r0, int64_t nr, int64_t c0,
+                      int64_t nc, float *g, double *g64)
+{
+  size_t es = tsr_dtype_size(dt);
+  const char *pa = (const char *)a + (size_t)(r0 * d) * es, *pb = (const char *)b + (size_t)(c0 * d) * es;
+  if (dt == TSR_F32) {
+    tsr_k_gemm(TSR_F32, false, true, nr, nc, d, pa, d, pb, d, 0.0, g, nc);
+    return;
+  }
+  tsr_k_gemm(TSR_F64, false, true, nr, nc, d, pa, d, pb, d, 0.0, g64, nc);
+  for (int64_t i = 0; i < nr * nc; i++) g[i] = (float)g64[i];
+}
+
+typedef struct tile_scratch {
+  float *yn, *g, *key;
+  double *g64;
+  int64_t *idx;
+  void *na, *nb;
+} tile_scratch;
+
+static void scratch_free(tile_scratch *s)
+{
+  free(s->yn), free(s->g), free(s->key), free(s->g64), free(s->idx), free(s->na), free(s->nb);
+}
+
+/* Allocates s's buffers; on failure the caller frees what was allocated. */
+static int scratch_alloc(const tsr_buf *x, const tsr_buf *y, int K, bool cosine, tile_scratch *s, tsr_errbuf *err)
+{
+  int64_t ri = x->meta.shape[0], rj = y->meta.shape[0], d = x->meta.shape[1];
+  size_t es = tsr_dtype_size(x->meta.dtype);
+  memset(s, 0, sizeof *s);
+  s->yn = malloc((size_t)(rj + 1) * sizeof(float));
+  s->g = malloc((size_t)KNN_RB * KNN_CB * sizeof(float));
+  s->key = malloc((size_t)(ri * K + 1) * sizeof(float));
+  s->idx = malloc((size_t)(ri * K + 1) * sizeof(int64_t));
+  s->g64 = x->meta.dtype == TSR_F64 ? malloc((size_t)KNN_RB * KNN_CB * sizeof(double)) : NULL;
+  s->na = cosine ? malloc((size_t)(ri * d) * es + 1) : NULL;
+  s->nb = cosine ? malloc((size_t)(rj * d) * es + 1) : NULL;
+  if (!s->yn || !s->g || !s->key || !s->idx || (x->meta.dtype == TSR_F64 && !s->g64) || (cosine && (!s->na || !s->nb)))
+    return tsr_fail(err, TSR_ENOMEM, "knn_tile: out of memory for a %lld x %lld tile", (long long)ri, (long long)rj);
+  return 0;
+}
+
+static int tile_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  (void)n;
+  knn_params kp;
+  parse("knn_tile", p, &kp, err);
+  const tsr_buf *x = &in[0], *y = &in[1];
+  int64_t ri = x->meta.shape[0], rj = y->meta.shape[0], d = x->meta.shape[1], m = m_of(kp.k);
+  int K = (int)(m + KNN_MARGIN);
+  bool cosine = kp.metric == 1;
+  int rc = check_finite(x, kp.row0, err);
+  if (rc == 0 && kp.col0 != kp.row0) rc = check_finite(y, kp.col0, err);
+  if (rc != 0) return rc;
+  tile_scratch s;
+  if ((rc = scratch_alloc(x, y, K, cosine, &s, err)) != 0) {
+    scratch_free(&s);  /* what was allocated */
+    return rc;
+  }
+  prepare(y, cosine, s.yn, s.nb);
+  if (cosine) prepare(x, true, NULL, s.na);  /* (only the normalized copy is wanted) */
+  const void *a = cosine ? s.na : x->data, *b = cosine ? s.nb : y->data;
+  for (int64_t i = 0; i < ri * K; i++) s.key[i] = INFINITY, s.idx[i] = -1;
+  scan_fn scan = pick_scan();
+  for (int64_t r0 = 0; r0 < ri; r0 += KNN_RB) {
+    int64_t nr = ri - r0 < KNN_RB ? ri - r0 : KNN_RB;
+    for (int64_t c0 = 0; c0 < rj; c0 += KNN_CB) {
+      int64_t nc = rj - c0 < KNN_CB ? rj - c0 : KNN_CB;
+      tile_gemm(x->meta.dtype, a, b, d, r0, nr, c0, nc, s.g, s.g64);
+      for (int64_t r = 0; r < nr; r++) {
+        int64_t self = kp.row0 + r0 + r - (kp.col0 + c0);  /* the row's own column in this sub-tile */
+        scan(s.g + r * nc, s.yn + c0, nc, self >= 0 && self < nc ? self : -1, kp.col0 + c0, s.key + (r0 + r) * K,
+             s.idx + (r0 + r) * K, K);
+      }
+    }
+  }
+  for (int64_t r = 0; r < ri; r++)
+    finish_row(x, r, y, kp.col0, s.idx + r * K, K, m, cosine, (double *)out->data + r * 2 * m);
+  scratch_free(&s);
+  return 0;
+}
+
+/* ---------- knn_merge ---------- */
+
+static int merge_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  knn_params kp;
+  int rc = parse("knn_merge", p, &kp, err);
+  if (rc != 0) return rc;
+  if (n < 1) return tsr_fail(err, TSR_EINVAL, "knn_merge: takes at least 1 input");
+  int64_t m = m_of(kp.k);
+  for (int i = 0; i < n; i++)
+    if (in[i].ndim != 2 || in[i].dtype != TSR_F64 || in[i].shape[1] != 2 * m || in[i].shape[0] != in[0].shape[0])
+      return tsr_fail(err, TSR_ESHAPE, "knn_merge: input %d is %s, not a knn_tile output f64 [%lld, %lld]", i,
+                      tsr_k_str(&in[i]).s, (long long)in[0].shape[0], (long long)(2 * m));
+  int64_t shape[2] = {in[0].shape[0], kp.k};
+  tsr_k_meta_set(out, kp.part == 0 ? TSR_I64 : TSR_F32, 2, shape);
+  return 0;
+}
+
+/* The best m of n sorted lists (a tile's row): each step takes the
+ * smallest head, ties by index. O(n·m) a row. */
+static int64_t merge_row(const tsr_buf *in, int n, int64_t r, int64_t m, int *head, double *dist, int64_t *idx)
+{
+  for (int t = 0; t < n; t++) head[t] = 0;
+  int64_t c = 0;
+  for (; c < m; c++) {
+    int best = -1;
+    double bd = 0;
+    int64_t bi = 0;
+    for (int t = 0; t < n; t++) {
+      const double *row = (const double *)in[t].data + r * 2 * m;
+      if (head[t] >= m || row[head[t]] < 0) continue;
+      double dv = row[m + head[t]];
+      int64_t iv = (int64_t)row[head[t]];
+      if (best < 0 || dv < bd || (dv == bd && iv < bi)) best = t, bd = dv, bi = iv;
+    }
+    if (best < 0) break;
+    head[best]++;
+    dist[c] = bd, idx[c] = bi;
+  }
+  return c;
+}
+
+static int merge_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  knn_params kp;
+  parse("knn_merge", p, &kp, err);
+  int64_t rows = in[0].meta.shape[0], k = kp.k, m = m_of(k);
+  double *dist = malloc((size_t)m * sizeof *dist);
+  int64_t *idx = malloc((size_t)m * sizeof *idx);
+  int *head = malloc((size_t)n * sizeof *head);
+  if (dist == NULL || idx == NULL || head == NULL) {
+    free(dist), free(idx), free(head);
+    return tsr_fail(err, TSR_ENOMEM, "knn_merge: out of memory");
+  }
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t c = merge_row(in, n, r, m, head, dist, idx);
+    for (int64_t i = 0; i < k; i++) {
+      int64_t j = i == 0 ? kp.row0 + r : i - 1 < c ? idx[i - 1] : -1;
+      double v = i == 0 ? 0.0 : i - 1 < c ? dist[i - 1] : INFINITY;
+      if (kp.part == 0) ((int64_t *)out->data)[r * k + i] = j;
+      else ((float *)out->data)[r * k + i] = (float)(kp.metric == 0 ? sqrt(v) : v);
+    }
+  }
+  free(dist), free(idx), free(head);
+  return 0;
+}
+
+const tsr_op_def tsr_op_knn_tile = {"knn_tile", 2, 2, tile_infer, tile_cpu, false, NULL};
+const tsr_op_def tsr_op_knn_merge = {"knn_merge", 1, -1, merge_infer, merge_cpu, false, NULL};
