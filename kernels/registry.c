@@ -24,6 +24,7 @@ static const tsr_op_def *const regular_ops[] = {
   &tsr_op_ufunc,          &tsr_op_matmul_chain,  &tsr_op_blosc_compress, &tsr_op_blosc_decompress,
   &tsr_op_zarr_read,      &tsr_op_zarr_write,     &tsr_op_read_bed,      &tsr_op_randint_packed,
   &tsr_op_csr_from_dense, &tsr_op_csr_densify,
+  &tsr_op_umap_spectral,  &tsr_op_umap_prepare,  &tsr_op_umap_layout,
 };
 static const tsr_op_def *const test_ops[] = {&tsr_op_crash, &tsr_op_fail, &tsr_op_sleep};
 

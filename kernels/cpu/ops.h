@@ -52,6 +52,9 @@ extern const tsr_op_def tsr_op_blosc_decompress;
 extern const tsr_op_def tsr_op_zarr_read;    /* zarr_read.c */
 extern const tsr_op_def tsr_op_zarr_write;   /* zarr_write.c */
 extern const tsr_op_def tsr_op_read_bed;     /* plink.c */
+extern const tsr_op_def tsr_op_umap_spectral; /* umap_spectral.c */
+extern const tsr_op_def tsr_op_umap_prepare;  /* umap.c */
+extern const tsr_op_def tsr_op_umap_layout;
 /* Test-only (test_only = true). */
 extern const tsr_op_def tsr_op_crash;
 extern const tsr_op_def tsr_op_fail;
