@@ -148,6 +148,7 @@ static inline TSR_HOSTDEV void tsr_k_umap_vertex_sync(const tsr_k_umap_sgd *s, c
     int n_neg = 0;
     if (!tsr_k_umap_fires(pl->eps[e], t, s->neg_rate, &n_neg)) continue;
     int64_t k = pl->indices[e];
+    if ((uint64_t)k >= (uint64_t)s->n) continue;  /* never in a plan umap_prepare made; guards the GPU */
     float d0 = y0 - y[2 * k], d1 = y1 - y[2 * k + 1];
     float c = tsr_k_umap_attract(d0 * d0 + d1 * d1, s->a, s->b);
     g0 += 2.0f * tsr_k_umap_clip(c * d0), g1 += 2.0f * tsr_k_umap_clip(c * d1);
@@ -163,7 +164,6 @@ static inline TSR_HOSTDEV void tsr_k_umap_vertex_sync(const tsr_k_umap_sgd *s, c
 }
 
 /* Shared by the ops (umap.c, umap_spectral.c) and their tests. */
-#ifndef __CUDACC__
 #include "kernels.h"
 #include "csr.h"
 /* umap-learn's find_ab_params(spread, min_dist): a, b of 1 / (1 + a x^2b). */
@@ -174,6 +174,5 @@ int tsr_k_umap_graph(const char *op, const tsr_buf *in, int chunks, int64_t n, t
 int tsr_k_umap_plan_view(const tsr_buf *b, int64_t n, tsr_k_umap_plan *pl, tsr_errbuf *err);
 /* umap_layout's params resolved (a, b fitted when not given). */
 int tsr_k_umap_sgd_params(const tsr_params *p, tsr_k_umap_sgd *s, bool *sequential_p, tsr_errbuf *err);
-#endif
 
 #endif
