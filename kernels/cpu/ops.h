@@ -71,6 +71,9 @@ extern const tsr_op_def tsr_op_zarr_write;   /* zarr_write.c */
 extern const tsr_op_def tsr_op_read_bed;     /* plink.c */
 extern const tsr_op_def tsr_op_tenx_h5_read; /* tenx_h5.c */
 extern const tsr_op_def tsr_op_mtx_read;     /* mtx_read.c */
+extern const tsr_op_def tsr_op_umap_spectral; /* umap_spectral.c */
+extern const tsr_op_def tsr_op_umap_prepare;  /* umap.c */
+extern const tsr_op_def tsr_op_umap_layout;
 /* Test-only (test_only = true). */
 extern const tsr_op_def tsr_op_crash;
 extern const tsr_op_def tsr_op_fail;

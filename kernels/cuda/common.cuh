@@ -226,6 +226,7 @@ int tsr_cuda_defer_info(const char *op, const int *info, int ninfo, const char *
   extern "C" int tsr_cuda_##name(const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *out, \
                                  const tsr_gpu_ctx *gpu, tsr_errbuf *err)
 TSR_CUDA_VARIANT(random_uniform);
+TSR_CUDA_VARIANT(umap_layout);  /* umap.cu */
 TSR_CUDA_VARIANT(random_normal);
 TSR_CUDA_VARIANT(randint);
 TSR_CUDA_VARIANT(full);
