@@ -1091,7 +1091,10 @@ TEST(registry_and_test_ops)
                                 "blosc_compress", "blosc_decompress", "zarr_read", "zarr_write",
                                 "read_bed", "randint_packed",
                                 "csr_from_dense", "csr_densify", "csr_sum", "csr_map", "csr_normalize_rows",
-                                "csr_gather", "mask_from_runs", "clip", "csr_matmul", "values_f64"};
+                                "csr_gather", "mask_from_runs", "clip", "csr_matmul", "values_f64",
+                                "counts_synth", "counts_synth_types", "tenx_h5_read", "mtx_read",
+                                "knn_tile", "knn_merge", "umap_membership", "umap_union", "knn_distances_csr",
+                                "community", "modularity", "umap_spectral", "umap_prepare", "umap_layout"};
   tsr_params p = TSR_PARAMS_INIT;
   tsr_errbuf err;
   tsr_buf out;
