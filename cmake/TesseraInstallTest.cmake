@@ -23,7 +23,8 @@ endfunction()
 file(REMOVE_RECURSE ${WORK_DIR})
 set(PREFIX ${WORK_DIR}/prefix)
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX} --component devel)
-foreach(f include/tessera/tessera.h include/tessera/base.h include/tessera/zarr.h include/tessera/plink.h)
+foreach(f include/tessera/tessera.h include/tessera/base.h include/tessera/zarr.h include/tessera/plink.h
+    include/tessera/tenx.h)
   if(NOT EXISTS ${PREFIX}/${f})
     message(FATAL_ERROR "not installed: ${f}")
   endif()
@@ -34,6 +35,7 @@ file(WRITE ${SRC}/main.c [=[
 #include <stdio.h>
 #include <string.h>
 #include <tessera/plink.h>
+#include <tessera/tenx.h>
 #include <tessera/tessera.h>
 #include <tessera/zarr.h>
 
@@ -44,6 +46,9 @@ int main(void)
   if (tsr_from_zarr(NULL, "x", &z) != TSR_EINVAL) return 4;
   tsr_plink_info *info = NULL;
   tsr_plink_info_destroy(&info);  /* the reader's header installs and links */
+  tsr_array *x = NULL;               /* and the 10x readers (libhdf5, zlib) */
+  if (tsr_from_10x_h5(NULL, "x.h5", 0, &x, NULL) != TSR_EINVAL) return 5;
+  if (tsr_from_mtx(NULL, "x.mtx", 0, &x, NULL) != TSR_EINVAL) return 6;
   if (strcmp(tsr_strerror(TSR_ETASK), "a task failed (see the future's error message)") != 0) return 1;
   tsr_args *a = NULL;
   if (tsr_args_new(&a) != 0 || tsr_args_int(a, "seed", 5) != 0) return 2;

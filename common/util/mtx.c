@@ -93,9 +93,9 @@ int tsr_mtx_size(const char *line, tsr_mtx_header *h, tsr_errbuf *err)
   if (r > TSR_MTX_MAX_DIM || c > TSR_MTX_MAX_DIM)
     return tsr_fail(err, TSR_ELIMIT, "%lld x %lld exceeds the limit of %lld rows and columns", (long long)r,
                     (long long)c, (long long)TSR_MTX_MAX_DIM);
-  if (n > TSR_MTX_MAX_ENTRIES || (r > 0 && c > 0 && n / r > c))
-    return tsr_fail(err, TSR_ELIMIT, "%lld entries in a %lld x %lld matrix is more than it can hold", (long long)n,
-                    (long long)r, (long long)c);
+  /* Not checked against rows x cols: a file may repeat an entry (summed). */
+  if (n > TSR_MTX_MAX_ENTRIES)
+    return tsr_fail(err, TSR_ELIMIT, "%lld entries exceed the limit of %lld", (long long)n, (long long)TSR_MTX_MAX_ENTRIES);
   h->rows = r, h->cols = c, h->entries = n;
   return 0;
 }
