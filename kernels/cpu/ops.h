@@ -61,6 +61,10 @@ extern const tsr_op_def tsr_op_umap_union;
 extern const tsr_op_def tsr_op_knn_distances_csr;
 extern const tsr_op_def tsr_op_community;        /* community_ops.c */
 extern const tsr_op_def tsr_op_modularity;
+extern const tsr_op_def tsr_op_kmeans_partial;   /* kmeans.c */
+extern const tsr_op_def tsr_op_kmeans_combine;
+extern const tsr_op_def tsr_op_kmeans_pp;
+extern const tsr_op_def tsr_op_kmeans_centers;
 extern const tsr_op_def tsr_op_fillnan;      /* convert.c */
 extern const tsr_op_def tsr_op_ufunc;        /* ufunc.c */
 extern const tsr_op_def tsr_op_matmul_chain; /* matmul_chain.c */

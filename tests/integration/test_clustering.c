@@ -30,7 +30,7 @@ static char tmpdir[128];
 
 /* ---------- helpers ---------- */
 
-__attribute__((unused)) static double now(void)
+static double now(void)
 {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -241,6 +241,202 @@ TEST(bad_input_gets_clear_errors)
   tsr_array_ctx_destroy(&ctx);
 }
 
+/* ---------- optdigits: k-means against scikit-learn ---------- */
+
+#define OPT_N 1797
+#define OPT_D 64
+
+static double *read_optdigits(void)
+{
+  FILE *f = fopen(TSR_SHARED_DATA "/clustering_benchmarks/optdigits_test/optdigits.tes", "r");
+  double *x = malloc(OPT_N * OPT_D * sizeof *x);
+  int i = 0, lab;
+  while (f && x && i < OPT_N) {
+    for (int j = 0; j < OPT_D; j++)
+      if (fscanf(f, "%lf,", &x[i * OPT_D + j]) != 1) goto done;
+    if (fscanf(f, "%d", &lab) != 1) break;
+    i++;
+  }
+done:
+  if (f) fclose(f);
+  if (i != OPT_N) free(x), x = NULL;
+  return x;
+}
+
+typedef struct km_ref {
+  double inertia, best;
+  double init[10 * OPT_D];
+  int32_t labels[OPT_N];
+} km_ref;
+
+static int read_km_ref(km_ref *r)
+{
+  FILE *f = fopen(TSR_FIXTURES "/optdigits_kmeans.txt", "r");
+  char line[1024];
+  int ok = f != NULL;
+  while (ok && fgets(line, sizeof line, f) && line[0] == '#') {}
+  ok = ok && sscanf(line, "inertia %lf", &r->inertia) == 1;
+  ok = ok && fgets(line, sizeof line, f) && fgets(line, sizeof line, f) && sscanf(line, "best_of_10_inertia %lf", &r->best) == 1;
+  ok = ok && fscanf(f, " init") == 0;
+  for (int i = 0; ok && i < 10 * OPT_D; i++) ok = fscanf(f, "%lf", &r->init[i]) == 1;
+  ok = ok && fscanf(f, " labels") == 0;
+  for (int i = 0; ok && i < OPT_N; i++) ok = fscanf(f, "%d", &r->labels[i]) == 1;
+  if (f) fclose(f);
+  return ok ? 0 : -1;
+}
+
+TEST(optdigits_kmeans_equals_scikit_learn)
+{
+  static km_ref ref;
+  ASSERT_OK(read_km_ref(&ref));
+  double *x = read_optdigits();
+  ASSERT_TRUE(x != NULL);
+  tsr_array_ctx *ctx = NULL;
+  ASSERT_OK(tsr_array_ctx_new(client, &ctx));
+  tsr_array *a = array_of(ctx, "optdigits", "<f8", 8, OPT_N, OPT_D, x, 400), *lab = NULL, *cen = NULL;
+  ASSERT_TRUE(a != NULL);
+  tsr_kmeans_opts o = TSR_KMEANS_OPTS_DEFAULT;
+  o.k = 10, o.init = ref.init;
+  double inertia = 0;
+  ASSERT_OK(tsr_kmeans(ctx, a, &o, &lab, &cen, &inertia));
+  int32_t *l = fetch(ctx, lab);
+  double *centers = fetch(ctx, cen);
+  ASSERT_TRUE(l != NULL && centers != NULL);
+  int same = 0;
+  for (int i = 0; i < OPT_N; i++) same += l[i] == ref.labels[i];
+  fprintf(stderr, "  same init: inertia %.6f (sklearn %.6f), %d of %d labels equal\n", inertia, ref.inertia, same, OPT_N);
+  ASSERT_EQ(same, OPT_N);
+  ASSERT_TRUE(fabs(inertia - ref.inertia) <= 1e-6 * ref.inertia);
+  o.init = NULL, o.n_init = 10, o.seed = 0;
+  double t0 = now();
+  ASSERT_OK(tsr_kmeans(ctx, a, &o, NULL, NULL, &inertia));
+  fprintf(stderr, "  k-means++ n_init 10: inertia %.1f (sklearn best of 10: %.1f) in %.2f s\n", inertia, ref.best, now() - t0);
+  ASSERT_TRUE(inertia <= 1.02 * ref.best);
+  free(l), free(centers), free(x);
+  tsr_array_ctx_destroy(&ctx);
+}
+
+TEST(kmeans_relocates_an_empty_cluster)
+{
+  /* two tight groups and a third initial center far from every point:
+   * nothing is assigned to it in the first step */
+  double x[12 * 2], init[3 * 2] = {0, 0, 10, 10, 1000, 1000};
+  for (int i = 0; i < 12; i++) x[2 * i] = (i < 6 ? 0 : 10) + 0.1 * (i % 3), x[2 * i + 1] = (i < 6 ? 0 : 10) + 0.1 * (i % 2);
+  x[2 * 11] = 30, x[2 * 11 + 1] = 30;  /* the farthest point gets the empty cluster */
+  tsr_array_ctx *ctx = NULL;
+  ASSERT_OK(tsr_array_ctx_new(client, &ctx));
+  tsr_array *a = array_of(ctx, "empty", "<f8", 8, 12, 2, x, 5), *lab = NULL;
+  ASSERT_TRUE(a != NULL);
+  tsr_kmeans_opts o = TSR_KMEANS_OPTS_DEFAULT;
+  o.k = 3, o.init = init;
+  double inertia = -1;
+  ASSERT_OK(tsr_kmeans(ctx, a, &o, &lab, NULL, &inertia));
+  int32_t *l = fetch(ctx, lab);
+  ASSERT_TRUE(l != NULL);
+  ASSERT_EQ(l[11], 2);
+  for (int i = 0; i < 11; i++) ASSERT_EQ(l[i], i < 6 ? 0 : 1);
+  ASSERT_TRUE(inertia >= 0 && inertia < 1.0);
+  free(l);
+  o.k = 13;
+  o.init = NULL;
+  ASSERT_EQ(tsr_kmeans(ctx, a, &o, NULL, NULL, &inertia), TSR_EINVAL);
+  ASSERT_CONTAINS(tsr_errmsg(), "k = 13");
+  tsr_array_ctx_destroy(&ctx);
+}
+
+/* ---------- MNIST: PCA 50 → 15-NN → Leiden ---------- */
+
+#define MN_N 10000
+#define MN_D 784
+#define MN_K 15
+
+static int read_idx(const char *path, int header, unsigned char *out, size_t n)
+{
+  gzFile f = gzopen(path, "rb");
+  unsigned char h[16];
+  int ok = f != NULL && gzread(f, h, (unsigned)header) == header && gzread(f, out, (unsigned)n) == (int)n;
+  if (f) gzclose(f);
+  return ok ? 0 : -1;
+}
+
+/* Row i's neighbours by brute force in f64 (the same sums as the exact pass). */
+static void brute_row(const double *p, int64_t n, int64_t d, int64_t i, int k, int64_t *idx, double *dist)
+{
+  for (int q = 0; q < k; q++) idx[q] = -1, dist[q] = INFINITY;
+  idx[0] = i, dist[0] = 0;
+  for (int64_t j = 0; j < n; j++) {
+    if (j == i) continue;
+    double s = 0;
+    for (int64_t c = 0; c < d; c++) s += (p[i * d + c] - p[j * d + c]) * (p[i * d + c] - p[j * d + c]);
+    if (!(s < dist[k - 1])) continue;  /* ties keep the smaller index already there */
+    int q = k - 1;
+    while (q > 1 && dist[q - 1] > s) dist[q] = dist[q - 1], idx[q] = idx[q - 1], q--;
+    dist[q] = s, idx[q] = j;
+  }
+}
+
+TEST(mnist_pca_knn_leiden_finds_the_digits)
+{
+  unsigned char *px = malloc(MN_N * MN_D), lab8[MN_N];
+  ASSERT_TRUE(px != NULL);
+  ASSERT_OK(read_idx(TSR_SHARED_DATA "/clustering_benchmarks/mnist_test/t10k-images-idx3-ubyte.gz", 16, px, MN_N * MN_D));
+  ASSERT_OK(read_idx(TSR_SHARED_DATA "/clustering_benchmarks/mnist_test/t10k-labels-idx1-ubyte.gz", 8, lab8, MN_N));
+  double *x = malloc(MN_N * MN_D * sizeof *x);
+  for (int i = 0; i < MN_N * MN_D; i++) x[i] = px[i] / 255.0;
+  tsr_array_ctx *ctx = NULL;
+  ASSERT_OK(tsr_array_ctx_new(client, &ctx));
+  tsr_array *a = array_of(ctx, "mnist", "<f8", 8, MN_N, MN_D, x, 2500), *z = NULL, *u = NULL, *s = NULL, *v = NULL;
+  ASSERT_TRUE(a != NULL);
+  double t0 = now();
+  ASSERT_OK(tsr_standardize(ctx, a, TSR_STANDARDIZE_CENTER, &z));
+  tsr_svd_opts so = TSR_SVD_OPTS_DEFAULT;
+  so.n_power_iter = 4, so.iterator = TSR_SVD_KRYLOV;
+  ASSERT_OK(tsr_svd_compressed(ctx, z, 50, &so, &u, &s, &v));
+  tsr_array *scores = NULL, *pcs = NULL, *idx = NULL, *dist = NULL, *conn = NULL, *lab = NULL;
+  ASSERT_OK(tsr_mul(ctx, u, s, &scores));
+  ASSERT_OK(tsr_astype(ctx, scores, TSR_F32, &pcs));
+  ASSERT_OK(tsr_persist(ctx, pcs, 600000, &pcs));
+  double t1 = now();
+  ASSERT_OK(tsr_knn(ctx, pcs, MN_K, TSR_METRIC_EUCLIDEAN, &idx, &dist));
+  ASSERT_OK(tsr_persist(ctx, idx, 600000, &idx));
+  ASSERT_OK(tsr_persist(ctx, dist, 600000, &dist));
+  double t2 = now();
+  ASSERT_OK(tsr_knn_graph(ctx, idx, dist, &conn, NULL));
+  tsr_community_opts co = TSR_COMMUNITY_OPTS_DEFAULT;
+  ASSERT_OK(tsr_leiden(ctx, conn, &co, &lab));
+  int32_t *l = fetch(ctx, lab);
+  double t3 = now();
+  ASSERT_TRUE(l != NULL);
+  int32_t truth[MN_N];
+  for (int i = 0; i < MN_N; i++) truth[i] = lab8[i];
+  int nc = 0;
+  for (int i = 0; i < MN_N; i++) nc = l[i] + 1 > nc ? l[i] + 1 : nc;
+  double ari = tsr_adjusted_rand_index(l, truth, MN_N);
+  fprintf(stderr, "  PCA %.2f s, kNN %.2f s, graph + Leiden %.2f s: %d clusters, ARI %.4f\n", t1 - t0, t2 - t1, t3 - t2, nc, ari);
+  ASSERT_TRUE(ari >= 0.75);
+  /* kNN lists against brute force on 1,000 rows (on the f32 scores as f64) */
+  float *p32 = fetch(ctx, pcs);
+  int64_t *ki = fetch(ctx, idx);
+  float *kd = fetch(ctx, dist);
+  ASSERT_TRUE(p32 && ki && kd);
+  double *p = malloc(MN_N * 50 * sizeof *p);
+  for (int i = 0; i < MN_N * 50; i++) p[i] = p32[i];
+  int bad = 0;
+  for (int64_t i = 0; i < MN_N; i += 10) {
+    int64_t bi[MN_K];
+    double bd[MN_K];
+    brute_row(p, MN_N, 50, i, MN_K, bi, bd);
+    for (int q = 0; q < MN_K; q++)
+      if (bi[q] != ki[i * MN_K + q] || fabs(sqrt(bd[q]) - kd[i * MN_K + q]) > 1e-5 * (1 + sqrt(bd[q]))) {
+        if (bad++ < 3) fprintf(stderr, "  row %lld slot %d: brute %lld (%.7g), ours %lld (%.7g)\n", (long long)i, q,
+                               (long long)bi[q], sqrt(bd[q]), (long long)ki[i * MN_K + q], kd[i * MN_K + q]);
+      }
+  }
+  ASSERT_EQ(bad, 0);
+  free(p), free(p32), free(ki), free(kd), free(l), free(x), free(px);
+  tsr_array_ctx_destroy(&ctx);
+}
+
 int main(void)
 {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr-clustering-XXXXXX");
@@ -251,6 +447,9 @@ int main(void)
   }
   RUN(pbmc68k_umap_graph_equals_scanpy_and_leiden_louvain_reach_leidenalg);
   RUN(bad_input_gets_clear_errors);
+  RUN(optdigits_kmeans_equals_scikit_learn);
+  RUN(kmeans_relocates_an_empty_cluster);
+  RUN(mnist_pca_knn_leiden_finds_the_digits);
   tsr_client_close(client);
   cluster_stop(&c, kit_failed_tests > 0);
   char cmd[256];
