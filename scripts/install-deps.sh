@@ -5,8 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libzmq3-dev libmsgpack-dev libblosc-dev libucx-dev
       libopenblas-dev liblapacke-dev libsodium-dev
-      libzstd-dev zlib1g-dev libisal-dev libjansson-dev libhdf5-dev
-      libzstd-dev zlib1g-dev libisal-dev libjansson-dev libcairo2-dev
+      libzstd-dev zlib1g-dev libisal-dev libjansson-dev libhdf5-dev libcairo2-dev
       python3 python3-numpy python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do

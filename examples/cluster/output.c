@@ -57,9 +57,9 @@ int cl_write_umap(const cl_opts *o, const cl_result *r)
   snprintf(title, sizeof title, "%s: %lld cells, %d %s clusters", o->out, (long long)r->n_cells, r->n_clusters,
            method);
   snprintf(path, sizeof path, "%s.umap.png", o->out);
-  char err[512] = "";
-  rc = tsr_plot_embedding_png(path, r->umap, r->labels, r->n_cells, title, err, sizeof err);
-  if (rc != 0) return fprintf(stderr, "tsr-cluster: %s\n", err), rc;
+  tsr_errbuf err = {0};
+  rc = tsr_plot_embedding_png(path, r->umap, r->labels, r->n_cells, title, &err);
+  if (rc != 0) return fprintf(stderr, "tsr-cluster: %s\n", err.text), rc;
   printf("  wrote %s\n", path);
   return 0;
 }

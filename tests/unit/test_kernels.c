@@ -1094,8 +1094,8 @@ TEST(registry_and_test_ops)
                                 "csr_gather", "mask_from_runs", "clip", "csr_matmul", "values_f64",
                                 "counts_synth", "counts_synth_types", "tenx_h5_read", "mtx_read",
                                 "knn_tile", "knn_merge", "umap_membership", "umap_union", "knn_distances_csr",
-                                "community", "modularity", "umap_spectral", "umap_prepare", "umap_layout"};
-                                "csr_from_dense", "csr_densify", "tenx_h5_read", "mtx_read"};
+                                "community", "modularity", "umap_spectral", "umap_prepare", "umap_layout",
+                                "kmeans_partial", "kmeans_combine", "kmeans_pp", "kmeans_centers"};
   tsr_params p = TSR_PARAMS_INIT;
   tsr_errbuf err;
   tsr_buf out;
