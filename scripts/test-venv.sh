@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# Creates the Python venv the Zarr integration test uses (zarr-python,
-# numcodecs, numpy from PyPI, pinned in tests/zarr/requirements.txt) at
-# DIR (default build/test-venv). Idempotent: quick when DIR already holds
-# these requirements. CTest runs it as the setup fixture of
-# integration.zarr (tests/integration/CMakeLists.txt); if it fails, that
-# test fails too, it is never skipped.
+# Creates a Python venv of reference tools for the integration tests at
+# DIR (default build/test-venv) from REQUIREMENTS (default
+# tests/zarr/requirements.txt: zarr-python, numcodecs, numpy) and checks
+# that MODULES (default "zarr numcodecs numpy") import. Idempotent: quick
+# when DIR already holds these requirements. CTest runs it as the setup
+# fixture of integration.zarr and integration.cluster_cli (scanpy,
+# tests/singlecell/requirements.txt); if it fails, those tests fail too,
+# they are never skipped.
+#   scripts/test-venv.sh [DIR [REQUIREMENTS [MODULES]]]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv=${1:-$root/build/test-venv}
-req=$root/tests/zarr/requirements.txt
+req=${2:-$root/tests/zarr/requirements.txt}
+modules=${3:-zarr numcodecs numpy}
+imports="import ${modules// /, }"
 stamp=$venv/.requirements
 if [ -x "$venv/bin/python" ] && cmp -s "$req" "$stamp" &&
-   "$venv/bin/python" -c "import zarr, numcodecs, numpy" 2>/dev/null; then
-  echo "test-venv: $venv ready (zarr $("$venv/bin/python" -c 'import zarr; print(zarr.__version__)'))"
+   "$venv/bin/python" -c "$imports" 2>/dev/null; then
+  echo "test-venv: $venv ready ($req)"
   exit 0
 fi
 if ! python3 -m venv --help >/dev/null 2>&1; then
@@ -26,4 +31,5 @@ if ! "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"; then
   exit 1
 fi
 cp "$req" "$stamp"
-echo "test-venv: created $venv (zarr $("$venv/bin/python" -c 'import zarr; print(zarr.__version__)'))"
+"$venv/bin/python" -c "$imports" || { echo "test-venv: $imports fails in $venv" >&2; exit 1; }
+echo "test-venv: created $venv ($req)"

@@ -204,6 +204,7 @@ int run_capture(const char *const *argv, const char *extra_env, char *out, size_
   pid_t pid = fork();
   if (pid == 0) {
     dup2(pipefd[1], 1);
+    dup2(pipefd[1], 2);  /* error messages are part of what tests check */
     close(pipefd[0]);
     close(pipefd[1]);
     if (extra_env != NULL) putenv((char *)extra_env);

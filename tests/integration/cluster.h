@@ -43,7 +43,7 @@ bool cluster_alive(pid_t pid);
 /* Stops everything (SIGTERM, then SIGKILL after 5 s); dump prints every
  * log file to stderr. Removes the temp dir. */
 void cluster_stop(cluster *c, bool dump);
-/* Runs argv to completion with stdout captured into out (NUL-terminated,
+/* Runs argv to completion with stdout and stderr captured into out (NUL-terminated,
  * truncated to cap). extra_env: NULL or one "NAME=value". Returns the exit
  * status (128+sig when signalled) or -1. */
 int run_capture(const char *const *argv, const char *extra_env, char *out, size_t cap, int timeout_s);
