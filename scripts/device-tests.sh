@@ -6,10 +6,11 @@
 # (CTest does not travel: the build tree's paths are this machine's) and
 # the GPU benchmark. Logs go to $OUT (or ./device-out).
 #
-#   bash scripts/device-tests.sh [all|tests|bench|kbench|memory|pca|smoke|one NAME [SECONDS]] [BENCH ARGS...]
+#   bash scripts/device-tests.sh [all|tests|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]] [BENCH ARGS...]
 # (kbench: test_kernels_cuda --bench ARGS, e.g. genotype64; memory: bench/gpu_memory.sh, the
 # device-limited SVD against an unlimited one; pca: bench/pca_gpu.sh, tsr-pca on a 25 GB .bed
-# generated on the machine's disk, ARGS: SAMPLES SNPS DIR)
+# generated on the machine's disk, ARGS: SAMPLES SNPS DIR; cluster: bench/cluster/gpu.sh, kNN, Leiden,
+# UMAP and the whole single-cell pipeline on one GPU worker, ARGS: CELLS DIR)
 set -uo pipefail
 what=${1:-all}
 shift || true
@@ -99,10 +100,11 @@ case $what in
   smoke) tessera local --gpus all -- tessera status 2>&1 | tee "$out/smoke.log" ;;
   memory) bash bench/gpu_memory.sh "$@" 2>&1 | tee "$out/memory.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
   pca) bash bench/pca_gpu.sh "$@" 2>&1 | tee "$out/pca.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
+  cluster) bash bench/cluster/gpu.sh "$@" 2>&1 | tee "$out/cluster.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
   tests) run_tests ;;
   bench) run_bench "$@" ;;
   kbench) (cd /tmp && timeout 300 "$t/wrap/test_kernels_cuda" --bench "$@") 2>&1 | tee "$out/kbench.log" ;;
   all) run_tests; run_bench "$@" ;;
-  *) echo "device-tests.sh: all|tests|bench|kbench|memory|pca|smoke|one NAME [SECONDS]" >&2; exit 2 ;;
+  *) echo "device-tests.sh: all|tests|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]" >&2; exit 2 ;;
 esac
 exit $rc

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# bench/cluster/gpu.sh — clustering on one GPU worker (run ON the GPU
+# machine, after scripts/device-tests.sh put the binaries on PATH:
+# `bash scripts/device-tests.sh cluster [CELLS]`).
+#
+# 1. CELLS x 50 Gaussian mixture, 30 clusters (mixture.py, seed 0):
+#      python3 bench/cluster/peers_gpu.py DIR          (PyTorch blocked exact kNN, warm)
+#      tessera local --gpus 0 --cpu-workers 1 -- tsr-cluster --npy DIR/X.npy --n-pcs 0 --neighbors 15 \
+#        --umap --truth DIR/labels.npy --out DIR/tsr
+#    (pp.neighbors = exact kNN + UMAP graph, tl.leiden, tl.umap lines)
+# 2. The whole pipeline from counts: CELLS x 28,000 with ~3% nonzero and 20
+#    cell types, made on the workers (tsr_random_counts, seed 0):
+#      tessera local --gpus 0 --cpu-workers 1 -- tsr-cluster --synthetic CELLS,28000 --out DIR/syn
+#    (read = generating the counts; the pipeline = total - read)
+# Peers' published figures for comparison (RAPIDS, rapids-singlecell) are
+# in bench/RESULTS.md.
+set -uo pipefail
+cells=${1:-1300000}
+dir=${2:-/tmp/tsr-cluster-gpu}
+mkdir -p "$dir"
+echo "# bench/cluster/gpu  $(date -u +%Y-%m-%d)  GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)  $(nproc) cores"
+[ -f "$dir/X.npy" ] || python3 bench/cluster/mixture.py --cells "$cells" --dims 50 --clusters 30 --seed 0 --out "$dir"
+echo "== PyTorch $(python3 -c 'import torch; print(torch.__version__)')"
+timeout 300 python3 bench/cluster/peers_gpu.py "$dir" --neighbors 15 2>&1 | tail -3
+echo "== tsr-cluster, mixture"
+timeout 400 tessera local --gpus 0 --cpu-workers 1 -- tsr-cluster --npy "$dir/X.npy" --n-pcs 0 --neighbors 15 \
+  --umap --truth "$dir/labels.npy" --out "$dir/tsr" 2>&1 | grep -v "^  \.\.\."
+[ -f "$dir/torch_knn.npy" ] && [ -f "$dir/tsr.neighbors.mtx" ] && echo "(kNN lists: compared by test_gpu; here only timed)"
+echo "== tsr-cluster, whole pipeline from ${cells} x 28000 counts"
+timeout 500 tessera local --gpus 0 --cpu-workers 1 -- tsr-cluster --synthetic "$cells,28000" --umap --out "$dir/syn" 2>&1 \
+  | grep -v "^  \.\.\." | tee "$dir/syn.log"
+python3 - "$dir/syn.log" <<'PY'
+import re, sys
+t = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"(\S+)\s+([0-9.]+) s", line)
+    if m: t[m.group(1)] = float(m.group(2))
+if "total" in t and "read" in t:
+    print(f"pipeline without generating the counts: {t['total'] - t['read']:.3f} s (read/generate {t['read']:.3f} s)")
+PY
