@@ -1090,7 +1090,8 @@ TEST(registry_and_test_ops)
                                 "matmul_random", "pack2bit", "unpack2bit", "matmul_2bit", "fillnan", "ufunc", "matmul_chain",
                                 "blosc_compress", "blosc_decompress", "zarr_read", "zarr_write",
                                 "read_bed", "randint_packed",
-                                "csr_from_dense", "csr_densify"};
+                                "csr_from_dense", "csr_densify",
+                                "umap_spectral", "umap_prepare", "umap_layout"};
   tsr_params p = TSR_PARAMS_INIT;
   tsr_errbuf err;
   tsr_buf out;
