@@ -141,9 +141,9 @@ static float prep_threshold(const tsr_k_csr *v, int chunks, int64_t n, int64_t n
   return wmax / (float)div;
 }
 
-/* Copies the kept edges and their epochs_per_sample (computed in f32 as
- * umap's make_epochs_per_sample does) into the plan; returns nnz. */
-static int64_t prep_edges(const tsr_k_csr *v, int chunks, int64_t n_epochs, float thr, float wmax, tsr_k_umap_plan *pl,
+/* Copies the kept edges and their rates (w / max w in f32, as umap's
+ * make_epochs_per_sample computes the inverse) into the plan; returns nnz. */
+static int64_t prep_edges(const tsr_k_csr *v, int chunks, float thr, float wmax, tsr_k_umap_plan *pl,
                           int64_t bound)
 {
   int64_t nnz = 0, j = 0;
@@ -154,8 +154,7 @@ static int64_t prep_edges(const tsr_k_csr *v, int chunks, int64_t n_epochs, floa
       for (int64_t i = v[c].indptr[r]; i < v[c].indptr[r + 1]; i++) {
         float w = ((const float *)v[c].values)[i];
         if (!(w >= thr) || !(w > 0.0f)) continue;
-        float ns = (float)n_epochs * (w / wmax);
-        pl->eps[nnz] = (double)((float)n_epochs / ns);
+        pl->rate[nnz] = (double)(w / wmax);
         if (idx != NULL) idx[nnz] = v[c].indices[i];
         nnz++;
       }
@@ -163,7 +162,7 @@ static int64_t prep_edges(const tsr_k_csr *v, int chunks, int64_t n_epochs, floa
   pl->indptr[j] = nnz;
   if (idx == NULL) return -1;
   pl->nnz = nnz;
-  tsr_k_umap_plan_parts((char *)pl->y0 - TSR_UMAP_HEADER, pl->n, nnz, pl);  /* indices now follow nnz eps */
+  tsr_k_umap_plan_parts((char *)pl->y0 - TSR_UMAP_HEADER, pl->n, nnz, pl);  /* indices now follow nnz rates */
   memcpy(pl->indices, idx, (size_t)nnz * sizeof *idx);
   free(idx);
   return nnz;
@@ -209,7 +208,7 @@ static int prep_cpu(const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *o
   tsr_k_umap_plan_parts(out->data, a.n, bound, &pl);
   if (rc == 0) rc = prep_init(in + chunks, n_in - chunks, &a, pl.y0, err);
   float wmax = 0.0f, thr = rc == 0 ? prep_threshold(v, chunks, a.n, a.n_epochs, &wmax) : 0.0f;
-  int64_t nnz = rc == 0 ? prep_edges(v, chunks, a.n_epochs, thr, wmax, &pl, bound) : 0;
+  int64_t nnz = rc == 0 ? prep_edges(v, chunks, thr, wmax, &pl, bound) : 0;
   free(v);
   if (rc != 0) return rc;
   if (nnz < 0) return tsr_fail(err, TSR_ENOMEM, "umap_prepare: out of memory for %lld edges", (long long)bound);
@@ -292,14 +291,16 @@ static void layout_sequential(const tsr_k_umap_sgd *s, const tsr_k_umap_plan *pl
     for (int64_t j = 0; j < s->n; j++)
       for (int64_t e = pl->indptr[j]; e < pl->indptr[j + 1]; e++) {
         int n_neg = 0;
-        if (!tsr_k_umap_fires(pl->eps[e], t, s->neg_rate, &n_neg)) continue;
+        if (!tsr_k_umap_fires(pl->rate[e], t, s->neg_rate, &n_neg)) continue;
         float *cur = y + 2 * j, *oth = y + 2 * (int64_t)pl->indices[e];
         float d0 = cur[0] - oth[0], d1 = cur[1] - oth[1];
         float c = tsr_k_umap_attract(d0 * d0 + d1 * d1, s->a, s->b);
         float g0 = tsr_k_umap_clip(c * d0) * alpha, g1 = tsr_k_umap_clip(c * d1) * alpha;
         cur[0] += g0, cur[1] += g1, oth[0] -= g0, oth[1] -= g1;
+        uint32_t w[4];
         for (int q = 0; q < n_neg; q++) {
-          oth = y + 2 * tsr_k_umap_negative(s->seed, t, e, q, s->n);
+          if (q % 4 == 0) tsr_k_umap_neg_block(s->seed, t, e, q / 4, w);
+          oth = y + 2 * tsr_k_umap_vertex_of(w[q % 4], s->n);
           d0 = cur[0] - oth[0], d1 = cur[1] - oth[1];
           c = tsr_k_umap_repulse(d0 * d0 + d1 * d1, s->a, s->b, s->gamma);
           if (c > 0.0f) cur[0] += tsr_k_umap_clip(c * d0) * alpha, cur[1] += tsr_k_umap_clip(c * d1) * alpha;
@@ -334,9 +335,9 @@ static int layout_cpu(const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf 
   if (rc == 0) rc = tsr_k_umap_plan_view(&in[0], s.n, &pl, err);
   if (rc != 0) return rc;
   for (int64_t e = 0; e < pl.nnz; e++)
-    if (pl.indices[e] < 0 || pl.indices[e] >= s.n || !(pl.eps[e] >= 1.0))
-      return tsr_fail(err, TSR_EPROTO, "umap_layout: plan edge %lld has tail %d or epochs_per_sample %g out of range",
-                      (long long)e, pl.indices[e], pl.eps[e]);
+    if (pl.indices[e] < 0 || pl.indices[e] >= s.n || !(pl.rate[e] > 0.0 && pl.rate[e] <= 1.0))
+      return tsr_fail(err, TSR_EPROTO, "umap_layout: plan edge %lld has tail %d or rate %g out of range",
+                      (long long)e, pl.indices[e], pl.rate[e]);
   float *y = out->data;
   memcpy(y, pl.y0, (size_t)s.n * 2 * sizeof *y);
   if (seq) layout_sequential(&s, &pl, y);

@@ -7,7 +7,7 @@
  *                  the normalized Laplacian (umap's spectral_layout), CPU
  *   umap_prepare   graph row chunks + init row chunks -> a plan (u8): the
  *                  edges kept (weight >= max / n_epochs), each edge's
- *                  epochs_per_sample, and the initial embedding (scaled to
+ *                  rate (1 / epochs_per_sample), and the initial embedding (scaled to
  *                  max |coordinate| 10 plus N(0, 1e-4) noise, as umap's
  *                  noisy_scale_coords, when asked), CPU
  *   umap_layout    plan -> f32 [n, 2]: the SGD epochs, CPU and CUDA
@@ -16,7 +16,8 @@
  *   bytes 0..31  "TUMP", u32 version 1, int64 n, int64 nnz, int64 0
  *   then         f32 y0[2n] (padded to 8 bytes)
  *                int64 indptr[n + 1]        (row j's edges: [indptr[j], indptr[j+1]))
- *                f64 eps[nnz]               (epochs_per_sample of each edge, >= 1)
+ *                f64 rate[nnz]              (samples per epoch of each edge: w / max w, in (0, 1];
+ *                                            umap's epochs_per_sample is 1 / rate)
  *                int32 indices[nnz]         (each edge's tail vertex)
  *
  * Randomness: negative sample p of edge e in epoch t is vertex
@@ -26,12 +27,14 @@
  * count and device draws the same samples.
  *
  * Schedules are stateless: edge e fires in epoch t (0 <= t < n_epochs) when
- * floor(t / eps) > floor((t - 1) / eps), i.e. at t = ceil(k eps), its k-th
- * firing, as umap's epoch_of_next_sample accumulation does; its negative
- * sample count there is the one umap's epoch_of_next_negative_sample
- * bookkeeping gives: floor(t / epn) - max(floor(t_prev / epn), 1), with
- * epn = eps / negative_sample_rate and t_prev the previous firing (0 for
- * the first).
+ * floor(t r) > floor((t - 1) r) (r its rate), i.e. at t = ceil(k / r), its
+ * k-th firing, as umap's epoch_of_next_sample accumulation does; its
+ * negative sample count there is the one umap's
+ * epoch_of_next_negative_sample bookkeeping gives:
+ * floor(t r s) - max(floor(t_prev r s), 1), with s = negative_sample_rate
+ * and t_prev the previous firing (0 for the first). Multiplications by the
+ * rate, not divisions by epochs_per_sample: this test runs for every edge
+ * every epoch.
  *
  * Everything below is static inline so kernels/cuda/umap.cu compiles it. */
 #ifndef TSR_KERNELS_CPU_UMAP_H
@@ -51,7 +54,7 @@ typedef struct tsr_k_umap_plan {
   int64_t n, nnz;
   float *y0;
   int64_t *indptr;
-  double *eps;
+  double *rate;
   int32_t *indices;
 } tsr_k_umap_plan;
 
@@ -82,7 +85,7 @@ static inline TSR_HOSTDEV void tsr_k_umap_plan_parts(void *data, int64_t n, int6
   c += tsr_k_umap_pad8(8 * n);
   p->indptr = (int64_t *)c;
   c += 8 * (n + 1);
-  p->eps = (double *)c;
+  p->rate = (double *)c;
   c += 8 * nnz;
   p->indices = (int32_t *)c;
 }
@@ -96,34 +99,38 @@ static inline TSR_HOSTDEV float tsr_k_umap_alpha(const tsr_k_umap_sgd *s, int t)
   return t == 0 ? s->alpha0 : s->alpha0 * (1.0f - (float)(t - 1) / (float)s->n_epochs);
 }
 
-/* Whether an edge of epochs_per_sample eps fires in epoch t, and with how
- * many negative samples (see the top comment). */
-static inline TSR_HOSTDEV int tsr_k_umap_fires(double eps, int t, int neg_rate, int *n_neg_p)
+/* Whether an edge of rate r fires in epoch t, and with how many negative
+ * samples (see the top comment). */
+static inline TSR_HOSTDEV int tsr_k_umap_fires(double r, int t, int neg_rate, int *n_neg_p)
 {
   if (t < 1) return 0;
-  double k = floor((double)t / eps);
-  if (!(k > floor((double)(t - 1) / eps))) return 0;
-  double epn = eps / (double)neg_rate;
-  double prev = k >= 2 ? ceil((k - 1) * eps) : 0.0;
-  double before = floor(prev / epn);
-  double n_neg = floor((double)t / epn) - (before > 1.0 ? before : 1.0);
+  double k = floor((double)t * r);
+  if (!(k > floor((double)(t - 1) * r))) return 0;
+  double nr = r * (double)neg_rate, prev = k >= 2 ? ceil((k - 1) / r) : 0.0;
+  double before = floor(prev * nr), n_neg = floor((double)t * nr) - (before > 1.0 ? before : 1.0);
   *n_neg_p = n_neg <= 0 ? 0 : (n_neg > TSR_UMAP_MAX_NEG ? TSR_UMAP_MAX_NEG : (int)n_neg);
   return 1;
 }
 
-/* The tail of negative sample p of edge e in epoch t. */
-static inline TSR_HOSTDEV int64_t tsr_k_umap_negative(uint64_t seed, int t, int64_t e, int p, int64_t n)
+/* The words of negative samples 4q..4q+3 of edge e in epoch t; sample p
+ * is vertex tsr_k_umap_vertex_of(w[p % 4], n). */
+static inline TSR_HOSTDEV void tsr_k_umap_neg_block(uint64_t seed, int t, int64_t e, int q, uint32_t w[4])
 {
-  uint32_t c[4] = {(uint32_t)e, (uint32_t)((uint64_t)e >> 32), (uint32_t)t, (uint32_t)(p / 4)};
-  tsr_philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32));
-  return (int64_t)(((uint64_t)c[p % 4] * (uint64_t)n) >> 32);
+  w[0] = (uint32_t)e, w[1] = (uint32_t)((uint64_t)e >> 32), w[2] = (uint32_t)t, w[3] = (uint32_t)q;
+  tsr_philox4x32_10(w, (uint32_t)seed, (uint32_t)(seed >> 32));
+}
+
+static inline TSR_HOSTDEV int64_t tsr_k_umap_vertex_of(uint32_t w, int64_t n)
+{
+  return (int64_t)(((uint64_t)w * (uint64_t)n) >> 32);
 }
 
 /* umap's attractive coefficient for squared distance d2 (0 at d2 = 0). */
 static inline TSR_HOSTDEV float tsr_k_umap_attract(float d2, float a, float b)
 {
   if (!(d2 > 0.0f)) return 0.0f;
-  return -2.0f * a * b * powf(d2, b - 1.0f) / (a * powf(d2, b) + 1.0f);
+  float pb = powf(d2, b);  /* d2^(b-1) = d2^b / d2: one powf, not umap's two */
+  return -2.0f * a * b * (pb / d2) / (a * pb + 1.0f);
 }
 
 /* umap's repulsive coefficient (0 at d2 = 0: the sample is skipped). */
@@ -146,14 +153,16 @@ static inline TSR_HOSTDEV void tsr_k_umap_vertex_sync(const tsr_k_umap_sgd *s, c
   float y0 = y[2 * j], y1 = y[2 * j + 1], g0 = 0.0f, g1 = 0.0f;
   for (int64_t e = pl->indptr[j]; e < pl->indptr[j + 1]; e++) {
     int n_neg = 0;
-    if (!tsr_k_umap_fires(pl->eps[e], t, s->neg_rate, &n_neg)) continue;
+    if (!tsr_k_umap_fires(pl->rate[e], t, s->neg_rate, &n_neg)) continue;
     int64_t k = pl->indices[e];
     if ((uint64_t)k >= (uint64_t)s->n) continue;  /* never in a plan umap_prepare made; guards the GPU */
     float d0 = y0 - y[2 * k], d1 = y1 - y[2 * k + 1];
     float c = tsr_k_umap_attract(d0 * d0 + d1 * d1, s->a, s->b);
     g0 += 2.0f * tsr_k_umap_clip(c * d0), g1 += 2.0f * tsr_k_umap_clip(c * d1);
+    uint32_t w[4];
     for (int p = 0; p < n_neg; p++) {
-      k = tsr_k_umap_negative(s->seed, t, e, p, s->n);
+      if (p % 4 == 0) tsr_k_umap_neg_block(s->seed, t, e, p / 4, w);
+      k = tsr_k_umap_vertex_of(w[p % 4], s->n);
       d0 = y0 - y[2 * k], d1 = y1 - y[2 * k + 1];
       c = tsr_k_umap_repulse(d0 * d0 + d1 * d1, s->a, s->b, s->gamma);
       if (c > 0.0f) g0 += tsr_k_umap_clip(c * d0), g1 += tsr_k_umap_clip(c * d1);

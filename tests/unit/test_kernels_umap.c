@@ -236,6 +236,33 @@ static void check_scheme(const char *scheme)
 TEST(sequential_keeps_structure) { check_scheme("sequential"); }
 TEST(synchronous_keeps_structure) { check_scheme("synchronous"); }
 
+TEST(bad_inputs_are_named)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf out, in[2] = {graph[0], graph[1]};
+  tsr_errbuf err;
+  /* Two chunks of 512 rows are not a 700-vertex graph. */
+  tsr_params_add_int(&p, "n", N);
+  ASSERT_EQ(run_op("umap_spectral", &p, in, 2, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "512 rows, expected 700");
+  /* A graph chunk is not a plan. */
+  tsr_params_add_int(&p, "n", N), tsr_params_add_int(&p, "n_epochs", 10);
+  ASSERT_EQ(run_op("umap_layout", &p, graph, 1, &out, &err), TSR_EPROTO);
+  ASSERT_CONTAINS(err.text, "not a UMAP plan");
+  tsr_params_add_int(&p, "n", N), tsr_params_add_int(&p, "n_epochs", 10), tsr_params_add_str(&p, "scheme", "hogwild", 7);
+  ASSERT_EQ(run_op("umap_layout", &p, graph, 1, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "unknown scheme 'hogwild'");
+  /* The init must have n rows. */
+  tsr_buf init = {.data = calloc(100, 8), .nbytes = 800};
+  init.meta.dtype = TSR_F32, init.meta.ndim = 2, init.meta.shape[0] = 100, init.meta.shape[1] = 2;
+  tsr_buf pin[4] = {graph[0], graph[1], graph[2], init};
+  tsr_params_add_int(&p, "n", N), tsr_params_add_int(&p, "n_epochs", 10), tsr_params_add_int(&p, "graph_chunks", 3);
+  int rc = run_op("umap_prepare", &p, pin, 4, &out, &err);
+  free(init.data);
+  ASSERT_EQ(rc, TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "init chunks hold 100 rows");
+}
+
 int main(void)
 {
   if (read_pcs() != 0 || read_labels() != 0 || read_reference() != 0 || read_graph() != 0) {
@@ -246,5 +273,6 @@ int main(void)
   RUN(spectral_is_an_eigenbasis);
   RUN(sequential_keeps_structure);
   RUN(synchronous_keeps_structure);
+  RUN(bad_inputs_are_named);
   return kit_summary();
 }
