@@ -376,7 +376,10 @@ __global__ void sum_rows_kernel(const unsigned char *in, int64_t nbytes, int64_t
     int64_t lo, hi;
     double acc = 0.0;
     if (dcsr_row(v, r, &lo, &hi, status))
-      for (int64_t i = lo; i < hi; i++) acc += stat_term(stat, dcsr_value(v, i));
+      for (int64_t i = lo; i < hi; i++) {
+        if (v.indices[i] < 0 || v.indices[i] >= cols) atomicOr(status, BAD_COLUMN);  /* as the CPU op checks */
+        acc += stat_term(stat, dcsr_value(v, i));
+      }
     out[r] = acc;
   }
 }
