@@ -124,6 +124,9 @@ static int map_blocks(tsr_array_ctx *ctx, const tsr_array *x, const char *op, co
     if (rc == 0 && mp->fn != NULL) rc = tsr_args_float(args, "factor", mp->factor);
     if (rc == 0 && mp->fn == NULL) rc = tsr_args_float(args, "target", mp->target);
     if (rc == 0) rc = tsr_args_str(args, "dtype", gdtype_name(dtype));
+    /* The input's value dtype makes infer() exact (csr_map.c): the op can
+     * then run on a GPU worker's device. */
+    if (rc == 0) rc = tsr_args_str(args, "in_dtype", gdtype_name(x->dtype));
     if (rc == 0) rc = gtask_add(ctx, out->keys[b], op, args, in, vec ? 2 : 1);
     tsr_args_destroy(&args);
   }

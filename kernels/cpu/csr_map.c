@@ -5,6 +5,11 @@
  *   `dtype` of the output values (default: the input's if float, else f32).
  *   f32 output computes in f32 (log1pf: NumPy's float32 ufunc), so the
  *   values are those of np.log1p(X.data) on a float32 matrix.
+ *   Optional `in_dtype`: the input's value dtype (the array's, known to the
+ *   builder). With it and `dtype` of the same width the output's size is
+ *   exactly the input's (tsr_k_csr_same_width): infer() is exact, which
+ *   is what lets these two ops have CUDA variants (kernels.h: an op that
+ *   shrinks its output has none); a chunk holding another dtype fails.
  * csr_normalize_rows: [CSR, totals f64 [rows]] → CSR; params `shape`,
  *   `target` (> 0), `dtype` (as csr_map). Row r's values divided by
  *   d_r = totals_r / target, rounded to the output dtype first, rows with
@@ -36,13 +41,45 @@ static int out_value_dtype(const char *op, const tsr_params *p, tsr_dtype in, ts
   return rc;
 }
 
-/* Bound of a same-pattern output of in (bytes) with values of dt. */
+int tsr_k_csr_same_width(const char *op, const tsr_params *p, tsr_dtype *in_p, tsr_errbuf *err)
+{
+  const char *name;
+  tsr_dtype out;
+  *in_p = TSR_DTYPE_NONE;
+  if (tsr_params_find(p, "in_dtype") == NULL || tsr_params_find(p, "dtype") == NULL) return 0;
+  int rc = tsr_params_get_str(p, "in_dtype", &name, err);
+  if (rc != 0) return tsr_k_param_fail(op, rc, err);
+  tsr_dtype in = tsr_dtype_parse(name);
+  if (in == TSR_DTYPE_NONE) return tsr_fail(err, TSR_EINVAL, "%s: unknown in_dtype '%s'", op, name);
+  rc = out_value_dtype(op, p, TSR_F32, &out, err);
+  if (rc == 0 && tsr_dtype_size(in) == tsr_dtype_size(out)) *in_p = in;
+  return rc;
+}
+
+/* The chunk's value dtype against the task's `in_dtype` (when given). */
+static int check_in_dtype(const char *op, const tsr_params *p, const tsr_k_csr *v, tsr_errbuf *err)
+{
+  const char *name;
+  if (tsr_params_find(p, "in_dtype") == NULL || tsr_params_get_str(p, "in_dtype", &name, NULL) != 0) return 0;
+  if (tsr_dtype_parse(name) != v->dtype)
+    return tsr_fail(err, TSR_ESHAPE, "%s: the CSR chunk holds %s values, the task says in_dtype %s", op,
+                    tsr_dtype_name(v->dtype) ? tsr_dtype_name(v->dtype) : "(unknown)", name);
+  return 0;
+}
+
+/* Size of a same-pattern output of in (bytes) with values of dt: exact
+ * with a same-width in_dtype, else a bound. */
 static int same_pattern_infer(const char *op, const tsr_params *p, const tsr_meta *in, tsr_meta *out, tsr_errbuf *err)
 {
   int64_t rows, cols;
-  tsr_dtype dt;
+  tsr_dtype dt, in_dt;
   int rc = tsr_k_csr_shape_param(op, p, in, &rows, &cols, err);
+  if (rc == 0) rc = tsr_k_csr_same_width(op, p, &in_dt, err);
   if (rc != 0) return rc;
+  if (in_dt != TSR_DTYPE_NONE) {
+    *out = *in;
+    return 0;
+  }
   /* The input's value dtype is only in its header: bound nnz by the
    * smallest value size, the output by the largest. */
   int64_t nnz = tsr_k_csr_nnz_bound(in->shape[0], rows, 1);
@@ -92,6 +129,7 @@ static int map_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, 
   if (rc == 0) rc = map_fn(p, &fn, err);
   if (rc == 0) rc = tsr_params_opt_float(p, "factor", 1.0, &factor, err);
   if (rc == 0) rc = tsr_k_csr_input("csr_map", &in[0], rows, cols, &v, err);
+  if (rc == 0) rc = check_in_dtype("csr_map", p, &v, err);
   if (rc == 0) rc = out_value_dtype("csr_map", p, v.dtype, &dt, err);
   if (rc != 0) return rc;
   copy_pattern(out, &v, dt, &o);
@@ -132,6 +170,7 @@ static int norm_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
   int rc = tsr_k_csr_shape_param("csr_normalize_rows", p, &in[0].meta, &rows, &cols, err);
   if (rc == 0) rc = tsr_params_get_float(p, "target", &target, err);
   if (rc == 0) rc = tsr_k_csr_input("csr_normalize_rows", &in[0], rows, cols, &v, err);
+  if (rc == 0) rc = check_in_dtype("csr_normalize_rows", p, &v, err);
   if (rc == 0) rc = out_value_dtype("csr_normalize_rows", p, v.dtype, &dt, err);
   if (rc != 0) return rc;
   copy_pattern(out, &v, dt, &o);

@@ -21,6 +21,11 @@ int tsr_k_csr_input(const char *op, const tsr_buf *b, int64_t rows, int64_t cols
  * rows whose values take es bytes (the pads only lower the real count). */
 int64_t tsr_k_csr_nnz_bound(int64_t bytes, int64_t rows, size_t es);
 
+/* csr_map / csr_normalize_rows: *in_p = the task's `in_dtype` when it is
+ * given together with `dtype` and as wide as the output's (the output then
+ * has exactly the input's bytes), else TSR_DTYPE_NONE. 0 or TSR_EINVAL. */
+int tsr_k_csr_same_width(const char *op, const tsr_params *p, tsr_dtype *in_p, tsr_errbuf *err);
+
 /* Value i of v as double. */
 static inline double tsr_k_csr_value(const tsr_k_csr *v, int64_t i)
 {

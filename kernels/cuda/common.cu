@@ -100,6 +100,8 @@ struct deferred {
   int n = 0;
   const char *op = nullptr;
   const char *names[DEFER_MAX] = {};
+  int nbits = 0;
+  bool flags = false;  /* one word of flag bits (tsr_cuda_defer_flags), not cuSOLVER infos */
 };
 static thread_local deferred pending;
 
@@ -114,8 +116,19 @@ int tsr_cuda_defer_info(const char *op, const int *info, int ninfo, const char *
   pending.n = 0;
   int rc = TSR_CUDA_CHECK(cudaMemcpyAsync(pending.words, info, (size_t)ninfo * sizeof(int), cudaMemcpyDeviceToHost, s), err);
   if (rc != 0) return rc;
-  pending.n = ninfo, pending.op = op;
+  pending.n = ninfo, pending.op = op, pending.flags = false;
   for (int k = 0; k < ninfo; k++) pending.names[k] = names[k];
+  return 0;
+}
+
+int tsr_cuda_defer_flags(const char *op, const int *word, const char *const *what, int nbits, cudaStream_t s,
+                         tsr_errbuf *err)
+{
+  if (nbits > DEFER_MAX) return tsr_fail(err, TSR_EINTERNAL, "%s: %d flag bits, at most %d", op, nbits, DEFER_MAX);
+  int rc = tsr_cuda_defer_info(op, word, 1, what, s, err);
+  if (rc != 0) return rc;
+  for (int k = 0; k < nbits; k++) pending.names[k] = what[k];
+  pending.flags = true, pending.nbits = nbits;
   return 0;
 }
 
@@ -123,6 +136,12 @@ extern "C" int tsr_cuda_deferred_check(tsr_errbuf *err)
 {
   int n = pending.n;
   pending.n = 0;
+  if (n > 0 && pending.flags) {
+    unsigned word = (unsigned)pending.words[0];
+    for (int k = 0; k < pending.nbits; k++)
+      if (word & (1u << k)) return tsr_fail(err, TSR_EPROTO, "%s: %s", pending.op, pending.names[k]);
+    return word != 0 ? tsr_fail(err, TSR_EPROTO, "%s: bad input (flags %#x)", pending.op, word) : 0;
+  }
   for (int k = 0; k < n; k++) {
     int info = pending.words[k];
     if (info == 0) continue;

@@ -220,6 +220,14 @@ int tsr_cuda_poison_on_info(const int *info, int ninfo, tsr_dtype dt, void *data
 int tsr_cuda_defer_info(const char *op, const int *info, int ninfo, const char *const *names, cudaStream_t s,
                         tsr_errbuf *err);
 
+/* The same for a status word that kernels OR flags into (bit k set: the
+ * input was bad as what[k] says, nbits <= 8): a nonzero word fails the task
+ * as "OP: WHAT" naming the lowest bit set, TSR_EPROTO — how a kernel
+ * reports a malformed input chunk without a synchronization
+ * (sparse.cu). op and what must be string literals. */
+int tsr_cuda_defer_flags(const char *op, const int *word, const char *const *what, int nbits, cudaStream_t s,
+                         tsr_errbuf *err);
+
 /* ---------- the variants (tsr_cuda_fn each; variants.cu lists them) ---------- */
 
 #define TSR_CUDA_VARIANT(name)                                                                            \
@@ -253,5 +261,9 @@ TSR_CUDA_VARIANT(unpack2bit);
 TSR_CUDA_VARIANT(matmul_2bit);
 TSR_CUDA_VARIANT(matmul_chain);
 TSR_CUDA_VARIANT(randint_packed);
+TSR_CUDA_VARIANT(csr_map);
+TSR_CUDA_VARIANT(csr_normalize_rows);
+TSR_CUDA_VARIANT(csr_sum);
+TSR_CUDA_VARIANT(csr_matmul);
 
 #endif

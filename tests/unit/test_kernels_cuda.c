@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu/csr.h"
 #include "kernels.h"
 #include "kit.h"
 #include "philox.h"
@@ -1535,6 +1536,204 @@ static void bench_task_costs(void)
 }
 
 /* Runs a test unless TSR_TEST_FILTER is set and not part of its name. */
+
+/* ---------- sparse (CSR) ops ---------- */
+
+/* A random CSR chunk of rows x cols with values of dt: about 1 in 8
+ * stored, row 0 empty, row 3 dense (longer than a warp), positive counts
+ * in 1..20 scaled by 0.37 so log1p and division see varied values. */
+static tsr_buf csr_chunk(tsr_dtype dt, int64_t rows, int64_t cols)
+{
+  int64_t shape[2] = {rows, cols};
+  tsr_buf d = hbuf(dt, 2, shape), c;
+  for (int64_t i = 0; i < rows * cols; i++) {
+    int64_t r = i / cols;
+    double v = r != 0 && (r == 3 || rnd() % 8 == 0) ? (double)(1 + rnd() % 20) * 0.37 : 0.0;
+    if (dt == TSR_F32) ((float *)d.data)[i] = (float)v;
+    else ((double *)d.data)[i] = v;
+  }
+  tsr_errbuf err;
+  if (cpu_run("csr_from_dense", NULL, &d, 1, &c, &err) != 0) memset(&c, 0, sizeof c);
+  free(d.data);
+  return c;
+}
+
+static void csr_shape_param(tsr_params *p, int64_t rows, int64_t cols)
+{
+  int64_t shape[2] = {rows, cols};
+  tsr_params_clear(p);
+  tsr_params_add_ints(p, "shape", shape, 2);
+}
+
+/* The values of two CSR chunks with equal patterns: at most ulps apart. */
+static bool csr_values_within(const tsr_buf *a, const tsr_buf *b, int64_t rows, int64_t nnz, tsr_dtype dt, int64_t ulps)
+{
+  size_t off = (size_t)(TSR_CSR_HEADER + 8 * (rows + 1) + (4 * nnz + 7) / 8 * 8);
+  if (a->nbytes != b->nbytes || memcmp(a->data, b->data, off) != 0) return false;
+  int64_t n[1] = {nnz};
+  tsr_buf va = {{0}, (char *)a->data + off, 0}, vb = {{0}, (char *)b->data + off, 0};
+  va.meta.dtype = vb.meta.dtype = dt, va.meta.ndim = vb.meta.ndim = 1, va.meta.shape[0] = vb.meta.shape[0] = n[0];
+  return max_ulp(&va, &vb) <= ulps;
+}
+
+static int64_t csr_nnz(const tsr_buf *c)
+{
+  int64_t nnz;
+  memcpy(&nnz, (const char *)c->data + 24, 8);
+  return nnz;
+}
+
+/* csr_map (none: the same bytes; log1p, expm1: within 2 ulp, CUDA's libm)
+ * and csr_normalize_rows (the same bytes), f32 and f64, with in_dtype; and
+ * without in_dtype the variant declines (TSR_ENODEV: the host runs it). */
+TEST(csr_map_normalize_vs_cpu)
+{
+  const int64_t rows = 217, cols = 300;
+  static const char *const fns[] = {"none", "log1p", "expm1"};
+  tsr_params p = TSR_PARAMS_INIT, ps = TSR_PARAMS_INIT;
+  tsr_buf c, g;
+  tsr_errbuf err;
+  for (int f64 = 0; f64 < 2; f64++) {
+    tsr_dtype dt = f64 ? TSR_F64 : TSR_F32;
+    const char *dn = f64 ? "f64" : "f32";
+    tsr_buf x = csr_chunk(dt, rows, cols);
+    ASSERT_TRUE(x.data != NULL);
+    int64_t nnz = csr_nnz(&x);
+    for (int k = 0; k < 3; k++) {
+      csr_shape_param(&p, rows, cols);
+      tsr_params_add_str(&p, "fn", fns[k], strlen(fns[k]));
+      tsr_params_add_float(&p, "factor", k == 2 ? 0.25 : 1.5);
+      tsr_params_add_str(&p, "dtype", dn, 3);
+      tsr_params_add_str(&p, "in_dtype", dn, 3);
+      BOTH("csr_map", &p, &x, 1, &c, &g);
+      if (k == 0) ASSERT_SAME(&c, &g);
+      else ASSERT_TRUE(csr_values_within(&c, &g, rows, nnz, dt, 2));
+      free(c.data), free(g.data);
+    }
+    /* totals per row (row 0: 0, left as it is) */
+    csr_shape_param(&ps, rows, cols);
+    tsr_params_add_int(&ps, "axis", 1);
+    tsr_buf in[2] = {x, {{0}, NULL, 0}};
+    ASSERT_OK(cpu_run("csr_sum", &ps, &x, 1, &in[1], &err));
+    csr_shape_param(&p, rows, cols);
+    tsr_params_add_float(&p, "target", 1e4);
+    tsr_params_add_str(&p, "dtype", dn, 3);
+    tsr_params_add_str(&p, "in_dtype", dn, 3);
+    BOTH("csr_normalize_rows", &p, in, 2, &c, &g);
+    ASSERT_SAME(&c, &g);
+    free(c.data), free(g.data);
+    /* without in_dtype the output size is only a bound: declined */
+    csr_shape_param(&p, rows, cols);
+    tsr_params_add_float(&p, "target", 1e4);
+    ASSERT_TRUE(gpu_run("csr_normalize_rows", &p, in, 2, &g, &err) == TSR_ENODEV);
+    free(g.data), free(in[1].data), free(x.data);
+  }
+  tsr_params_clear(&p), tsr_params_clear(&ps);
+}
+
+/* csr_sum, every stat and axis on f32 and f64 chunks: the CPU's bytes
+ * (each element one thread's sum in the CPU's order). */
+TEST(csr_sum_vs_cpu)
+{
+  const int64_t rows = 301, cols = 129;
+  static const char *const stats[] = {"sum", "nnz", "sumsq"};
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf c, g;
+  tsr_errbuf err;
+  for (int f64 = 0; f64 < 2; f64++) {
+    tsr_buf x = csr_chunk(f64 ? TSR_F64 : TSR_F32, rows, cols);
+    ASSERT_TRUE(x.data != NULL);
+    for (int axis = 0; axis < 2; axis++)
+      for (int k = 0; k < 3; k++) {
+        csr_shape_param(&p, rows, cols);
+        tsr_params_add_int(&p, "axis", axis);
+        tsr_params_add_str(&p, "stat", stats[k], strlen(stats[k]));
+        BOTH("csr_sum", &p, &x, 1, &c, &g);
+        ASSERT_SAME(&c, &g);
+        free(c.data), free(g.data);
+      }
+    /* sqdev around the column means */
+    csr_shape_param(&p, rows, cols);
+    tsr_buf in[2] = {x, {{0}, NULL, 0}};
+    ASSERT_OK(cpu_run("csr_sum", &p, &x, 1, &in[1], &err));
+    for (int64_t j = 0; j < cols; j++) ((double *)in[1].data)[j] /= (double)rows;
+    tsr_params_add_str(&p, "stat", "sqdev", 5);
+    BOTH("csr_sum", &p, in, 2, &c, &g);
+    ASSERT_SAME(&c, &g);
+    free(c.data), free(g.data), free(in[1].data), free(x.data);
+  }
+  tsr_params_clear(&p);
+}
+
+/* csr_matmul on every side, without steps and with (x − μ)/σ: the CPU's
+ * bytes. */
+TEST(csr_matmul_vs_cpu)
+{
+  const int64_t rows = 203, cols = 150, k = 7;
+  static const char *const sides[] = {"xb", "xtb", "bx", "btx"};
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf c, g;
+  tsr_buf x = csr_chunk(TSR_F32, rows, cols);
+  ASSERT_TRUE(x.data != NULL);
+  int64_t vshape[1] = {cols};
+  tsr_buf mu = rand_buf(TSR_F64, 1, vshape, 0), sd = rand_buf(TSR_F64, 1, vshape, 0);
+  for (int64_t j = 0; j < cols; j++) ((double *)sd.data)[j] = 0.5 + fabs(((double *)sd.data)[j]);
+  for (int s = 0; s < 4; s++) {
+    int64_t bshape[2];
+    if (s == 0) bshape[0] = cols, bshape[1] = k;
+    else if (s == 2) bshape[0] = k, bshape[1] = rows;
+    else bshape[0] = rows, bshape[1] = k;
+    tsr_buf in[4] = {x, rand_buf(TSR_F64, 2, bshape, 0), mu, sd};
+    for (int steps = 0; steps < 2; steps++) {
+      int64_t codes[2] = {2, 4}, inputs[2] = {2, 3};
+      double values[4] = {0, 0, 0, 0};
+      csr_shape_param(&p, rows, cols);
+      tsr_params_add_str(&p, "side", sides[s], strlen(sides[s]));
+      if (steps) {
+        tsr_params_add_ints(&p, "steps", codes, 2);
+        tsr_params_add_ints(&p, "step_inputs", inputs, 2);
+        tsr_params_add_floats(&p, "step_values", values, 4);
+      }
+      BOTH("csr_matmul", &p, in, steps ? 4 : 2, &c, &g);
+      ASSERT_SAME(&c, &g);
+      free(c.data), free(g.data);
+    }
+    free(in[1].data);
+  }
+  free(mu.data), free(sd.data), free(x.data);
+  tsr_params_clear(&p);
+}
+
+/* A malformed chunk fails the task after the stream (deferred check), as
+ * the CPU op fails it: a column index out of range, and a chunk whose
+ * header disagrees with the task's shape. */
+TEST(csr_bad_chunk_is_reported)
+{
+  const int64_t rows = 40, cols = 30;
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf g;
+  tsr_errbuf err;
+  tsr_buf x = csr_chunk(TSR_F64, rows, cols);
+  ASSERT_TRUE(x.data != NULL && csr_nnz(&x) > 0);
+  int32_t *indices = (int32_t *)((char *)x.data + TSR_CSR_HEADER + 8 * (rows + 1));
+  indices[0] = (int32_t)cols + 5;
+  for (int axis = 0; axis < 2; axis++) {
+    csr_shape_param(&p, rows, cols);
+    tsr_params_add_int(&p, "axis", axis);
+    int rc = gpu_run("csr_sum", &p, &x, 1, &g, &err);
+    free(g.data);
+    ASSERT_TRUE(rc == TSR_EPROTO && strstr(err.text, "column") != NULL);
+  }
+  indices[0] = 0;
+  csr_shape_param(&p, rows, cols + 1);  /* the header says cols */
+  tsr_params_add_str(&p, "side", "xb", 2);
+  int64_t bshape[2] = {cols + 1, 3};
+  tsr_buf in[2] = {x, rand_buf(TSR_F64, 2, bshape, 0)};
+  ASSERT_TRUE(gpu_run("csr_matmul", &p, in, 2, &g, &err) == TSR_EPROTO);
+  free(g.data), free(in[1].data), free(x.data);
+  tsr_params_clear(&p);
+}
+
 #define RUN_IF(name)                                                       \
   do {                                                                     \
     const char *f_ = getenv("TSR_TEST_FILTER");                            \
@@ -1581,5 +1780,9 @@ int main(int argc, char **argv)
   RUN_IF(missing_values_sum_count_and_astype);
   RUN_IF(randint_packed_bit_identical);
   RUN_IF(matmul_chain_gpu_vs_cpu);
+  RUN_IF(csr_map_normalize_vs_cpu);
+  RUN_IF(csr_sum_vs_cpu);
+  RUN_IF(csr_matmul_vs_cpu);
+  RUN_IF(csr_bad_chunk_is_reported);
   return kit_summary();
 }
