@@ -1096,8 +1096,6 @@ TEST(registry_and_test_ops)
                                 "knn_tile", "knn_merge", "umap_membership", "umap_union", "knn_distances_csr",
                                 "community", "modularity", "umap_spectral", "umap_prepare", "umap_layout",
                                 "kmeans_partial", "kmeans_combine", "kmeans_pp", "kmeans_centers"};
-                                "csr_from_dense", "csr_densify",
-                                "umap_spectral", "umap_prepare", "umap_layout"};
   tsr_params p = TSR_PARAMS_INIT;
   tsr_errbuf err;
   tsr_buf out;
