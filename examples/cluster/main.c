@@ -100,7 +100,8 @@ static void usage(FILE *out)
           "                   | --npy FILE | --synthetic CELLS,GENES[,TYPES]  --out PREFIX\n"
           "   [--min-genes 200] [--min-cells 3] [--target-sum 1e4] [--n-top-genes 2000] [--max-value 10]\n"
           "   [--n-pcs 50] [--neighbors 15] [--metric euclidean|cosine] [--resolution 1.0]\n"
-          "   [--method leiden|louvain|kmeans] [--kmeans-k K] [--umap] [--seed 0] [--row-chunk N]\n"
+          "   [--method leiden|louvain|kmeans] [--kmeans-k K] [--umap] [--umap-init spectral|pca]\n"
+          "   [--seed 0] [--row-chunk N]\n"
           "   [--kmeans-init CENTERS.npy] [--truth LABELS]\n"
           "scanpy's workflow: filter_cells, filter_genes, normalize_total, log1p, highly_variable_genes\n"
           "(seurat), scale, pca, neighbors (exact kNN, UMAP connectivities), leiden | louvain | k-means,\n"
@@ -168,7 +169,8 @@ static int parse_numeric(cl_opts *o, const char *a, const char *v, bool *known)
 
 static int parse_value(cl_opts *o, const char *a, const char *v)
 {
-  static const char *const metrics[] = {"euclidean", "cosine"}, *const methods[] = {"leiden", "louvain", "kmeans"};
+  static const char *const metrics[] = {"euclidean", "cosine"}, *const methods[] = {"leiden", "louvain", "kmeans"},
+                           *const inits[] = {"spectral", "pca"};
   int e = 0;
   bool known = false;
   if (parse_numeric(o, a, v, &known) != 0) return -1;
@@ -185,6 +187,9 @@ static int parse_value(cl_opts *o, const char *a, const char *v)
   else if (strcmp(a, "--metric") == 0) {
     if (parse_enum(a, v, metrics, 2, &e) != 0) return -1;
     o->metric = (tsr_metric)e;
+  } else if (strcmp(a, "--umap-init") == 0) {
+    if (parse_enum(a, v, inits, 2, &e) != 0) return -1;
+    o->umap_init_pca = e == 1;
   } else if (strcmp(a, "--method") == 0) {
     if (parse_enum(a, v, methods, 3, &e) != 0) return -1;
     o->method = (cl_method)e;

@@ -54,8 +54,8 @@ int cl_write_umap(const cl_opts *o, const cl_result *r)
   int rc = finish(f, path);
   if (rc != 0) return rc;
   const char *method = o->method == CL_LEIDEN ? "Leiden" : o->method == CL_LOUVAIN ? "Louvain" : "k-means";
-  snprintf(title, sizeof title, "%s: %lld cells, %d %s clusters", o->out, (long long)r->n_cells, r->n_clusters,
-           method);
+  const char *name = strrchr(o->out, '/') != NULL ? strrchr(o->out, '/') + 1 : o->out;
+  snprintf(title, sizeof title, "%s: %lld cells, %d %s clusters", name, (long long)r->n_cells, r->n_clusters, method);
   snprintf(path, sizeof path, "%s.umap.png", o->out);
   tsr_errbuf err = {0};
   rc = tsr_plot_embedding_png(path, r->umap, r->labels, r->n_cells, title, &err);

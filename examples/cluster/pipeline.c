@@ -292,15 +292,18 @@ static int umap(run_state *s, const tsr_array *graph)
   int64_t n = tsr_array_dim(s->x, 0);
   tsr_umap_opts uo = TSR_UMAP_OPTS_DEFAULT;
   uo.seed = s->o->seed;
-  tsr_array *emb = NULL;
+  tsr_array *emb = NULL, *init = NULL;
+  int64_t start[2] = {0, 0}, stop[2] = {n, 2};
   cl_step_begin("tl.umap");
-  int rc = tsr_umap(s->ctx, graph, NULL, &uo, &emb);
+  int rc = s->o->umap_init_pca && tsr_array_dim(s->x, 1) >= 2 ? tsr_slice(s->ctx, s->x, start, stop, &init) : 0;
+  if (rc == 0) rc = tsr_umap(s->ctx, graph, init, &uo, &emb);
+  tsr_array_free(s->ctx, &init);
   s->r->umap = rc == 0 ? malloc((size_t)n * 2 * sizeof(float)) : NULL;
   if (rc == 0 && s->r->umap == NULL) rc = TSR_ENOMEM;
   if (rc == 0) rc = tsr_compute(s->ctx, emb, s->r->umap, (size_t)n * 2 * sizeof(float), WAIT);
   tsr_array_free(s->ctx, &emb);
   if (rc != 0) return cl_fail("tl.umap", rc);
-  cl_step_end("tl.umap", "spectral init, min_dist 0.5");
+  cl_step_end("tl.umap", "%s init, min_dist 0.5", s->o->umap_init_pca ? "PCA" : "spectral");
   return 0;
 }
 
