@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "knn.h"
 #include "ops.h"
 
 #define KNN_MARGIN 8
@@ -89,26 +90,6 @@ static int check_finite(const tsr_buf *b, int64_t row0, tsr_errbuf *err)
   return 0;
 }
 
-/* A row's kept candidates: keys ascending, their global columns. */
-typedef struct cand {
-  float *key;
-  int64_t *idx;
-} cand;
-
-/* Inserts (v, j) into the sorted list of K, after equal keys (columns
- * come in increasing order, so equal keys stay ordered by index). */
-static void cand_insert(float *key, int64_t *idx, int K, float v, int64_t j)
-{
-  int p = K - 1;
-  while (p > 0 && key[p - 1] > v) {
-    key[p] = key[p - 1];
-    idx[p] = idx[p - 1];
-    p--;
-  }
-  key[p] = v;
-  idx[p] = j;
-}
-
 /* The scan of one row of a sub-tile: keys yn[c] − 2 g[c]; a block of 16
  * with nothing below the threshold (nearly all of them) costs one vector
  * compare. skip: the column of the row itself (or −1). */
@@ -121,12 +102,12 @@ static void cand_insert(float *key, int64_t *idx, int K, float v, int64_t j)
     if (!hit) continue;                                                                    \
     for (int j = 0; j < 16; j++) {                                                         \
       float v = yn[c + j] - 2.0f * g[c + j];                                               \
-      if (v < thr && c + j != skip) cand_insert(key, idx, K, v, col0 + c + j), thr = key[K - 1]; \
+      if (v < thr && c + j != skip) tsr_k_knn_insert(key, idx, K, v, col0 + c + j), thr = key[K - 1]; \
     }                                                                                      \
   }                                                                                        \
   for (; c < nc; c++) {                                                                    \
     float v = yn[c] - 2.0f * g[c];                                                         \
-    if (v < thr && c != skip) cand_insert(key, idx, K, v, col0 + c), thr = key[K - 1];     \
+    if (v < thr && c != skip) tsr_k_knn_insert(key, idx, K, v, col0 + c), thr = key[K - 1];     \
   }
 
 __attribute__((target("avx512f"))) static void scan_avx512(const float *g, const float *yn, int64_t nc, int64_t skip,
@@ -287,8 +268,14 @@ static int tile_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
   if (cosine) prepare(x, true, NULL, s.na);  /* (only the normalized copy is wanted) */
   const void *a = cosine ? s.na : x->data, *b = cosine ? s.nb : y->data;
   for (int64_t i = 0; i < ri * K; i++) s.key[i] = INFINITY, s.idx[i] = -1;
+  rc = x->meta.dtype == TSR_F32 ? tsr_k_knn_fused_f32(a, ri, b, rj, d, s.yn, kp.row0 - kp.col0, kp.col0, s.key, s.idx, K)
+                                : 1;
+  if (rc == TSR_ENOMEM) {
+    scratch_free(&s);
+    return tsr_fail(err, TSR_ENOMEM, "knn_tile: out of memory for a %lld x %lld tile", (long long)ri, (long long)rj);
+  }
   scan_fn scan = pick_scan();
-  for (int64_t r0 = 0; r0 < ri; r0 += KNN_RB) {
+  for (int64_t r0 = 0; rc == 1 && r0 < ri; r0 += KNN_RB) {
     int64_t nr = ri - r0 < KNN_RB ? ri - r0 : KNN_RB;
     for (int64_t c0 = 0; c0 < rj; c0 += KNN_CB) {
       int64_t nc = rj - c0 < KNN_CB ? rj - c0 : KNN_CB;
