@@ -65,8 +65,9 @@ static float offer(float *key, int64_t *idx, int K, const float *kv, uint32_t ma
 }
 
 typedef struct fused {
-  const float *ap, *bp, *ynp;  /* packed a, b, padded yn */
-  int64_t ri, d, npan, diag, col0;
+  const float *ap, *bp, *ynp, *xnp;  /* packed a, b, padded yn, xn (or NULL) */
+  float *thrc;                       /* [npan·2W]: b rows' thresholds (both ways) */
+  int64_t ri, rj, d, npan, diag, row0, col0;
   float *key;
   int64_t *idx;
   int K;
@@ -81,9 +82,27 @@ static void group_thr(const fused *f, int64_t q, int rg, float *thr)
   }
 }
 
+/* Offers row `row` of a (global row0 + row) to the lists of b's rows c0 + j
+ * where mask has bit j (keys kc[j]); updates their thresholds. */
+static void offer_cols(const fused *f, const float *kc, uint32_t mask, int64_t c0, int64_t row)
+{
+  while (mask != 0) {
+    int j = __builtin_ctz(mask);
+    mask &= mask - 1;
+    int64_t c = c0 + j;
+    float *key = f->key + (f->ri + c) * f->K;
+    if (kc[j] < f->thrc[c]) {
+      tsr_k_knn_insert(key, f->idx + (f->ri + c) * f->K, f->K, kc[j], f->row0 + row);
+      f->thrc[c] = key[f->K - 1];
+    }
+  }
+}
+
 /* The body of one width: V the vector type, W its lanes, RG rows a block;
- * LOAD, SET1, FMA(a, b, c), MASK(k, t) (bit per lane of k < t). */
-#define FUSED_BODY(V, W, RG, LOAD, SET1, FMA, MASK, STORE)                                          \
+ * LOAD, SET1, FMA(a, b, c), MASK(k, t) (bit per lane of k < t), STORE.
+ * BOTH (a constant) adds the scan of the transpose: per row r of the
+ * group, the keys xn[r] − 2·dot against b's rows' thresholds. */
+#define FUSED_BODY(V, W, RG, LOAD, SET1, FMA, MASK, STORE, BOTH)                                     \
   int64_t pch = CHUNK_FLOATS / (2 * W * f->d) > 0 ? CHUNK_FLOATS / (2 * W * f->d) : 1;            \
   int64_t groups = (f->ri + RG - 1) / RG;                                                           \
   float kv[2 * W] __attribute__((aligned(64)));                                                     \
@@ -115,6 +134,17 @@ static void group_thr(const fused *f, int64_t q, int rg, float *thr)
           thr[r] = offer(f->key + row * f->K, f->idx + row * f->K, f->K, kv, mask, pan * 2 * W,     \
                          row + f->diag, f->col0);                                                   \
         }                                                                                           \
+        if (!(BOTH)) continue;                                                                      \
+        const float *tc = f->thrc + pan * 2 * W;                                                    \
+        V t0 = LOAD(tc), t1 = LOAD(tc + W);                                                         \
+        UNROLL for (int r = 0; r < RG; r++) {                                                       \
+          V xr = SET1(f->xnp[q * RG + r]), k0 = FMA(c0[r], m2, xr), k1 = FMA(c1[r], m2, xr);        \
+          uint32_t mask = MASK(k0, t0) | (MASK(k1, t1) << W);                                       \
+          if (mask == 0) continue;                                                                  \
+          STORE(kv, k0), STORE(kv + W, k1);                                                         \
+          offer_cols(f, kv, mask, pan * 2 * W, q * RG + r);                                         \
+          t0 = LOAD(tc), t1 = LOAD(tc + W);                                                         \
+        }                                                                                           \
       }                                                                                             \
     }                                                                                               \
   }
@@ -123,42 +153,48 @@ static void group_thr(const fused *f, int64_t q, int rg, float *thr)
 #include <immintrin.h>
 
 #define M512(k, t) ((uint32_t)_mm512_cmp_ps_mask((k), (t), _CMP_LT_OQ))
-__attribute__((target("avx512f"))) static void run_avx512(const fused *f)
-{
-  FUSED_BODY(__m512, 16, 12, _mm512_load_ps, _mm512_set1_ps, _mm512_fmadd_ps, M512, _mm512_store_ps)
-}
+#define RUN512(BOTH) FUSED_BODY(__m512, 16, 12, _mm512_load_ps, _mm512_set1_ps, _mm512_fmadd_ps, M512, _mm512_store_ps, BOTH)
+__attribute__((target("avx512f"))) static void rows_avx512(const fused *f) { RUN512(0) }
+__attribute__((target("avx512f"))) static void both_avx512(const fused *f) { RUN512(1) }
 
 #define M256(k, t) ((uint32_t)_mm256_movemask_ps(_mm256_cmp_ps((k), (t), _CMP_LT_OQ)))
-__attribute__((target("avx2,fma"))) static void run_avx2(const fused *f)
-{
-  FUSED_BODY(__m256, 8, 6, _mm256_load_ps, _mm256_set1_ps, _mm256_fmadd_ps, M256, _mm256_store_ps)
-}
-#endif
+#define RUN256(BOTH) FUSED_BODY(__m256, 8, 6, _mm256_load_ps, _mm256_set1_ps, _mm256_fmadd_ps, M256, _mm256_store_ps, BOTH)
+__attribute__((target("avx2,fma"))) static void rows_avx2(const fused *f) { RUN256(0) }
+__attribute__((target("avx2,fma"))) static void both_avx2(const fused *f) { RUN256(1) }
 
-int tsr_k_knn_fused_f32(const float *a, int64_t ri, const float *b, int64_t rj, int64_t d, const float *yn,
-                        int64_t diag, int64_t col0, float *key, int64_t *idx, int K)
+/* Packs t for width w (rows of rg) into f; TSR_ENOMEM when a buffer is missing. */
+static int pack(const tsr_k_knn_tile *t, int w, int rg, fused *f)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
+  int64_t npan = (t->rj + 2 * w - 1) / (2 * w), groups = (t->ri + rg - 1) / rg, d = t->d;
+  float *ap = falloc(groups * rg * d), *bp = falloc(npan * 2 * w * d), *ynp = falloc(npan * 2 * w);
+  float *xnp = t->xn != NULL ? falloc(groups * rg) : NULL, *thrc = t->xn != NULL ? falloc(npan * 2 * w) : NULL;
+  *f = (fused){ap, bp, ynp, xnp, thrc, t->ri, t->rj, d, npan, t->row0 - t->col0, t->row0, t->col0, t->key, t->idx, t->K};
+  if (ap == NULL || bp == NULL || ynp == NULL || (t->xn != NULL && (xnp == NULL || thrc == NULL))) return TSR_ENOMEM;
+  pack_rows(t->a, t->ri, d, rg, ap);
+  pack_rows(t->b, t->rj, d, 2 * w, bp);
+  for (int64_t c = 0; c < npan * 2 * w; c++) ynp[c] = c < t->rj ? t->yn[c] : INFINITY;
+  if (t->xn == NULL) return 0;
+  for (int64_t r = 0; r < groups * rg; r++) xnp[r] = r < t->ri ? t->xn[r] : INFINITY;
+  for (int64_t c = 0; c < npan * 2 * w; c++) thrc[c] = c < t->rj ? t->key[(t->ri + c) * t->K + t->K - 1] : -INFINITY;
+  return 0;
+}
+
+int tsr_k_knn_fused_f32(const tsr_k_knn_tile *t)
+{
   tsr_k_isa isa = tsr_k_isa_resolve(TSR_K_ISA_BEST);
   bool wide = isa == TSR_K_ISA_AVX512;
   if (!wide && !(isa == TSR_K_ISA_AVX2 && __builtin_cpu_supports("fma"))) return 1;
-  int w = wide ? 16 : 8, rg = wide ? 12 : 6;
-  int64_t npan = (rj + 2 * w - 1) / (2 * w), groups = (ri + rg - 1) / rg;
-  float *ap = falloc(groups * rg * d), *bp = falloc(npan * 2 * w * d), *ynp = falloc(npan * 2 * w);
-  if (ap == NULL || bp == NULL || ynp == NULL) {
-    free(ap), free(bp), free(ynp);
-    return TSR_ENOMEM;
-  }
-  pack_rows(a, ri, d, rg, ap);
-  pack_rows(b, rj, d, 2 * w, bp);
-  for (int64_t c = 0; c < npan * 2 * w; c++) ynp[c] = c < rj ? yn[c] : INFINITY;
-  fused f = {ap, bp, ynp, ri, d, npan, diag, col0, key, idx, K};
-  if (wide) run_avx512(&f);
-  else run_avx2(&f);
-  free(ap), free(bp), free(ynp);
-  return 0;
-#else
-  (void)a, (void)ri, (void)b, (void)rj, (void)d, (void)yn, (void)diag, (void)col0, (void)key, (void)idx, (void)K;
-  return 1;
-#endif
+  fused f;
+  int rc = pack(t, wide ? 16 : 8, wide ? 12 : 6, &f);
+  if (rc == 0 && wide) t->xn != NULL ? both_avx512(&f) : rows_avx512(&f);
+  if (rc == 0 && !wide) t->xn != NULL ? both_avx2(&f) : rows_avx2(&f);
+  free((void *)f.ap), free((void *)f.bp), free((void *)f.ynp), free((void *)f.xnp), free(f.thrc);
+  return rc;
 }
+#else
+int tsr_k_knn_fused_f32(const tsr_k_knn_tile *t)
+{
+  (void)t;
+  return 1;
+}
+#endif
