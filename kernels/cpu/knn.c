@@ -1,23 +1,37 @@
 /* kernels/cpu/knn.c — exact k nearest neighbours as tiles and merges
- * (graphs/cluster.c builds the graph; docs/cluster.md).
+ * (graphs/knn.c builds the graph; docs/cluster.md).
  *
  * knn_tile (inputs: row block X_i [ri, d], column block X_j [rj, d], same
  *   float dtype; params k, metric (0 euclidean, 1 cosine), row0, col0: the
- *   blocks' first global rows). For every row of X_i, the m = k - 1 nearest
- *   rows of X_j other than itself. Candidates come from a GEMM in the
- *   blocks' dtype: key = |y|² − 2 x·y (|x|² is the same along a row, so the
- *   order is the distance's), scanned against the row's current m + MARGIN
- *   best in sub-tiles that stay in cache. The kept candidates' distances
- *   are then recomputed exactly in f64 (squared euclidean, or 1 − cos) and
- *   the best m kept, ties by smaller index. The margin absorbs the GEMM's
- *   rounding: a true neighbour is lost only if MARGIN others rounded ahead
- *   of it. Output f64 [ri, 2m]: m global indices (as f64, exact below
- *   2^53; −1 when X_j has fewer rows) then their m exact distances (+inf).
- * knn_merge (inputs: the tiles of one row block, any number; params k,
- *   part (0 indices, 1 distances), metric, row0). Row r gets itself first
- *   at distance 0, then the best k − 1 of all tiles' candidates (ties by
- *   index): part 0 as i64 [ri, k], part 1 as f32 [ri, k] (sqrt for
- *   euclidean). */
+ *   blocks' first global rows; pair (default 0)). For every row of X_i,
+ *   the m = k − 1 nearest rows of X_j other than itself. Candidates come
+ *   from a GEMM: key = |y|² − 2 x·y (|x|² is the same along a row, so the
+ *   order is the distance's), kept while below the row's current worst of
+ *   its m + MARGIN best (f32 blocks: fused with the GEMM in registers,
+ *   knn_fused.c; else OpenBLAS sub-tiles that stay in cache, then a
+ *   scan). The kept candidates' distances are then recomputed exactly in
+ *   f64 (squared euclidean, or 1 − cos) and the best m kept, ties by
+ *   smaller index. The margin absorbs the GEMM's rounding: a true
+ *   neighbour is lost only if MARGIN others rounded ahead of it. Output
+ *   f64 [ri, 2m]: m global indices (as f64, exact below 2^53; −1 when X_j
+ *   has fewer rows) then their m exact distances (+inf).
+ *   pair = 1 (CONTRACT ADDITION; the builder uses it for every tile (i, j)
+ *   with i < j, i.e. blocks that do not overlap): the same product also
+ *   scanned the other way, and the output is f64 [ri + rj, 2m]: rows
+ *   0..ri as above, then rows ri..ri+rj: for every row of X_j its m
+ *   nearest rows of X_i (global indices from row0), same layout. pair = 0
+ *   is the old contract unchanged (the builder uses it for tiles (i, i)).
+ * knn_merge (inputs: the tiles holding one row block's rows, any number;
+ *   params k, part (0 indices, 1 distances), metric, row0; diag (default
+ *   −1)). Row r gets itself first at distance 0, then the best k − 1 of all
+ *   tiles' candidates (ties by index): part 0 as i64 [ri, k], part 1 as
+ *   f32 [ri, k] (sqrt for euclidean). diag = −1: every input is [ri, 2m]
+ *   (the old contract). diag = t (CONTRACT ADDITION): input t is the
+ *   block's own tile [ri, 2m] (ri is its row count); inputs before t are
+ *   pair tiles where the block was X_j, read from their last ri rows
+ *   (offset shape[0] − ri); inputs after t are pair tiles where it was
+ *   X_i, read from row 0. The builder passes block i's tiles in j order,
+ *   tile (min(i, j), max(i, j)), with diag = i. */
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
