@@ -47,54 +47,80 @@ static void pack_rows(const float *x, int64_t n, int64_t d, int g, float *out)
   }
 }
 
-/* Offers row r's keys kv[0..2W) where mask has a bit (column c0 + j) to
- * its list; returns the row's new threshold. */
-static float offer(float *key, int64_t *idx, int K, const float *kv, uint32_t mask, int64_t c0, int64_t self,
-                   int64_t col0)
+/* The candidate lists of a tile, unsorted: list l (rows of a first, then
+ * with both ways rows of b) holds cnt[l] <= B keys bk + l·B and local
+ * indices bi + l·B (column of b, or row of a), in arrival order. A key is
+ * appended when below the list's threshold thr (the K-th smallest kept
+ * when the list was last compacted, +inf before): cheaper than keeping the
+ * list sorted, and the thresholds lag a little. When a list is full it is
+ * compacted to its K smallest by (key, index), exactly the set the sorted
+ * insertion kept: a key at or above a threshold ranks after K kept keys,
+ * all with smaller indices (they arrive in increasing order). */
+typedef struct lists {
+  float *bk;
+  int32_t *bi, *cnt;
+  int B, K;
+} lists;
+
+/* Compacts list l to its K smallest by (key, index), order kept; returns
+ * the new threshold (the largest kept key). Ranks by counting: B is small
+ * and the loop is branch-free (vectorized). */
+INLINE float compact(const lists *L, int64_t l)
 {
-  float thr = key[K - 1];
+  float *k = L->bk + l * L->B;
+  int32_t *ix = L->bi + l * L->B;
+  int n = L->cnt[l], o = 0;
+  float thr = -INFINITY;
+  for (int i = 0; i < n; i++) {
+    float ki = k[i];
+    int32_t ii = ix[i];
+    int rank = 0;
+    for (int j = 0; j < n; j++) rank += (k[j] < ki) | ((k[j] == ki) & (ix[j] < ii));
+    if (rank >= L->K) continue;
+    k[o] = ki, ix[o] = ii, o++;  /* o <= i: in place, order kept */
+    thr = ki > thr ? ki : thr;
+  }
+  L->cnt[l] = o;
+  return thr;
+}
+
+/* Appends row r's keys kv[j] where mask has bit j (local index c0 + j) to
+ * list l; returns the list's threshold (new when it had to compact). */
+INLINE float offer(const lists *L, int64_t l, const float *kv, uint32_t mask, int64_t c0, float thr)
+{
+  int n = L->cnt[l];
+  if (n + __builtin_popcount(mask) > L->B) {
+    thr = compact(L, l);
+    n = L->cnt[l];
+  }
+  float *k = L->bk + l * L->B;
+  int32_t *ix = L->bi + l * L->B;
   while (mask != 0) {
     int j = __builtin_ctz(mask);
     mask &= mask - 1;
-    if (kv[j] < thr && c0 + j != self) {
-      tsr_k_knn_insert(key, idx, K, kv[j], col0 + c0 + j);
-      thr = key[K - 1];
-    }
+    k[n] = kv[j], ix[n] = (int32_t)(c0 + j);
+    n += kv[j] < thr;  /* (the threshold may have dropped) */
   }
+  L->cnt[l] = n;
   return thr;
 }
 
 typedef struct fused {
   const float *ap, *bp, *ynp, *xnp;  /* packed a, b, padded yn, xn (or NULL) */
-  float *thrc;                       /* [npan·2W]: b rows' thresholds (both ways) */
-  int64_t ri, rj, d, npan, diag, row0, col0;
-  float *key;
-  int64_t *idx;
-  int K;
+  float *thrr, *thrc;                /* [groups·RG], [npan·2W]: rows' and b rows' thresholds */
+  int64_t ri, rj, d, npan, diag;
+  lists L;
 } fused;
 
-/* Row group q's thresholds (−inf for padding rows). */
-static void group_thr(const fused *f, int64_t q, int rg, float *thr)
-{
-  for (int r = 0; r < rg; r++) {
-    int64_t row = q * rg + r;
-    thr[r] = row < f->ri ? f->key[row * f->K + f->K - 1] : -INFINITY;
-  }
-}
-
-/* Offers row `row` of a (global row0 + row) to the lists of b's rows c0 + j
- * where mask has bit j (keys kc[j]); updates their thresholds. */
-static void offer_cols(const fused *f, const float *kc, uint32_t mask, int64_t c0, int64_t row)
+/* Offers row `row` of a to the lists of b's rows c0 + j where mask has bit
+ * j (keys kc[j]); updates their thresholds. */
+INLINE void offer_cols(const fused *f, const float *kc, uint32_t mask, int64_t c0, int64_t row)
 {
   while (mask != 0) {
     int j = __builtin_ctz(mask);
     mask &= mask - 1;
     int64_t c = c0 + j;
-    float *key = f->key + (f->ri + c) * f->K;
-    if (kc[j] < f->thrc[c]) {
-      tsr_k_knn_insert(key, f->idx + (f->ri + c) * f->K, f->K, kc[j], f->row0 + row);
-      f->thrc[c] = key[f->K - 1];
-    }
+    f->thrc[c] = offer(&f->L, f->ri + c, kc + j, 1u, row, f->thrc[c]);
   }
 }
 
@@ -109,8 +135,7 @@ static void offer_cols(const fused *f, const float *kc, uint32_t mask, int64_t c
   for (int64_t p0 = 0; p0 < f->npan; p0 += pch) {                                                   \
     int64_t p1 = p0 + pch < f->npan ? p0 + pch : f->npan;                                           \
     for (int64_t q = 0; q < groups; q++) {                                                          \
-      float thr[RG];                                                                                \
-      group_thr(f, q, RG, thr);                                                                     \
+      float *thr = f->thrr + q * RG;                                                                \
       const float *A = f->ap + q * RG * f->d;                                                       \
       for (int64_t pan = p0; pan < p1; pan++) {                                                     \
         const float *B = f->bp + pan * 2 * W * f->d;                                                \
@@ -129,10 +154,10 @@ static void offer_cols(const fused *f, const float *kc, uint32_t mask, int64_t c
           V t = SET1(thr[r]), k0 = FMA(c0[r], m2, y0), k1 = FMA(c1[r], m2, y1);                     \
           uint32_t mask = MASK(k0, t) | (MASK(k1, t) << W);                                         \
           if (mask == 0) continue;                                                                  \
+          int64_t row = q * RG + r, self = row + f->diag - pan * 2 * W;                             \
+          if (self >= 0 && self < 2 * W) mask &= ~(1u << self);                                     \
           STORE(kv, k0), STORE(kv + W, k1);                                                         \
-          int64_t row = q * RG + r;                                                                 \
-          thr[r] = offer(f->key + row * f->K, f->idx + row * f->K, f->K, kv, mask, pan * 2 * W,     \
-                         row + f->diag, f->col0);                                                   \
+          thr[r] = offer(&f->L, row, kv, mask, pan * 2 * W, thr[r]);                                \
         }                                                                                           \
         if (!(BOTH)) continue;                                                                      \
         const float *tc = f->thrc + pan * 2 * W;                                                    \
@@ -162,21 +187,47 @@ __attribute__((target("avx512f"))) static void both_avx512(const fused *f) { RUN
 __attribute__((target("avx2,fma"))) static void rows_avx2(const fused *f) { RUN256(0) }
 __attribute__((target("avx2,fma"))) static void both_avx2(const fused *f) { RUN256(1) }
 
-/* Packs t for width w (rows of rg) into f; TSR_ENOMEM when a buffer is missing. */
+/* Packs t for width w (rows of rg) into f, with empty lists; TSR_ENOMEM
+ * when a buffer is missing. */
 static int pack(const tsr_k_knn_tile *t, int w, int rg, fused *f)
 {
   int64_t npan = (t->rj + 2 * w - 1) / (2 * w), groups = (t->ri + rg - 1) / rg, d = t->d;
-  float *ap = falloc(groups * rg * d), *bp = falloc(npan * 2 * w * d), *ynp = falloc(npan * 2 * w);
-  float *xnp = t->xn != NULL ? falloc(groups * rg) : NULL, *thrc = t->xn != NULL ? falloc(npan * 2 * w) : NULL;
-  *f = (fused){ap, bp, ynp, xnp, thrc, t->ri, t->rj, d, npan, t->row0 - t->col0, t->row0, t->col0, t->key, t->idx, t->K};
-  if (ap == NULL || bp == NULL || ynp == NULL || (t->xn != NULL && (xnp == NULL || thrc == NULL))) return TSR_ENOMEM;
-  pack_rows(t->a, t->ri, d, rg, ap);
-  pack_rows(t->b, t->rj, d, 2 * w, bp);
-  for (int64_t c = 0; c < npan * 2 * w; c++) ynp[c] = c < t->rj ? t->yn[c] : INFINITY;
-  if (t->xn == NULL) return 0;
-  for (int64_t r = 0; r < groups * rg; r++) xnp[r] = r < t->ri ? t->xn[r] : INFINITY;
-  for (int64_t c = 0; c < npan * 2 * w; c++) thrc[c] = c < t->rj ? t->key[(t->ri + c) * t->K + t->K - 1] : -INFINITY;
+  int64_t nl = t->ri + (t->xn != NULL ? t->rj : 0);
+  int B = (t->K + (t->K > 2 * w ? t->K : 2 * w) + 15) & ~15;  /* room for K kept + one block */
+  memset(f, 0, sizeof *f);
+  f->ap = falloc(groups * rg * d), f->bp = falloc(npan * 2 * w * d), f->ynp = falloc(npan * 2 * w);
+  f->thrr = falloc(groups * rg), f->thrc = falloc(npan * 2 * w);
+  f->xnp = t->xn != NULL ? falloc(groups * rg) : NULL;
+  f->L = (lists){falloc(nl * B), malloc((size_t)(nl * B + 1) * sizeof(int32_t)), calloc((size_t)nl + 1, sizeof(int32_t)),
+                 B, t->K};
+  f->ri = t->ri, f->rj = t->rj, f->d = d, f->npan = npan, f->diag = t->row0 - t->col0;
+  if (!f->ap || !f->bp || !f->ynp || !f->thrr || !f->thrc || !f->L.bk || !f->L.bi || !f->L.cnt || (t->xn && !f->xnp))
+    return TSR_ENOMEM;
+  pack_rows(t->a, t->ri, d, rg, (float *)f->ap);
+  pack_rows(t->b, t->rj, d, 2 * w, (float *)f->bp);
+  for (int64_t c = 0; c < npan * 2 * w; c++) ((float *)f->ynp)[c] = c < t->rj ? t->yn[c] : INFINITY;
+  for (int64_t r = 0; r < groups * rg; r++) f->thrr[r] = r < t->ri ? INFINITY : -INFINITY;
+  for (int64_t c = 0; c < npan * 2 * w; c++) f->thrc[c] = c < t->rj && t->xn != NULL ? INFINITY : -INFINITY;
+  for (int64_t r = 0; t->xn != NULL && r < groups * rg; r++) ((float *)f->xnp)[r] = r < t->ri ? t->xn[r] : INFINITY;
   return 0;
+}
+
+/* Writes each list's K smallest (any order; finish_row sorts) into t's
+ * key/idx with global indices; unused places +inf and −1. */
+static void unpack(const tsr_k_knn_tile *t, const fused *f)
+{
+  int64_t nl = t->ri + (t->xn != NULL ? t->rj : 0);
+  for (int64_t l = 0; l < nl; l++) {
+    if (f->L.cnt[l] > t->K) compact(&f->L, l);
+    int64_t base = l < t->ri ? t->col0 : t->row0;
+    const float *k = f->L.bk + l * f->L.B;
+    const int32_t *ix = f->L.bi + l * f->L.B;
+    for (int i = 0; i < t->K; i++) {
+      bool used = i < f->L.cnt[l];
+      t->key[l * t->K + i] = used ? k[i] : INFINITY;
+      t->idx[l * t->K + i] = used ? base + ix[i] : -1;
+    }
+  }
 }
 
 int tsr_k_knn_fused_f32(const tsr_k_knn_tile *t)
@@ -188,7 +239,9 @@ int tsr_k_knn_fused_f32(const tsr_k_knn_tile *t)
   int rc = pack(t, wide ? 16 : 8, wide ? 12 : 6, &f);
   if (rc == 0 && wide) t->xn != NULL ? both_avx512(&f) : rows_avx512(&f);
   if (rc == 0 && !wide) t->xn != NULL ? both_avx2(&f) : rows_avx2(&f);
-  free((void *)f.ap), free((void *)f.bp), free((void *)f.ynp), free((void *)f.xnp), free(f.thrc);
+  if (rc == 0) unpack(t, &f);
+  free((void *)f.ap), free((void *)f.bp), free((void *)f.ynp), free((void *)f.xnp), free(f.thrr), free(f.thrc);
+  free(f.L.bk), free(f.L.bi), free(f.L.cnt);
   return rc;
 }
 #else
