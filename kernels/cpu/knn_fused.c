@@ -56,33 +56,36 @@ static void pack_rows(const float *x, int64_t n, int64_t d, int g, float *out)
  * compacted to its K smallest by (key, index), exactly the set the sorted
  * insertion kept: a key at or above a threshold ranks after K kept keys,
  * all with smaller indices (they arrive in increasing order). */
-typedef struct lists {
+typedef struct lists lists;
+struct lists {
   float *bk;
   int32_t *bi, *cnt;
   int B, K;
-} lists;
+  float (*compact)(const lists *, int64_t);  /* compact_body for this CPU: out of line, rarely run */
+};
 
 /* Compacts list l to its K smallest by (key, index), order kept; returns
- * the new threshold (the largest kept key). Ranks by counting: B is small
- * and the loop is branch-free (vectorized). */
-INLINE float compact(const lists *L, int64_t l)
-{
-  float *k = L->bk + l * L->B;
-  int32_t *ix = L->bi + l * L->B;
-  int n = L->cnt[l], o = 0;
-  float thr = -INFINITY;
-  for (int i = 0; i < n; i++) {
-    float ki = k[i];
-    int32_t ii = ix[i];
-    int rank = 0;
-    for (int j = 0; j < n; j++) rank += (k[j] < ki) | ((k[j] == ki) & (ix[j] < ii));
-    if (rank >= L->K) continue;
-    k[o] = ki, ix[o] = ii, o++;  /* o <= i: in place, order kept */
-    thr = ki > thr ? ki : thr;
-  }
-  L->cnt[l] = o;
+ * the new threshold (the largest kept key). Ranks by counting, all before
+ * any move: B is small and the loop is branch-free (vectorized). */
+#define COMPACT_BODY                                                              \
+  float *k = L->bk + l * L->B;                                                    \
+  int32_t *ix = L->bi + l * L->B;                                                 \
+  int n = L->cnt[l], o = 0, rank[n];                                              \
+  float thr = -INFINITY;                                                          \
+  for (int i = 0; i < n; i++) {                                                   \
+    float ki = k[i];                                                              \
+    int32_t ii = ix[i];                                                           \
+    int r = 0;                                                                    \
+    for (int j = 0; j < n; j++) r += (k[j] < ki) | ((k[j] == ki) & (ix[j] < ii)); \
+    rank[i] = r;                                                                  \
+  }                                                                               \
+  for (int i = 0; i < n; i++) {                                                   \
+    if (rank[i] >= L->K) continue;                                                \
+    thr = k[i] > thr ? k[i] : thr;                                                \
+    k[o] = k[i], ix[o] = ix[i], o++; /* o <= i: in place, order kept */           \
+  }                                                                               \
+  L->cnt[l] = o;                                                                  \
   return thr;
-}
 
 /* Appends row r's keys kv[j] where mask has bit j (local index c0 + j) to
  * list l; returns the list's threshold (new when it had to compact). */
@@ -90,7 +93,7 @@ INLINE float offer(const lists *L, int64_t l, const float *kv, uint32_t mask, in
 {
   int n = L->cnt[l];
   if (n + __builtin_popcount(mask) > L->B) {
-    thr = compact(L, l);
+    thr = L->compact(L, l);
     n = L->cnt[l];
   }
   float *k = L->bk + l * L->B;
@@ -179,11 +182,13 @@ INLINE void offer_cols(const fused *f, const float *kc, uint32_t mask, int64_t c
 
 #define M512(k, t) ((uint32_t)_mm512_cmp_ps_mask((k), (t), _CMP_LT_OQ))
 #define RUN512(BOTH) FUSED_BODY(__m512, 16, 12, _mm512_load_ps, _mm512_set1_ps, _mm512_fmadd_ps, M512, _mm512_store_ps, BOTH)
+__attribute__((target("avx512f"), noinline)) static float compact_avx512(const lists *L, int64_t l) { COMPACT_BODY }
 __attribute__((target("avx512f"))) static void rows_avx512(const fused *f) { RUN512(0) }
 __attribute__((target("avx512f"))) static void both_avx512(const fused *f) { RUN512(1) }
 
 #define M256(k, t) ((uint32_t)_mm256_movemask_ps(_mm256_cmp_ps((k), (t), _CMP_LT_OQ)))
 #define RUN256(BOTH) FUSED_BODY(__m256, 8, 6, _mm256_load_ps, _mm256_set1_ps, _mm256_fmadd_ps, M256, _mm256_store_ps, BOTH)
+__attribute__((target("avx2,fma"), noinline)) static float compact_avx2(const lists *L, int64_t l) { COMPACT_BODY }
 __attribute__((target("avx2,fma"))) static void rows_avx2(const fused *f) { RUN256(0) }
 __attribute__((target("avx2,fma"))) static void both_avx2(const fused *f) { RUN256(1) }
 
@@ -199,7 +204,7 @@ static int pack(const tsr_k_knn_tile *t, int w, int rg, fused *f)
   f->thrr = falloc(groups * rg), f->thrc = falloc(npan * 2 * w);
   f->xnp = t->xn != NULL ? falloc(groups * rg) : NULL;
   f->L = (lists){falloc(nl * B), malloc((size_t)(nl * B + 1) * sizeof(int32_t)), calloc((size_t)nl + 1, sizeof(int32_t)),
-                 B, t->K};
+                 B, t->K, w == 16 ? compact_avx512 : compact_avx2};
   f->ri = t->ri, f->rj = t->rj, f->d = d, f->npan = npan, f->diag = t->row0 - t->col0;
   if (!f->ap || !f->bp || !f->ynp || !f->thrr || !f->thrc || !f->L.bk || !f->L.bi || !f->L.cnt || (t->xn && !f->xnp))
     return TSR_ENOMEM;
@@ -218,7 +223,7 @@ static void unpack(const tsr_k_knn_tile *t, const fused *f)
 {
   int64_t nl = t->ri + (t->xn != NULL ? t->rj : 0);
   for (int64_t l = 0; l < nl; l++) {
-    if (f->L.cnt[l] > t->K) compact(&f->L, l);
+    if (f->L.cnt[l] > t->K) f->L.compact(&f->L, l);
     int64_t base = l < t->ri ? t->col0 : t->row0;
     const float *k = f->L.bk + l * f->L.B;
     const int32_t *ix = f->L.bi + l * f->L.B;
