@@ -188,12 +188,18 @@ static void exact_dists(const tsr_buf *x, int64_t a, const tsr_buf *y, const int
                         double *cv, double *dist)
 {
   int64_t d = x->meta.shape[1];
-  for (int i = 0; i < n; i++)
-    for (int64_t c = 0; c < d; c++) cv[c * n + i] = elem(y, loc[i], c);
+  double xr[d];  /* the dtype test once, not per element */
+  if (y->meta.dtype == TSR_F32)
+    for (int i = 0; i < n; i++)
+      for (int64_t c = 0; c < d; c++) cv[c * n + i] = ((const float *)y->data)[loc[i] * d + c];
+  else
+    for (int i = 0; i < n; i++)
+      for (int64_t c = 0; c < d; c++) cv[c * n + i] = ((const double *)y->data)[loc[i] * d + c];
+  for (int64_t c = 0; c < d; c++) xr[c] = elem(x, a, c);
   double s[n], yy[n], xx = 0;
   for (int i = 0; i < n; i++) s[i] = 0, yy[i] = 0;
   for (int64_t c = 0; c < d; c++) {
-    double u = elem(x, a, c);
+    double u = xr[c];
     const double *v = cv + c * n;
     if (!cosine)
       for (int i = 0; i < n; i++) s[i] += (u - v[i]) * (u - v[i]);
