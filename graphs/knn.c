@@ -1,7 +1,10 @@
 /* Exact kNN (tessera/cluster.h, tsr_knn): a knn_tile task for every pair
- * of row blocks (i, j) and a knn_merge task per row block and output
- * (indices, distances) over its row of tiles (kernels/cpu/knn.c). The
- * row blocks are x's row chunks, at most KNN_MAX_BLOCK rows. */
+ * of row blocks i <= j — for i < j one "pair" tile that scans the product
+ * both ways (X_i's rows among X_j's and X_j's among X_i's: half the GEMMs
+ * of all (i, j)) — and a knn_merge task per row block and output
+ * (indices, distances) over the nb tiles that hold its rows, "diag" saying
+ * which part of each it reads (kernels/cpu/knn.c). The row blocks are x's
+ * row chunks, at most KNN_MAX_BLOCK rows. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,8 +12,7 @@
 #include "tessera/cluster.h"
 
 #define TSR_API __attribute__((visibility("default")))
-#define KNN_MAX_BLOCK 16384
-#define KNN_BLOCK 8192
+#define KNN_MAX_BLOCK 32768
 
 static int knn_check(const tsr_array *x, int k, tsr_metric metric)
 {
@@ -35,7 +37,10 @@ static int knn_blocks(tsr_array_ctx *ctx, const tsr_array *x, const tsr_array **
     *out_p = x;
     return 0;
   }
-  int64_t chunks[2] = {x->chunk[0] <= KNN_MAX_BLOCK ? x->chunk[0] : KNN_BLOCK, 0};
+  /* Equal blocks as large as allowed: a tile restarts its rows' candidate
+   * lists, so fewer, larger tiles scan less (100k rows: 4 blocks, 10 tiles). */
+  int64_t n = x->shape[0], nb = (n + KNN_MAX_BLOCK - 1) / KNN_MAX_BLOCK;
+  int64_t chunks[2] = {x->chunk[0] <= KNN_MAX_BLOCK ? x->chunk[0] : (n + nb - 1) / nb, 0};
   tsr_array *r = NULL;
   rc = tsr_rechunk(ctx, x, chunks, &r);
   if (rc == 0) *out_p = r;
@@ -53,30 +58,38 @@ static int knn_args(int k, tsr_metric metric, int64_t row0, int64_t col0, int pa
   return rc;
 }
 
-/* The tiles of row block i into keys[0..nb). */
+/* The tiles (i, j), j >= i, into keys[i·nb + j]. */
 static int knn_row_tiles(tsr_array_ctx *ctx, const tsr_array *x, int k, tsr_metric metric, int64_t i, char **keys)
 {
   int rc = 0;
-  for (int64_t j = 0; rc == 0 && j < x->nchunks[0]; j++) {
+  int64_t nb = x->nchunks[0];
+  for (int64_t j = i; rc == 0 && j < nb; j++) {
     tsr_args *args = NULL;
     const char *in[2] = {x->keys[i], x->keys[j]};
     rc = knn_args(k, metric, i * x->chunk[0], j * x->chunk[0], -1, &args);
-    if (rc == 0) rc = gtask_add_tmp(ctx, "knn-tile", "knn_tile", args, in, 2, keys[j], 256);
+    if (rc == 0 && j > i) rc = tsr_args_int(args, "pair", 1);
+    if (rc == 0) rc = gtask_add_tmp(ctx, "knn-tile", "knn_tile", args, in, 2, keys[i * nb + j], 256);
     tsr_args_destroy(&args);
   }
   return rc;
 }
 
+/* Block i's merges over the tiles (min(i, j), max(i, j)) for every j. */
 static int knn_merges(tsr_array_ctx *ctx, int k, tsr_metric metric, int64_t i, int64_t row0, char **keys, int64_t nb,
                       tsr_array *const *outs)
 {
+  const char **in = malloc((size_t)nb * sizeof *in);
+  if (in == NULL) return client_fail(TSR_ENOMEM, "knn: out of memory for %lld blocks", (long long)nb);
+  for (int64_t j = 0; j < nb; j++) in[j] = j < i ? keys[j * nb + i] : keys[i * nb + j];
   int rc = 0;
   for (int part = 0; rc == 0 && part < 2; part++) {
     tsr_args *args = NULL;
     rc = knn_args(k, metric, row0, -1, part, &args);
-    if (rc == 0) rc = gtask_add(ctx, outs[part]->keys[i], "knn_merge", args, (const char *const *)keys, (size_t)nb);
+    if (rc == 0) rc = tsr_args_int(args, "diag", i);
+    if (rc == 0) rc = gtask_add(ctx, outs[part]->keys[i], "knn_merge", args, in, (size_t)nb);
     tsr_args_destroy(&args);
   }
+  free(in);
   return rc;
 }
 
@@ -89,16 +102,14 @@ TSR_API int tsr_knn(tsr_array_ctx *ctx, const tsr_array *x, int k, tsr_metric me
   if (rc != 0) return rc;
   int64_t nb = x->nchunks[0], shape[2] = {x->shape[0], k}, chunks[2] = {x->chunk[0], k};
   tsr_array *outs[2] = {NULL, NULL};
-  char **keys = calloc((size_t)nb, sizeof *keys);
-  char *store = malloc((size_t)nb * 256);
+  char **keys = calloc((size_t)(nb * nb), sizeof *keys);
+  char *store = malloc((size_t)(nb * nb) * 256);
   if (keys == NULL || store == NULL) rc = client_fail(TSR_ENOMEM, "knn: out of memory for %lld blocks", (long long)nb);
-  for (int64_t j = 0; rc == 0 && j < nb; j++) keys[j] = store + j * 256;
+  for (int64_t j = 0; rc == 0 && j < nb * nb; j++) keys[j] = store + j * 256;
   if (rc == 0) rc = garray_new(ctx, "knn-indices", TSR_I64, 2, shape, chunks, &outs[0]);
   if (rc == 0) rc = garray_new(ctx, "knn-distances", TSR_F32, 2, shape, chunks, &outs[1]);
-  for (int64_t i = 0; rc == 0 && i < nb; i++) {
-    rc = knn_row_tiles(ctx, x, k, metric, i, keys);
-    if (rc == 0) rc = knn_merges(ctx, k, metric, i, i * x->chunk[0], keys, nb, outs);
-  }
+  for (int64_t i = 0; rc == 0 && i < nb; i++) rc = knn_row_tiles(ctx, x, k, metric, i, keys);
+  for (int64_t i = 0; rc == 0 && i < nb; i++) rc = knn_merges(ctx, k, metric, i, i * x->chunk[0], keys, nb, outs);
   free(keys), free(store);
   if (rc != 0) {
     tsr_array_free(ctx, &outs[0]);

@@ -1,27 +1,42 @@
 /* kernels/cpu/knn.c — exact k nearest neighbours as tiles and merges
- * (graphs/cluster.c builds the graph; docs/cluster.md).
+ * (graphs/knn.c builds the graph; docs/cluster.md).
  *
  * knn_tile (inputs: row block X_i [ri, d], column block X_j [rj, d], same
  *   float dtype; params k, metric (0 euclidean, 1 cosine), row0, col0: the
- *   blocks' first global rows). For every row of X_i, the m = k - 1 nearest
- *   rows of X_j other than itself. Candidates come from a GEMM in the
- *   blocks' dtype: key = |y|² − 2 x·y (|x|² is the same along a row, so the
- *   order is the distance's), scanned against the row's current m + MARGIN
- *   best in sub-tiles that stay in cache. The kept candidates' distances
- *   are then recomputed exactly in f64 (squared euclidean, or 1 − cos) and
- *   the best m kept, ties by smaller index. The margin absorbs the GEMM's
- *   rounding: a true neighbour is lost only if MARGIN others rounded ahead
- *   of it. Output f64 [ri, 2m]: m global indices (as f64, exact below
- *   2^53; −1 when X_j has fewer rows) then their m exact distances (+inf).
- * knn_merge (inputs: the tiles of one row block, any number; params k,
- *   part (0 indices, 1 distances), metric, row0). Row r gets itself first
- *   at distance 0, then the best k − 1 of all tiles' candidates (ties by
- *   index): part 0 as i64 [ri, k], part 1 as f32 [ri, k] (sqrt for
- *   euclidean). */
+ *   blocks' first global rows; pair (default 0)). For every row of X_i,
+ *   the m = k − 1 nearest rows of X_j other than itself. Candidates come
+ *   from a GEMM: key = |y|² − 2 x·y (|x|² is the same along a row, so the
+ *   order is the distance's), kept while below the row's current worst of
+ *   its m + MARGIN best (f32 blocks: fused with the GEMM in registers,
+ *   knn_fused.c; else OpenBLAS sub-tiles that stay in cache, then a
+ *   scan). The kept candidates' distances are then recomputed exactly in
+ *   f64 (squared euclidean, or 1 − cos) and the best m kept, ties by
+ *   smaller index. The margin absorbs the GEMM's rounding: a true
+ *   neighbour is lost only if MARGIN others rounded ahead of it. Output
+ *   f64 [ri, 2m]: m global indices (as f64, exact below 2^53; −1 when X_j
+ *   has fewer rows) then their m exact distances (+inf).
+ *   pair = 1 (CONTRACT ADDITION; the builder uses it for every tile (i, j)
+ *   with i < j, i.e. blocks that do not overlap): the same product also
+ *   scanned the other way, and the output is f64 [ri + rj, 2m]: rows
+ *   0..ri as above, then rows ri..ri+rj: for every row of X_j its m
+ *   nearest rows of X_i (global indices from row0), same layout. pair = 0
+ *   is the old contract unchanged (the builder uses it for tiles (i, i)).
+ * knn_merge (inputs: the tiles holding one row block's rows, any number;
+ *   params k, part (0 indices, 1 distances), metric, row0; diag (default
+ *   −1)). Row r gets itself first at distance 0, then the best k − 1 of all
+ *   tiles' candidates (ties by index): part 0 as i64 [ri, k], part 1 as
+ *   f32 [ri, k] (sqrt for euclidean). diag = −1: every input is [ri, 2m]
+ *   (the old contract). diag = t (CONTRACT ADDITION): input t is the
+ *   block's own tile [ri, 2m] (ri is its row count); inputs before t are
+ *   pair tiles where the block was X_j, read from their last ri rows
+ *   (offset shape[0] − ri); inputs after t are pair tiles where it was
+ *   X_i, read from row 0. The builder passes block i's tiles in j order,
+ *   tile (min(i, j), max(i, j)), with diag = i. */
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "knn.h"
 #include "ops.h"
 
 #define KNN_MARGIN 8
@@ -29,7 +44,7 @@
 #define KNN_CB 2048  /* sub-tile columns: RB x CB keys stay in L2 */
 
 typedef struct knn_params {
-  int64_t k, metric, row0, col0, part;
+  int64_t k, metric, row0, col0, part, pair, diag;
 } knn_params;
 
 static int get_int(const char *op, const tsr_params *p, const char *name, int64_t dflt, int64_t *v, tsr_errbuf *err)
@@ -47,11 +62,14 @@ static int parse(const char *op, const tsr_params *p, knn_params *kp, tsr_errbuf
   if (rc == 0) rc = get_int(op, p, "row0", 0, &kp->row0, err);
   if (rc == 0) rc = get_int(op, p, "col0", 0, &kp->col0, err);
   if (rc == 0) rc = get_int(op, p, "part", 0, &kp->part, err);
+  if (rc == 0) rc = get_int(op, p, "pair", 0, &kp->pair, err);
+  if (rc == 0) kp->diag = -1, rc = tsr_params_find(p, "diag") ? get_int(op, p, "diag", 0, &kp->diag, err) : 0;
   if (rc == 0 && (kp->k < 1 || kp->k > (1 << 20)))
     rc = tsr_fail(err, TSR_EINVAL, "%s: k = %lld outside 1..%d", op, (long long)kp->k, 1 << 20);
   if (rc == 0 && kp->metric != 0 && kp->metric != 1)
     rc = tsr_fail(err, TSR_EINVAL, "%s: metric %lld is neither 0 (euclidean) nor 1 (cosine)", op, (long long)kp->metric);
   if (rc == 0 && (kp->part < 0 || kp->part > 1)) rc = tsr_fail(err, TSR_EINVAL, "%s: part must be 0 or 1", op);
+  if (rc == 0 && (kp->pair < 0 || kp->pair > 1)) rc = tsr_fail(err, TSR_EINVAL, "%s: pair must be 0 or 1", op);
   return rc;
 }
 
@@ -71,7 +89,7 @@ static int tile_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *
                     tsr_k_str(&in[0]).s, tsr_k_str(&in[1]).s);
   if (in[0].shape[1] > INT32_MAX / 2 || in[0].shape[0] > INT32_MAX || in[1].shape[0] > INT32_MAX)
     return tsr_fail(err, TSR_ELIMIT, "knn_tile: blocks %s too large", tsr_k_str(&in[0]).s);
-  int64_t shape[2] = {in[0].shape[0], 2 * m_of(kp.k)};
+  int64_t shape[2] = {in[0].shape[0] + (kp.pair ? in[1].shape[0] : 0), 2 * m_of(kp.k)};
   tsr_k_meta_set(out, TSR_F64, 2, shape);
   return 0;
 }
@@ -89,26 +107,6 @@ static int check_finite(const tsr_buf *b, int64_t row0, tsr_errbuf *err)
   return 0;
 }
 
-/* A row's kept candidates: keys ascending, their global columns. */
-typedef struct cand {
-  float *key;
-  int64_t *idx;
-} cand;
-
-/* Inserts (v, j) into the sorted list of K, after equal keys (columns
- * come in increasing order, so equal keys stay ordered by index). */
-static void cand_insert(float *key, int64_t *idx, int K, float v, int64_t j)
-{
-  int p = K - 1;
-  while (p > 0 && key[p - 1] > v) {
-    key[p] = key[p - 1];
-    idx[p] = idx[p - 1];
-    p--;
-  }
-  key[p] = v;
-  idx[p] = j;
-}
-
 /* The scan of one row of a sub-tile: keys yn[c] − 2 g[c]; a block of 16
  * with nothing below the threshold (nearly all of them) costs one vector
  * compare. skip: the column of the row itself (or −1). */
@@ -121,12 +119,12 @@ static void cand_insert(float *key, int64_t *idx, int K, float v, int64_t j)
     if (!hit) continue;                                                                    \
     for (int j = 0; j < 16; j++) {                                                         \
       float v = yn[c + j] - 2.0f * g[c + j];                                               \
-      if (v < thr && c + j != skip) cand_insert(key, idx, K, v, col0 + c + j), thr = key[K - 1]; \
+      if (v < thr && c + j != skip) tsr_k_knn_insert(key, idx, K, v, col0 + c + j), thr = key[K - 1]; \
     }                                                                                      \
   }                                                                                        \
   for (; c < nc; c++) {                                                                    \
     float v = yn[c] - 2.0f * g[c];                                                         \
-    if (v < thr && c != skip) cand_insert(key, idx, K, v, col0 + c), thr = key[K - 1];     \
+    if (v < thr && c != skip) tsr_k_knn_insert(key, idx, K, v, col0 + c), thr = key[K - 1];     \
   }
 
 __attribute__((target("avx512f"))) static void scan_avx512(const float *g, const float *yn, int64_t nc, int64_t skip,
@@ -176,19 +174,42 @@ static void prepare(const tsr_buf *b, bool cosine, float *yn, void *normed)
   }
 }
 
-/* The exact distance of rows a and b (f64; squared euclidean or 1 − cos). */
-static double exact_dist(const tsr_buf *x, int64_t a, const tsr_buf *y, int64_t b, bool cosine)
+static double elem(const tsr_buf *b, int64_t r, int64_t c)
+{
+  int64_t d = b->meta.shape[1];
+  return b->meta.dtype == TSR_F32 ? ((const float *)b->data)[r * d + c] : ((const double *)b->data)[r * d + c];
+}
+
+/* The exact distances (f64; squared euclidean or 1 − cos) of row a of x to
+ * rows loc[0..n) of y. Each is the sum over columns in increasing order
+ * (the brute force's sums); the candidates are laid out column-major in cv
+ * [d, n] so the n independent sums run side by side in vector lanes. */
+static void exact_dists(const tsr_buf *x, int64_t a, const tsr_buf *y, const int64_t *loc, int n, bool cosine,
+                        double *cv, double *dist)
 {
   int64_t d = x->meta.shape[1];
-  double s = 0, xx = 0, yy = 0;
+  double xr[d];  /* the dtype test once, not per element */
+  if (y->meta.dtype == TSR_F32)
+    for (int i = 0; i < n; i++)
+      for (int64_t c = 0; c < d; c++) cv[c * n + i] = ((const float *)y->data)[loc[i] * d + c];
+  else
+    for (int i = 0; i < n; i++)
+      for (int64_t c = 0; c < d; c++) cv[c * n + i] = ((const double *)y->data)[loc[i] * d + c];
+  for (int64_t c = 0; c < d; c++) xr[c] = elem(x, a, c);
+  double s[n], yy[n], xx = 0;
+  for (int i = 0; i < n; i++) s[i] = 0, yy[i] = 0;
   for (int64_t c = 0; c < d; c++) {
-    double u = x->meta.dtype == TSR_F32 ? ((const float *)x->data)[a * d + c] : ((const double *)x->data)[a * d + c];
-    double v = y->meta.dtype == TSR_F32 ? ((const float *)y->data)[b * d + c] : ((const double *)y->data)[b * d + c];
-    if (cosine) s += u * v, xx += u * u, yy += v * v;
-    else s += (u - v) * (u - v);
+    double u = xr[c];
+    const double *v = cv + c * n;
+    if (!cosine)
+      for (int i = 0; i < n; i++) s[i] += (u - v[i]) * (u - v[i]);
+    else {
+      xx += u * u;
+      for (int i = 0; i < n; i++) s[i] += u * v[i], yy[i] += v[i] * v[i];
+    }
   }
-  if (!cosine) return s;
-  return xx > 0 && yy > 0 ? 1.0 - s / (sqrt(xx) * sqrt(yy)) : 1.0;
+  for (int i = 0; i < n; i++)
+    dist[i] = !cosine ? s[i] : xx > 0 && yy[i] > 0 ? 1.0 - s[i] / (sqrt(xx) * sqrt(yy[i])) : 1.0;
 }
 
 /* Sorts n (dist, idx) pairs by distance, then index (insertion: n is small). */
@@ -207,13 +228,15 @@ static void sort_pairs(double *dist, int64_t *idx, int64_t n)
 
 /* Writes row r's m best of its K candidates, exact, into out. */
 static void finish_row(const tsr_buf *x, int64_t r, const tsr_buf *y, int64_t col0, const int64_t *cidx, int K,
-                       int64_t m, bool cosine, double *out)
+                       int64_t m, bool cosine, double *cv, double *out)
 {
   double dist[K];
   int64_t idx[K];
   int n = 0;
+  int64_t loc[K];
   for (int i = 0; i < K; i++)
-    if (cidx[i] >= 0) idx[n] = cidx[i], dist[n] = exact_dist(x, r, y, cidx[i] - col0, cosine), n++;
+    if (cidx[i] >= 0) idx[n] = cidx[i], loc[n] = cidx[i] - col0, n++;
+  exact_dists(x, r, y, loc, n, cosine, cv, dist);
   sort_pairs(dist, idx, n);
   for (int64_t i = 0; i < m; i++) {
     out[i] = i < n ? (double)idx[i] : -1.0;
@@ -237,32 +260,75 @@ static void tile_gemm(tsr_dtype dt, const void *a, const void *b, int64_t d, int
 }
 
 typedef struct tile_scratch {
-  float *yn, *g, *key;
-  double *g64;
+  float *yn, *xn, *g, *key;
+  double *g64, *cv;
   int64_t *idx;
   void *na, *nb;
 } tile_scratch;
 
 static void scratch_free(tile_scratch *s)
 {
-  free(s->yn), free(s->g), free(s->key), free(s->g64), free(s->idx), free(s->na), free(s->nb);
+  free(s->yn), free(s->xn), free(s->g), free(s->key), free(s->g64), free(s->cv), free(s->idx), free(s->na), free(s->nb);
 }
 
 /* Allocates s's buffers; on failure the caller frees what was allocated. */
-static int scratch_alloc(const tsr_buf *x, const tsr_buf *y, int K, bool cosine, tile_scratch *s, tsr_errbuf *err)
+static int scratch_alloc(const tsr_buf *x, const tsr_buf *y, int K, bool cosine, bool pair, tile_scratch *s,
+                         tsr_errbuf *err)
 {
-  int64_t ri = x->meta.shape[0], rj = y->meta.shape[0], d = x->meta.shape[1];
+  int64_t ri = x->meta.shape[0], rj = y->meta.shape[0], d = x->meta.shape[1], rows = ri + (pair ? rj : 0);
   size_t es = tsr_dtype_size(x->meta.dtype);
   memset(s, 0, sizeof *s);
   s->yn = malloc((size_t)(rj + 1) * sizeof(float));
   s->g = malloc((size_t)KNN_RB * KNN_CB * sizeof(float));
-  s->key = malloc((size_t)(ri * K + 1) * sizeof(float));
-  s->idx = malloc((size_t)(ri * K + 1) * sizeof(int64_t));
+  s->xn = malloc((size_t)(ri + 1) * sizeof(float));
+  s->cv = malloc((size_t)(K * d) * sizeof(double));
+  s->key = malloc((size_t)(rows * K + 1) * sizeof(float));
+  s->idx = malloc((size_t)(rows * K + 1) * sizeof(int64_t));
   s->g64 = x->meta.dtype == TSR_F64 ? malloc((size_t)KNN_RB * KNN_CB * sizeof(double)) : NULL;
   s->na = cosine ? malloc((size_t)(ri * d) * es + 1) : NULL;
   s->nb = cosine ? malloc((size_t)(rj * d) * es + 1) : NULL;
-  if (!s->yn || !s->g || !s->key || !s->idx || (x->meta.dtype == TSR_F64 && !s->g64) || (cosine && (!s->na || !s->nb)))
+  if (!s->yn || !s->xn || !s->cv || !s->g || !s->key || !s->idx || (x->meta.dtype == TSR_F64 && !s->g64) || (cosine && (!s->na || !s->nb)))
     return tsr_fail(err, TSR_ENOMEM, "knn_tile: out of memory for a %lld x %lld tile", (long long)ri, (long long)rj);
+  return 0;
+}
+
+/* The GEMM + scan path (f64 blocks, or a CPU without the fused kernel):
+ * rows of a [ri, d] (global row0) against rows of b [rj, d] (global col0)
+ * into the lists key/idx [ri, K], in RB x CB sub-tiles. */
+static void scan_gemm(tsr_dtype dt, const void *a, int64_t ri, const void *b, int64_t rj, int64_t d, const float *yn,
+                      int64_t row0, int64_t col0, tile_scratch *s, float *key, int64_t *idx, int K)
+{
+  scan_fn scan = pick_scan();
+  for (int64_t r0 = 0; r0 < ri; r0 += KNN_RB) {
+    int64_t nr = ri - r0 < KNN_RB ? ri - r0 : KNN_RB;
+    for (int64_t c0 = 0; c0 < rj; c0 += KNN_CB) {
+      int64_t nc = rj - c0 < KNN_CB ? rj - c0 : KNN_CB;
+      tile_gemm(dt, a, b, d, r0, nr, c0, nc, s->g, s->g64);
+      for (int64_t r = 0; r < nr; r++) {
+        int64_t self = row0 + r0 + r - (col0 + c0);  /* the row's own column in this sub-tile */
+        scan(s->g + r * nc, yn + c0, nc, self >= 0 && self < nc ? self : -1, col0 + c0, key + (r0 + r) * K,
+             idx + (r0 + r) * K, K);
+      }
+    }
+  }
+}
+
+/* Fills s.key/s.idx: x's rows against y's, and with pair y's against x's. */
+static int tile_scan(const knn_params *kp, const tsr_buf *x, const tsr_buf *y, tile_scratch *s, int K)
+{
+  bool cosine = kp->metric == 1, pair = kp->pair == 1;
+  int64_t ri = x->meta.shape[0], rj = y->meta.shape[0], d = x->meta.shape[1];
+  prepare(y, cosine, s->yn, s->nb);
+  prepare(x, cosine, s->xn, s->na);
+  const void *a = cosine ? s->na : x->data, *b = cosine ? s->nb : y->data;
+  for (int64_t i = 0; i < (ri + (pair ? rj : 0)) * K; i++) s->key[i] = INFINITY, s->idx[i] = -1;
+  if (x->meta.dtype == TSR_F32) {
+    tsr_k_knn_tile t = {a, b, ri, rj, d, kp->row0, kp->col0, s->yn, pair ? s->xn : NULL, s->key, s->idx, K};
+    int rc = tsr_k_knn_fused_f32(&t);
+    if (rc != 1) return rc;
+  }
+  scan_gemm(x->meta.dtype, a, ri, b, rj, d, s->yn, kp->row0, kp->col0, s, s->key, s->idx, K);
+  if (pair) scan_gemm(x->meta.dtype, b, rj, a, ri, d, s->xn, kp->col0, kp->row0, s, s->key + ri * K, s->idx + ri * K, K);
   return 0;
 }
 
@@ -272,36 +338,23 @@ static int tile_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
   knn_params kp;
   parse("knn_tile", p, &kp, err);
   const tsr_buf *x = &in[0], *y = &in[1];
-  int64_t ri = x->meta.shape[0], rj = y->meta.shape[0], d = x->meta.shape[1], m = m_of(kp.k);
+  int64_t ri = x->meta.shape[0], rj = y->meta.shape[0], m = m_of(kp.k);
   int K = (int)(m + KNN_MARGIN);
   bool cosine = kp.metric == 1;
   int rc = check_finite(x, kp.row0, err);
   if (rc == 0 && kp.col0 != kp.row0) rc = check_finite(y, kp.col0, err);
   if (rc != 0) return rc;
   tile_scratch s;
-  if ((rc = scratch_alloc(x, y, K, cosine, &s, err)) != 0) {
+  if ((rc = scratch_alloc(x, y, K, cosine, kp.pair == 1, &s, err)) != 0 || (rc = tile_scan(&kp, x, y, &s, K)) != 0) {
     scratch_free(&s);  /* what was allocated */
-    return rc;
+    return rc == TSR_ENOMEM ? tsr_fail(err, TSR_ENOMEM, "knn_tile: out of memory for a %lld x %lld tile", (long long)ri,
+                                       (long long)rj)
+                            : rc;
   }
-  prepare(y, cosine, s.yn, s.nb);
-  if (cosine) prepare(x, true, NULL, s.na);  /* (only the normalized copy is wanted) */
-  const void *a = cosine ? s.na : x->data, *b = cosine ? s.nb : y->data;
-  for (int64_t i = 0; i < ri * K; i++) s.key[i] = INFINITY, s.idx[i] = -1;
-  scan_fn scan = pick_scan();
-  for (int64_t r0 = 0; r0 < ri; r0 += KNN_RB) {
-    int64_t nr = ri - r0 < KNN_RB ? ri - r0 : KNN_RB;
-    for (int64_t c0 = 0; c0 < rj; c0 += KNN_CB) {
-      int64_t nc = rj - c0 < KNN_CB ? rj - c0 : KNN_CB;
-      tile_gemm(x->meta.dtype, a, b, d, r0, nr, c0, nc, s.g, s.g64);
-      for (int64_t r = 0; r < nr; r++) {
-        int64_t self = kp.row0 + r0 + r - (kp.col0 + c0);  /* the row's own column in this sub-tile */
-        scan(s.g + r * nc, s.yn + c0, nc, self >= 0 && self < nc ? self : -1, kp.col0 + c0, s.key + (r0 + r) * K,
-             s.idx + (r0 + r) * K, K);
-      }
-    }
-  }
-  for (int64_t r = 0; r < ri; r++)
-    finish_row(x, r, y, kp.col0, s.idx + r * K, K, m, cosine, (double *)out->data + r * 2 * m);
+  double *o = out->data;
+  for (int64_t r = 0; r < ri; r++) finish_row(x, r, y, kp.col0, s.idx + r * K, K, m, cosine, s.cv, o + r * 2 * m);
+  for (int64_t r = 0; kp.pair == 1 && r < rj; r++)
+    finish_row(y, r, x, kp.row0, s.idx + (ri + r) * K, K, m, cosine, s.cv, o + (ri + r) * 2 * m);
   scratch_free(&s);
   return 0;
 }
@@ -315,18 +368,23 @@ static int merge_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta 
   if (rc != 0) return rc;
   if (n < 1) return tsr_fail(err, TSR_EINVAL, "knn_merge: takes at least 1 input");
   int64_t m = m_of(kp.k);
+  if (kp.diag >= n) return tsr_fail(err, TSR_EINVAL, "knn_merge: diag %lld but %d inputs", (long long)kp.diag, n);
+  int64_t rows = in[kp.diag >= 0 ? kp.diag : 0].shape[0];
   for (int i = 0; i < n; i++)
-    if (in[i].ndim != 2 || in[i].dtype != TSR_F64 || in[i].shape[1] != 2 * m || in[i].shape[0] != in[0].shape[0])
-      return tsr_fail(err, TSR_ESHAPE, "knn_merge: input %d is %s, not a knn_tile output f64 [%lld, %lld]", i,
-                      tsr_k_str(&in[i]).s, (long long)in[0].shape[0], (long long)(2 * m));
-  int64_t shape[2] = {in[0].shape[0], kp.k};
+    if (in[i].ndim != 2 || in[i].dtype != TSR_F64 || in[i].shape[1] != 2 * m ||
+        (kp.diag < 0 || i == kp.diag ? in[i].shape[0] != rows : in[i].shape[0] <= rows))
+      return tsr_fail(err, TSR_ESHAPE, "knn_merge: input %d is %s, not a knn_tile output f64 [%s%lld, %lld]", i,
+                      tsr_k_str(&in[i]).s, kp.diag < 0 || i == kp.diag ? "" : "more than ", (long long)rows,
+                      (long long)(2 * m));
+  int64_t shape[2] = {rows, kp.k};
   tsr_k_meta_set(out, kp.part == 0 ? TSR_I64 : TSR_F32, 2, shape);
   return 0;
 }
 
 /* The best m of n sorted lists (a tile's row): each step takes the
  * smallest head, ties by index. O(n·m) a row. */
-static int64_t merge_row(const tsr_buf *in, int n, int64_t r, int64_t m, int *head, double *dist, int64_t *idx)
+static int64_t merge_row(const tsr_buf *in, int n, const int64_t *off, int64_t r, int64_t m, int *head, double *dist,
+                         int64_t *idx)
 {
   for (int t = 0; t < n; t++) head[t] = 0;
   int64_t c = 0;
@@ -335,7 +393,7 @@ static int64_t merge_row(const tsr_buf *in, int n, int64_t r, int64_t m, int *he
     double bd = 0;
     int64_t bi = 0;
     for (int t = 0; t < n; t++) {
-      const double *row = (const double *)in[t].data + r * 2 * m;
+      const double *row = (const double *)in[t].data + (off[t] + r) * 2 * m;
       if (head[t] >= m || row[head[t]] < 0) continue;
       double dv = row[m + head[t]];
       int64_t iv = (int64_t)row[head[t]];
@@ -352,16 +410,17 @@ static int merge_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out
 {
   knn_params kp;
   parse("knn_merge", p, &kp, err);
-  int64_t rows = in[0].meta.shape[0], k = kp.k, m = m_of(k);
+  int64_t rows = in[kp.diag >= 0 ? kp.diag : 0].meta.shape[0], k = kp.k, m = m_of(k);
   double *dist = malloc((size_t)m * sizeof *dist);
-  int64_t *idx = malloc((size_t)m * sizeof *idx);
+  int64_t *idx = malloc((size_t)m * sizeof *idx), *off = malloc((size_t)n * sizeof *off);
   int *head = malloc((size_t)n * sizeof *head);
-  if (dist == NULL || idx == NULL || head == NULL) {
-    free(dist), free(idx), free(head);
+  if (dist == NULL || idx == NULL || head == NULL || off == NULL) {
+    free(dist), free(idx), free(head), free(off);
     return tsr_fail(err, TSR_ENOMEM, "knn_merge: out of memory");
   }
+  for (int t = 0; t < n; t++) off[t] = t < kp.diag ? in[t].meta.shape[0] - rows : 0;  /* (pair tiles) */
   for (int64_t r = 0; r < rows; r++) {
-    int64_t c = merge_row(in, n, r, m, head, dist, idx);
+    int64_t c = merge_row(in, n, off, r, m, head, dist, idx);
     for (int64_t i = 0; i < k; i++) {
       int64_t j = i == 0 ? kp.row0 + r : i - 1 < c ? idx[i - 1] : -1;
       double v = i == 0 ? 0.0 : i - 1 < c ? dist[i - 1] : INFINITY;
@@ -369,7 +428,7 @@ static int merge_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out
       else ((float *)out->data)[r * k + i] = (float)(kp.metric == 0 ? sqrt(v) : v);
     }
   }
-  free(dist), free(idx), free(head);
+  free(dist), free(idx), free(head), free(off);
   return 0;
 }
 
