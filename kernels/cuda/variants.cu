@@ -10,7 +10,7 @@ extern "C" const tsr_cuda_variant tsr_cuda_variants[] = {
   V(sub),            V(div),           V(scale),   V(astype),    V(sum),           V(matmul),
   V(noop),           V(transpose),     V(slice),   V(assemble),  V(view),          V(qr),
   V(svd),            V(bmul),          V(signs),   V(pack2bit),  V(unpack2bit),    V(matmul_2bit),
-  V(matmul_random),  V(matmul_chain),  V(randint_packed),
+  V(matmul_random),  V(matmul_chain),  V(randint_packed),  V(knn_tile),    V(knn_merge),
 };
 
 extern "C" const size_t tsr_cuda_variant_count = sizeof tsr_cuda_variants / sizeof tsr_cuda_variants[0];
