@@ -1,16 +1,24 @@
 /* Exact kNN (tessera/cluster.h, tsr_knn): a knn_tile task for every pair
- * of row blocks (i, j) and a knn_merge task per row block and output
- * (indices, distances) over its row of tiles (kernels/cpu/knn.c). The
- * row blocks are x's row chunks, at most KNN_MAX_BLOCK rows. */
+ * of a row block i and a column block j, and a knn_merge task per row
+ * block and output (indices, distances) over its row of tiles
+ * (kernels/cpu/knn.c). The row blocks are x's row chunks, at most
+ * KNN_MAX_BLOCK rows; the column blocks are the same, except on a cluster
+ * with GPU workers: there a column block has KNN_GPU_COLS rows, because a
+ * 16,384 x 16,384 tile takes the GPU about a millisecond and per-task
+ * costs (6,400 tiles at 1.3M rows) would dominate; 16,384 x 131,072 tiles
+ * cut the count eightfold (kernels/cuda/knn.cu keeps only sub-tiles of
+ * the distances on the device, so a tile's size costs no memory). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "graphs.h"
 #include "tessera/cluster.h"
+#include "tessera/tessera.h"
 
 #define TSR_API __attribute__((visibility("default")))
 #define KNN_MAX_BLOCK 16384
 #define KNN_BLOCK 8192
+#define KNN_GPU_COLS 131072
 
 static int knn_check(const tsr_array *x, int k, tsr_metric metric)
 {
@@ -42,6 +50,31 @@ static int knn_blocks(tsr_array_ctx *ctx, const tsr_array *x, const tsr_array **
   return rc;
 }
 
+/* Whether the cluster has a GPU worker now (false when the scheduler
+ * cannot say: the CPU blocks then). */
+static bool knn_cluster_has_gpu(tsr_array_ctx *ctx)
+{
+  tsr_cluster_info *info = NULL;
+  if (ctx->client == NULL || tsr_cluster_info_get(ctx->client, 10000, &info) != 0) return false;
+  bool gpu = false;
+  for (size_t i = 0; i < info->n_workers; i++) gpu = gpu || strncmp(info->workers[i].device, "gpu", 3) == 0;
+  tsr_cluster_info_destroy(&info);
+  return gpu;
+}
+
+/* The column blocks: x itself, or on GPU clusters x in row chunks of
+ * KNN_GPU_COLS (one chunk when x is shorter). */
+static int knn_columns(tsr_array_ctx *ctx, const tsr_array *x, const tsr_array **cols_p)
+{
+  *cols_p = x;
+  if (x->chunk[0] >= KNN_GPU_COLS || x->nchunks[0] == 1 || !knn_cluster_has_gpu(ctx)) return 0;
+  int64_t chunks[2] = {x->shape[0] < KNN_GPU_COLS ? x->shape[0] : KNN_GPU_COLS, 0};
+  tsr_array *r = NULL;
+  int rc = tsr_rechunk(ctx, x, chunks, &r);
+  if (rc == 0) *cols_p = r;
+  return rc;
+}
+
 static int knn_args(int k, tsr_metric metric, int64_t row0, int64_t col0, int part, tsr_args **args_p)
 {
   int rc = tsr_args_new(args_p);
@@ -53,14 +86,16 @@ static int knn_args(int k, tsr_metric metric, int64_t row0, int64_t col0, int pa
   return rc;
 }
 
-/* The tiles of row block i into keys[0..nb). */
-static int knn_row_tiles(tsr_array_ctx *ctx, const tsr_array *x, int k, tsr_metric metric, int64_t i, char **keys)
+/* The tiles of row block i of x against the column blocks of xc into
+ * keys[0..xc->nchunks[0]). */
+static int knn_row_tiles(tsr_array_ctx *ctx, const tsr_array *x, const tsr_array *xc, int k, tsr_metric metric,
+                         int64_t i, char **keys)
 {
   int rc = 0;
-  for (int64_t j = 0; rc == 0 && j < x->nchunks[0]; j++) {
+  for (int64_t j = 0; rc == 0 && j < xc->nchunks[0]; j++) {
     tsr_args *args = NULL;
-    const char *in[2] = {x->keys[i], x->keys[j]};
-    rc = knn_args(k, metric, i * x->chunk[0], j * x->chunk[0], -1, &args);
+    const char *in[2] = {x->keys[i], xc->keys[j]};
+    rc = knn_args(k, metric, i * x->chunk[0], j * xc->chunk[0], -1, &args);
     if (rc == 0) rc = gtask_add_tmp(ctx, "knn-tile", "knn_tile", args, in, 2, keys[j], 256);
     tsr_args_destroy(&args);
   }
@@ -85,9 +120,11 @@ TSR_API int tsr_knn(tsr_array_ctx *ctx, const tsr_array *x, int k, tsr_metric me
 {
   if (ctx == NULL || indices_p == NULL || distances_p == NULL) return client_fail(TSR_EINVAL, "knn: NULL argument");
   int rc = knn_check(x, k, metric);
+  const tsr_array *xc = NULL;
   if (rc == 0) rc = knn_blocks(ctx, x, &x);
+  if (rc == 0) rc = knn_columns(ctx, x, &xc);
   if (rc != 0) return rc;
-  int64_t nb = x->nchunks[0], shape[2] = {x->shape[0], k}, chunks[2] = {x->chunk[0], k};
+  int64_t nb = xc->nchunks[0], shape[2] = {x->shape[0], k}, chunks[2] = {x->chunk[0], k};
   tsr_array *outs[2] = {NULL, NULL};
   char **keys = calloc((size_t)nb, sizeof *keys);
   char *store = malloc((size_t)nb * 256);
@@ -95,8 +132,8 @@ TSR_API int tsr_knn(tsr_array_ctx *ctx, const tsr_array *x, int k, tsr_metric me
   for (int64_t j = 0; rc == 0 && j < nb; j++) keys[j] = store + j * 256;
   if (rc == 0) rc = garray_new(ctx, "knn-indices", TSR_I64, 2, shape, chunks, &outs[0]);
   if (rc == 0) rc = garray_new(ctx, "knn-distances", TSR_F32, 2, shape, chunks, &outs[1]);
-  for (int64_t i = 0; rc == 0 && i < nb; i++) {
-    rc = knn_row_tiles(ctx, x, k, metric, i, keys);
+  for (int64_t i = 0; rc == 0 && i < x->nchunks[0]; i++) {
+    rc = knn_row_tiles(ctx, x, xc, k, metric, i, keys);
     if (rc == 0) rc = knn_merges(ctx, k, metric, i, i * x->chunk[0], keys, nb, outs);
   }
   free(keys), free(store);
