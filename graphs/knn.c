@@ -1,18 +1,29 @@
-/* Exact kNN (tessera/cluster.h, tsr_knn): a knn_tile task for every pair
- * of row blocks i <= j — for i < j one "pair" tile that scans the product
- * both ways (X_i's rows among X_j's and X_j's among X_i's: half the GEMMs
- * of all (i, j)) — and a knn_merge task per row block and output
- * (indices, distances) over the nb tiles that hold its rows, "diag" saying
- * which part of each it reads (kernels/cpu/knn.c). The row blocks are x's
- * row chunks, at most KNN_MAX_BLOCK rows. */
+/* Exact kNN (tessera/cluster.h, tsr_knn) as knn_tile tasks and a
+ * knn_merge task per row block and output (indices, distances)
+ * (kernels/cpu/knn.c), laid out for the workers there are:
+ * - CPU clusters: a tile for every pair of row blocks i <= j; for i < j one
+ *   "pair" tile scans the product both ways (X_i's rows among X_j's and
+ *   X_j's among X_i's: half the GEMMs), and block i's merge reads the nb
+ *   tiles holding its rows, "diag" saying which part of each. Row blocks
+ *   are equal and as large as KNN_MAX_BLOCK: a tile restarts its rows'
+ *   candidate lists, so fewer, larger tiles scan less.
+ * - clusters with GPU workers: a plain tile for every row block i (at most
+ *   KNN_GPU_ROWS rows) and column block j of KNN_GPU_COLS rows, because a
+ *   16,384 x 16,384 tile takes the GPU about a millisecond and per-task
+ *   costs (6,400 tiles at 1.3M rows) would dominate; kernels/cuda/knn.cu
+ *   keeps only sub-tiles of the distances on the device. The CUDA variants
+ *   take the plain contract only (no pair tiles). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "graphs.h"
 #include "tessera/cluster.h"
+#include "tessera/tessera.h"
 
 #define TSR_API __attribute__((visibility("default")))
 #define KNN_MAX_BLOCK 32768
+#define KNN_GPU_ROWS 16384
+#define KNN_GPU_COLS 131072
 
 static int knn_check(const tsr_array *x, int k, tsr_metric metric)
 {
@@ -28,22 +39,47 @@ static int knn_check(const tsr_array *x, int k, tsr_metric metric)
   return 0;
 }
 
-/* x dense, one column chunk, row chunks of at most KNN_MAX_BLOCK. */
-static int knn_blocks(tsr_array_ctx *ctx, const tsr_array *x, const tsr_array **out_p)
+/* x dense, one column chunk, row chunks of at most max_block. */
+static int knn_blocks(tsr_array_ctx *ctx, const tsr_array *x, int64_t max_block, const tsr_array **out_p)
 {
   int rc = garray_dense(ctx, x, &x);
   if (rc != 0) return rc;
-  if (x->nchunks[1] == 1 && x->chunk[0] <= KNN_MAX_BLOCK) {
+  if (x->nchunks[1] == 1 && x->chunk[0] <= max_block) {
     *out_p = x;
     return 0;
   }
   /* Equal blocks as large as allowed: a tile restarts its rows' candidate
    * lists, so fewer, larger tiles scan less (100k rows: 4 blocks, 10 tiles). */
-  int64_t n = x->shape[0], nb = (n + KNN_MAX_BLOCK - 1) / KNN_MAX_BLOCK;
-  int64_t chunks[2] = {x->chunk[0] <= KNN_MAX_BLOCK ? x->chunk[0] : (n + nb - 1) / nb, 0};
+  int64_t n = x->shape[0], nb = (n + max_block - 1) / max_block;
+  int64_t chunks[2] = {x->chunk[0] <= max_block ? x->chunk[0] : (n + nb - 1) / nb, 0};
   tsr_array *r = NULL;
   rc = tsr_rechunk(ctx, x, chunks, &r);
   if (rc == 0) *out_p = r;
+  return rc;
+}
+
+/* Whether the cluster has a GPU worker now (false when the scheduler
+ * cannot say: the CPU blocks then). */
+static bool knn_cluster_has_gpu(tsr_array_ctx *ctx)
+{
+  tsr_cluster_info *info = NULL;
+  if (ctx->client == NULL || tsr_cluster_info_get(ctx->client, 10000, &info) != 0) return false;
+  bool gpu = false;
+  for (size_t i = 0; i < info->n_workers; i++) gpu = gpu || strncmp(info->workers[i].device, "gpu", 3) == 0;
+  tsr_cluster_info_destroy(&info);
+  return gpu;
+}
+
+/* The GPU column blocks: x in row chunks of KNN_GPU_COLS (one chunk
+ * when x is shorter), or x itself when its chunks are that large. */
+static int knn_columns(tsr_array_ctx *ctx, const tsr_array *x, const tsr_array **cols_p)
+{
+  *cols_p = x;
+  if (x->chunk[0] >= KNN_GPU_COLS || x->nchunks[0] == 1) return 0;
+  int64_t chunks[2] = {x->shape[0] < KNN_GPU_COLS ? x->shape[0] : KNN_GPU_COLS, 0};
+  tsr_array *r = NULL;
+  int rc = tsr_rechunk(ctx, x, chunks, &r);
+  if (rc == 0) *cols_p = r;
   return rc;
 }
 
@@ -93,24 +129,90 @@ static int knn_merges(tsr_array_ctx *ctx, int k, tsr_metric metric, int64_t i, i
   return rc;
 }
 
+/* The tiles of row block i of x against the column blocks of xc into
+ * keys[0..xc->nchunks[0]). */
+static int knn_gpu_row_tiles(tsr_array_ctx *ctx, const tsr_array *x, const tsr_array *xc, int k, tsr_metric metric,
+                         int64_t i, char **keys)
+{
+  int rc = 0;
+  for (int64_t j = 0; rc == 0 && j < xc->nchunks[0]; j++) {
+    tsr_args *args = NULL;
+    const char *in[2] = {x->keys[i], xc->keys[j]};
+    rc = knn_args(k, metric, i * x->chunk[0], j * xc->chunk[0], -1, &args);
+    if (rc == 0) rc = gtask_add_tmp(ctx, "knn-tile", "knn_tile", args, in, 2, keys[j], 256);
+    tsr_args_destroy(&args);
+  }
+  return rc;
+}
+
+/* Block i's merges over its row of plain tiles. */
+static int knn_gpu_merges(tsr_array_ctx *ctx, int k, tsr_metric metric, int64_t i, int64_t row0, char **keys, int64_t nb,
+                      tsr_array *const *outs)
+{
+  int rc = 0;
+  for (int part = 0; rc == 0 && part < 2; part++) {
+    tsr_args *args = NULL;
+    rc = knn_args(k, metric, row0, -1, part, &args);
+    if (rc == 0) rc = gtask_add(ctx, outs[part]->keys[i], "knn_merge", args, (const char *const *)keys, (size_t)nb);
+    tsr_args_destroy(&args);
+  }
+  return rc;
+}
+
+/* Keys of nt tile outputs (256 bytes each). */
+static int knn_keys(int64_t nt, char ***keys_p, char **store_p)
+{
+  char **keys = calloc((size_t)nt, sizeof *keys);
+  char *store = malloc((size_t)nt * 256);
+  if (keys == NULL || store == NULL) {
+    free(keys), free(store);
+    return client_fail(TSR_ENOMEM, "knn: out of memory for %lld tiles", (long long)nt);
+  }
+  for (int64_t j = 0; j < nt; j++) keys[j] = store + j * 256;
+  *keys_p = keys, *store_p = store;
+  return 0;
+}
+
+static int knn_cpu_graph(tsr_array_ctx *ctx, const tsr_array *x, int k, tsr_metric metric, tsr_array *const *outs)
+{
+  int64_t nb = x->nchunks[0];
+  char **keys = NULL, *store = NULL;
+  int rc = knn_keys(nb * nb, &keys, &store);
+  for (int64_t i = 0; rc == 0 && i < nb; i++) rc = knn_row_tiles(ctx, x, k, metric, i, keys);
+  for (int64_t i = 0; rc == 0 && i < nb; i++) rc = knn_merges(ctx, k, metric, i, i * x->chunk[0], keys, nb, outs);
+  free(keys), free(store);
+  return rc;
+}
+
+static int knn_gpu_graph(tsr_array_ctx *ctx, const tsr_array *x, int k, tsr_metric metric, tsr_array *const *outs)
+{
+  const tsr_array *xc = NULL;
+  int rc = knn_columns(ctx, x, &xc);
+  if (rc != 0) return rc;
+  int64_t nb = xc->nchunks[0];
+  char **keys = NULL, *store = NULL;
+  rc = knn_keys(nb, &keys, &store);
+  for (int64_t i = 0; rc == 0 && i < x->nchunks[0]; i++) {
+    rc = knn_gpu_row_tiles(ctx, x, xc, k, metric, i, keys);
+    if (rc == 0) rc = knn_gpu_merges(ctx, k, metric, i, i * x->chunk[0], keys, nb, outs);
+  }
+  free(keys), free(store);
+  return rc;
+}
+
 TSR_API int tsr_knn(tsr_array_ctx *ctx, const tsr_array *x, int k, tsr_metric metric, tsr_array **indices_p,
                     tsr_array **distances_p)
 {
   if (ctx == NULL || indices_p == NULL || distances_p == NULL) return client_fail(TSR_EINVAL, "knn: NULL argument");
   int rc = knn_check(x, k, metric);
-  if (rc == 0) rc = knn_blocks(ctx, x, &x);
+  bool gpu = rc == 0 && knn_cluster_has_gpu(ctx);
+  if (rc == 0) rc = knn_blocks(ctx, x, gpu ? KNN_GPU_ROWS : KNN_MAX_BLOCK, &x);
   if (rc != 0) return rc;
-  int64_t nb = x->nchunks[0], shape[2] = {x->shape[0], k}, chunks[2] = {x->chunk[0], k};
+  int64_t shape[2] = {x->shape[0], k}, chunks[2] = {x->chunk[0], k};
   tsr_array *outs[2] = {NULL, NULL};
-  char **keys = calloc((size_t)(nb * nb), sizeof *keys);
-  char *store = malloc((size_t)(nb * nb) * 256);
-  if (keys == NULL || store == NULL) rc = client_fail(TSR_ENOMEM, "knn: out of memory for %lld blocks", (long long)nb);
-  for (int64_t j = 0; rc == 0 && j < nb * nb; j++) keys[j] = store + j * 256;
-  if (rc == 0) rc = garray_new(ctx, "knn-indices", TSR_I64, 2, shape, chunks, &outs[0]);
+  rc = garray_new(ctx, "knn-indices", TSR_I64, 2, shape, chunks, &outs[0]);
   if (rc == 0) rc = garray_new(ctx, "knn-distances", TSR_F32, 2, shape, chunks, &outs[1]);
-  for (int64_t i = 0; rc == 0 && i < nb; i++) rc = knn_row_tiles(ctx, x, k, metric, i, keys);
-  for (int64_t i = 0; rc == 0 && i < nb; i++) rc = knn_merges(ctx, k, metric, i, i * x->chunk[0], keys, nb, outs);
-  free(keys), free(store);
+  if (rc == 0) rc = gpu ? knn_gpu_graph(ctx, x, k, metric, outs) : knn_cpu_graph(ctx, x, k, metric, outs);
   if (rc != 0) {
     tsr_array_free(ctx, &outs[0]);
     tsr_array_free(ctx, &outs[1]);

@@ -82,7 +82,8 @@ bool tsr_ops_have_cuda(void);
  * on the thread that ran the variant, after synchronizing its stream.
  * Returns 0, or the failure the variant left behind — qr and svd: a
  * cuSOLVER routine reported info != 0 (no convergence, a bad argument) —
- * with a message naming the routine and info; a failed task's output is
+ * with a message naming the routine and info; knn_tile: an input row is
+ * not finite, naming the row; a failed task's output is
  * NaN and must not be kept. Clears what it checked. Always 0 in a build
  * without CUDA. */
 int tsr_cuda_deferred_check(tsr_errbuf *err);

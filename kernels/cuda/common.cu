@@ -102,6 +102,9 @@ struct deferred {
   const char *names[DEFER_MAX] = {};
   int nbits = 0;
   bool flags = false;  /* one word of flag bits (tsr_cuda_defer_flags), not cuSOLVER infos */
+  long long *rows = nullptr;  /* tsr_cuda_defer_rows: pinned, DEFER_MAX */
+  int nrows = 0;
+  const char *rows_op = nullptr, *rows_what = nullptr;
 };
 static thread_local deferred pending;
 
@@ -129,13 +132,40 @@ int tsr_cuda_defer_flags(const char *op, const int *word, const char *const *wha
   if (rc != 0) return rc;
   for (int k = 0; k < nbits; k++) pending.names[k] = what[k];
   pending.flags = true, pending.nbits = nbits;
+int tsr_cuda_defer_rows(const char *op, const int64_t *rows, int nrows, const char *what, cudaStream_t s,
+                        tsr_errbuf *err)
+{
+  if (nrows > DEFER_MAX) return tsr_fail(err, TSR_EINTERNAL, "%s: %d row words, at most %d", op, nrows, DEFER_MAX);
+  if (pending.rows == nullptr) {
+    int rc = TSR_CUDA_CHECK(cudaMallocHost(&pending.rows, DEFER_MAX * sizeof(long long)), err);
+    if (rc != 0) return rc;
+  }
+  pending.nrows = 0;
+  int rc = TSR_CUDA_CHECK(
+      cudaMemcpyAsync(pending.rows, rows, (size_t)nrows * sizeof(long long), cudaMemcpyDeviceToHost, s), err);
+  if (rc != 0) return rc;
+  pending.nrows = nrows, pending.rows_op = op, pending.rows_what = what;
+  return 0;
+}
+
+/* The first bad row a pending defer_rows recorded, or 0. */
+static int check_rows(tsr_errbuf *err)
+{
+  int n = pending.nrows;
+  pending.nrows = 0;
+  for (int k = 0; k < n; k++)
+    if (pending.rows[k] >= 0)
+      return tsr_fail(err, TSR_EINVAL, "%s: row %lld of the input %s", pending.rows_op, pending.rows[k],
+                      pending.rows_what);
   return 0;
 }
 
 extern "C" int tsr_cuda_deferred_check(tsr_errbuf *err)
 {
+  int rows_rc = check_rows(err);
   int n = pending.n;
   pending.n = 0;
+  if (rows_rc != 0) return rows_rc;
   if (n > 0 && pending.flags) {
     unsigned word = (unsigned)pending.words[0];
     for (int k = 0; k < pending.nbits; k++)

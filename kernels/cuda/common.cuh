@@ -219,6 +219,13 @@ int tsr_cuda_poison_on_info(const int *info, int ninfo, tsr_dtype dt, void *data
  * literals (kept until the check). One pending check per thread. */
 int tsr_cuda_defer_info(const char *op, const int *info, int ninfo, const char *const *names, cudaStream_t s,
                         tsr_errbuf *err);
+/* The same for input rows a kernel found bad: rows[0 .. nrows) (nrows <=
+ * 8) are device words, each all ones (-1) when nothing was found, else
+ * the first bad global row (atomicMin as unsigned). A word >= 0 fails the
+ * task as "OP: row R of the input WHAT" (TSR_EINVAL); op and what must be
+ * string literals. Independent of a pending defer_info (both are checked). */
+int tsr_cuda_defer_rows(const char *op, const int64_t *rows, int nrows, const char *what, cudaStream_t s,
+                        tsr_errbuf *err);
 
 /* The same for a status word that kernels OR flags into (bit k set: the
  * input was bad as what[k] says, nbits <= 8): a nonzero word fails the task
@@ -265,5 +272,7 @@ TSR_CUDA_VARIANT(csr_map);
 TSR_CUDA_VARIANT(csr_normalize_rows);
 TSR_CUDA_VARIANT(csr_sum);
 TSR_CUDA_VARIANT(csr_matmul);
+TSR_CUDA_VARIANT(knn_tile);
+TSR_CUDA_VARIANT(knn_merge);
 
 #endif

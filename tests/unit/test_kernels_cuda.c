@@ -140,11 +140,12 @@ static int gpu_run(const char *name, const tsr_params *p, const tsr_buf *in, int
 {
   static const tsr_params none = TSR_PARAMS_INIT;
   const tsr_op_def *op = tsr_op_find(name);
-  tsr_meta metas[32];
-  tsr_buf din[32];
+  tsr_meta metas[80];
+  tsr_buf din[80];
   memset(out, 0, sizeof *out);
   err->text[0] = '\0';
   if (op == NULL || op->cuda == NULL) return tsr_fail(err, TSR_EUNKNOWNOP, "no CUDA variant for %s", name);
+  if (n_in > 80) return tsr_fail(err, TSR_EINVAL, "gpu_run: %d inputs, at most 80", n_in);
   if (p == NULL) p = &none;
   for (int i = 0; i < n_in; i++) metas[i] = in[i].meta;
   tsr_meta om;
@@ -1045,6 +1046,147 @@ TEST(matmul_chain_gpu_vs_cpu)
   tsr_params_clear(&p);
 }
 
+/* ---------- kNN ---------- */
+
+/* n x d rows in (-1, 1); every 7th row a copy of the row 5 before it, so
+ * pairs of equal rows tie in distance everywhere (ties by index). */
+static tsr_buf knn_data(tsr_dtype dt, int64_t n, int64_t d)
+{
+  int64_t shape[2] = {n, d};
+  tsr_buf b = rand_buf(dt, 2, shape, 0);
+  size_t row = (size_t)d * tsr_dtype_size(dt);
+  for (int64_t r = 7; r < n; r += 7) memcpy((char *)b.data + r * row, (char *)b.data + (r - 5) * row, row);
+  return b;
+}
+
+/* Rows [r0, r0 + n) of x as a block of their own. */
+static tsr_buf knn_rows(const tsr_buf *x, int64_t r0, int64_t n)
+{
+  int64_t shape[2] = {n, x->meta.shape[1]};
+  tsr_buf b = hbuf(x->meta.dtype, 2, shape);
+  size_t row = (size_t)shape[1] * tsr_dtype_size(x->meta.dtype);
+  memcpy(b.data, (const char *)x->data + r0 * row, (size_t)n * row);
+  return b;
+}
+
+static void knn_params_set(tsr_params *p, int64_t k, int64_t metric, int64_t row0, int64_t col0, int64_t part)
+{
+  tsr_params_clear(p);
+  tsr_params_add_int(p, "k", k);
+  tsr_params_add_int(p, "metric", metric);
+  tsr_params_add_int(p, "row0", row0);
+  if (col0 >= 0) tsr_params_add_int(p, "col0", col0);
+  if (part >= 0) tsr_params_add_int(p, "part", part);
+}
+
+/* The tile of rows [r0, r0+ri) against rows [c0, c0+rj) of x, both sides:
+ * the same bytes. */
+static void knn_tile_case(const tsr_buf *x, int64_t k, int64_t metric, int64_t r0, int64_t ri, int64_t c0, int64_t rj)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_buf in[2] = {knn_rows(x, r0, ri), knn_rows(x, c0, rj)}, c, g;
+  knn_params_set(&p, k, metric, r0, c0, -1);
+  BOTH("knn_tile", &p, in, 2, &c, &g);
+  if (!same_bytes(&c, &g)) {
+    int64_t n = tsr_meta_count(&c.meta), i = 0;
+    while (i < n && ((double *)c.data)[i] == ((double *)g.data)[i]) i++;
+    fprintf(stderr, "  knn_tile %s k %lld metric %lld rows %lld+%lld cols %lld+%lld: element %lld cpu %.17g gpu %.17g\n",
+            x->meta.dtype == TSR_F32 ? "f32" : "f64", (long long)k, (long long)metric, (long long)r0, (long long)ri,
+            (long long)c0, (long long)rj, (long long)i, ((double *)c.data)[i], ((double *)g.data)[i]);
+  }
+  ASSERT_SAME(&c, &g);
+  free(c.data), free(g.data);
+  free_bufs(in, 2);
+  tsr_params_clear(&p);
+}
+
+/* knn_tile: diagonal tiles (the self row skipped), off-diagonal ones, a
+ * column block of fewer rows than k (−1 / +inf padding), one row, k = 1,
+ * lists of more than 32 (two slots a lane), f32 and f64, euclidean and
+ * cosine (with a zero row), and sub-tiles of more than one launch. */
+TEST(knn_tile_bit_identical)
+{
+  static const tsr_dtype dts[2] = {TSR_F32, TSR_F64};
+  for (int di = 0; di < 2; di++)
+    for (int metric = 0; metric < 2; metric++) {
+      tsr_buf x = knn_data(dts[di], 700, 23);
+      memset((char *)x.data + 40 * 23 * tsr_dtype_size(dts[di]), 0, 23 * tsr_dtype_size(dts[di]));  /* a zero row */
+      static const int64_t ks[] = {15, 1, 2, 40};
+      for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        int64_t k = ks[ki];
+        knn_tile_case(&x, k, metric, 0, 300, 0, 300);      /* diagonal */
+        knn_tile_case(&x, k, metric, 300, 250, 0, 300);    /* below it */
+        knn_tile_case(&x, k, metric, 0, 300, 300, 400);    /* right of it, wider */
+        knn_tile_case(&x, k, metric, 100, 200, 0, 700);    /* the self rows inside a wider block */
+        knn_tile_case(&x, k, metric, 690, 10, 690, 10);    /* fewer rows than k: padding */
+        knn_tile_case(&x, k, metric, 5, 1, 0, 9);          /* one row */
+      }
+      free(x.data);
+    }
+  /* sub-tiles: more rows than one launch and columns in several sub-tiles */
+  tsr_buf big = knn_data(TSR_F32, 9000, 8);
+  knn_tile_case(&big, 15, 0, 0, 8500, 0, 9000);
+  free(big.data);
+  tsr_buf wide = knn_data(TSR_F32, 12000, 5);
+  knn_tile_case(&wide, 10, 0, 11990, 10, 0, 12000);  /* a few rows: columns in wide sub-tiles */
+  free(wide.data);
+}
+
+/* knn_merge of CPU tiles, both parts and metrics: the same bytes; also a
+ * row of more tiles than one launch takes (72 > 64) with short tiles
+ * whose rows end in padding, and a list of more than 32. */
+TEST(knn_merge_bit_identical)
+{
+  tsr_buf x = knn_data(TSR_F32, 720, 12);
+  static const int64_t cases[][2] = {{15, 4}, {15, 72}, {40, 3}, {1, 2}};  /* k, tiles */
+  tsr_params p = TSR_PARAMS_INIT;
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+    for (int metric = 0; metric < 2; metric++) {
+      int64_t k = cases[ci][0], nt = cases[ci][1], rj = 720 / nt, ri = 50, r0 = 200;
+      tsr_buf tiles[72];
+      for (int64_t t = 0; t < nt; t++) {
+        tsr_buf in[2] = {knn_rows(&x, r0, ri), knn_rows(&x, t * rj, rj)};
+        tsr_errbuf err;
+        knn_params_set(&p, k, metric, r0, t * rj, -1);
+        ASSERT_OK(cpu_run("knn_tile", &p, in, 2, &tiles[t], &err));
+        free_bufs(in, 2);
+      }
+      for (int part = 0; part < 2; part++) {
+        tsr_buf c, g;
+        knn_params_set(&p, k, metric, r0, -1, part);
+        BOTH("knn_merge", &p, tiles, (int)nt, &c, &g);
+        ASSERT_SAME(&c, &g);
+        free(c.data), free(g.data);
+      }
+      free_bufs(tiles, (int)nt);
+    }
+  free(x.data);
+  tsr_params_clear(&p);
+}
+
+/* A non-finite input fails the tile after the stream, naming the row; a
+ * list longer than 64 is left to the CPU (TSR_ENODEV). */
+TEST(knn_bad_input_and_cpu_fallback)
+{
+  tsr_buf x = knn_data(TSR_F32, 60, 4), g;
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  tsr_buf in[2] = {knn_rows(&x, 0, 30), knn_rows(&x, 30, 30)};
+  ((float *)in[1].data)[7 * 4 + 2] = NAN;
+  knn_params_set(&p, 5, 0, 0, 30, -1);
+  ASSERT_EQ(gpu_run("knn_tile", &p, in, 2, &g, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "knn_tile: row 37 of the input is not finite");
+  free(g.data);
+  ((float *)in[1].data)[7 * 4 + 2] = 0.5f;
+  ASSERT_OK(gpu_run("knn_tile", &p, in, 2, &g, &err));  /* the check was cleared */
+  free(g.data);
+  knn_params_set(&p, 58, 0, 0, 30, -1);
+  ASSERT_EQ(gpu_run("knn_tile", &p, in, 2, &g, &err), TSR_ENODEV);
+  free(g.data);
+  free_bufs(in, 2), free(x.data);
+  tsr_params_clear(&p);
+}
+
 /* ---------- the CPU side of the 2-bit ops (--cpu) ---------- */
 
 TEST(pack2bit_cpu_format)
@@ -1784,5 +1926,8 @@ int main(int argc, char **argv)
   RUN_IF(csr_sum_vs_cpu);
   RUN_IF(csr_matmul_vs_cpu);
   RUN_IF(csr_bad_chunk_is_reported);
+  RUN_IF(knn_tile_bit_identical);
+  RUN_IF(knn_merge_bit_identical);
+  RUN_IF(knn_bad_input_and_cpu_fallback);
   return kit_summary();
 }
