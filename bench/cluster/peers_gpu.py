@@ -3,7 +3,7 @@ on one GPU, the brute-force method cuML's NearestNeighbors(algorithm=
 "brute") and FAISS's IndexFlatL2 use (their wheels are too large to carry
 to the device machine: bench/RESULTS.md).
 
-    python peers_gpu.py DIR [--neighbors 15] [--block 8192]
+    python peers_gpu.py DIR [--neighbors 15] [--block 2048]
 
 DIR/X.npy (f32). Prints "peer torch knn <seconds>" for a warm run (the
 first run, untimed, loads cuBLAS and allocates), the data already on the
@@ -35,7 +35,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--neighbors", type=int, default=15)
-    ap.add_argument("--block", type=int, default=8192)
+    ap.add_argument("--block", type=int, default=2048)
     a = ap.parse_args()
     X = torch.from_numpy(np.load(os.path.join(a.dir, "X.npy"))).cuda()
     knn(X[:50000], a.neighbors, a.block)
