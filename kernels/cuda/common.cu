@@ -132,6 +132,9 @@ int tsr_cuda_defer_flags(const char *op, const int *word, const char *const *wha
   if (rc != 0) return rc;
   for (int k = 0; k < nbits; k++) pending.names[k] = what[k];
   pending.flags = true, pending.nbits = nbits;
+  return 0;
+}
+
 int tsr_cuda_defer_rows(const char *op, const int64_t *rows, int nrows, const char *what, cudaStream_t s,
                         tsr_errbuf *err)
 {
