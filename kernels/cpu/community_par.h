@@ -39,6 +39,7 @@
 #define CPAR_MAX_SWEEPS 40  /* local-moving sweeps per level at most */
 #define CPAR_REFINE_ROUNDS 12
 #define CPAR_MAX_LEVELS 24
+#define CPAR_MAX_PASSES 4   /* Leiden: passes until Q stops rising, at most this many */
 #define CPAR_TOL 1e-7       /* a sweep must raise Q by more than this */
 
 /* The fixed-point exponent: 2^e · maxw · nnz <= 2^62 (e in -60..60). */
@@ -57,6 +58,9 @@ CPAR_FN uint64_t cpar_mix(uint64_t z)
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
+
+/* The seed of pass p's refinement bits. */
+CPAR_FN uint64_t cpar_pass_seed(uint64_t seed, int p) { return cpar_mix(seed ^ 0x6c656964656e2121ull) + (uint64_t)p; }
 
 /* The refinement's bit of vertex v in round r. */
 CPAR_FN int cpar_bit(uint64_t seed, int64_t v, int r)

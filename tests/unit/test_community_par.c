@@ -26,7 +26,7 @@ typedef struct pstate {
   int64_t n0, nnz0, total;
   double gam;
   int leiden;
-  uint64_t seed;
+  uint64_t seed, pseed;  /* the option; this pass's (cpar_pass_seed) */
   pgraph g, g2;
   int32_t *part, *next, *ref, *tgt, *agg, *map, *node, *labels, *best_labels;
   int64_t *K, *Kn, *rk, *ext, *vext;
@@ -184,7 +184,7 @@ static void refine(pstate *s, const pgraph *g, int64_t *nw, int32_t *touched)
       int32_t own = s->ref[v], S = s->part[v];
       int64_t kv = g->k[v], ks = s->K[S];
       s->tgt[v] = own;
-      if (s->rsize[own] != 1 || !cpar_bit(s->seed, v, r) || !cpar_well(s->vext[v], kv, ks, s->gam)) continue;
+      if (s->rsize[own] != 1 || !cpar_bit(s->pseed, v, r) || !cpar_well(s->vext[v], kv, ks, s->gam)) continue;
       int64_t nt = 0;
       for (int64_t e = g->ptr[v]; e < g->ptr[v + 1]; e++) {
         int32_t u = g->adj[e], c = s->ref[u];
@@ -196,7 +196,7 @@ static void refine(pstate *s, const pgraph *g, int64_t *nw, int32_t *touched)
       int32_t best = own;
       for (int64_t i = 0; i < nt; i++) {
         int32_t c = touched[i];
-        if (c == own || (s->rsize[c] == 1 && cpar_bit(s->seed, c, r)) || !cpar_well(s->ext[c], s->rk[c], ks, s->gam)) continue;
+        if (c == own || (s->rsize[c] == 1 && cpar_bit(s->pseed, c, r)) || !cpar_well(s->ext[c], s->rk[c], ks, s->gam)) continue;
         double gain = cpar_gain(nw[c], kv, s->rk[c], s->gam);
         if (cpar_better(gain, c, best_gain, best, own)) best_gain = gain, best = c;
       }
@@ -289,6 +289,7 @@ static void par_detect(const cgraph *c, int leiden, double gamma, uint64_t seed,
   for (int64_t v = 0; v < n; v++) nw[v] = -1, s.labels[v] = (int32_t)v;
   double best_q = -INFINITY;
   for (int p = 0; p < (leiden ? max_passes : 1); p++) {
+    s.pseed = cpar_pass_seed(seed, p);
     one_pass(&s, nw, touched);
     strengths(&s.g, s.labels, s.K);
     double q = modularity(&s, &s.g, s.labels, s.K);
@@ -381,8 +382,8 @@ static int compare(const char *what, const cgraph *g, int leiden, uint64_t seed)
   int32_t *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4), *c = malloc((size_t)n * 4);
   community_opts o = {leiden, 1.0, seed, -1, 0.01};
   community_detect(g, &o, c);
-  par_detect(g, leiden, 1.0, seed, 4, a);
-  par_detect(g, leiden, 1.0, seed, 4, b);
+  par_detect(g, leiden, 1.0, seed, CPAR_MAX_PASSES, a);
+  par_detect(g, leiden, 1.0, seed, CPAR_MAX_PASSES, b);
   double qc = community_modularity(g, c, 1.0), qp = community_modularity(g, a, 1.0);
   fprintf(stderr, "  %s %s: cpu Q %.5f (%lld clusters), parallel Q %.5f (%lld clusters), ratio %.4f\n", what,
           leiden ? "leiden" : "louvain", qc, (long long)count_labels(c, n), qp, (long long)count_labels(a, n), qp / qc);
