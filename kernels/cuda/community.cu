@@ -646,7 +646,8 @@ static void layout(carver &c, bufs &b, int64_t n, int64_t nnz, int nch, size_t c
   int64_t **i64[] = {&b.K, &b.Kn, &b.rk, &b.ext, &b.vext};
   for (int64_t **p : i64) *p = c.take<int64_t>(n);
   b.hkey = c.take<int32_t>(2 * nnz), b.hval = c.take<int64_t>(2 * nnz);
-  b.keys = c.take<uint64_t>(nnz), b.keys2 = c.take<uint64_t>(nnz), b.ukeys = c.take<uint64_t>(nnz);
+  int64_t nk = nnz > n ? nnz : n;  /* the edge sort, and by_size's sort of n keys */
+  b.keys = c.take<uint64_t>(nk), b.keys2 = c.take<uint64_t>(nk), b.ukeys = c.take<uint64_t>(nnz);
   b.vals = c.take<int64_t>(nnz), b.vals2 = c.take<int64_t>(nnz), b.usum = c.take<int64_t>(nnz);
   b.partial = c.take<double>(SQ_BLOCKS);
   b.cub = c.take<char>((int64_t)cub_bytes), b.cub_bytes = cub_bytes;

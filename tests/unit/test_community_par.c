@@ -403,6 +403,28 @@ TEST(planted_partition_matches_cpu)
   free(truth);
 }
 
+/* Two 5-cliques and one weak bridge: both methods split them exactly. */
+TEST(two_cliques_exact)
+{
+  cgraph g = {0};
+  g.n = 10, g.ptr = calloc(11, 8), g.adj = malloc(42 * 4), g.w = malloc(42 * 8), g.k = calloc(10, 8);
+  int64_t z = 0;
+  for (int r = 0; r < 10; r++) {
+    for (int c = 0; c < 10; c++) {
+      int same = c / 5 == r / 5 && c != r, bridge = (r == 4 && c == 5) || (r == 5 && c == 4);
+      if (same || bridge) g.adj[z] = c, g.w[z] = same ? 1.0 : 0.1, g.k[r] += g.w[z++];
+    }
+    g.ptr[r + 1] = z, g.total += g.k[r];
+  }
+  int32_t l[10];
+  for (int leiden = 0; leiden < 2; leiden++) {
+    par_detect(&g, leiden, 1.0, 0, CPAR_MAX_PASSES, l);
+    for (int v = 0; v < 10; v++) ASSERT_EQ(l[v], l[v / 5 * 5]);
+    ASSERT_TRUE(l[0] != l[5]);
+  }
+  cgraph_free(&g);
+}
+
 static const char *graph_path;
 
 TEST(umap_graph_matches_cpu)
@@ -421,6 +443,7 @@ int main(int argc, char **argv)
 {
   graph_path = argc > 1 ? argv[1] : NULL;
   RUN(planted_partition_matches_cpu);
+  RUN(two_cliques_exact);
   RUN(umap_graph_matches_cpu);
   return kit_summary();
 }
