@@ -274,5 +274,7 @@ TSR_CUDA_VARIANT(csr_sum);
 TSR_CUDA_VARIANT(csr_matmul);
 TSR_CUDA_VARIANT(knn_tile);
 TSR_CUDA_VARIANT(knn_merge);
+TSR_CUDA_VARIANT(community);   /* community.cu */
+TSR_CUDA_VARIANT(modularity);
 
 #endif

@@ -1882,6 +1882,179 @@ TEST(csr_bad_chunk_is_reported)
     if (f_ == NULL || strstr(#name, f_) != NULL) RUN(name);                \
   } while (0)
 
+/* ---------- community detection ---------- */
+
+typedef struct cedge {
+  int32_t col;
+  float w;
+} cedge;
+
+static int cedge_cmp(const void *a, const void *b)
+{
+  int32_t x = ((const cedge *)a)->col, y = ((const cedge *)b)->col;
+  return (x > y) - (x < y);
+}
+
+/* A symmetric planted-partition graph of n nodes in nblock blocks (about
+ * deg_in neighbours inside the block, deg_out anywhere; weights in
+ * [0.1, 1), duplicates summed) as nch CSR f32 row chunks in c[]. */
+static void planted_graph(int64_t n, int nblock, int deg_in, int deg_out, int nch, tsr_buf *c)
+{
+  int64_t m = n * (deg_in + deg_out), *cnt = calloc((size_t)n + 1, sizeof *cnt), *at = calloc((size_t)n + 1, sizeof *at);
+  int64_t *ea = malloc((size_t)m * 8), *eb = malloc((size_t)m * 8), q = 0;
+  float *ew = malloc((size_t)m * 4);
+  for (int64_t v = 0; v < n; v++) {
+    int64_t b = v * nblock / n, b0 = (b * n + nblock - 1) / nblock, b1 = ((b + 1) * n + nblock - 1) / nblock;
+    for (int j = 0; j < deg_in + deg_out; j++) {
+      int64_t u = j < deg_in ? b0 + (int64_t)(rnd() % (uint64_t)(b1 - b0)) : (int64_t)(rnd() % (uint64_t)n);
+      if (u == v) continue;
+      ea[q] = v, eb[q] = u, ew[q++] = 0.1f + 0.9f * (float)(rnd() % 1000) / 1000.0f;
+      cnt[v]++, cnt[u]++;
+    }
+  }
+  int64_t *ptr = malloc((size_t)(n + 1) * 8);
+  ptr[0] = 0;
+  for (int64_t v = 0; v < n; v++) ptr[v + 1] = ptr[v] + cnt[v], at[v] = ptr[v];
+  cedge *e = malloc((size_t)(2 * q + 1) * sizeof *e);
+  for (int64_t k = 0; k < q; k++) {
+    e[at[ea[k]]++] = (cedge){(int32_t)eb[k], ew[k]};
+    e[at[eb[k]]++] = (cedge){(int32_t)ea[k], ew[k]};
+  }
+  for (int64_t v = 0; v < n; v++) {  /* sort each row, sum duplicates in place */
+    qsort(e + ptr[v], (size_t)(ptr[v + 1] - ptr[v]), sizeof *e, cedge_cmp);
+    int64_t o = ptr[v];
+    for (int64_t k = ptr[v]; k < ptr[v + 1]; k++)
+      if (o > ptr[v] && e[o - 1].col == e[k].col) e[o - 1].w += e[k].w;
+      else e[o++] = e[k];
+    cnt[v] = o - ptr[v];
+  }
+  for (int ch = 0; ch < nch; ch++) {
+    int64_t r0 = n * ch / nch, r1 = n * (ch + 1) / nch, nnz = 0;
+    for (int64_t v = r0; v < r1; v++) nnz += cnt[v];
+    int64_t bytes = tsr_k_csr_bytes(r1 - r0, nnz, TSR_F32);
+    c[ch] = hbuf(TSR_U8, 1, &bytes);
+    tsr_k_csr v;
+    tsr_k_csr_init(c[ch].data, r1 - r0, n, nnz, TSR_F32, &v);
+    int64_t z = 0;
+    v.indptr[0] = 0;
+    for (int64_t r = r0; r < r1; r++) {
+      for (int64_t k = ptr[r]; k < ptr[r] + cnt[r]; k++) v.indices[z] = e[k].col, ((float *)v.values)[z++] = e[k].w;
+      v.indptr[r - r0 + 1] = z;
+    }
+  }
+  free(cnt), free(at), free(ea), free(eb), free(ew), free(ptr), free(e);
+}
+
+static void community_params(tsr_params *p, const char *method, int64_t n, int64_t seed)
+{
+  tsr_params_clear(p);
+  tsr_params_add_str(p, "method", method, strlen(method));
+  tsr_params_add_int(p, "n", n);
+  tsr_params_add_int(p, "seed", seed);
+}
+
+/* Q of labels on the graph chunks g[0..nch) by the CPU modularity op. */
+static double cpu_q(const tsr_buf *g, int nch, const tsr_buf *labels)
+{
+  tsr_buf in[16], out;
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  for (int i = 0; i < nch; i++) in[i] = g[i];
+  in[nch] = *labels;
+  tsr_params_add_int(&p, "n_graph", nch);
+  double q = cpu_run("modularity", &p, in, nch + 1, &out, &err) == 0 ? *(double *)out.data : NAN;
+  if (out.data) free(out.data);
+  tsr_params_clear(&p);
+  return q;
+}
+
+/* Labels numbered by decreasing size: sizes never increase with the label. */
+static bool by_decreasing_size(const int32_t *l, int64_t n)
+{
+  int64_t *size = calloc((size_t)n + 1, sizeof *size);
+  bool ok = true;
+  for (int64_t v = 0; v < n && ok; v++) ok = l[v] >= 0 && l[v] < n, size[ok ? l[v] : 0]++;
+  for (int64_t c = 1; c < n && ok; c++) ok = size[c] <= size[c - 1];
+  free(size);
+  return ok;
+}
+
+/* Leiden and Louvain on a planted partition (20k nodes, 3 chunks): the
+ * GPU's modularity within 1% of the CPU op's, the same labels twice for
+ * one seed, numbered by decreasing size; the modularity op agrees with
+ * the CPU's to 1e-9. */
+TEST(community_vs_cpu_planted)
+{
+  enum { N = 20000, NCH = 3 };
+  tsr_buf g[NCH + 1];
+  planted_graph(N, 12, 12, 4, NCH, g);
+  tsr_params p = TSR_PARAMS_INIT;
+  const char *methods[2] = {"leiden", "louvain"};
+  for (int m = 0; m < 2; m++) {
+    tsr_buf c, g1, g2, qo;
+    tsr_errbuf err;
+    community_params(&p, methods[m], N, 3);
+    BOTH("community", &p, g, NCH, &c, &g1);
+    ASSERT_OK(gpu_run("community", &p, g, NCH, &g2, &err));
+    ASSERT_SAME(&g1, &g2);
+    ASSERT_TRUE(by_decreasing_size(g1.data, N));
+    double qc = cpu_q(g, NCH, &c), qg = cpu_q(g, NCH, &g1);
+    fprintf(stderr, "  %s: cpu Q %.5f, gpu Q %.5f\n", methods[m], qc, qg);
+    ASSERT_TRUE(qg >= 0.99 * qc);
+    g[NCH] = g1;
+    tsr_params_clear(&p);
+    tsr_params_add_int(&p, "n_graph", NCH);
+    ASSERT_OK(gpu_run("modularity", &p, g, NCH + 1, &qo, &err));
+    ASSERT_NEAR(*(double *)qo.data, qg, 1e-9);
+    free(c.data), free(g1.data), free(g2.data), free(qo.data);
+  }
+  tsr_params_clear(&p);
+  for (int i = 0; i < NCH; i++) free(g[i].data);
+}
+
+/* Two 5-cliques joined by one weak edge, as 2 chunks: both methods give
+ * exactly the CPU op's labels (0 for nodes 0..4, 1 for 5..9). */
+TEST(community_two_cliques_exact)
+{
+  enum { N = 10 };
+  tsr_buf g[2], c, gl;
+  for (int ch = 0; ch < 2; ch++) {
+    int64_t nnz = 5 * 4 + 1, bytes = tsr_k_csr_bytes(5, nnz, TSR_F32);
+    g[ch] = hbuf(TSR_U8, 1, &bytes);
+    tsr_k_csr v;
+    tsr_k_csr_init(g[ch].data, 5, N, nnz, TSR_F32, &v);
+    int64_t z = 0;
+    v.indptr[0] = 0;
+    for (int r = 0; r < 5; r++) {
+      int row = 5 * ch + r;
+      for (int col = 0; col < N; col++) {
+        bool same = col / 5 == row / 5 && col != row, bridge = (row == 4 && col == 5) || (row == 5 && col == 4);
+        if (same || bridge) v.indices[z] = col, ((float *)v.values)[z++] = same ? 1.0f : 0.1f;
+      }
+      v.indptr[r + 1] = z;
+    }
+  }
+  tsr_params p = TSR_PARAMS_INIT;
+  const char *methods[2] = {"leiden", "louvain"};
+  for (int m = 0; m < 2; m++) {
+    community_params(&p, methods[m], N, 0);
+    BOTH("community", &p, g, 2, &c, &gl);
+    ASSERT_SAME(&c, &gl);
+    for (int v = 0; v < N; v++) ASSERT_EQ(((int32_t *)gl.data)[v], v / 5);
+    free(c.data), free(gl.data);
+  }
+  /* a negative weight fails the task after the stream, naming the problem */
+  tsr_k_csr v;
+  tsr_errbuf err;
+  ASSERT_OK(tsr_k_csr_view(&g[1], true, &v, &err));
+  ((float *)v.values)[3] = -1.0f;
+  community_params(&p, "leiden", N, 0);
+  ASSERT_EQ(gpu_run("community", &p, g, 2, &gl, &err), TSR_EPROTO);
+  ASSERT_CONTAINS(err.text, "negative or not finite");
+  tsr_params_clear(&p);
+  free(g[0].data), free(g[1].data);
+}
+
 int main(int argc, char **argv)
 {
   tsr_ops_init(false);
@@ -1929,5 +2102,7 @@ int main(int argc, char **argv)
   RUN_IF(knn_tile_bit_identical);
   RUN_IF(knn_merge_bit_identical);
   RUN_IF(knn_bad_input_and_cpu_fallback);
+  RUN_IF(community_vs_cpu_planted);
+  RUN_IF(community_two_cliques_exact);
   return kit_summary();
 }
