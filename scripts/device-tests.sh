@@ -6,11 +6,12 @@
 # (CTest does not travel: the build tree's paths are this machine's) and
 # the GPU benchmark. Logs go to $OUT (or ./device-out).
 #
-#   bash scripts/device-tests.sh [all|tests|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]] [BENCH ARGS...]
+#   bash scripts/device-tests.sh [all|tests|sc|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]] [BENCH ARGS...]
 # (kbench: test_kernels_cuda --bench ARGS, e.g. genotype64; memory: bench/gpu_memory.sh, the
 # device-limited SVD against an unlimited one; pca: bench/pca_gpu.sh, tsr-pca on a 25 GB .bed
 # generated on the machine's disk, ARGS: SAMPLES SNPS DIR; cluster: bench/cluster/gpu.sh, kNN, Leiden,
-# UMAP and the whole single-cell pipeline on one GPU worker, ARGS: CELLS DIR)
+# UMAP and the whole single-cell pipeline on one GPU worker, ARGS: CELLS DIR; sc: test_kernels_cuda
+# and test_gpu_cluster, the single-cell GPU = CPU checks)
 set -uo pipefail
 what=${1:-all}
 shift || true
@@ -70,6 +71,19 @@ run_tests() {
   grep -E "^\[ (RUN|FAIL|  OK  )|passed|relative|bit-identical|SIGKILL|eight chunks|one big|limited:|DIFFERENT|svd:|after the kill|SKIPPED|:[0-9]+: " "$out/tests.log" | head -60
   [ $r = 0 ] || rc=1
 }
+# The single-cell GPU checks: the kernels against the CPU ops, and
+# test_gpu_cluster (PCA, kNN, Leiden on a GPU worker against a CPU cluster).
+run_sc_tests() {
+  (cd /tmp && timeout 200 "$t/wrap/test_kernels_cuda") >"$out/kernels.log" 2>&1
+  local r=$?
+  echo "test_kernels_cuda exit $r" | tee -a "$out/sc.log"
+  grep -E "^\[ FAIL|passed|:[0-9]+: " "$out/kernels.log" | head -20
+  (cd /tmp && timeout 400 "$t/wrap/test_gpu_cluster") >>"$out/sc.log" 2>&1
+  local r2=$?
+  echo "test_gpu_cluster exit $r2" | tee -a "$out/sc.log"
+  grep -E "^\[|PCA:|:[0-9]+: |SKIPPED" "$out/sc.log" | head -20
+  [ $r = 0 ] && [ $r2 = 0 ] || rc=1
+}
 run_bench() {
   if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -102,9 +116,10 @@ case $what in
   pca) bash bench/pca_gpu.sh "$@" 2>&1 | tee "$out/pca.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
   cluster) bash bench/cluster/gpu.sh "$@" 2>&1 | tee "$out/cluster.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
   tests) run_tests ;;
+  sc) run_sc_tests ;;
   bench) run_bench "$@" ;;
   kbench) (cd /tmp && timeout 300 "$t/wrap/test_kernels_cuda" --bench "$@") 2>&1 | tee "$out/kbench.log" ;;
   all) run_tests; run_bench "$@" ;;
-  *) echo "device-tests.sh: all|tests|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]" >&2; exit 2 ;;
+  *) echo "device-tests.sh: all|tests|sc|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]" >&2; exit 2 ;;
 esac
 exit $rc

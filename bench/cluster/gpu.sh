@@ -5,8 +5,9 @@
 #
 # 1. CELLS x 50 Gaussian mixture, 30 clusters (mixture.py, seed 0):
 #      python3 bench/cluster/peers_gpu.py DIR          (PyTorch blocked exact kNN, warm)
+#      tessera local --gpus 0 -- tsr-knn-time DIR/X.npy 15          (tsr_knn alone, both outputs gathered)
 #      tessera local --gpus 0 --cpu-workers 1 -- tsr-cluster --npy DIR/X.npy --n-pcs 0 --neighbors 15 \
-#        --umap --truth DIR/labels.npy --out DIR/tsr
+#        --umap --umap-init pca --truth DIR/labels.npy --out DIR/tsr
 #    (pp.neighbors = exact kNN + UMAP graph, tl.leiden, tl.umap lines)
 # 2. The whole pipeline from counts: CELLS x 28,000 with ~3% nonzero and 20
 #    cell types, made on the workers (tsr_random_counts, seed 0):
@@ -22,13 +23,15 @@ echo "# bench/cluster/gpu  $(date -u +%Y-%m-%d)  GPU: $(nvidia-smi --query-gpu=n
 [ -f "$dir/X.npy" ] || python3 bench/cluster/mixture.py --cells "$cells" --dims 50 --clusters 30 --seed 0 --out "$dir"
 echo "== PyTorch $(python3 -c 'import torch; print(torch.__version__)')"
 timeout 300 python3 bench/cluster/peers_gpu.py "$dir" --neighbors 15 2>&1 | tail -3
+echo "== tsr_knn alone (tsr-knn-time), one GPU worker"
+timeout 120 tessera local --gpus 0 -- tsr-knn-time "$dir/X.npy" 15 2>&1 | tail -2
 echo "== tsr-cluster, mixture"
-timeout 400 tessera local --gpus 0 --cpu-workers 1 -- tsr-cluster --npy "$dir/X.npy" --n-pcs 0 --neighbors 15 \
-  --umap --truth "$dir/labels.npy" --out "$dir/tsr" 2>&1 | grep -v "^  \.\.\."
+timeout 300 tessera local --gpus 0 --cpu-workers 1 -- tsr-cluster --npy "$dir/X.npy" --n-pcs 0 --neighbors 15 \
+  --umap --umap-init ${UMAP_INIT:-pca} --truth "$dir/labels.npy" --out "$dir/tsr" 2>&1 | grep -v " \.\.\. [0-9]* s"
 [ -f "$dir/torch_knn.npy" ] && [ -f "$dir/tsr.neighbors.mtx" ] && echo "(kNN lists: compared by test_gpu; here only timed)"
 echo "== tsr-cluster, whole pipeline from ${cells} x 28000 counts"
-timeout 500 tessera local --gpus 0 --cpu-workers 1 -- tsr-cluster --synthetic "$cells,28000" --umap --out "$dir/syn" 2>&1 \
-  | grep -v "^  \.\.\." | tee "$dir/syn.log"
+timeout 300 tessera local --gpus 0 --cpu-workers 1 -- tsr-cluster --synthetic "$cells,28000" --out "$dir/syn" 2>&1 \
+  | grep -v " \.\.\. [0-9]* s" | tee "$dir/syn.log"
 python3 - "$dir/syn.log" <<'PY'
 import re, sys
 t = {}
