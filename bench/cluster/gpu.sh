@@ -22,7 +22,7 @@ mkdir -p "$dir"
 echo "# bench/cluster/gpu  $(date -u +%Y-%m-%d)  GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)  $(nproc) cores"
 [ -f "$dir/X.npy" ] || python3 bench/cluster/mixture.py --cells "$cells" --dims 50 --clusters 30 --seed 0 --out "$dir"
 echo "== PyTorch $(python3 -c 'import torch; print(torch.__version__)')"
-timeout 300 python3 bench/cluster/peers_gpu.py "$dir" --neighbors 15 2>&1 | tail -3
+[ -n "${SKIP_TORCH:-}" ] || timeout 300 python3 bench/cluster/peers_gpu.py "$dir" --neighbors 15 2>&1 | tail -3
 echo "== tsr_knn alone (tsr-knn-time), one GPU worker"
 timeout 120 tessera local --gpus 0 -- tsr-knn-time "$dir/X.npy" 15 2>&1 | tail -2
 echo "== tsr-cluster, mixture"
