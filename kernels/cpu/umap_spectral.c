@@ -13,14 +13,17 @@
  * eigsh tolerance) or max_iter. Deterministic: a fixed order of every sum.
  * A graph of several components has more than one zero eigenvalue of L:
  * the result then places whole components apart (umap would lay out each
- * component separately); the SGD spreads them afterwards. */
+ * component separately); the SGD spreads them afterwards.
+ * CUDA variant: kernels/cuda/umap_spectral.cu (the same iteration with
+ * Cholesky-QR; umap_spectral.h). */
 #include <stdlib.h>
 
 #include "csr.h"
 #include "ops.h"
 #include "umap.h"
+#include "umap_spectral.h"
 
-#define BLOCK 8
+#define BLOCK TSR_SPEC_BLOCK
 
 
 typedef struct spec {
@@ -83,50 +86,6 @@ static void spec_orth(const spec *s, double *x, int m, uint64_t seed, int salt)
   }
 }
 
-/* Eigen-decomposition of the symmetric m x m h by cyclic Jacobi: values
- * in ev, vectors as columns of q (row-major), sorted by decreasing value. */
-static void jacobi(int m, double *h, double *ev, double *q)
-{
-  for (int i = 0; i < m * m; i++) q[i] = i % (m + 1) == 0;
-  for (int sweep = 0; sweep < 100; sweep++) {
-    double off = 0;
-    for (int i = 0; i < m; i++)
-      for (int j = i + 1; j < m; j++) off += h[i * m + j] * h[i * m + j];
-    if (off < 1e-30) break;
-    for (int p = 0; p < m; p++)
-      for (int r = p + 1; r < m; r++) {
-        if (fabs(h[p * m + r]) < 1e-300) continue;
-        double th = (h[r * m + r] - h[p * m + p]) / (2 * h[p * m + r]);
-        double t = (th >= 0 ? 1.0 : -1.0) / (fabs(th) + sqrt(th * th + 1)), c = 1 / sqrt(t * t + 1), sn = t * c;
-        for (int k = 0; k < m; k++) {  /* h = J^T h J */
-          double a = h[k * m + p], b = h[k * m + r];
-          h[k * m + p] = c * a - sn * b, h[k * m + r] = sn * a + c * b;
-        }
-        for (int k = 0; k < m; k++) {
-          double a = h[p * m + k], b = h[r * m + k];
-          h[p * m + k] = c * a - sn * b, h[r * m + k] = sn * a + c * b;
-        }
-        for (int k = 0; k < m; k++) {
-          double a = q[k * m + p], b = q[k * m + r];
-          q[k * m + p] = c * a - sn * b, q[k * m + r] = sn * a + c * b;
-        }
-      }
-  }
-  int order[BLOCK];
-  for (int i = 0; i < m; i++) order[i] = i;
-  for (int i = 1; i < m; i++)
-    for (int j = i; j > 0 && h[order[j] * m + order[j]] > h[order[j - 1] * m + order[j - 1]]; j--) {
-      int t = order[j];
-      order[j] = order[j - 1], order[j - 1] = t;
-    }
-  double qs[BLOCK * BLOCK];
-  for (int i = 0; i < m; i++) {
-    ev[i] = h[order[i] * m + order[i]];
-    for (int k = 0; k < m; k++) qs[k * m + i] = q[k * m + order[i]];
-  }
-  memcpy(q, qs, sizeof(double) * (size_t)(m * m));
-}
-
 /* Rayleigh-Ritz: x <- x Q with Q the eigenvectors of xᵀ A x (ax = A x on
  * entry, rotated too); returns the largest residual of the first 2 pairs. */
 static double spec_ritz(const spec *s, double *x, double *ax, int m, double *tmp)
@@ -135,7 +94,7 @@ static double spec_ritz(const spec *s, double *x, double *ax, int m, double *tmp
   for (int i = 0; i < m; i++)
     for (int j = 0; j < m; j++) h[i * m + j] = 0.5 * (dot(x + (size_t)i * s->n, ax + (size_t)j * s->n, s->n) +
                                                    dot(x + (size_t)j * s->n, ax + (size_t)i * s->n, s->n));
-  jacobi(m, h, ev, q);
+  tsr_spec_jacobi(m, h, ev, q);
   double *bufs[2] = {x, ax};
   for (int b = 0; b < 2; b++)
     for (int64_t i = 0; i < s->n; i++) {
@@ -202,11 +161,7 @@ static void spec_degrees(spec *s)
 static void spec_iterate(const spec *s, double *x, double *ax, int m, int64_t seed, int64_t max_iter, double *tmp)
 {
   for (int k = 0; k < m; k++)
-    for (int64_t i = 0; i < s->n; i++) {
-      uint32_t w[4];
-      tsr_philox_block((uint64_t)seed, (uint64_t)k * (uint64_t)s->n + (uint64_t)i, w);
-      x[(size_t)k * s->n + i] = tsr_normal_f64(w);
-    }
+    for (int64_t i = 0; i < s->n; i++) x[(size_t)k * s->n + i] = tsr_spec_start((uint64_t)seed, k, s->n, i);
   spec_orth(s, x, m, (uint64_t)seed, 1);
   for (int64_t it = 1; it <= max_iter; it++) {
     for (int k = 0; k < m; k++) spec_apply(s, x + (size_t)k * s->n, ax + (size_t)k * s->n);

@@ -242,6 +242,7 @@ int tsr_cuda_defer_flags(const char *op, const int *word, const char *const *wha
                                  const tsr_gpu_ctx *gpu, tsr_errbuf *err)
 TSR_CUDA_VARIANT(random_uniform);
 TSR_CUDA_VARIANT(umap_layout);  /* umap.cu */
+TSR_CUDA_VARIANT(umap_spectral);  /* umap_spectral.cu */
 TSR_CUDA_VARIANT(random_normal);
 TSR_CUDA_VARIANT(randint);
 TSR_CUDA_VARIANT(full);

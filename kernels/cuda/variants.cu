@@ -12,7 +12,7 @@ extern "C" const tsr_cuda_variant tsr_cuda_variants[] = {
   V(sub),            V(div),           V(scale),   V(astype),    V(sum),           V(matmul),
   V(noop),           V(transpose),     V(slice),   V(assemble),  V(view),          V(qr),
   V(svd),            V(bmul),          V(signs),   V(pack2bit),  V(unpack2bit),    V(matmul_2bit),
-  V(matmul_random),  V(matmul_chain),  V(randint_packed), V(umap_layout),
+  V(matmul_random),  V(matmul_chain),  V(randint_packed), V(umap_layout), V(umap_spectral),
   V(csr_map),        V(csr_normalize_rows), V(csr_sum),   V(csr_matmul),
   V(knn_tile),       V(knn_merge),  V(community),  V(modularity),
 };

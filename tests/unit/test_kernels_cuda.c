@@ -2055,6 +2055,81 @@ TEST(community_two_cliques_exact)
   free(g[0].data), free(g[1].data);
 }
 
+/* ---------- umap_spectral ---------- */
+
+/* A rows x cols 4-neighbour grid graph (weights 0.5 + ((u + v) % 7) / 10,
+ * symmetric; λ2 != λ3 for rows != cols) as nch CSR f32 row chunks. */
+static void spec_grid(int rows, int cols, int nch, tsr_buf *c)
+{
+  int64_t n = (int64_t)rows * cols;
+  for (int ch = 0; ch < nch; ch++) {
+    int64_t r0 = n * ch / nch, r1 = n * (ch + 1) / nch, nnz = 0;
+    for (int pass = 0; pass < 2; pass++) {
+      tsr_k_csr v;
+      if (pass == 1) {
+        int64_t bytes = tsr_k_csr_bytes(r1 - r0, nnz, TSR_F32);
+        c[ch] = hbuf(TSR_U8, 1, &bytes);
+        tsr_k_csr_init(c[ch].data, r1 - r0, n, nnz, TSR_F32, &v);
+        v.indptr[0] = 0;
+      }
+      int64_t z = 0;
+      for (int64_t u = r0; u < r1; u++) {
+        int r = (int)(u / cols), q = (int)(u % cols);
+        int64_t nb[4] = {r > 0 ? u - cols : -1, q > 0 ? u - 1 : -1, q + 1 < cols ? u + 1 : -1, r + 1 < rows ? u + cols : -1};
+        for (int k = 0; k < 4; k++)
+          if (nb[k] >= 0) {
+            if (pass == 1) v.indices[z] = (int32_t)nb[k], ((float *)v.values)[z] = 0.5f + (float)((u + nb[k]) % 7) / 10.0f;
+            z++;
+          }
+        if (pass == 1) v.indptr[u - r0 + 1] = z;
+      }
+      nnz = z;
+    }
+  }
+}
+
+/* umap_spectral on a 40 x 30 grid (n = 1200, 3 chunks), seeds 0 and 1:
+ * each of the GPU's two vectors within 5e-4 (2-norm; unit vectors; another
+ * seed differs by ~3e-3) of
+ * the CPU op's, signs included (both are the positive-diagonal QR
+ * iterates; tests/unit/test_umap_spectral_par.c checks the scheme); the
+ * same bytes twice; a 100-vertex graph gives TSR_ENODEV (CPU). */
+TEST(umap_spectral_vs_cpu)
+{
+  enum { R = 40, C = 30, NCH = 3 };
+  tsr_buf g[NCH];
+  spec_grid(R, C, NCH, g);
+  for (int64_t seed = 0; seed < 2; seed++) {
+    tsr_params p = TSR_PARAMS_INIT;
+    tsr_buf c, g1, g2;
+    tsr_errbuf err;
+    tsr_params_add_int(&p, "n", R * C);
+    tsr_params_add_int(&p, "seed", seed);
+    ASSERT_OK(cpu_run("umap_spectral", &p, g, NCH, &c, &err));
+    ASSERT_OK(gpu_run("umap_spectral", &p, g, NCH, &g1, &err));
+    ASSERT_OK(gpu_run("umap_spectral", &p, g, NCH, &g2, &err));
+    ASSERT_SAME(&g1, &g2);
+    const float *a = c.data, *b = g1.data;
+    for (int k = 0; k < 2; k++) {
+      double d = 0;
+      for (int64_t i = 0; i < R * C; i++) d += pow((double)a[2 * i + k] - b[2 * i + k], 2);
+      fprintf(stderr, "  seed %d vector %d: |gpu - cpu| = %.2e\n", (int)seed, k, sqrt(d));
+      ASSERT_TRUE(sqrt(d) < 5e-4);
+    }
+    free(c.data), free(g1.data), free(g2.data);
+    tsr_params_clear(&p);
+  }
+  for (int i = 0; i < NCH; i++) free(g[i].data);
+  tsr_buf s[1], o;
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_errbuf err;
+  spec_grid(10, 10, 1, s);
+  tsr_params_add_int(&p, "n", 100);
+  ASSERT_EQ(gpu_run("umap_spectral", &p, s, 1, &o, &err), TSR_ENODEV);
+  free(o.data), free(s[0].data);
+  tsr_params_clear(&p);
+}
+
 int main(int argc, char **argv)
 {
   tsr_ops_init(false);
@@ -2104,5 +2179,6 @@ int main(int argc, char **argv)
   RUN_IF(knn_bad_input_and_cpu_fallback);
   RUN_IF(community_vs_cpu_planted);
   RUN_IF(community_two_cliques_exact);
+  RUN_IF(umap_spectral_vs_cpu);
   return kit_summary();
 }
