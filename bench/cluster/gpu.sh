@@ -6,16 +6,21 @@
 # 1. CELLS x 50 Gaussian mixture, 30 clusters (mixture.py, seed 0):
 #      python3 bench/cluster/peers_gpu.py DIR          (PyTorch blocked exact kNN, warm)
 #      tessera local --gpus 0 -- tsr-knn-time DIR/X.npy 15          (tsr_knn alone, both outputs gathered)
-#      tessera local --gpus 0 --cpu-workers 1 -- tsr-cluster --npy DIR/X.npy --n-pcs 0 --neighbors 15 \
-#        --umap --umap-init pca --truth DIR/labels.npy --out DIR/tsr
+#      tessera local --gpus 0 --worker-arg --threads --worker-arg 8 -- tsr-cluster --npy DIR/X.npy --n-pcs 0 \
+#        --neighbors 15 --umap --truth DIR/labels.npy --out DIR/tsr
 #    (pp.neighbors = exact kNN + UMAP graph, tl.leiden, tl.umap lines)
 # 2. The whole pipeline from counts: CELLS x 28,000 with ~3% nonzero and 20
 #    cell types, made on the workers (tsr_random_counts, seed 0):
-#      tessera local --gpus 0 --cpu-workers 1 -- tsr-cluster --synthetic CELLS,28000 --out DIR/syn
+#      tessera local --gpus 0 --worker-arg --threads --worker-arg 8 -- tsr-cluster --synthetic CELLS,28000 --out DIR/syn
 #    (read = generating the counts; the pipeline = total - read)
 # Peers' published figures for comparison (RAPIDS, rapids-singlecell) are
 # in bench/RESULTS.md.
 set -uo pipefail
+# One GPU worker alone with 8 executor threads (CUDA streams; the ops
+# without a CUDA variant run on its host threads), so every chunk stays in
+# the worker: with a CPU worker beside it, chunks made there cross the
+# data plane to the GPU on every pass (WORKERS overrides).
+workers=${WORKERS:---gpus 0 --worker-arg --threads --worker-arg 8}
 cells=${1:-1300000}
 dir=${2:-/tmp/tsr-cluster-gpu}
 mkdir -p "$dir"
@@ -26,11 +31,11 @@ echo "== PyTorch $(python3 -c 'import torch; print(torch.__version__)')"
 echo "== tsr_knn alone (tsr-knn-time), one GPU worker"
 timeout 120 tessera local --gpus 0 -- tsr-knn-time "$dir/X.npy" 15 2>&1 | tail -2
 echo "== tsr-cluster, mixture"
-timeout 300 tessera local --gpus 0 --cpu-workers 1 -- tsr-cluster --npy "$dir/X.npy" --n-pcs 0 --neighbors 15 \
-  --umap --umap-init ${UMAP_INIT:-pca} --truth "$dir/labels.npy" --out "$dir/tsr" 2>&1 | grep -v " \.\.\. [0-9]* s"
+timeout 300 tessera local $workers -- tsr-cluster --npy "$dir/X.npy" --n-pcs 0 --neighbors 15 \
+  --umap --umap-init ${UMAP_INIT:-spectral} --truth "$dir/labels.npy" --out "$dir/tsr" 2>&1 | grep -v " \.\.\. [0-9]* s"
 [ -f "$dir/torch_knn.npy" ] && [ -f "$dir/tsr.neighbors.mtx" ] && echo "(kNN lists: compared by test_gpu; here only timed)"
 echo "== tsr-cluster, whole pipeline from ${cells} x 28000 counts"
-timeout 300 tessera local --gpus 0 --cpu-workers 1 -- tsr-cluster --synthetic "$cells,28000" --out "$dir/syn" 2>&1 \
+timeout 300 tessera local $workers -- tsr-cluster --synthetic "$cells,28000" --out "$dir/syn" 2>&1 \
   | grep -v " \.\.\. [0-9]* s" | tee "$dir/syn.log"
 python3 - "$dir/syn.log" <<'PY'
 import re, sys
