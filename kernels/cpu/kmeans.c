@@ -80,6 +80,48 @@ static void far_insert(double *far, double *fx, int64_t k, int64_t d, double dis
   memcpy(fx + p * d, row, (size_t)d * sizeof *fx);
 }
 
+/* dist[q] = Σ_j (row[j] − ct[j·kp + q])² for q < kp (kp a multiple of 8,
+ * the padding columns zero), the terms added in order of j — one center
+ * at a time gives the same bits — eight centers a vector. Cloned for
+ * AVX-512 and AVX2 and picked at load time (the build targets no
+ * particular CPU; -ffp-contract=off keeps it FMA-free). */
+typedef double km_v8 __attribute__((vector_size(64)));
+
+/* acc[v] += (x − c[v])² for the n (<= 4) vectors of centers at c: the
+ * four sums are independent, so the adds overlap instead of waiting on
+ * one another. */
+#define KM_ACC(n)                                                                 \
+  for (int64_t j = 0; j < d; j++) {                                               \
+    km_v8 x = {row[j], row[j], row[j], row[j], row[j], row[j], row[j], row[j]};    \
+    for (int v = 0; v < (n); v++) {                                               \
+      km_v8 c, t;                                                                 \
+      memcpy(&c, ct + j * kp + q0 + 8 * v, sizeof c);                             \
+      t = x - c;                                                                  \
+      acc[v] += t * t;                                                            \
+    }                                                                             \
+  }
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void row_dists(const double *row, const double *ct, int64_t d, int64_t kp, double *dist)
+{
+  for (int64_t q0 = 0; q0 < kp;) {
+    km_v8 acc[4] = {{0}, {0}, {0}, {0}};
+    int64_t left = (kp - q0) / 8;
+    if (left >= 4) {
+      KM_ACC(4)
+    } else if (left == 3) {
+      KM_ACC(3)
+    } else if (left == 2) {
+      KM_ACC(2)
+    } else {
+      KM_ACC(1)
+    }
+    int n = left >= 4 ? 4 : (int)left;
+    memcpy(dist + q0, acc, (size_t)n * sizeof acc[0]);
+    q0 += 8 * n;
+  }
+}
+
 static int partial_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
 {
   (void)n;
@@ -92,8 +134,19 @@ static int partial_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *o
   get_centers(p, &c, &nc, NULL);
   if (tsr_params_find(p, "labels") != NULL) tsr_params_get_bool(p, "labels", &want_labels, NULL);
   int64_t rows = in[0].meta.shape[0], d = in[0].meta.shape[1];
-  double *row = malloc((size_t)(d + 1) * sizeof *row);
-  if (row == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_partial: out of memory");
+  /* Centers transposed (ct[j·kp + q]) so the distances to all k centers
+   * advance together, one vector lane per center: each (row, center) sum
+   * still adds its d terms in order j = 0.., the same value as one center
+   * at a time, at several times the speed. */
+  int64_t kp = (k + 7) / 8 * 8;
+  double *row = malloc((size_t)(d + 1) * sizeof *row), *ct = calloc((size_t)(kp * d + 1), sizeof *ct);
+  double *dist = malloc((size_t)kp * sizeof *dist);
+  if (row == NULL || ct == NULL || dist == NULL) {
+    free(row), free(ct), free(dist);
+    return tsr_fail(err, TSR_ENOMEM, "kmeans_partial: out of memory");
+  }
+  for (int64_t q = 0; q < k; q++)
+    for (int64_t j = 0; j < d; j++) ct[j * kp + q] = c[q * d + j];
   double *o = out->data, *sums = o, *counts = o + k * d, *inertia = counts + k, *far = inertia + 1, *fx = far + 3 * k;
   if (!want_labels) {
     memset(o, 0, (size_t)KM_LEN(k, d) * sizeof *o);
@@ -103,13 +156,11 @@ static int partial_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *o
     for (int64_t j = 0; j < d; j++) row[j] = xval(&in[0], r * d + j);
     int64_t best = 0;
     double bd = INFINITY;
-    for (int64_t q = 0; q < k; q++) {
-      double s = 0;
-      for (int64_t j = 0; j < d; j++) s += (row[j] - c[q * d + j]) * (row[j] - c[q * d + j]);
-      if (s < bd) bd = s, best = q;
-    }
+    row_dists(row, ct, d, kp, dist);
+    for (int64_t q = 0; q < k; q++)
+      if (dist[q] < bd) bd = dist[q], best = q;
     if (!isfinite(bd)) {
-      free(row);
+      free(row), free(ct), free(dist);
       return tsr_fail(err, TSR_EINVAL, "kmeans_partial: row %lld holds a NaN or infinity", (long long)(row0 + r));
     }
     if (want_labels) {
@@ -120,7 +171,7 @@ static int partial_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *o
     counts[best] += 1, *inertia += bd;
     far_insert(far, fx, k, d, bd, row0 + r, best, row);
   }
-  free(row);
+  free(row), free(ct), free(dist);
   return 0;
 }
 
