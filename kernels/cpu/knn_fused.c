@@ -182,7 +182,66 @@ INLINE void offer_cols(const fused *f, const float *kc, uint32_t mask, int64_t c
 
 #define M512(k, t) ((uint32_t)_mm512_cmp_ps_mask((k), (t), _CMP_LT_OQ))
 #define RUN512(BOTH) FUSED_BODY(__m512, 16, 12, _mm512_load_ps, _mm512_set1_ps, _mm512_fmadd_ps, M512, _mm512_store_ps, BOTH)
-__attribute__((target("avx512f"), noinline)) static float compact_avx512(const lists *L, int64_t l) { COMPACT_BODY }
+
+/* Maps a key to an unsigned integer of the same order (−0 as +0, equal as
+ * the float compare has them). */
+static inline uint32_t key_ord(float f)
+{
+  uint32_t b;
+  memcpy(&b, &f, sizeof b);
+  b = b == 0x80000000u ? 0 : b;
+  return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+
+/* COMPACT_BODY's result without its n² ranking: the K-th smallest key T is
+ * found bit by bit (the keys as ordered integers, only the bits where the
+ * smallest and largest differ: about 25 counts of n in vector compares),
+ * then the keys below T are kept and of those equal to T the smallest
+ * indices (usually one): the K smallest by (key, index), order kept. */
+__attribute__((target("avx512f"), noinline)) static float compact_avx512(const lists *L, int64_t l)
+{
+  float *k = L->bk + l * L->B;
+  int32_t *ix = L->bi + l * L->B;
+  int n = L->cnt[l], K = L->K, nv = (n + 15) / 16;
+  __m512i u[nv], sign = _mm512_set1_epi32(INT32_MIN), lo = _mm512_set1_epi32(-1), hi = _mm512_setzero_si512();
+  __mmask16 valid[nv];
+  for (int v = 0; v < nv; v++) {
+    valid[v] = n - 16 * v >= 16 ? 0xFFFF : (__mmask16)((1u << (n - 16 * v)) - 1);
+    __m512i b = _mm512_maskz_loadu_epi32(valid[v], k + 16 * v);
+    b = _mm512_mask_mov_epi32(b, _mm512_cmpeq_epi32_mask(b, sign), _mm512_setzero_si512());
+    u[v] = _mm512_xor_si512(b, _mm512_or_si512(_mm512_srai_epi32(b, 31), sign));
+    lo = _mm512_mask_min_epu32(lo, valid[v], lo, u[v]), hi = _mm512_mask_max_epu32(hi, valid[v], hi, u[v]);
+  }
+  uint32_t mn = _mm512_reduce_min_epu32(lo), diff = mn ^ _mm512_reduce_max_epu32(hi);
+  int top = diff != 0 ? 31 - __builtin_clz(diff) : -1;
+  uint32_t t = top >= 0 ? mn & ~((2u << top) - 1) : mn;  /* the bits all keys share */
+  for (int bit = top; bit >= 0; bit--) {
+    __m512i probe = _mm512_set1_epi32((int)(t | ((1u << bit) - 1)));
+    int c = 0;
+    for (int v = 0; v < nv; v++) c += __builtin_popcount(_mm512_mask_cmple_epu32_mask(valid[v], u[v], probe));
+    if (c < K) t |= 1u << bit;  /* fewer than K at or below: T has this bit */
+  }
+  int less = 0, eq = 0;
+  for (int i = 0; i < n; i++) less += key_ord(k[i]) < t, eq += key_ord(k[i]) == t;
+  int o = 0;
+  for (int i = 0; i < n; i++) {
+    uint32_t ui = key_ord(k[i]);
+    bool keep = ui < t;
+    if (ui == t) {  /* ties at T: the K − less smallest indices */
+      int before = 0;
+      for (int j = 0; j < n && eq > K - less; j++) before += key_ord(k[j]) == t && ix[j] < ix[i];
+      keep = before < K - less;
+    }
+    float ki = k[i];
+    int32_t ii = ix[i];
+    k[o] = ki, ix[o] = ii, o += keep;  /* o <= i: in place, order kept */
+  }
+  L->cnt[l] = o;
+  uint32_t b = t & 0x80000000u ? t ^ 0x80000000u : ~t;
+  float thr;
+  memcpy(&thr, &b, sizeof thr);
+  return thr;
+}
 __attribute__((target("avx512f"))) static void rows_avx512(const fused *f) { RUN512(0) }
 __attribute__((target("avx512f"))) static void both_avx512(const fused *f) { RUN512(1) }
 
