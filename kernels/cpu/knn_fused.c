@@ -232,17 +232,27 @@ __attribute__((target("avx512f"), noinline)) static float compact_avx512(const l
     for (int v = 0; v < nv; v++) c += __builtin_popcount(_mm512_mask_cmple_epu32_mask(valid[v], u[v], probe));
     if (c < K) t |= 1u << bit;  /* fewer than K at or below: T has this bit */
   }
-  int less = 0, eq = 0;
-  for (int i = 0; i < n; i++) less += key_ord(k[i]) < t, eq += key_ord(k[i]) == t;
-  int o = 0;
-  for (int i = 0; i < n; i++) {
-    uint32_t ui = key_ord(k[i]);
-    bool keep = ui < t;
-    if (ui == t) {  /* ties at T: the K − less smallest indices */
-      int before = 0;
-      for (int j = 0; j < n && eq > K - less; j++) before += key_ord(k[j]) == t && ix[j] < ix[i];
-      keep = before < K - less;
+  __m512i tv = _mm512_set1_epi32((int)t);
+  int less = 0, eq = 0, o = 0;
+  for (int v = 0; v < nv; v++)
+    less += __builtin_popcount(_mm512_mask_cmplt_epu32_mask(valid[v], u[v], tv)),
+    eq += __builtin_popcount(_mm512_mask_cmpeq_epu32_mask(valid[v], u[v], tv));
+  if (eq <= K - less) {  /* nearly always: keep what is at or below T, in order, by compress */
+    __m512 kv[nv];
+    __m512i iv[nv];
+    for (int v = 0; v < nv; v++) kv[v] = _mm512_maskz_loadu_ps(valid[v], k + 16 * v), iv[v] = _mm512_maskz_loadu_epi32(valid[v], ix + 16 * v);
+    for (int v = 0; v < nv; v++) {  /* o <= 16·v: the stores stay in the list, behind what is loaded */
+      __mmask16 keep = _mm512_mask_cmple_epu32_mask(valid[v], u[v], tv);
+      _mm512_storeu_ps(k + o, _mm512_maskz_compress_ps(keep, kv[v]));
+      _mm512_storeu_si512(ix + o, _mm512_maskz_compress_epi32(keep, iv[v]));
+      o += __builtin_popcount(keep);
     }
+  }
+  for (int i = 0; eq > K - less && i < n; i++) {  /* ties at T: the K − less smallest indices */
+    uint32_t ui = key_ord(k[i]);
+    int before = 0;
+    for (int j = 0; j < n && ui == t; j++) before += key_ord(k[j]) == t && ix[j] < ix[i];
+    bool keep = ui < t || (ui == t && before < K - less);
     float ki = k[i];
     int32_t ii = ix[i];
     k[o] = ki, ix[o] = ii, o += keep;  /* o <= i: in place, order kept */
