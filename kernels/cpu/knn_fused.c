@@ -214,6 +214,7 @@ __attribute__((target("avx512f"), noinline)) static float compact_avx512(const l
   float *k = L->bk + l * L->B;
   int32_t *ix = L->bi + l * L->B;
   int n = L->cnt[l], K = L->K, nv = (n + 15) / 16;
+  if (n < K) return INFINITY;  /* not full: no threshold yet (callers compact only fuller lists) */
   __m512i u[nv], sign = _mm512_set1_epi32(INT32_MIN), lo = _mm512_set1_epi32(-1), hi = _mm512_setzero_si512();
   __mmask16 valid[nv];
   for (int v = 0; v < nv; v++) {
