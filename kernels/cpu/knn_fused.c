@@ -112,6 +112,7 @@ typedef struct fused {
   const float *ap, *bp, *ynp, *xnp;  /* packed a, b, padded yn, xn (or NULL) */
   float *thrr, *thrc;                /* [groups·RG], [npan·2W]: rows' and b rows' thresholds */
   int64_t ri, rj, d, npan, diag;
+  bool sym;  /* a tile of a block with itself, scanned both ways over its upper triangle */
   lists L;
 } fused;
 
@@ -127,6 +128,13 @@ INLINE void offer_cols(const fused *f, const float *kc, uint32_t mask, int64_t c
   }
 }
 
+/* The lanes j of a panel whose column lies past row (rel = row − the
+ * panel's first column): the pairs a sym tile scans. */
+INLINE uint32_t upper(int64_t rel)
+{
+  return rel < 0 ? ~0u : rel >= 31 ? 0u : ~0u << (rel + 1);
+}
+
 /* The body of one width: V the vector type, W its lanes, RG rows a block;
  * LOAD, SET1, FMA(a, b, c), MASK(k, t) (bit per lane of k < t), STORE.
  * BOTH (a constant) adds the scan of the transpose: per row r of the
@@ -140,7 +148,8 @@ INLINE void offer_cols(const fused *f, const float *kc, uint32_t mask, int64_t c
     for (int64_t q = 0; q < groups; q++) {                                                          \
       float *thr = f->thrr + q * RG;                                                                \
       const float *A = f->ap + q * RG * f->d;                                                       \
-      for (int64_t pan = p0; pan < p1; pan++) {                                                     \
+      int64_t pfirst = f->sym ? q * RG / (2 * W) : 0; /* sym: panels with a column past a row */     \
+      for (int64_t pan = p0 > pfirst ? p0 : pfirst; pan < p1; pan++) {                              \
         const float *B = f->bp + pan * 2 * W * f->d;                                                \
         V c0[RG], c1[RG];                                                                           \
         UNROLL for (int r = 0; r < RG; r++) c0[r] = SET1(0.0f), c1[r] = SET1(0.0f);                 \
@@ -159,6 +168,7 @@ INLINE void offer_cols(const fused *f, const float *kc, uint32_t mask, int64_t c
           if (mask == 0) continue;                                                                  \
           int64_t row = q * RG + r, self = row + f->diag - pan * 2 * W;                             \
           if (self >= 0 && self < 2 * W) mask &= ~(1u << self);                                     \
+          mask &= f->sym ? upper(row - pan * 2 * W) : ~0u;                                          \
           STORE(kv, k0), STORE(kv + W, k1);                                                         \
           thr[r] = offer(&f->L, row, kv, mask, pan * 2 * W, thr[r]);                                \
         }                                                                                           \
@@ -168,6 +178,7 @@ INLINE void offer_cols(const fused *f, const float *kc, uint32_t mask, int64_t c
         UNROLL for (int r = 0; r < RG; r++) {                                                       \
           V xr = SET1(f->xnp[q * RG + r]), k0 = FMA(c0[r], m2, xr), k1 = FMA(c1[r], m2, xr);        \
           uint32_t mask = MASK(k0, t0) | (MASK(k1, t1) << W);                                       \
+          mask &= f->sym ? upper(q * RG + r - pan * 2 * W) : ~0u;                                   \
           if (mask == 0) continue;                                                                  \
           STORE(kv, k0), STORE(kv + W, k1);                                                         \
           offer_cols(f, kv, mask, pan * 2 * W, q * RG + r);                                         \
@@ -182,7 +193,77 @@ INLINE void offer_cols(const fused *f, const float *kc, uint32_t mask, int64_t c
 
 #define M512(k, t) ((uint32_t)_mm512_cmp_ps_mask((k), (t), _CMP_LT_OQ))
 #define RUN512(BOTH) FUSED_BODY(__m512, 16, 12, _mm512_load_ps, _mm512_set1_ps, _mm512_fmadd_ps, M512, _mm512_store_ps, BOTH)
-__attribute__((target("avx512f"), noinline)) static float compact_avx512(const lists *L, int64_t l) { COMPACT_BODY }
+
+/* Maps a key to an unsigned integer of the same order (−0 as +0, equal as
+ * the float compare has them). */
+static inline uint32_t key_ord(float f)
+{
+  uint32_t b;
+  memcpy(&b, &f, sizeof b);
+  b = b == 0x80000000u ? 0 : b;
+  return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+
+/* COMPACT_BODY's result without its n² ranking: the K-th smallest key T is
+ * found bit by bit (the keys as ordered integers, only the bits where the
+ * smallest and largest differ: about 25 counts of n in vector compares),
+ * then the keys below T are kept and of those equal to T the smallest
+ * indices (usually one): the K smallest by (key, index), order kept. */
+__attribute__((target("avx512f"), noinline)) static float compact_avx512(const lists *L, int64_t l)
+{
+  float *k = L->bk + l * L->B;
+  int32_t *ix = L->bi + l * L->B;
+  int n = L->cnt[l], K = L->K, nv = (n + 15) / 16;
+  if (n < K) return INFINITY;  /* not full: no threshold yet (callers compact only fuller lists) */
+  __m512i u[nv], sign = _mm512_set1_epi32(INT32_MIN), lo = _mm512_set1_epi32(-1), hi = _mm512_setzero_si512();
+  __mmask16 valid[nv];
+  for (int v = 0; v < nv; v++) {
+    valid[v] = n - 16 * v >= 16 ? 0xFFFF : (__mmask16)((1u << (n - 16 * v)) - 1);
+    __m512i b = _mm512_maskz_loadu_epi32(valid[v], k + 16 * v);
+    b = _mm512_mask_mov_epi32(b, _mm512_cmpeq_epi32_mask(b, sign), _mm512_setzero_si512());
+    u[v] = _mm512_xor_si512(b, _mm512_or_si512(_mm512_srai_epi32(b, 31), sign));
+    lo = _mm512_mask_min_epu32(lo, valid[v], lo, u[v]), hi = _mm512_mask_max_epu32(hi, valid[v], hi, u[v]);
+  }
+  uint32_t mn = _mm512_reduce_min_epu32(lo), diff = mn ^ _mm512_reduce_max_epu32(hi);
+  int top = diff != 0 ? 31 - __builtin_clz(diff) : -1;
+  uint32_t t = top >= 0 ? mn & ~((2u << top) - 1) : mn;  /* the bits all keys share */
+  for (int bit = top; bit >= 0; bit--) {
+    __m512i probe = _mm512_set1_epi32((int)(t | ((1u << bit) - 1)));
+    int c = 0;
+    for (int v = 0; v < nv; v++) c += __builtin_popcount(_mm512_mask_cmple_epu32_mask(valid[v], u[v], probe));
+    if (c < K) t |= 1u << bit;  /* fewer than K at or below: T has this bit */
+  }
+  __m512i tv = _mm512_set1_epi32((int)t);
+  int less = 0, eq = 0, o = 0;
+  for (int v = 0; v < nv; v++)
+    less += __builtin_popcount(_mm512_mask_cmplt_epu32_mask(valid[v], u[v], tv)),
+    eq += __builtin_popcount(_mm512_mask_cmpeq_epu32_mask(valid[v], u[v], tv));
+  if (eq <= K - less) {  /* nearly always: keep what is at or below T, in order, by compress */
+    __m512 kv[nv];
+    __m512i iv[nv];
+    for (int v = 0; v < nv; v++) kv[v] = _mm512_maskz_loadu_ps(valid[v], k + 16 * v), iv[v] = _mm512_maskz_loadu_epi32(valid[v], ix + 16 * v);
+    for (int v = 0; v < nv; v++) {  /* o <= 16·v: the stores stay in the list, behind what is loaded */
+      __mmask16 keep = _mm512_mask_cmple_epu32_mask(valid[v], u[v], tv);
+      _mm512_storeu_ps(k + o, _mm512_maskz_compress_ps(keep, kv[v]));
+      _mm512_storeu_si512(ix + o, _mm512_maskz_compress_epi32(keep, iv[v]));
+      o += __builtin_popcount(keep);
+    }
+  }
+  for (int i = 0; eq > K - less && i < n; i++) {  /* ties at T: the K − less smallest indices */
+    uint32_t ui = key_ord(k[i]);
+    int before = 0;
+    for (int j = 0; j < n && ui == t; j++) before += key_ord(k[j]) == t && ix[j] < ix[i];
+    bool keep = ui < t || (ui == t && before < K - less);
+    float ki = k[i];
+    int32_t ii = ix[i];
+    k[o] = ki, ix[o] = ii, o += keep;  /* o <= i: in place, order kept */
+  }
+  L->cnt[l] = o;
+  uint32_t b = t & 0x80000000u ? t ^ 0x80000000u : ~t;
+  float thr;
+  memcpy(&thr, &b, sizeof thr);
+  return thr;
+}
 __attribute__((target("avx512f"))) static void rows_avx512(const fused *f) { RUN512(0) }
 __attribute__((target("avx512f"))) static void both_avx512(const fused *f) { RUN512(1) }
 
@@ -194,27 +275,41 @@ __attribute__((target("avx2,fma"))) static void both_avx2(const fused *f) { RUN2
 
 /* Packs t for width w (rows of rg) into f, with empty lists; TSR_ENOMEM
  * when a buffer is missing. */
-static int pack(const tsr_k_knn_tile *t, int w, int rg, fused *f)
+static int pack(const tsr_k_knn_tile *t, int w, int rg, bool sym, fused *f)
 {
   int64_t npan = (t->rj + 2 * w - 1) / (2 * w), groups = (t->ri + rg - 1) / rg, d = t->d;
-  int64_t nl = t->ri + (t->xn != NULL ? t->rj : 0);
+  const float *xn = sym ? t->yn : t->xn;  /* sym: the rows are b's rows */
+  int64_t nl = t->ri + (xn != NULL ? t->rj : 0);
   int B = (t->K + (t->K > 2 * w ? t->K : 2 * w) + 15) & ~15;  /* room for K kept + one block */
   memset(f, 0, sizeof *f);
   f->ap = falloc(groups * rg * d), f->bp = falloc(npan * 2 * w * d), f->ynp = falloc(npan * 2 * w);
   f->thrr = falloc(groups * rg), f->thrc = falloc(npan * 2 * w);
-  f->xnp = t->xn != NULL ? falloc(groups * rg) : NULL;
+  f->xnp = xn != NULL ? falloc(groups * rg) : NULL;
   f->L = (lists){falloc(nl * B), malloc((size_t)(nl * B + 1) * sizeof(int32_t)), calloc((size_t)nl + 1, sizeof(int32_t)),
                  B, t->K, w == 16 ? compact_avx512 : compact_avx2};
-  f->ri = t->ri, f->rj = t->rj, f->d = d, f->npan = npan, f->diag = t->row0 - t->col0;
-  if (!f->ap || !f->bp || !f->ynp || !f->thrr || !f->thrc || !f->L.bk || !f->L.bi || !f->L.cnt || (t->xn && !f->xnp))
+  f->ri = t->ri, f->rj = t->rj, f->d = d, f->npan = npan, f->diag = t->row0 - t->col0, f->sym = sym;
+  if (!f->ap || !f->bp || !f->ynp || !f->thrr || !f->thrc || !f->L.bk || !f->L.bi || !f->L.cnt || (xn && !f->xnp))
     return TSR_ENOMEM;
   pack_rows(t->a, t->ri, d, rg, (float *)f->ap);
   pack_rows(t->b, t->rj, d, 2 * w, (float *)f->bp);
   for (int64_t c = 0; c < npan * 2 * w; c++) ((float *)f->ynp)[c] = c < t->rj ? t->yn[c] : INFINITY;
   for (int64_t r = 0; r < groups * rg; r++) f->thrr[r] = r < t->ri ? INFINITY : -INFINITY;
-  for (int64_t c = 0; c < npan * 2 * w; c++) f->thrc[c] = c < t->rj && t->xn != NULL ? INFINITY : -INFINITY;
-  for (int64_t r = 0; t->xn != NULL && r < groups * rg; r++) ((float *)f->xnp)[r] = r < t->ri ? t->xn[r] : INFINITY;
+  for (int64_t c = 0; c < npan * 2 * w; c++) f->thrc[c] = c < t->rj && xn != NULL ? INFINITY : -INFINITY;
+  for (int64_t r = 0; xn != NULL && r < groups * rg; r++) ((float *)f->xnp)[r] = r < t->ri ? xn[r] : INFINITY;
   return 0;
+}
+
+/* Moves list l2's entries into list l (a sym tile's row r: columns past r
+ * in list r, rows before r in list ri + r; disjoint), each first cut to
+ * its K smallest: 2K fit in B. The K smallest by (key, index) of the
+ * union are those of the two cut lists. */
+static void join(const lists *L, int64_t l, int64_t l2)
+{
+  if (L->cnt[l] > L->K) L->compact(L, l);
+  if (L->cnt[l2] > L->K) L->compact(L, l2);
+  memcpy(L->bk + l * L->B + L->cnt[l], L->bk + l2 * L->B, (size_t)L->cnt[l2] * sizeof(float));
+  memcpy(L->bi + l * L->B + L->cnt[l], L->bi + l2 * L->B, (size_t)L->cnt[l2] * sizeof(int32_t));
+  L->cnt[l] += L->cnt[l2], L->cnt[l2] = 0;
 }
 
 /* Writes each list's K smallest (any order; finish_row sorts) into t's
@@ -223,6 +318,7 @@ static void unpack(const tsr_k_knn_tile *t, const fused *f)
 {
   int64_t nl = t->ri + (t->xn != NULL ? t->rj : 0);
   for (int64_t l = 0; l < nl; l++) {
+    if (f->sym) join(&f->L, l, t->ri + l);
     if (f->L.cnt[l] > t->K) f->L.compact(&f->L, l);
     int64_t base = l < t->ri ? t->col0 : t->row0;
     const float *k = f->L.bk + l * f->L.B;
@@ -240,10 +336,14 @@ int tsr_k_knn_fused_f32(const tsr_k_knn_tile *t)
   tsr_k_isa isa = tsr_k_isa_resolve(TSR_K_ISA_BEST);
   bool wide = isa == TSR_K_ISA_AVX512;
   if (!wide && !(isa == TSR_K_ISA_AVX2 && __builtin_cpu_supports("fma"))) return 1;
+  /* A block against itself: each pair's product once, scanned both ways
+   * (half the GEMM; the same keys, bit for bit, as the full square). */
+  bool sym = t->xn == NULL && t->row0 == t->col0 && t->ri == t->rj &&
+             (t->a == t->b || memcmp(t->a, t->b, (size_t)(t->ri * t->d) * sizeof(float)) == 0);
   fused f;
-  int rc = pack(t, wide ? 16 : 8, wide ? 12 : 6, &f);
-  if (rc == 0 && wide) t->xn != NULL ? both_avx512(&f) : rows_avx512(&f);
-  if (rc == 0 && !wide) t->xn != NULL ? both_avx2(&f) : rows_avx2(&f);
+  int rc = pack(t, wide ? 16 : 8, wide ? 12 : 6, sym, &f);
+  if (rc == 0 && wide) f.xnp != NULL ? both_avx512(&f) : rows_avx512(&f);
+  if (rc == 0 && !wide) f.xnp != NULL ? both_avx2(&f) : rows_avx2(&f);
   if (rc == 0) unpack(t, &f);
   free((void *)f.ap), free((void *)f.bp), free((void *)f.ynp), free((void *)f.xnp), free(f.thrr), free(f.thrc);
   free(f.L.bk), free(f.L.bi), free(f.L.cnt);
