@@ -15,6 +15,7 @@ scripts/build.sh
 BUILD_DIR=build-asan scripts/build.sh -DTSR_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DTSR_CUDA=OFF
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp
 (cd build-asan && ctest --output-on-failure --timeout 900 -j2)
 
 echo "test.sh: all suites passed in $(( $(date +%s) - start )) s"
