@@ -125,18 +125,18 @@ static int read_all(run_state *s)
 
 /* ---------- preprocessing (count input) ---------- */
 
-/* Keeps the barcodes and true labels of the kept cells. */
+/* Keeps the barcodes and true labels of the kept cells (kept->index
+ * ascending), freeing the others' barcodes. */
 static void keep_cells(cl_result *r, int64_t n_before, const tsr_sc_kept *kept)
 {
-  for (int64_t i = 0; i < kept->n; i++) {
-    if (r->barcodes != NULL) {
-      char *b = r->barcodes[kept->index[i]];
-      r->barcodes[kept->index[i]] = NULL;
-      r->barcodes[i] = b;
-    }
-    if (r->truth != NULL) r->truth[i] = r->truth[kept->index[i]];
+  int64_t p = 0;
+  for (int64_t i = 0; i < n_before; i++) {
+    bool keep = p < kept->n && kept->index[p] == i;
+    if (r->barcodes != NULL && keep) r->barcodes[p] = r->barcodes[i];
+    else if (r->barcodes != NULL) free(r->barcodes[i]);
+    if (r->truth != NULL && keep) r->truth[p] = r->truth[i];
+    p += keep;
   }
-  for (int64_t i = kept->n; r->barcodes != NULL && i < n_before; i++) free(r->barcodes[i]);
   if (r->barcodes != NULL) r->n_barcodes = kept->n;
 }
 
