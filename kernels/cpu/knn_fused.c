@@ -249,14 +249,20 @@ __attribute__((target("avx512f"), noinline)) static float compact_avx512(const l
       o += __builtin_popcount(keep);
     }
   }
-  for (int i = 0; eq > K - less && i < n; i++) {  /* ties at T: the K − less smallest indices */
+  /* Ties at T: the K − less smallest indices. Every entry is ranked
+   * before any moves (moving while ranking read overwritten entries and
+   * lost candidates: a zero row under cosine ties every key). */
+  bool keep[eq > K - less ? n : 1];
+  for (int i = 0; eq > K - less && i < n; i++) {
     uint32_t ui = key_ord(k[i]);
     int before = 0;
     for (int j = 0; j < n && ui == t; j++) before += key_ord(k[j]) == t && ix[j] < ix[i];
-    bool keep = ui < t || (ui == t && before < K - less);
+    keep[i] = ui < t || (ui == t && before < K - less);
+  }
+  for (int i = 0; eq > K - less && i < n; i++) {
     float ki = k[i];
     int32_t ii = ix[i];
-    k[o] = ki, ix[o] = ii, o += keep;  /* o <= i: in place, order kept */
+    k[o] = ki, ix[o] = ii, o += keep[i];  /* o <= i: in place, order kept */
   }
   L->cnt[l] = o;
   uint32_t b = t & 0x80000000u ? t ^ 0x80000000u : ~t;

@@ -456,6 +456,73 @@ TEST(counts_synth_is_chunking_free_and_clustered)
   free(whole.data), free(half.data), free(types.data);
 }
 
+/* ---------- knn_tile against brute force, with ties ---------- */
+
+typedef struct knn_ref {
+  double d;
+  int64_t i;
+} knn_ref;
+
+static int knn_ref_cmp(const void *a, const void *b)
+{
+  const knn_ref *x = a, *y = b;
+  return x->d < y->d ? -1 : x->d > y->d ? 1 : x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* Row r's m nearest other rows by the exact f64 distance (the op's
+ * definition: squared euclidean, or 1 − cos with 1 for a zero row), ties
+ * by index. */
+static void knn_brute(const float *x, int64_t n, int64_t d, int64_t r, bool cosine, int64_t m, knn_ref *out, knn_ref *all)
+{
+  int64_t c = 0;
+  for (int64_t j = 0; j < n; j++) {
+    if (j == r) continue;
+    double s = 0, xx = 0, yy = 0;
+    for (int64_t t = 0; t < d; t++) {
+      double a = x[r * d + t], b = x[j * d + t];
+      s += cosine ? a * b : (a - b) * (a - b), xx += a * a, yy += b * b;
+    }
+    all[c].d = !cosine ? s : xx > 0 && yy > 0 ? 1.0 - s / (sqrt(xx) * sqrt(yy)) : 1.0;
+    all[c++].i = j;
+  }
+  qsort(all, (size_t)c, sizeof *all, knn_ref_cmp);
+  memcpy(out, all, (size_t)m * sizeof *out);
+}
+
+/* A block against itself (the symmetric fused path) with duplicate rows
+ * and, under cosine, a zero row whose distances all tie at 1: every list
+ * is brute force's, ties by index. */
+TEST(knn_tile_with_ties_equals_brute_force)
+{
+  enum { N = 300, D = 23 };
+  static float x[N * D];
+  uint64_t st = 12345;
+  for (int i = 0; i < N * D; i++) st = st * 6364136223846793005ull + 1442695040888963407ull, x[i] = (float)((st >> 40) % 2001) / 1000.0f - 1.0f;
+  for (int r = 7; r < N; r += 7) memcpy(x + r * D, x + (r - 5) * D, D * sizeof *x);
+  memset(x + 40 * D, 0, D * sizeof *x);
+  int64_t shape[2] = {N, D};
+  static knn_ref want[64], all[N];
+  for (int cosine = 0; cosine < 2; cosine++)
+    for (int64_t k = 15; k <= 40; k += 25) {
+      tsr_buf in[2] = {buf_of(TSR_F32, 2, shape, x), buf_of(TSR_F32, 2, shape, x)}, out;
+      tsr_params p = TSR_PARAMS_INIT;
+      tsr_errbuf err;
+      tsr_params_add_int(&p, "k", k);
+      tsr_params_add_int(&p, "metric", cosine);
+      tsr_params_add_int(&p, "row0", 0);
+      tsr_params_add_int(&p, "col0", 0);
+      ASSERT_OK(run("knn_tile", &p, in, 2, &out, &err));
+      int64_t m = k - 1;
+      const double *o = out.data;
+      for (int64_t r = 0; r < N; r++) {
+        knn_brute(x, N, D, r, cosine, m, want, all);
+        for (int64_t t = 0; t < m; t++) ASSERT_EQ((int64_t)o[r * 2 * m + t], want[t].i);
+      }
+      free(out.data);
+      tsr_params_clear(&p);
+    }
+}
+
 int main(void)
 {
   tsr_ops_init(false);
@@ -469,5 +536,6 @@ int main(void)
   RUN(randint_packed_is_randint_packed);
   RUN(csr_round_trip_and_checks);
   RUN(counts_synth_is_chunking_free_and_clustered);
+  RUN(knn_tile_with_ties_equals_brute_force);
   return kit_summary();
 }
