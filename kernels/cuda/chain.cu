@@ -17,9 +17,15 @@
  * bytes. A non-finite coefficient (the chain's own x/0 on a column without
  * variance, where that genotype never occurs) counts as 0.
  *
- * What runs on the CPU variant instead (TSR_ENODEV): X of another dtype
- * than u8, and a missing value the chain leaves missing (no fillnan), whose
- * NaN must reach the product. */
+ * A float X (f32 or f64: the single-cell PCA's scaled matrix behind its
+ * centering) takes the same algebra with cuBLAS DGEMMs for the two
+ * products, X converted to f64 in scratch once per task; its chain must be
+ * affine (no v/z, no fillnan: a float X has no missing value to fill).
+ * Numerics: f64 GEMM, not the CPU's order of sums.
+ *
+ * What runs on the CPU variant instead (TSR_ENODEV): X of another dtype,
+ * a float X whose chain is not affine, and a missing value the chain leaves
+ * missing (no fillnan), whose NaN must reach the product. */
 #include <string.h>
 
 #include "genotype.cuh"
@@ -88,10 +94,16 @@ struct chain_job {
   const uint8_t *x;
   int epb;
   const double *a, *b, *d;  /* per column of X; NULL without steps */
+  const double *xf;         /* a float X as f64 [rows, cols] (cuBLAS), else NULL */
 };
 
 static int geno(const chain_job &j, bool btx, int mode, const double *bm, int64_t w, double *out, tsr_errbuf *err)
 {
+  int64_t r = j.ch->rows, c = j.ch->cols;
+  if (j.xf != nullptr && btx)  /* out [w, c] = bmᵀ · X, bm [r, w] */
+    return tsr_cuda_gemm(j.gpu, TSR_F64, true, false, w, c, r, bm, w, j.xf, c, 0.0, out, c, false, err);
+  if (j.xf != nullptr)  /* out [r, w] = X · bm, bm [c, w] */
+    return tsr_cuda_gemm(j.gpu, TSR_F64, false, false, r, w, c, j.xf, c, bm, w, 0.0, out, w, false, err);
   int missing = j.ch->has_missing ? (int)j.ch->missing : 0;
   if (btx) return tsr_cuda_geno_btx_mode(j.gpu, j.x, j.epb, j.ch->rows, j.ch->cols, bm, TSR_F64, w, out, mode, missing, err);
   return tsr_cuda_geno_xb_mode(j.gpu, j.x, j.epb, j.ch->rows, j.ch->cols, bm, TSR_F64, w, out, mode, missing, err);
@@ -174,6 +186,12 @@ static int chain_side(const chain_job &j, const tsr_buf *bbuf, double *out, tsr_
 /* Whether this task runs here (see the top); a message says why not. */
 static int chain_runs_here(const tsr_k_chain *ch, tsr_dtype xdt, tsr_errbuf *err)
 {
+  if (xdt == TSR_F32 || xdt == TSR_F64) {
+    bool affine = !ch->has_missing && !ch->packed;
+    for (int i = 0; i < ch->n_steps; i++)
+      affine = affine && ch->codes[i] != TSR_K_STEP_RDIV && ch->codes[i] != TSR_K_STEP_FILLNAN;
+    return affine ? 0 : tsr_fail(err, TSR_ENODEV, "matmul_chain: a float X whose chain is not affine runs on the CPU variant");
+  }
   if (xdt != TSR_U8)
     return tsr_fail(err, TSR_ENODEV, "matmul_chain: a %s X runs on the CPU variant", tsr_dtype_name(xdt));
   bool filled = ch->n_steps > 0 && ch->codes[ch->n_steps - 1] == TSR_K_STEP_FILLNAN;
@@ -194,9 +212,16 @@ TSR_CUDA_VARIANT(matmul_chain)
   cudaStream_t s = tsr_stream(gpu);
   if (ch.rows == 0 || ch.cols == 0 || ch.outer == 0)
     return TSR_CUDA_CHECK(cudaMemsetAsync(out->data, 0, out->nbytes, s), err);
-  chain_job j = {gpu, &ch, (const uint8_t *)in[0].data, ch.packed ? 4 : 1, nullptr, nullptr, nullptr};
+  chain_job j = {gpu, &ch, (const uint8_t *)in[0].data, ch.packed ? 4 : 1, nullptr, nullptr, nullptr, nullptr};
   tsr_scratch scr(gpu);
-  double *coef = nullptr;
+  double *coef = nullptr, *xf = nullptr;
+  if (in[0].meta.dtype == TSR_F64) j.xf = (const double *)in[0].data;
+  if (in[0].meta.dtype == TSR_F32) {
+    rc = scr.get(ch.rows * ch.cols, &xf, "X as f64", err);
+    if (rc == 0) rc = tsr_cuda_convert(TSR_F64, TSR_F32, in[0].data, xf, ch.rows * ch.cols, s, err);
+    if (rc != 0) return tsr_cuda_fail_op("matmul_chain", rc, err);
+    j.xf = xf;
+  }
   if (ch.n_steps > 0) {
     chain_steps st = {ch.n_steps, {}, {}, {}};
     for (int i = 0; i < ch.n_steps; i++) {

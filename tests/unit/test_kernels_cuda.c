@@ -1046,6 +1046,55 @@ TEST(matmul_chain_gpu_vs_cpu)
   tsr_params_clear(&p);
 }
 
+
+/* A float X (the single-cell PCA's scaled matrix): no steps, (x − μ)/σ and
+ * a scale, every side, f32 and f64, against the CPU within 1e-10; a chain
+ * with fillnan is left to the CPU. */
+TEST(matmul_chain_float_x_gpu_vs_cpu)
+{
+  static const char *const sides[] = {"xb", "xtb", "bx", "btx"};
+  int64_t steps[2] = {2, 4}, inputs[2] = {2, 3}, s1[1] = {7}, i1[1] = {-1}, s8[1] = {8};
+  double values[4] = {0, 0, 0, 0}, v1[2] = {0.25, -1.5};
+  int64_t r = 700, cc = 300, w = 12, sv[1] = {cc}, sx[2] = {r, cc};
+  tsr_params p = TSR_PARAMS_INIT;
+  for (int dt = 0; dt < 2; dt++)
+    for (int side = 0; side < 4; side++)
+      for (int kind = 0; kind < 3; kind++) {
+        int64_t sb[2] = {side == 0 ? cc : side == 2 ? w : r, side == 2 ? r : w};
+        tsr_buf x = rand_buf(dt ? TSR_F64 : TSR_F32, 2, sx, 0), mu = hbuf(TSR_F64, 1, sv), sd = hbuf(TSR_F64, 1, sv), c, g;
+        for (int64_t j = 0; j < cc; j++) ((double *)mu.data)[j] = rnd_unit() - 0.5, ((double *)sd.data)[j] = 0.5 + rnd_unit();
+        tsr_params_clear(&p);
+        tsr_params_add_str(&p, "side", sides[side], strlen(sides[side]));
+        if (kind == 1) {
+          tsr_params_add_ints(&p, "steps", steps, 2);
+          tsr_params_add_ints(&p, "step_inputs", inputs, 2);
+          tsr_params_add_floats(&p, "step_values", values, 4);
+        } else if (kind == 2) {
+          tsr_params_add_ints(&p, "steps", s1, 1);
+          tsr_params_add_ints(&p, "step_inputs", i1, 1);
+          tsr_params_add_floats(&p, "step_values", v1, 2);
+        }
+        tsr_buf in[4] = {x, rand_buf(TSR_F64, 2, sb, 0), mu, sd};
+        BOTH("matmul_chain", &p, in, kind == 1 ? 4 : 2, &c, &g);
+        double e = rel_err(&g, &c);
+        if (e > 1e-10) fprintf(stderr, "  float chain %s f%d kind %d: %.2e\n", sides[side], dt ? 64 : 32, kind, e);
+        ASSERT_TRUE(e <= 1e-10);
+        free(c.data), free(g.data), free(x.data), free(in[1].data), free(mu.data), free(sd.data);
+      }
+  int64_t sb[2] = {cc, w};
+  tsr_buf in[2] = {rand_buf(TSR_F32, 2, sx, 0), rand_buf(TSR_F64, 2, sb, 0)}, g;
+  tsr_errbuf err;
+  tsr_params_clear(&p);
+  tsr_params_add_str(&p, "side", "xb", 2);
+  tsr_params_add_ints(&p, "steps", s8, 1);
+  tsr_params_add_ints(&p, "step_inputs", i1, 1);
+  tsr_params_add_floats(&p, "step_values", v1, 2);
+  ASSERT_EQ(gpu_run("matmul_chain", &p, in, 2, &g, &err), TSR_ENODEV);
+  free(g.data);
+  free_bufs(in, 2);
+  tsr_params_clear(&p);
+}
+
 /* ---------- kNN ---------- */
 
 /* n x d rows in (-1, 1); every 7th row a copy of the row 5 before it, so
@@ -2170,6 +2219,7 @@ int main(int argc, char **argv)
   RUN_IF(missing_values_sum_count_and_astype);
   RUN_IF(randint_packed_bit_identical);
   RUN_IF(matmul_chain_gpu_vs_cpu);
+  RUN_IF(matmul_chain_float_x_gpu_vs_cpu);
   RUN_IF(csr_map_normalize_vs_cpu);
   RUN_IF(csr_sum_vs_cpu);
   RUN_IF(csr_matmul_vs_cpu);
