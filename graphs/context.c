@@ -135,8 +135,9 @@ static int decode_packed2(tsr_array_ctx *ctx, const tsr_array *a, tsr_array *out
   return rc;
 }
 
-/* blosc_decompress of each frame back to its block's dtype and shape. */
-static int decode_blosc(tsr_array_ctx *ctx, const tsr_array *a, tsr_array *out)
+/* op (blosc_decompress of a frame, csr_densify of a sparse chunk) of each
+ * chunk back to its block's dtype and shape. */
+static int decode_to_block(tsr_array_ctx *ctx, const tsr_array *a, const char *op, tsr_array *out)
 {
   int rc = 0;
   for (size_t b = 0; rc == 0 && b < a->nblocks; b++) {
@@ -148,26 +149,7 @@ static int decode_blosc(tsr_array_ctx *ctx, const tsr_array *a, tsr_array *out)
     rc = tsr_args_new(&args);
     if (rc == 0) rc = tsr_args_str(args, "dtype", gdtype_name(a->dtype));
     if (rc == 0) rc = gargs_shape(args, "shape", a->ndim, shape);
-    if (rc == 0) rc = gtask_add(ctx, out->keys[b], "blosc_decompress", args, &in, 1);
-    tsr_args_destroy(&args);
-  }
-  return rc;
-}
-
-/* csr_densify of each sparse chunk to its block's dtype and shape. */
-static int decode_csr(tsr_array_ctx *ctx, const tsr_array *a, tsr_array *out)
-{
-  int rc = 0;
-  for (size_t b = 0; rc == 0 && b < a->nblocks; b++) {
-    int64_t idx[TSR_MAX_NDIM], shape[TSR_MAX_NDIM];
-    garray_index(a, b, idx);
-    garray_block_shape(a, idx, shape);
-    tsr_args *args = NULL;
-    const char *in = a->keys[b];
-    rc = tsr_args_new(&args);
-    if (rc == 0) rc = tsr_args_str(args, "dtype", gdtype_name(a->dtype));
-    if (rc == 0) rc = gargs_shape(args, "shape", a->ndim, shape);
-    if (rc == 0) rc = gtask_add(ctx, out->keys[b], "csr_densify", args, &in, 1);
+    if (rc == 0) rc = gtask_add(ctx, out->keys[b], op, args, &in, 1);
     tsr_args_destroy(&args);
   }
   return rc;
@@ -184,8 +166,8 @@ int garray_dense(tsr_array_ctx *ctx, const tsr_array *a, const tsr_array **out_p
   if (rc != 0) return rc;
   out->missing = a->missing;
   if (a->encoding == TSR_ENC_PACKED2) rc = decode_packed2(ctx, a, out);
-  else if (a->encoding == TSR_ENC_BLOSC) rc = decode_blosc(ctx, a, out);
-  else if (a->encoding == TSR_ENC_CSR) rc = decode_csr(ctx, a, out);
+  else if (a->encoding == TSR_ENC_BLOSC) rc = decode_to_block(ctx, a, "blosc_decompress", out);
+  else if (a->encoding == TSR_ENC_CSR) rc = decode_to_block(ctx, a, "csr_densify", out);
   else rc = client_fail(TSR_EINVAL, "array has an unknown encoding %d", (int)a->encoding);
   if (rc != 0) {
     tsr_array_free(ctx, &out);
