@@ -8,11 +8,13 @@
  *   are equal and as large as KNN_MAX_BLOCK: a tile restarts its rows'
  *   candidate lists, so fewer, larger tiles scan less.
  * - clusters with GPU workers: a plain tile for every row block i (at most
- *   KNN_GPU_ROWS rows) and column block j of KNN_GPU_COLS rows, because a
- *   16,384 x 16,384 tile takes the GPU about a millisecond and per-task
- *   costs (6,400 tiles at 1.3M rows) would dominate; kernels/cuda/knn.cu
- *   keeps only sub-tiles of the distances on the device. The CUDA variants
- *   take the plain contract only (no pair tiles). */
+ *   KNN_GPU_ROWS rows) and column block j of up to KNN_GPU_COL_BYTES (all
+ *   rows, below 5M rows of 50 f32), because a tile restarts its rows'
+ *   candidate lists: the GPU's selection work grows with the number of
+ *   column blocks (kernels/cuda/knn_tc.cu), while a 16,384-row tile
+ *   against a million columns still takes only tens of milliseconds. The
+ *   CUDA variants keep only registers or sub-tiles of the distances on
+ *   the device and take the plain contract only (no pair tiles). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +25,7 @@
 #define TSR_API __attribute__((visibility("default")))
 #define KNN_MAX_BLOCK 32768
 #define KNN_GPU_ROWS 16384
-#define KNN_GPU_COLS 131072
+#define KNN_GPU_COL_BYTES ((int64_t)1 << 30)
 
 static int knn_check(const tsr_array *x, int k, tsr_metric metric)
 {
@@ -70,13 +72,16 @@ static bool knn_cluster_has_gpu(tsr_array_ctx *ctx)
   return gpu;
 }
 
-/* The GPU column blocks: x in row chunks of KNN_GPU_COLS (one chunk
- * when x is shorter), or x itself when its chunks are that large. */
+/* The GPU column blocks: x in row chunks of KNN_GPU_COL_BYTES (one chunk
+ * when x is smaller), or x itself when its chunks are that large. */
 static int knn_columns(tsr_array_ctx *ctx, const tsr_array *x, const tsr_array **cols_p)
 {
+  int64_t row_bytes = x->shape[1] * (int64_t)tsr_dtype_size(x->dtype);
+  int64_t rows = KNN_GPU_COL_BYTES / (row_bytes > 0 ? row_bytes : 1);
+  rows = rows < KNN_GPU_ROWS ? KNN_GPU_ROWS : rows;
   *cols_p = x;
-  if (x->chunk[0] >= KNN_GPU_COLS || x->nchunks[0] == 1) return 0;
-  int64_t chunks[2] = {x->shape[0] < KNN_GPU_COLS ? x->shape[0] : KNN_GPU_COLS, 0};
+  if (x->chunk[0] >= rows || x->nchunks[0] == 1) return 0;
+  int64_t chunks[2] = {x->shape[0] < rows ? x->shape[0] : rows, 0};
   tsr_array *r = NULL;
   int rc = tsr_rechunk(ctx, x, chunks, &r);
   if (rc == 0) *cols_p = r;

@@ -27,110 +27,16 @@
  * Lists of more than 64 entries (k > 57 for tiles, k > 65 for merges) are
  * left to the CPU variant (TSR_ENODEV). Non-finite inputs fail the tile
  * through the deferred check (kernels.h), naming the first bad row. */
-#include <math.h>
 #include <string.h>
 
-#include "common.cuh"
+#include "knn.cuh"
 
-#define KNN_MARGIN 8    /* as kernels/cpu/knn.c */
-#define MAX_LIST 64     /* two slots a lane */
 #define SUB_ROWS 8192   /* rows of a G sub-tile: a warp each, about one wave */
 #define SUB_ELEMS ((int64_t)8 << 20)  /* keys of a G sub-tile (32 MB f32) */
-#define WARPS 8         /* warps a block */
 #define MERGE_BATCH 64  /* tile pointers a merge launch takes */
-
-static const unsigned FULL = 0xffffffffu;
-
-/* ---------- the lane-spread sorted list ---------- */
-
-/* n (<= 32·J) entries sorted ascending, slot s = lane + 32j in key[j] of
- * that lane; slots >= n hold (+inf, -1). LEX: entries ordered by (key,
- * idx) and a new entry goes before equal ones with a larger index; else
- * by key only and a new entry goes after equal keys (the CPU scan's
- * rule: columns arrive in increasing order). All lanes call every method
- * (warp-uniform arguments). */
-template <class K, class I, int J, bool LEX>
-struct wlist {
-  K key[J];
-  I idx[J];
-
-  __device__ void init()
-  {
-#pragma unroll
-    for (int j = 0; j < J; j++) key[j] = (K)INFINITY, idx[j] = (I)-1;
-  }
-  __device__ void load(const K *sk, const I *si, int n, int lane)
-  {
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-      int s = lane + 32 * j;
-      key[j] = s < n ? sk[s] : (K)INFINITY;
-      idx[j] = s < n ? si[s] : (I)-1;
-    }
-  }
-  __device__ void store(K *sk, I *si, int n, int lane) const
-  {
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-      int s = lane + 32 * j;
-      if (s < n) sk[s] = key[j], si[s] = idx[j];
-    }
-  }
-  /* The entry at slot n - 1 (the one a new entry must beat), to all lanes. */
-  __device__ void tail(int n, K *tk, I *ti) const
-  {
-    int jt = (n - 1) >> 5;
-    K k = key[0];
-    I i = idx[0];
-#pragma unroll
-    for (int j = 1; j < J; j++)
-      if (j == jt) k = key[j], i = idx[j];
-    *tk = __shfl_sync(FULL, k, (n - 1) & 31);
-    *ti = __shfl_sync(FULL, i, (n - 1) & 31);
-  }
-  /* Whether (v, vi) enters a list whose last entry is (tk, ti). */
-  static __device__ bool beats(K v, I vi, K tk, I ti) { return v < tk || (LEX && v == tk && vi < ti); }
-  /* Inserts (v, vi), which beats the tail: the entries before it keep
-   * their slots, the later ones move up one, the last falls off. */
-  __device__ void insert(K v, I vi, int n, int lane)
-  {
-    int p = 0;
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-      int s = lane + 32 * j;
-      bool before = LEX ? key[j] < v || (key[j] == v && idx[j] < vi) : key[j] <= v;
-      p += __popc(__ballot_sync(FULL, s < n && before));
-    }
-    K upk[J], wrk[J];
-    I upi[J], wri[J];
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-      upk[j] = __shfl_up_sync(FULL, key[j], 1), upi[j] = __shfl_up_sync(FULL, idx[j], 1);
-      wrk[j] = __shfl_sync(FULL, key[j], 31), wri[j] = __shfl_sync(FULL, idx[j], 31);
-    }
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-      int s = lane + 32 * j;
-      if (s >= n || s < p) continue;
-      if (s == p) {
-        key[j] = v, idx[j] = vi;
-      } else if (lane > 0) {
-        key[j] = upk[j], idx[j] = upi[j];
-      } else if (j > 0) {  /* slot 32j - 1 is lane 31's previous slot */
-        key[j] = wrk[j - 1], idx[j] = wri[j - 1];
-      }
-    }
-  }
-};
 
 /* ---------- knn_tile ---------- */
 
-struct tile_task {
-  int64_t k, metric, row0, col0;
-  int64_t ri, rj, d, m;
-  int K;
-  bool cosine;
-};
 
 static int tile_parse(const tsr_params *p, const tsr_buf *in, tile_task *t, tsr_errbuf *err)
 {
@@ -146,6 +52,7 @@ static int tile_parse(const tsr_params *p, const tsr_buf *in, tile_task *t, tsr_
   t->m = t->k > 1 ? t->k - 1 : 1;
   t->K = (int)(t->m + KNN_MARGIN);
   t->cosine = t->metric == 1;
+  t->dtype = in[0].meta.dtype;
   return 0;
 }
 
@@ -224,31 +131,36 @@ __global__ void knn_select(const G *g, int nr, int nc, const float *yn, int64_t 
   list.store(skey + w * K, sidx + w * K, K, lane);
 }
 
-/* The CPU's exact_dist: f64, squared euclidean or 1 − cos. */
-template <class T>
-__device__ double exact_dist(const T *a, const T *b, int64_t d, bool cosine)
+/* Whether row w's exact best m (m-th distance dm; have: the row has m
+ * candidates) are certainly among its TF32 candidates (knn.cuh's
+ * knn_cert). E bounds |approximate − exact key|: the inputs' rounding to
+ * TF32 (2^-11 each, so 2^-9 |x||y| for the doubled product), the |y|²
+ * split into two TF32 terms (2^-22 |y|²) and the f32 accumulation of
+ * ksteps MMAs (2^-21 each, relative to the terms' sum), doubled for
+ * safety. Fewer than m candidates means no list filled up: every column
+ * was kept. */
+__device__ bool knn_certified(const knn_cert &c, int64_t w, int K, double xx, double dm, bool have, bool cosine)
 {
-  double s = 0, xx = 0, yy = 0;
-  for (int64_t c = 0; c < d; c++) {
-    double u = (double)a[c], v = (double)b[c];
-    if (cosine) {
-      s += u * v, xx += u * u, yy += v * v;
-    } else {
-      double e = u - v;
-      s += e * e;
-    }
+  if (!have) return true;
+  double xn = cosine ? 1.0 : sqrt(xx), ym = (double)*c.ymax;
+  double e = 2.0 * (xn * ym * (0x1p-9 + c.ksteps * 0x1p-20) + ym * ym * (c.ksteps * 0x1p-21 + 0x1p-22) + 0x1p-20);
+  double kx = cosine ? 2.0 * dm - 1.0 : dm - xx;  /* the exact key: |y|² − 2x·y, or 1 − 2cos */
+  for (int s = 0; s < c.splits; s++) {
+    float tk = c.skey[w * K + s * 32 + 31];
+    if (isfinite(tk) && !((double)tk - e > kx)) return false;
   }
-  if (!cosine) return s;
-  return xx > 0 && yy > 0 ? 1.0 - s / (sqrt(xx) * sqrt(yy)) : 1.0;
+  return true;
 }
 
-/* Step 4: row w's K candidates (sidx, -1 unused) → out row [m indices as
- * f64 (−1 missing), m distances (+inf)], by (distance, index). Each slot's
- * rank is the number of slots before it: valid ones first by (distance,
- * global index), unused ones by slot, so ranks are a permutation. */
+/* Step 4: row w's K candidates (sidx: columns of the tile, -1 unused; the
+ * row's own column, self0 + w, skipped) → out row [m indices as f64 (−1
+ * missing), m distances (+inf)], by (distance, index). Each slot's rank is
+ * the number of slots before it: valid ones first by (distance, global
+ * index), unused ones by slot, so ranks are a permutation. With a
+ * certificate, rows that fail it are flagged for knn_tc.cu's exact scan. */
 template <class T, int J>
 __global__ void knn_finish(const T *x, const T *y, int64_t d, int64_t ri, const int *sidx, int K, int m, int64_t col0,
-                           bool cosine, double *out)
+                           int64_t self0, bool cosine, knn_cert cert, double *out)
 {
   int lane = threadIdx.x & 31;
   int64_t w = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
@@ -260,6 +172,7 @@ __global__ void knn_finish(const T *x, const T *y, int64_t d, int64_t ri, const 
   for (int j = 0; j < J; j++) {
     int s = lane + 32 * j;
     int c = s < K ? sidx[w * K + s] : -1;
+    if (c == self0 + w) c = -1;
     gid[j] = c >= 0 ? col0 + c : -1;
     dist[j] = c >= 0 ? exact_dist(x + w * d, y + (int64_t)c * d, d, cosine) : INFINITY;
     rank[j] = 0;
@@ -281,13 +194,43 @@ __global__ void knn_finish(const T *x, const T *y, int64_t d, int64_t ri, const 
     }
   }
   double *o = out + w * 2 * m;
+  double dm = 0;
+  bool have = false;
 #pragma unroll
   for (int j = 0; j < J; j++) {
     int s = lane + 32 * j;
     if (s >= K || rank[j] >= m) continue;
     o[rank[j]] = gid[j] >= 0 ? (double)gid[j] : -1.0;
     o[m + rank[j]] = gid[j] >= 0 ? dist[j] : INFINITY;
+    if (rank[j] == m - 1 && gid[j] >= 0) dm = dist[j], have = true;
   }
+  if (cert.skey == nullptr) return;
+  unsigned src = __ballot_sync(FULL, have);
+  if (src != 0) dm = __shfl_sync(FULL, dm, __ffs(src) - 1);
+  double xx = 0;
+  for (int64_t c = 0; c < d; c++) xx += (double)x[w * d + c] * (double)x[w * d + c];
+  if (lane == 0 && !knn_certified(cert, w, K, xx, dm, src != 0, cosine)) cert.flagged[atomicAdd(cert.nflag, 1)] = (int)w;
+}
+
+int knn_finish_launch(const tile_task *t, const void *x, const void *y, const int *sidx, int K, knn_cert cert,
+                      double *out, cudaStream_t s, tsr_errbuf *err)
+{
+  unsigned blocks = (unsigned)((t->ri + WARPS - 1) / WARPS);
+  int64_t self0 = t->row0 - t->col0;
+  bool f64 = t->dtype == TSR_F64;
+  if (K <= 32 && f64)
+    knn_finish<double, 1><<<blocks, 32 * WARPS, 0, s>>>((const double *)x, (const double *)y, t->d, t->ri, sidx, K,
+                                                        (int)t->m, t->col0, self0, t->cosine, cert, out);
+  else if (K <= 32)
+    knn_finish<float, 1><<<blocks, 32 * WARPS, 0, s>>>((const float *)x, (const float *)y, t->d, t->ri, sidx, K,
+                                                       (int)t->m, t->col0, self0, t->cosine, cert, out);
+  else if (f64)
+    knn_finish<double, 2><<<blocks, 32 * WARPS, 0, s>>>((const double *)x, (const double *)y, t->d, t->ri, sidx, K,
+                                                        (int)t->m, t->col0, self0, t->cosine, cert, out);
+  else
+    knn_finish<float, 2><<<blocks, 32 * WARPS, 0, s>>>((const float *)x, (const float *)y, t->d, t->ri, sidx, K,
+                                                       (int)t->m, t->col0, self0, t->cosine, cert, out);
+  return TSR_CUDA_LAUNCHED("knn_finish", err);
 }
 
 struct tile_bufs {
@@ -297,18 +240,22 @@ struct tile_bufs {
   unsigned long long *bad;
 };
 
-static int tile_alloc(const tile_task *t, tsr_dtype dt, int64_t sub_elems, tsr_scratch *sc, tile_bufs *b,
+/* The scratch of a tile: the status words and the normalized copies
+ * (cosine) always; the norms, lists and the G sub-tile for the cuBLAS
+ * path only (tc: the TF32 path keeps its own). */
+static int tile_alloc(const tile_task *t, tsr_dtype dt, int64_t sub_elems, bool tc, tsr_scratch *sc, tile_bufs *b,
                       tsr_errbuf *err)
 {
   size_t es = tsr_dtype_size(dt);
   memset(b, 0, sizeof *b);
-  int rc = sc->get(t->rj, &b->yn, "knn_tile column norms", err);
+  int rc = sc->get(2, &b->bad, "knn_tile status words", err);
+  if (rc == 0 && t->cosine) rc = sc->get((size_t)(t->ri * t->d) * es, &b->na, "knn_tile normalized rows", err);
+  if (rc == 0 && t->cosine) rc = sc->get((size_t)(t->rj * t->d) * es, &b->nb, "knn_tile normalized columns", err);
+  if (tc) return rc;
+  if (rc == 0) rc = sc->get(t->rj, &b->yn, "knn_tile column norms", err);
   if (rc == 0) rc = sc->get(t->ri * t->K, &b->skey, "knn_tile candidate keys", err);
   if (rc == 0) rc = sc->get(t->ri * t->K, &b->sidx, "knn_tile candidate columns", err);
   if (rc == 0) rc = sc->get((size_t)sub_elems * es, &b->g, "a knn_tile sub-tile", err);
-  if (rc == 0) rc = sc->get(2, &b->bad, "knn_tile status words", err);
-  if (rc == 0 && t->cosine) rc = sc->get((size_t)(t->ri * t->d) * es, &b->na, "knn_tile normalized rows", err);
-  if (rc == 0 && t->cosine) rc = sc->get((size_t)(t->rj * t->d) * es, &b->nb, "knn_tile normalized columns", err);
   return rc;
 }
 
@@ -349,18 +296,20 @@ static int tile_scan(const tile_task *t, const T *a, const T *bm, const tile_buf
   return rc;
 }
 
+/* Step 1, then the TF32 path (knn_tc.cu) where it fits, else steps 2-4. */
 template <class T>
 static int tile_run(const tile_task *t, const tsr_buf *in, tsr_buf *out, const tsr_gpu_ctx *gpu, tsr_errbuf *err)
 {
   cudaStream_t s = tsr_stream(gpu);
   tsr_dtype dt = sizeof(T) == 4 ? TSR_F32 : TSR_F64;
+  bool tc = knn_tc_fits(t, dt);
   int64_t rb = t->ri < SUB_ROWS ? t->ri : SUB_ROWS;
   int64_t sub = sizeof(T) == 4 ? SUB_ELEMS : SUB_ELEMS / 2;  /* an f64 G in as many bytes */
   int64_t cb = sub / rb / 128 * 128;
   cb = cb < 128 ? 128 : cb > t->rj ? t->rj : cb;
   tsr_scratch sc(gpu);
   tile_bufs b;
-  int rc = tile_alloc(t, dt, rb * (cb > 0 ? cb : 1), &sc, &b, err);
+  int rc = tile_alloc(t, dt, rb * (cb > 0 ? cb : 1), tc, &sc, &b, err);
   if (rc == 0) rc = TSR_CUDA_CHECK(cudaMemsetAsync(b.bad, 0xff, 2 * sizeof(unsigned long long), s), err);
   if (rc != 0) return rc;
   const T *x = (const T *)in[0].data, *y = (const T *)in[1].data;
@@ -371,19 +320,17 @@ static int tile_run(const tile_task *t, const tsr_buf *in, tsr_buf *out, const t
   if (rc == 0) rc = tsr_cuda_defer_rows("knn_tile", (const int64_t *)b.bad, 2, "is not finite (kNN needs finite values)",
                                         s, err);
   if (rc != 0) return rc;
+  const T *a = t->cosine ? (const T *)b.na : x, *bm = t->cosine ? (const T *)b.nb : y;
+  if (tc)
+    return knn_tc_run(t, (const float *)x, (const float *)y, (const float *)a, (const float *)bm, (double *)out->data,
+                      gpu, err);
   knn_empty_lists<<<tsr_grid(t->ri * t->K, 256), 256, 0, s>>>(b.skey, b.sidx, t->ri * t->K);
   rc = TSR_CUDA_LAUNCHED("knn_empty_lists", err);
-  if (rc != 0) return rc;
-  const T *a = t->cosine ? (const T *)b.na : x, *bm = t->cosine ? (const T *)b.nb : y;
-  if (t->rj > 0) rc = tile_scan<T>(t, a, bm, &b, rb, cb, gpu, err);
-  if (rc != 0) return rc;
-  if (t->K <= 32)
-    knn_finish<T, 1><<<warp_blocks(t->ri), 32 * WARPS, 0, s>>>(x, y, t->d, t->ri, b.sidx, t->K, (int)t->m, t->col0,
-                                                                t->cosine, (double *)out->data);
-  else
-    knn_finish<T, 2><<<warp_blocks(t->ri), 32 * WARPS, 0, s>>>(x, y, t->d, t->ri, b.sidx, t->K, (int)t->m, t->col0,
-                                                                t->cosine, (double *)out->data);
-  return TSR_CUDA_LAUNCHED("knn_finish", err);
+  if (rc == 0 && t->rj > 0) rc = tile_scan<T>(t, a, bm, &b, rb, cb, gpu, err);
+  knn_cert none;
+  memset(&none, 0, sizeof none);
+  if (rc == 0) rc = knn_finish_launch(t, x, y, b.sidx, t->K, none, (double *)out->data, s, err);
+  return rc;
 }
 
 TSR_CUDA_VARIANT(knn_tile)

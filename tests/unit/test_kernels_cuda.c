@@ -1152,7 +1152,8 @@ static void knn_tile_case(const tsr_buf *x, int64_t k, int64_t metric, int64_t r
 /* knn_tile: diagonal tiles (the self row skipped), off-diagonal ones, a
  * column block of fewer rows than k (−1 / +inf padding), one row, k = 1,
  * lists of more than 32 (two slots a lane), f32 and f64, euclidean and
- * cosine (with a zero row), and sub-tiles of more than one launch. */
+ * cosine (with a zero row), sub-tiles of more than one launch, and the
+ * TF32 path's exact redo of rows it cannot certify. */
 TEST(knn_tile_bit_identical)
 {
   static const tsr_dtype dts[2] = {TSR_F32, TSR_F64};
@@ -1172,6 +1173,16 @@ TEST(knn_tile_bit_identical)
       }
       free(x.data);
     }
+  /* The TF32 path (f32, k <= 25): 50 dims (7 k-steps); and rows far from
+   * the origin, where no TF32 key can certify a row and every row is
+   * redone exactly (knn_tc.cu's step 4). */
+  tsr_buf pcs = knn_data(TSR_F32, 3000, 50);
+  knn_tile_case(&pcs, 15, 0, 0, 1000, 0, 3000);
+  knn_tile_case(&pcs, 15, 1, 1000, 1000, 0, 3000);
+  for (int64_t i = 0; i < 3000 * 50; i++) ((float *)pcs.data)[i] += 30.0f;
+  knn_tile_case(&pcs, 15, 0, 0, 300, 0, 3000);
+  knn_tile_case(&pcs, 10, 0, 2900, 100, 2000, 1000);
+  free(pcs.data);
   /* sub-tiles: more rows than one launch and columns in several sub-tiles */
   tsr_buf big = knn_data(TSR_F32, 9000, 8);
   knn_tile_case(&big, 15, 0, 0, 8500, 0, 9000);
@@ -1478,6 +1489,31 @@ static void bench_svd(void)
       }
       dfree(&o), dfree(&a);
     }
+  tsr_params_clear(&p);
+}
+
+/* knn_tile as GPU clusters cut it (graphs/knn.c: 16,384 rows against
+ * every row), 50 standard normal dims, k = 15: the 1.3M-row kNN is 80 such
+ * tiles. */
+static void bench_knn(void)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  int64_t rows[2] = {16384, 50}, cols[2] = {1300000, 50};
+  tsr_buf in[2] = {dalloc(TSR_F32, 2, rows), dalloc(TSR_F32, 2, cols)}, o = {0};
+  rparams(&p, 5, "f32", 2, rows, rows, (int64_t[2]){0, 0});
+  bench_op("random_normal", &p, NULL, 0, &in[0], 0);
+  rparams(&p, 6, "f32", 2, cols, cols, (int64_t[2]){0, 0});
+  bench_op("random_normal", &p, NULL, 0, &in[1], 0);
+  for (int metric = 0; metric < 2; metric++) {
+    tsr_params_clear(&p);
+    tsr_params_add_int(&p, "k", 15);
+    tsr_params_add_int(&p, "metric", metric);
+    tsr_params_add_int(&p, "row0", 0);
+    tsr_params_add_int(&p, "col0", 0);
+    report(metric ? "knn_tile f32 16384 x 1.3M x 50, k 15, cosine" : "knn_tile f32 16384 x 1.3M x 50, k 15",
+           bench_op("knn_tile", &p, in, 2, &o, 5), 0, 2.0 * 16384 * 1300000 * 50 / 1e9);
+  }
+  dfree(&o), dfree(&in[0]), dfree(&in[1]);
   tsr_params_clear(&p);
 }
 
@@ -2196,6 +2232,7 @@ int main(int argc, char **argv)
     if (strcmp(what, "all") == 0 || strcmp(what, "genotype") == 0) bench_genotype();
     if (strcmp(what, "all") == 0 || strcmp(what, "genotype64") == 0) bench_genotype_f64();
     if (strcmp(what, "all") == 0 || strcmp(what, "tasks") == 0) bench_task_costs();
+    if (strcmp(what, "all") == 0 || strcmp(what, "knn") == 0) bench_knn();
     return 0;
   }
   RUN_IF(random_uniform_and_int_bit_identical);

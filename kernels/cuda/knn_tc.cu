@@ -1,0 +1,397 @@
+/* kernels/cuda/knn_tc.cu — the knn_tile of f32 rows on tensor cores, for
+ * k ≤ 25 and d ≤ 62 (knn_tc_fits); knn.cu takes the rest.
+ *
+ * Why: the cuBLAS path writes every distance of the tile to memory and
+ * reads it back to select, and SGEMM runs on the FP32 units; at a million
+ * rows that is seconds. Here the distances never leave registers:
+ *   1. pack: each row becomes TF32 values laid out for MMA, the key folded
+ *      into the product — a = [−2x, 1, 1, 0…], b = [y, hi, lo, 0…] with
+ *      hi + lo = |y|² (two TF32 terms), so a·b = |y|² − 2x·y, the key the
+ *      CPU ranks by (cosine: the normalized rows and |y|² = 1). Columns
+ *      past the tile's end get hi = +inf: they never enter a list;
+ *   2. sweep: a block of 8 warps owns TC_ROWS rows (16 a warp, their A
+ *      fragments in registers for the whole sweep) and streams its split
+ *      of the columns through shared memory, TC_COLS at a time
+ *      (cp.async, double-buffered). Each warp computes 16 × 64 keys with
+ *      mma.sync m16n8k8 TF32, compares them with its rows' current 32nd
+ *      best key, and inserts the rare hits into the rows' 32-entry lists
+ *      in shared memory (a lane a slot: one ballot and one shuffle). The
+ *      row's own column is not skipped (it is the smallest key and costs
+ *      one slot; the re-rank drops it). Two splits of the columns give the
+ *      GPU two blocks per row block; the re-rank merges their lists;
+ *   3. re-rank (knn.cu's knn_finish): the candidates' exact f64 distances
+ *      from the original rows, ranked by (distance, index) as on the CPU,
+ *      and a certificate: a TF32 key is within E of the exact one
+ *      (knn_certified states E), so when the m-th exact key lies more
+ *      than E below each full list's last key, no column left out can
+ *      be among the best m, and the row is exact;
+ *   4. rows without the certificate (near-ties far from the origin, where
+ *      TF32 cannot separate) are redone by knn_exact_rows: a warp a row,
+ *      every column's exact f64 distance, the best m by (distance, index).
+ * So every row is the exact best m by (f64 distance, index) — the CPU
+ * op's bytes whenever the CPU's own f32 candidates hold the true best m. */
+#include <string.h>
+
+#include "knn.cuh"
+
+#define TC_ROWS 128   /* rows of a sweep block: 8 warps of 16 */
+#define TC_COLS 128   /* columns of a pipeline stage */
+#define TC_LIST 32    /* a row's list in a split: a slot a lane */
+#define TC_MAX_KS 8   /* k-steps of 8: d + 2 ≤ 64 */
+
+/* ---------- 1. pack ---------- */
+
+static __device__ uint32_t to_tf32(float f)
+{
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+  return r;
+}
+
+/* Rows of a (n real, n_pad in all) into dp-wide TF32 rows. Row side (cols
+ * false): [−2x, 1, 1, 0…]. Column side: [y, hi, lo, 0…] with hi + lo =
+ * |y|² as f32 (1 for cosine), the pad rows [0…, +inf, 0…], and the largest
+ * |y| into *ymax (as bits: positive floats order like their bits). */
+__global__ void tc_pack(const float *a, int64_t n, int64_t n_pad, int64_t d, int dp, bool cols, bool cosine,
+                        uint32_t *packed, unsigned *ymax)
+{
+  TSR_GRID_STRIDE(r, n_pad)
+  {
+    uint32_t *o = packed + r * dp;
+    for (int c = 0; c < dp; c++) o[c] = 0;
+    if (r >= n) {
+      if (cols) o[d] = __float_as_uint(INFINITY);
+      continue;
+    }
+    const float *x = a + r * d;
+    double s = 0;
+    for (int64_t c = 0; c < d; c++) s += (double)x[c] * (double)x[c];
+    if (!cols) {
+      for (int64_t c = 0; c < d; c++) o[c] = to_tf32(-2.0f * x[c]);
+      o[d] = o[d + 1] = __float_as_uint(1.0f);
+      continue;
+    }
+    for (int64_t c = 0; c < d; c++) o[c] = to_tf32(x[c]);
+    float yy = cosine ? 1.0f : (float)s;
+    uint32_t hi = to_tf32(yy);
+    o[d] = hi;
+    o[d + 1] = to_tf32(yy - __uint_as_float(hi));
+    atomicMax(ymax, __float_as_uint((float)sqrt(s)));
+  }
+}
+
+/* ---------- 2. sweep ---------- */
+
+static __device__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ void cp_async16(void *smem, const void *gmem)
+{
+  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
+}
+
+/* B fragments of one n-tile for k-steps ks and ks + 1 (x4) or ks alone
+ * (x2): a tf32 8 × 4 block is an 8 × 8 b16 matrix to ldmatrix, which hands
+ * lane 4g + t word t of row g — the fragment's (n = g, k = t). Lane L
+ * addresses row L % 8 of matrix L / 8: (ks, k 0-3), (ks, k 4-7), (ks + 1,
+ * k 0-3), (ks + 1, k 4-7). */
+static __device__ void ldsm_x4(uint32_t (&r)[4], const uint32_t *p)
+{
+  unsigned s = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+static __device__ void ldsm_x2(uint32_t (&r)[4], const uint32_t *p)
+{
+  unsigned s = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
+}
+
+/* Inserts (v, col), which beats the list's last key, into a row's sorted
+ * 32-entry list (lane = slot; after equal keys); returns the new last key
+ * to every lane. Not inlined: the hit loops call it from 32 unrolled
+ * places, and one copy keeps the sweep's code in the instruction cache. */
+static __device__ __noinline__ float list_insert(float *key, int *idx, float v, int col, int lane)
+{
+  float k = key[lane];
+  int i = idx[lane];
+  int p = __popc(__ballot_sync(FULL, k <= v));
+  float uk = __shfl_up_sync(FULL, k, 1);
+  int ui = __shfl_up_sync(FULL, i, 1);
+  float nk = lane == p ? v : lane > p ? uk : k;
+  int ni = lane == p ? col : lane > p ? ui : i;
+  __syncwarp();
+  key[lane] = nk, idx[lane] = ni;
+  __syncwarp();
+  return __shfl_sync(FULL, nk, 31);
+}
+
+/* A warp's tile: 32 rows (two m-tiles, their A fragments in registers for
+ * the whole sweep) by 32 columns (four n-tiles) a step. Two m-tiles use
+ * each B fragment twice: B fragments from shared memory, not the tensor
+ * cores, bound this kernel (one m-tile ran at half the speed). */
+#define TC_MT 2
+#define TC_NT 4
+#define TC_WARP_ROWS (16 * TC_MT)
+#define TC_WARPS (TC_ROWS / TC_WARP_ROWS)
+
+/* The smallest of a lane's keys in row g + 8h of m-tile i, as a tree (a
+ * chain of dependent compares would stall). */
+static __device__ float row_min(const float (&acc)[TC_NT][TC_MT][4], int i, int h)
+{
+  float m[TC_NT];
+#pragma unroll
+  for (int j = 0; j < TC_NT; j++) m[j] = fminf(acc[j][i][2 * h], acc[j][i][2 * h + 1]);
+#pragma unroll
+  for (int w = TC_NT / 2; w >= 1; w >>= 1)
+#pragma unroll
+    for (int j = 0; j < w; j++) m[j] = fminf(m[j], m[j + w]);
+  return m[0];
+}
+
+/* One warp, its 32 rows against 32 columns of the stage (bt: their packed
+ * rows, stride st; col: the first one's tile column; lk/li: the warp's
+ * lists; thr: the lane's rows' last keys, kept current). acc[j][i] holds
+ * (row 16i + g, col 8j + 2t), (16i + g, +1), (16i + g + 8, 8j + 2t),
+ * (16i + g + 8, +1) for lane = 4g + t. The B fragments of a k-step pair
+ * are loaded for all n-tiles before their MMAs, so no MMA waits on the
+ * one before it. */
+template <int KS>
+static __device__ void sweep32(const uint32_t (&a)[TC_MT][KS][4], const uint32_t *bt, int st, int col, float *lk,
+                               int *li, float (&thr)[TC_MT][2], int lane)
+{
+  int g = lane >> 2;
+  float acc[TC_NT][TC_MT][4];
+#pragma unroll
+  for (int j = 0; j < TC_NT; j++)
+#pragma unroll
+    for (int i = 0; i < TC_MT; i++) acc[j][i][0] = acc[j][i][1] = acc[j][i][2] = acc[j][i][3] = 0.0f;
+  const uint32_t *rowp = bt + (lane & 7) * st + 4 * ((lane >> 3) & 1) + 8 * (lane >> 4);
+#pragma unroll
+  for (int ks = 0; ks < KS; ks += 2) {
+    uint32_t b[TC_NT][4];
+#pragma unroll
+    for (int j = 0; j < TC_NT; j++) {
+      if (ks + 1 < KS) ldsm_x4(b[j], rowp + 8 * j * st + 8 * ks);
+      else ldsm_x2(b[j], rowp + 8 * j * st + 8 * ks);
+    }
+#pragma unroll
+    for (int j = 0; j < TC_NT; j++)
+#pragma unroll
+      for (int i = 0; i < TC_MT; i++) mma_tf32(acc[j][i], a[i][ks], b[j][0], b[j][1]);
+    if (ks + 1 < KS)
+#pragma unroll
+      for (int j = 0; j < TC_NT; j++)
+#pragma unroll
+        for (int i = 0; i < TC_MT; i++) mma_tf32(acc[j][i], a[i][ks + 1], b[j][2], b[j][3]);
+  }
+  bool any = false;
+#pragma unroll
+  for (int i = 0; i < TC_MT; i++) any = any || row_min(acc, i, 0) < thr[i][0] || row_min(acc, i, 1) < thr[i][1];
+  if (!__any_sync(FULL, any)) return;
+#pragma unroll
+  for (int j = 0; j < TC_NT; j++)
+#pragma unroll
+    for (int i = 0; i < TC_MT; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        unsigned hits = __ballot_sync(FULL, acc[j][i][e] < thr[i][e >> 1]);
+        while (hits != 0) {
+          int src = __ffs(hits) - 1;
+          hits &= hits - 1;
+          float v = __shfl_sync(FULL, acc[j][i][e], src);
+          int row = 16 * i + (src >> 2) + 8 * (e >> 1);
+          if (!(v < lk[row * TC_LIST + TC_LIST - 1])) continue;  /* the list moved meanwhile */
+          float tail =
+              list_insert(lk + row * TC_LIST, li + row * TC_LIST, v, col + 8 * j + 2 * (src & 3) + (e & 1), lane);
+          if (g == (src >> 2)) thr[i][e >> 1] = tail;
+        }
+      }
+}
+
+/* Block (x: TC_ROWS rows, y: a split of cps columns) → the rows' lists of
+ * that split: skey/sidx[row][kall], the split's 32 at 32·split. Double
+ * buffering with one barrier a stage: after it, every warp is done with
+ * the stage the next load overwrites. */
+template <int KS>
+__global__ void __launch_bounds__(32 * TC_WARPS, 2)
+    tc_sweep(const uint32_t *xa, const uint32_t *ya, int64_t ri, int64_t cps, int64_t rj_pad, float *skey, int *sidx,
+             int kall)
+{
+  constexpr int DP = 8 * KS, ST = DP + 4;  /* stride ≡ 4 mod 8 words: fragment loads hit distinct banks */
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint32_t *bs = (uint32_t *)smem;
+  float *lk = (float *)(bs + 2 * TC_COLS * ST);
+  int *li = (int *)(lk + TC_ROWS * TC_LIST);
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  int64_t row0 = (int64_t)blockIdx.x * TC_ROWS, c0 = (int64_t)blockIdx.y * cps;
+  int64_t c1 = c0 + cps < rj_pad ? c0 + cps : rj_pad;
+  for (int i = threadIdx.x; i < TC_ROWS * TC_LIST; i += blockDim.x) lk[i] = INFINITY, li[i] = -1;
+  uint32_t a[TC_MT][KS][4];
+#pragma unroll
+  for (int i = 0; i < TC_MT; i++) {
+    const uint32_t *xr = xa + (row0 + TC_WARP_ROWS * warp + 16 * i + g) * DP;
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+      a[i][ks][0] = xr[8 * ks + t], a[i][ks][1] = xr[8 * DP + 8 * ks + t];
+      a[i][ks][2] = xr[8 * ks + t + 4], a[i][ks][3] = xr[8 * DP + 8 * ks + t + 4];
+    }
+  }
+  /* A stage: TC_COLS packed rows, spread over the threads in 16-byte pieces. */
+  constexpr int PIECES = TC_COLS * DP / 4, PER_ROW = DP / 4;
+  auto load = [&](int stage, int64_t c) {
+    uint32_t *dst = bs + stage * TC_COLS * ST;
+    const uint32_t *src = ya + c * DP;
+#pragma unroll
+    for (int q = threadIdx.x; q < PIECES; q += 32 * TC_WARPS)
+      cp_async16(dst + (q / PER_ROW) * ST + 4 * (q % PER_ROW), src + 4 * q);
+    asm volatile("cp.async.commit_group;");
+  };
+  if (c0 < c1) load(0, c0);
+  float *wk = lk + TC_WARP_ROWS * warp * TC_LIST;
+  int *wi = li + TC_WARP_ROWS * warp * TC_LIST;
+  float thr[TC_MT][2];
+#pragma unroll
+  for (int i = 0; i < TC_MT; i++) thr[i][0] = thr[i][1] = INFINITY;
+  int stage = 0;
+  for (int64_t c = c0; c < c1; c += TC_COLS, stage ^= 1) {
+    asm volatile("cp.async.wait_group 0;");
+    __syncthreads();  /* this stage (and the first time the empty lists) for all; the other stage free */
+    if (c + TC_COLS < c1) load(stage ^ 1, c + TC_COLS);
+    const uint32_t *bt = bs + stage * TC_COLS * ST;
+#pragma unroll 1
+    for (int q = 0; q < TC_COLS; q += 8 * TC_NT)
+      sweep32<KS>(a, bt + q * ST, ST, (int)(c + q), wk, wi, thr, lane);
+  }
+  __syncwarp();
+  for (int r = 0; r < TC_WARP_ROWS; r++) {
+    int64_t row = row0 + TC_WARP_ROWS * warp + r;
+    if (row >= ri) break;
+    skey[row * kall + TC_LIST * blockIdx.y + lane] = wk[r * TC_LIST + lane];
+    sidx[row * kall + TC_LIST * blockIdx.y + lane] = wi[r * TC_LIST + lane];
+  }
+}
+
+template <int KS>
+static int sweep_launch(const uint32_t *xa, const uint32_t *ya, int64_t ri, int64_t cps, int64_t rj_pad, int splits,
+                        float *skey, int *sidx, cudaStream_t s, tsr_errbuf *err)
+{
+  size_t smem = (size_t)2 * TC_COLS * (8 * KS + 4) * 4 + (size_t)TC_ROWS * TC_LIST * 8;
+  int rc = TSR_CUDA_CHECK(cudaFuncSetAttribute(tc_sweep<KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                          err);
+  if (rc != 0) return rc;
+  dim3 grid((unsigned)((ri + TC_ROWS - 1) / TC_ROWS), (unsigned)splits);
+  tc_sweep<KS><<<grid, 32 * TC_WARPS, smem, s>>>(xa, ya, ri, cps, rj_pad, skey, sidx, TC_LIST * splits);
+  return TSR_CUDA_LAUNCHED("tc_sweep", err);
+}
+
+static int sweep(int ks, const uint32_t *xa, const uint32_t *ya, int64_t ri, int64_t cps, int64_t rj_pad, int splits,
+                 float *skey, int *sidx, cudaStream_t s, tsr_errbuf *err)
+{
+  switch (ks) {
+  case 1: return sweep_launch<1>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
+  case 2: return sweep_launch<2>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
+  case 3: return sweep_launch<3>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
+  case 4: return sweep_launch<4>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
+  case 5: return sweep_launch<5>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
+  case 6: return sweep_launch<6>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
+  case 7: return sweep_launch<7>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
+  default: return sweep_launch<8>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
+  }
+}
+
+/* ---------- 4. the rows without a certificate ---------- */
+
+/* A warp per flagged row (grid-stride over *nflag): every column's exact
+ * distance, the best m by (distance, global index), written as knn_finish
+ * writes a row. */
+template <class T>
+__global__ void knn_exact_rows(const T *x, const T *y, int64_t d, int64_t rj, int m, int64_t col0, int64_t self0,
+                               bool cosine, const int *nflag, const int *flagged, double *out)
+{
+  int lane = threadIdx.x & 31;
+  int64_t warps = (int64_t)gridDim.x * WARPS;
+  for (int64_t f = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5); f < *nflag; f += warps) {
+    int64_t w = flagged[f];
+    wlist<double, int64_t, 1, true> list;
+    list.init();
+    double tk;
+    int64_t ti;
+    list.tail(m, &tk, &ti);
+    for (int64_t base = 0; base < rj; base += 32) {
+      int64_t c = base + lane;
+      bool valid = c < rj && c != self0 + w;
+      double dv = valid ? exact_dist(x + w * d, y + c * d, d, cosine) : INFINITY;
+      int64_t iv = valid ? col0 + c : -1;
+      unsigned hits = __ballot_sync(FULL, valid && list.beats(dv, iv, tk, ti));
+      while (hits != 0) {
+        int b = __ffs(hits) - 1;
+        hits &= hits - 1;
+        double vb = __shfl_sync(FULL, dv, b);
+        int64_t ib = __shfl_sync(FULL, iv, b);
+        if (!list.beats(vb, ib, tk, ti)) continue;
+        list.insert(vb, ib, m, lane);
+        list.tail(m, &tk, &ti);
+      }
+    }
+    double *o = out + w * 2 * m;
+    if (lane < m) {
+      o[lane] = list.idx[0] >= 0 ? (double)list.idx[0] : -1.0;
+      o[m + lane] = list.idx[0] >= 0 ? list.key[0] : INFINITY;
+    }
+  }
+}
+
+/* ---------- the path ---------- */
+
+bool knn_tc_fits(const tile_task *t, tsr_dtype dt)
+{
+  return dt == TSR_F32 && t->m + KNN_MARGIN <= TC_LIST && t->d + 2 <= 8 * TC_MAX_KS && t->rj > TC_LIST;
+}
+
+struct tc_bufs {
+  uint32_t *xa, *ya;
+  float *skey;
+  int *sidx, *flag;  /* flag: [0] the count, then the flagged rows */
+  unsigned *ymax;
+};
+
+int knn_tc_run(const tile_task *t, const float *x, const float *y, const float *a, const float *b, double *out,
+               const tsr_gpu_ctx *gpu, tsr_errbuf *err)
+{
+  cudaStream_t s = tsr_stream(gpu);
+  int ks = (int)((t->d + 2 + 7) / 8), dp = 8 * ks;
+  int64_t ri_pad = (t->ri + TC_ROWS - 1) / TC_ROWS * TC_ROWS, rj_pad = (t->rj + TC_COLS - 1) / TC_COLS * TC_COLS;
+  int splits = rj_pad >= 2 * TC_COLS ? 2 : 1;
+  int64_t cps = (rj_pad / TC_COLS + splits - 1) / splits * TC_COLS;
+  int kall = TC_LIST * splits;
+  tsr_scratch sc(gpu);
+  tc_bufs bf;
+  int rc = sc.get(ri_pad * dp, &bf.xa, "knn_tile packed rows", err);
+  if (rc == 0) rc = sc.get(rj_pad * dp, &bf.ya, "knn_tile packed columns", err);
+  if (rc == 0) rc = sc.get(t->ri * kall, &bf.skey, "knn_tile candidate keys", err);
+  if (rc == 0) rc = sc.get(t->ri * kall, &bf.sidx, "knn_tile candidate columns", err);
+  if (rc == 0) rc = sc.get(t->ri + 1, &bf.flag, "knn_tile flagged rows", err);
+  if (rc == 0) rc = sc.get(1, &bf.ymax, "knn_tile largest column norm", err);
+  if (rc == 0) rc = TSR_CUDA_CHECK(cudaMemsetAsync(bf.flag, 0, sizeof(int), s), err);
+  if (rc == 0) rc = TSR_CUDA_CHECK(cudaMemsetAsync(bf.ymax, 0, sizeof(unsigned), s), err);
+  if (rc != 0) return rc;
+  tc_pack<<<tsr_grid(ri_pad, 128), 128, 0, s>>>(a, t->ri, ri_pad, t->d, dp, false, t->cosine, bf.xa, nullptr);
+  tc_pack<<<tsr_grid(rj_pad, 128), 128, 0, s>>>(b, t->rj, rj_pad, t->d, dp, true, t->cosine, bf.ya, bf.ymax);
+  rc = TSR_CUDA_LAUNCHED("tc_pack", err);
+  if (rc == 0) rc = sweep(ks, bf.xa, bf.ya, t->ri, cps, rj_pad, splits, bf.skey, bf.sidx, s, err);
+  knn_cert cert = {bf.skey, (const float *)bf.ymax, splits, ks, bf.flag, bf.flag + 1};
+  if (rc == 0) rc = knn_finish_launch(t, x, y, bf.sidx, kall, cert, out, s, err);
+  if (rc != 0) return rc;
+  unsigned blocks = (unsigned)((t->ri + WARPS - 1) / WARPS);
+  knn_exact_rows<float><<<blocks < 1024 ? blocks : 1024, 32 * WARPS, 0, s>>>(
+      x, y, t->d, t->rj, (int)t->m, t->col0, t->row0 - t->col0, t->cosine, bf.flag, bf.flag + 1, out);
+  rc = TSR_CUDA_LAUNCHED("knn_exact_rows", err);
+  return rc;
+}
