@@ -24,7 +24,7 @@
 
 #define TSR_API __attribute__((visibility("default")))
 #define KNN_MAX_BLOCK 32768
-#define KNN_GPU_ROWS 16384
+#define KNN_GPU_ROWS 24576
 #define KNN_GPU_COL_BYTES ((int64_t)1 << 30)
 
 static int knn_check(const tsr_array *x, int k, tsr_metric metric)

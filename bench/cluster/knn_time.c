@@ -5,9 +5,11 @@
  *   build-cpu/bin/tessera local --cpu-workers 1 --threads-per-worker 2 -- \
  *     build-cpu/bin/tsr-knn-time X.npy [K] [CHUNK_ROWS] [OUT_PREFIX]
  *
- * Prints "knn  SECONDS s" (load + kNN + gather of both outputs, one graph). With OUT_PREFIX it also
+ * Prints "knn  SECONDS s" (load + kNN + gather of both outputs, one graph;
+ * with KNN_TIME_PHASES=1 three graphs, each phase timed). With OUT_PREFIX it also
  * writes OUT_PREFIX.idx (i64 n x k) and OUT_PREFIX.dist (f32 n x k) raw,
  * for comparing with a peer. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -56,7 +58,26 @@ int main(int argc, char **argv)
   double t0 = now();
   int64_t chunks[2] = {chunk_rows, 0};
   if ((rc = tsr_from_npy(ctx, argv[1], chunk_rows > 0 ? chunks : NULL, &x)) != 0) return die("from_npy", rc);
+  /* KNN_TIME_PHASES=1: X loaded and kept first, then the kNN kept, then
+   * the gather, each timed (three graphs instead of one). */
+  bool phases = getenv("KNN_TIME_PHASES") != NULL;
+  double tl = t0, tk = t0;
+  if (phases) {
+    tsr_array *kept = NULL;
+    if ((rc = tsr_persist(ctx, x, -1, &kept)) != 0) return die("persist X", rc);
+    tsr_array_free(ctx, &x);
+    x = kept;
+    tl = now();
+  }
   if ((rc = tsr_knn(ctx, x, k, TSR_METRIC_EUCLIDEAN, &idx, &dist)) != 0) return die("knn", rc);
+  if (phases) {
+    const tsr_array *both[2] = {idx, dist};
+    tsr_array *kept[2] = {NULL, NULL};
+    if ((rc = tsr_persist_many(ctx, both, 2, -1, kept)) != 0) return die("persist kNN", rc);
+    tsr_array_free(ctx, &idx), tsr_array_free(ctx, &dist);
+    idx = kept[0], dist = kept[1];
+    tk = now();
+  }
   size_t n = (size_t)tsr_array_dim(x, 0);
   int64_t *ib = malloc(n * (size_t)k * sizeof *ib);
   float *db = malloc(n * (size_t)k * sizeof *db);
@@ -67,6 +88,7 @@ int main(int argc, char **argv)
   if ((rc = tsr_compute_many(ctx, arrs, 2, bufs, caps, -1)) != 0) return die("compute", rc);
   double t1 = now();
   printf("knn  %.3f s  (n %zu k %d)\n", t1 - t0, n, k);
+  if (phases) printf("  load X %.3f s, kNN %.3f s, gather %.3f s\n", tl - t0, tk - tl, t1 - tk);
   if (argc > 4 && (save(argv[4], "idx", ib, n * (size_t)k * sizeof *ib) != 0 ||
                    save(argv[4], "dist", db, n * (size_t)k * sizeof *db) != 0))
     fprintf(stderr, "knn_time: cannot write %s.*\n", argv[4]);

@@ -35,7 +35,7 @@
 #include "knn.cuh"
 
 #define TC_ROWS 128   /* rows of a sweep block: 8 warps of 16 */
-#define TC_COLS 128   /* columns of a pipeline stage */
+#define TC_COLS 64    /* columns of a pipeline stage: 3 blocks fit a multiprocessor */
 #define TC_LIST 32    /* a row's list in a split: a slot a lane */
 #define TC_MAX_KS 8   /* k-steps of 8: d + 2 ≤ 64 */
 
@@ -220,7 +220,7 @@ static __device__ void sweep32(const uint32_t (&a)[TC_MT][KS][4], const uint32_t
  * buffering with one barrier a stage: after it, every warp is done with
  * the stage the next load overwrites. */
 template <int KS>
-__global__ void __launch_bounds__(32 * TC_WARPS, 2)
+__global__ void __launch_bounds__(32 * TC_WARPS, 3)
     tc_sweep(const uint32_t *xa, const uint32_t *ya, int64_t ri, int64_t cps, int64_t rj_pad, float *skey, int *sidx,
              int kall)
 {
