@@ -138,13 +138,17 @@ __global__ void knn_select(const G *g, int nr, int nc, const float *yn, int64_t 
  * split into two TF32 terms (2^-22 |y|²) and the f32 accumulation of
  * ksteps MMAs (2^-21 each, relative to the terms' sum), doubled for
  * safety. Fewer than m candidates means no list filled up: every column
- * was kept. */
-__device__ bool knn_certified(const knn_cert &c, int64_t w, int K, double xx, double dm, bool have, bool cosine)
+ * was kept. *band: for a row that fails, the approximate key at or below
+ * which every column that may be among its best m lies (the m-th exact
+ * key among the candidates bounds the true m-th from above; plus E). */
+__device__ bool knn_certified(const knn_cert &c, int64_t w, int K, double xx, double dm, bool have, bool cosine,
+                              double *band)
 {
   if (!have) return true;
   double xn = cosine ? 1.0 : sqrt(xx), ym = (double)*c.ymax;
   double e = 2.0 * (xn * ym * (0x1p-9 + c.ksteps * 0x1p-20) + ym * ym * (c.ksteps * 0x1p-21 + 0x1p-22) + 0x1p-20);
   double kx = cosine ? 2.0 * dm - 1.0 : dm - xx;  /* the exact key: |y|² − 2x·y, or 1 − 2cos */
+  *band = kx + e;
   for (int s = 0; s < c.splits; s++) {
     float tk = c.skey[w * K + s * 32 + 31];
     if (isfinite(tk) && !((double)tk - e > kx)) return false;
@@ -209,7 +213,12 @@ __global__ void knn_finish(const T *x, const T *y, int64_t d, int64_t ri, const 
   if (src != 0) dm = __shfl_sync(FULL, dm, __ffs(src) - 1);
   double xx = 0;
   for (int64_t c = 0; c < d; c++) xx += (double)x[w * d + c] * (double)x[w * d + c];
-  if (lane == 0 && !knn_certified(cert, w, K, xx, dm, src != 0, cosine)) cert.flagged[atomicAdd(cert.nflag, 1)] = (int)w;
+  double band = 0;
+  if (lane == 0 && !knn_certified(cert, w, K, xx, dm, src != 0, cosine, &band)) {
+    int f = atomicAdd(cert.nflag, 1);
+    cert.flagged[f] = (int)w;
+    cert.band[f] = nextafterf(__double2float_ru(band), INFINITY);  /* the sweep keeps keys below it */
+  }
 }
 
 int knn_finish_launch(const tile_task *t, const void *x, const void *y, const int *sidx, int K, knn_cert cert,

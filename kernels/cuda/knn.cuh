@@ -129,12 +129,15 @@ __device__ double exact_dist(const T *a, const T *b, int64_t d, bool cosine)
  * or 1 − 2x̂·ŷ for cosine) of their columns, each within E of the exact
  * key; a row whose m-th exact key lies more than E below every full
  * list's last approximate key has its exact best m among the candidates.
- * Rows that fail are appended to flagged (count in *nflag). */
+ * Rows that fail are appended to flagged (count in *nflag) with their
+ * band: every column that may be among their best m has an approximate
+ * key at or below it. */
 struct knn_cert {
   const float *skey;   /* the lists' approximate keys, [ri][splits · 32]; NULL: no certificate */
   const float *ymax;   /* max |y| over the tile's columns (the packed ones) */
   int splits, ksteps;  /* lists a row; k-steps of 8 of the TF32 products */
   int *nflag, *flagged;
+  float *band;
 };
 
 /* knn.cu: the re-rank (step 4) of rows' K candidates (sidx: columns of the

@@ -155,19 +155,15 @@ static __device__ float row_min(const float (&acc)[TC_NT][TC_MT][4], int i, int 
   return m[0];
 }
 
-/* One warp, its 32 rows against 32 columns of the stage (bt: their packed
- * rows, stride st; col: the first one's tile column; lk/li: the warp's
- * lists; thr: the lane's rows' last keys, kept current). acc[j][i] holds
- * (row 16i + g, col 8j + 2t), (16i + g, +1), (16i + g + 8, 8j + 2t),
- * (16i + g + 8, +1) for lane = 4g + t. The B fragments of a k-step pair
- * are loaded for all n-tiles before their MMAs, so no MMA waits on the
- * one before it. */
+/* One warp's keys: its 32 rows against 32 columns of the stage (bt: their
+ * packed rows, stride st). acc[j][i] holds (row 16i + g, col 8j + 2t),
+ * (16i + g, +1), (16i + g + 8, 8j + 2t), (16i + g + 8, +1) for lane =
+ * 4g + t. The B fragments of a k-step pair are loaded for all n-tiles
+ * before their MMAs, so no MMA waits on the one before it. */
 template <int KS>
-static __device__ void sweep32(const uint32_t (&a)[TC_MT][KS][4], const uint32_t *bt, int st, int col, float *lk,
-                               int *li, float (&thr)[TC_MT][2], int lane)
+static __device__ void tile32(const uint32_t (&a)[TC_MT][KS][4], const uint32_t *bt, int st,
+                              float (&acc)[TC_NT][TC_MT][4], int lane)
 {
-  int g = lane >> 2;
-  float acc[TC_NT][TC_MT][4];
 #pragma unroll
   for (int j = 0; j < TC_NT; j++)
 #pragma unroll
@@ -191,10 +187,28 @@ static __device__ void sweep32(const uint32_t (&a)[TC_MT][KS][4], const uint32_t
 #pragma unroll
         for (int i = 0; i < TC_MT; i++) mma_tf32(acc[j][i], a[i][ks + 1], b[j][2], b[j][3]);
   }
+}
+
+/* Whether any of the warp's keys is below its row's threshold. */
+static __device__ bool any_below(const float (&acc)[TC_NT][TC_MT][4], const float (&thr)[TC_MT][2])
+{
   bool any = false;
 #pragma unroll
   for (int i = 0; i < TC_MT; i++) any = any || row_min(acc, i, 0) < thr[i][0] || row_min(acc, i, 1) < thr[i][1];
-  if (!__any_sync(FULL, any)) return;
+  return __any_sync(FULL, any);
+}
+
+/* The sweep's step: tile32's keys against the warp's lists (lk/li; col:
+ * the first column's tile index; thr: the lane's rows' last keys, kept
+ * current). */
+template <int KS>
+static __device__ void sweep32(const uint32_t (&a)[TC_MT][KS][4], const uint32_t *bt, int st, int col, float *lk,
+                               int *li, float (&thr)[TC_MT][2], int lane)
+{
+  int g = lane >> 2;
+  float acc[TC_NT][TC_MT][4];
+  tile32<KS>(a, bt, st, acc, lane);
+  if (!any_below(acc, thr)) return;
 #pragma unroll
   for (int j = 0; j < TC_NT; j++)
 #pragma unroll
@@ -215,14 +229,64 @@ static __device__ void sweep32(const uint32_t (&a)[TC_MT][KS][4], const uint32_t
       }
 }
 
-/* Block (x: TC_ROWS rows, y: a split of cps columns) → the rows' lists of
- * that split: skey/sidx[row][kall], the split's 32 at 32·split. Double
- * buffering with one barrier a stage: after it, every warp is done with
- * the stage the next load overwrites. */
-template <int KS>
-__global__ void __launch_bounds__(32 * TC_WARPS, 3)
-    tc_sweep(const uint32_t *xa, const uint32_t *ya, int64_t ri, int64_t cps, int64_t rj_pad, float *skey, int *sidx,
-             int kall)
+/* What a sweep reads and writes. Lists (step 2): the rows [0, ri) and
+ * their lists skey/sidx[row][kall], a split's 32 at 32·split. Band
+ * (step 4): the *nrows flagged rows rows[f], each collecting into
+ * bcol[f][BAND_CAP] (count bcnt[f]) every column whose key is below
+ * band[f]. */
+struct sweep_args {
+  const uint32_t *xa, *ya;
+  int64_t ri, cps, rj_pad;
+  float *skey;
+  int *sidx, kall;
+  const int *nrows, *rows;
+  const float *band;
+  int *bcnt, *bcol;
+};
+
+#define BAND_CAP 512  /* columns a flagged row collects; more: knn_exact_rows scans them all */
+
+/* Band step: every key below its row's band appended to the row's
+ * columns (f0: the warp's first flagged row). */
+static __device__ void band32(const float (&acc)[TC_NT][TC_MT][4], const float (&thr)[TC_MT][2], int64_t f0, int col,
+                              const sweep_args &w, int lane)
+{
+  if (!any_below(acc, thr)) return;
+  int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < TC_NT; j++)
+#pragma unroll
+    for (int i = 0; i < TC_MT; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        if (acc[j][i][e] < thr[i][e >> 1]) {
+          int64_t f = f0 + 16 * i + g + 8 * (e >> 1);
+          int p = atomicAdd(w.bcnt + f, 1);
+          if (p < BAND_CAP) w.bcol[f * BAND_CAP + p] = col + 8 * j + 2 * t + (e & 1);
+        }
+}
+
+/* The A fragments of rows r(16i + g) and r(16i + g + 8), i < TC_MT. */
+template <int KS, class R>
+static __device__ void load_a(const uint32_t *xa, R r, int g, int t, uint32_t (&a)[TC_MT][KS][4])
+{
+  constexpr int DP = 8 * KS;
+#pragma unroll
+  for (int i = 0; i < TC_MT; i++) {
+    const uint32_t *lo = xa + r(16 * i + g) * DP, *hi = xa + r(16 * i + g + 8) * DP;
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+      a[i][ks][0] = lo[8 * ks + t], a[i][ks][1] = hi[8 * ks + t];
+      a[i][ks][2] = lo[8 * ks + t + 4], a[i][ks][3] = hi[8 * ks + t + 4];
+    }
+  }
+}
+
+/* Block (x: TC_ROWS rows, y: a split of cps columns), lists or band.
+ * Double buffering with one barrier a stage: after it, every warp is done
+ * with the stage the next load overwrites. */
+template <int KS, bool BAND>
+__global__ void __launch_bounds__(32 * TC_WARPS, 3) tc_sweep(sweep_args w)
 {
   constexpr int DP = 8 * KS, ST = DP + 4;  /* stride ≡ 4 mod 8 words: fragment loads hit distinct banks */
   extern __shared__ __align__(16) unsigned char smem[];
@@ -230,24 +294,32 @@ __global__ void __launch_bounds__(32 * TC_WARPS, 3)
   float *lk = (float *)(bs + 2 * TC_COLS * ST);
   int *li = (int *)(lk + TC_ROWS * TC_LIST);
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  int64_t row0 = (int64_t)blockIdx.x * TC_ROWS, c0 = (int64_t)blockIdx.y * cps;
-  int64_t c1 = c0 + cps < rj_pad ? c0 + cps : rj_pad;
-  for (int i = threadIdx.x; i < TC_ROWS * TC_LIST; i += blockDim.x) lk[i] = INFINITY, li[i] = -1;
+  int64_t row0 = (int64_t)blockIdx.x * TC_ROWS + TC_WARP_ROWS * warp, c0 = (int64_t)blockIdx.y * w.cps;
+  int64_t c1 = c0 + w.cps < w.rj_pad ? c0 + w.cps : w.rj_pad;
   uint32_t a[TC_MT][KS][4];
+  float thr[TC_MT][2];
+  if (BAND) {
+    int64_t n = *w.nrows;
+    if ((int64_t)blockIdx.x * TC_ROWS >= n) return;  /* block-uniform, before any barrier */
+    load_a<KS>(w.xa, [&](int r) { return (int64_t)w.rows[row0 + r < n ? row0 + r : n - 1]; }, g, t, a);
 #pragma unroll
-  for (int i = 0; i < TC_MT; i++) {
-    const uint32_t *xr = xa + (row0 + TC_WARP_ROWS * warp + 16 * i + g) * DP;
+    for (int i = 0; i < TC_MT; i++)
 #pragma unroll
-    for (int ks = 0; ks < KS; ks++) {
-      a[i][ks][0] = xr[8 * ks + t], a[i][ks][1] = xr[8 * DP + 8 * ks + t];
-      a[i][ks][2] = xr[8 * ks + t + 4], a[i][ks][3] = xr[8 * DP + 8 * ks + t + 4];
-    }
+      for (int h = 0; h < 2; h++) {
+        int64_t f = row0 + 16 * i + g + 8 * h;
+        thr[i][h] = f < n ? w.band[f] : -INFINITY;
+      }
+  } else {
+    for (int i = threadIdx.x; i < TC_ROWS * TC_LIST; i += blockDim.x) lk[i] = INFINITY, li[i] = -1;
+    load_a<KS>(w.xa, [&](int r) { return row0 + r; }, g, t, a);
+#pragma unroll
+    for (int i = 0; i < TC_MT; i++) thr[i][0] = thr[i][1] = INFINITY;
   }
   /* A stage: TC_COLS packed rows, spread over the threads in 16-byte pieces. */
   constexpr int PIECES = TC_COLS * DP / 4, PER_ROW = DP / 4;
   auto load = [&](int stage, int64_t c) {
     uint32_t *dst = bs + stage * TC_COLS * ST;
-    const uint32_t *src = ya + c * DP;
+    const uint32_t *src = w.ya + c * DP;
 #pragma unroll
     for (int q = threadIdx.x; q < PIECES; q += 32 * TC_WARPS)
       cp_async16(dst + (q / PER_ROW) * ST + 4 * (q % PER_ROW), src + 4 * q);
@@ -256,9 +328,6 @@ __global__ void __launch_bounds__(32 * TC_WARPS, 3)
   if (c0 < c1) load(0, c0);
   float *wk = lk + TC_WARP_ROWS * warp * TC_LIST;
   int *wi = li + TC_WARP_ROWS * warp * TC_LIST;
-  float thr[TC_MT][2];
-#pragma unroll
-  for (int i = 0; i < TC_MT; i++) thr[i][0] = thr[i][1] = INFINITY;
   int stage = 0;
   for (int64_t c = c0; c < c1; c += TC_COLS, stage ^= 1) {
     asm volatile("cp.async.wait_group 0;");
@@ -266,67 +335,80 @@ __global__ void __launch_bounds__(32 * TC_WARPS, 3)
     if (c + TC_COLS < c1) load(stage ^ 1, c + TC_COLS);
     const uint32_t *bt = bs + stage * TC_COLS * ST;
 #pragma unroll 1
-    for (int q = 0; q < TC_COLS; q += 8 * TC_NT)
-      sweep32<KS>(a, bt + q * ST, ST, (int)(c + q), wk, wi, thr, lane);
+    for (int q = 0; q < TC_COLS; q += 8 * TC_NT) {
+      if (BAND) {
+        float acc[TC_NT][TC_MT][4];
+        tile32<KS>(a, bt + q * ST, ST, acc, lane);
+        band32(acc, thr, row0, (int)(c + q), w, lane);
+      } else {
+        sweep32<KS>(a, bt + q * ST, ST, (int)(c + q), wk, wi, thr, lane);
+      }
+    }
   }
+  if (BAND) return;
   __syncwarp();
   for (int r = 0; r < TC_WARP_ROWS; r++) {
-    int64_t row = row0 + TC_WARP_ROWS * warp + r;
-    if (row >= ri) break;
-    skey[row * kall + TC_LIST * blockIdx.y + lane] = wk[r * TC_LIST + lane];
-    sidx[row * kall + TC_LIST * blockIdx.y + lane] = wi[r * TC_LIST + lane];
+    int64_t row = row0 + r;
+    if (row >= w.ri) break;
+    w.skey[row * w.kall + TC_LIST * blockIdx.y + lane] = wk[r * TC_LIST + lane];
+    w.sidx[row * w.kall + TC_LIST * blockIdx.y + lane] = wi[r * TC_LIST + lane];
   }
 }
 
-template <int KS>
-static int sweep_launch(const uint32_t *xa, const uint32_t *ya, int64_t ri, int64_t cps, int64_t rj_pad, int splits,
-                        float *skey, int *sidx, cudaStream_t s, tsr_errbuf *err)
+template <int KS, bool BAND>
+static int sweep_launch(const sweep_args &w, int64_t rows, int splits, cudaStream_t s, tsr_errbuf *err)
 {
-  size_t smem = (size_t)2 * TC_COLS * (8 * KS + 4) * 4 + (size_t)TC_ROWS * TC_LIST * 8;
-  int rc = TSR_CUDA_CHECK(cudaFuncSetAttribute(tc_sweep<KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                          err);
+  size_t smem = (size_t)2 * TC_COLS * (8 * KS + 4) * 4 + (BAND ? 0 : (size_t)TC_ROWS * TC_LIST * 8);
+  int rc = TSR_CUDA_CHECK(
+      cudaFuncSetAttribute(tc_sweep<KS, BAND>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err);
   if (rc != 0) return rc;
-  dim3 grid((unsigned)((ri + TC_ROWS - 1) / TC_ROWS), (unsigned)splits);
-  tc_sweep<KS><<<grid, 32 * TC_WARPS, smem, s>>>(xa, ya, ri, cps, rj_pad, skey, sidx, TC_LIST * splits);
+  dim3 grid((unsigned)((rows + TC_ROWS - 1) / TC_ROWS), (unsigned)splits);
+  tc_sweep<KS, BAND><<<grid, 32 * TC_WARPS, smem, s>>>(w);
   return TSR_CUDA_LAUNCHED("tc_sweep", err);
 }
 
-static int sweep(int ks, const uint32_t *xa, const uint32_t *ya, int64_t ri, int64_t cps, int64_t rj_pad, int splits,
-                 float *skey, int *sidx, cudaStream_t s, tsr_errbuf *err)
+/* The sweep for ks k-steps; rows: the most rows it covers. */
+template <bool BAND>
+static int sweep(int ks, const sweep_args &w, int64_t rows, int splits, cudaStream_t s, tsr_errbuf *err)
 {
   switch (ks) {
-  case 1: return sweep_launch<1>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
-  case 2: return sweep_launch<2>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
-  case 3: return sweep_launch<3>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
-  case 4: return sweep_launch<4>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
-  case 5: return sweep_launch<5>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
-  case 6: return sweep_launch<6>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
-  case 7: return sweep_launch<7>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
-  default: return sweep_launch<8>(xa, ya, ri, cps, rj_pad, splits, skey, sidx, s, err);
+  case 1: return sweep_launch<1, BAND>(w, rows, splits, s, err);
+  case 2: return sweep_launch<2, BAND>(w, rows, splits, s, err);
+  case 3: return sweep_launch<3, BAND>(w, rows, splits, s, err);
+  case 4: return sweep_launch<4, BAND>(w, rows, splits, s, err);
+  case 5: return sweep_launch<5, BAND>(w, rows, splits, s, err);
+  case 6: return sweep_launch<6, BAND>(w, rows, splits, s, err);
+  case 7: return sweep_launch<7, BAND>(w, rows, splits, s, err);
+  default: return sweep_launch<8, BAND>(w, rows, splits, s, err);
   }
 }
 
 /* ---------- 4. the rows without a certificate ---------- */
 
-/* A warp per flagged row (grid-stride over *nflag): every column's exact
- * distance, the best m by (distance, global index), written as knn_finish
- * writes a row. */
+/* A warp per flagged row f (grid-stride over *nflag): the exact distance
+ * of each column in its band (bcol[f], bcnt[f] of them), or of every
+ * column when the band overflowed; the best m by (distance, global
+ * index), written as knn_finish writes a row. */
 template <class T>
 __global__ void knn_exact_rows(const T *x, const T *y, int64_t d, int64_t rj, int m, int64_t col0, int64_t self0,
-                               bool cosine, const int *nflag, const int *flagged, double *out)
+                               bool cosine, const int *nflag, const int *flagged, const int *bcnt, const int *bcol,
+                               double *out)
 {
   int lane = threadIdx.x & 31;
   int64_t warps = (int64_t)gridDim.x * WARPS;
   for (int64_t f = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5); f < *nflag; f += warps) {
-    int64_t w = flagged[f];
+    int64_t w = flagged[f], nb = bcnt[f];
+    bool all = nb > BAND_CAP;
+    int64_t n = all ? rj : nb;
     wlist<double, int64_t, 1, true> list;
     list.init();
     double tk;
     int64_t ti;
     list.tail(m, &tk, &ti);
-    for (int64_t base = 0; base < rj; base += 32) {
-      int64_t c = base + lane;
-      bool valid = c < rj && c != self0 + w;
+    for (int64_t base = 0; base < n; base += 32) {
+      int64_t s = base + lane;
+      int64_t c = s >= n ? -1 : all ? s : bcol[f * BAND_CAP + s];
+      bool valid = c >= 0 && c != self0 + w;
       double dv = valid ? exact_dist(x + w * d, y + c * d, d, cosine) : INFINITY;
       int64_t iv = valid ? col0 + c : -1;
       unsigned hits = __ballot_sync(FULL, valid && list.beats(dv, iv, tk, ti));
@@ -357,10 +439,28 @@ bool knn_tc_fits(const tile_task *t, tsr_dtype dt)
 
 struct tc_bufs {
   uint32_t *xa, *ya;
-  float *skey;
-  int *sidx, *flag;  /* flag: [0] the count, then the flagged rows */
+  float *skey, *band;
+  int *sidx, *flag, *bcnt, *bcol;  /* flag: [0] the count, then the flagged rows */
   unsigned *ymax;
 };
+
+static int tc_alloc(const tile_task *t, int64_t ri_pad, int64_t rj_pad, int dp, int kall, tsr_scratch *sc,
+                    cudaStream_t s, tc_bufs *bf, tsr_errbuf *err)
+{
+  int rc = sc->get(ri_pad * dp, &bf->xa, "knn_tile packed rows", err);
+  if (rc == 0) rc = sc->get(rj_pad * dp, &bf->ya, "knn_tile packed columns", err);
+  if (rc == 0) rc = sc->get(t->ri * kall, &bf->skey, "knn_tile candidate keys", err);
+  if (rc == 0) rc = sc->get(t->ri * kall, &bf->sidx, "knn_tile candidate columns", err);
+  if (rc == 0) rc = sc->get(t->ri + 1, &bf->flag, "knn_tile flagged rows", err);
+  if (rc == 0) rc = sc->get(t->ri, &bf->band, "knn_tile flagged rows' bands", err);
+  if (rc == 0) rc = sc->get(t->ri, &bf->bcnt, "knn_tile band counts", err);
+  if (rc == 0) rc = sc->get(t->ri * BAND_CAP, &bf->bcol, "knn_tile band columns", err);
+  if (rc == 0) rc = sc->get(1, &bf->ymax, "knn_tile largest column norm", err);
+  if (rc == 0) rc = TSR_CUDA_CHECK(cudaMemsetAsync(bf->flag, 0, sizeof(int), s), err);
+  if (rc == 0) rc = TSR_CUDA_CHECK(cudaMemsetAsync(bf->bcnt, 0, (size_t)t->ri * sizeof(int), s), err);
+  if (rc == 0) rc = TSR_CUDA_CHECK(cudaMemsetAsync(bf->ymax, 0, sizeof(unsigned), s), err);
+  return rc;
+}
 
 int knn_tc_run(const tile_task *t, const float *x, const float *y, const float *a, const float *b, double *out,
                const tsr_gpu_ctx *gpu, tsr_errbuf *err)
@@ -373,25 +473,22 @@ int knn_tc_run(const tile_task *t, const float *x, const float *y, const float *
   int kall = TC_LIST * splits;
   tsr_scratch sc(gpu);
   tc_bufs bf;
-  int rc = sc.get(ri_pad * dp, &bf.xa, "knn_tile packed rows", err);
-  if (rc == 0) rc = sc.get(rj_pad * dp, &bf.ya, "knn_tile packed columns", err);
-  if (rc == 0) rc = sc.get(t->ri * kall, &bf.skey, "knn_tile candidate keys", err);
-  if (rc == 0) rc = sc.get(t->ri * kall, &bf.sidx, "knn_tile candidate columns", err);
-  if (rc == 0) rc = sc.get(t->ri + 1, &bf.flag, "knn_tile flagged rows", err);
-  if (rc == 0) rc = sc.get(1, &bf.ymax, "knn_tile largest column norm", err);
-  if (rc == 0) rc = TSR_CUDA_CHECK(cudaMemsetAsync(bf.flag, 0, sizeof(int), s), err);
-  if (rc == 0) rc = TSR_CUDA_CHECK(cudaMemsetAsync(bf.ymax, 0, sizeof(unsigned), s), err);
+  int rc = tc_alloc(t, ri_pad, rj_pad, dp, kall, &sc, s, &bf, err);
   if (rc != 0) return rc;
   tc_pack<<<tsr_grid(ri_pad, 128), 128, 0, s>>>(a, t->ri, ri_pad, t->d, dp, false, t->cosine, bf.xa, nullptr);
   tc_pack<<<tsr_grid(rj_pad, 128), 128, 0, s>>>(b, t->rj, rj_pad, t->d, dp, true, t->cosine, bf.ya, bf.ymax);
   rc = TSR_CUDA_LAUNCHED("tc_pack", err);
-  if (rc == 0) rc = sweep(ks, bf.xa, bf.ya, t->ri, cps, rj_pad, splits, bf.skey, bf.sidx, s, err);
-  knn_cert cert = {bf.skey, (const float *)bf.ymax, splits, ks, bf.flag, bf.flag + 1};
+  sweep_args w = {bf.xa, bf.ya, t->ri, cps, rj_pad, bf.skey, bf.sidx, kall, bf.flag, bf.flag + 1, bf.band, bf.bcnt,
+                  bf.bcol};
+  if (rc == 0) rc = sweep<false>(ks, w, t->ri, splits, s, err);
+  knn_cert cert = {bf.skey, (const float *)bf.ymax, splits, ks, bf.flag, bf.flag + 1, bf.band};
   if (rc == 0) rc = knn_finish_launch(t, x, y, bf.sidx, kall, cert, out, s, err);
+  /* step 4: the flagged rows' bands (blocks past the count return at once), then their exact best m */
+  if (rc == 0) rc = sweep<true>(ks, w, t->ri, splits, s, err);
   if (rc != 0) return rc;
   unsigned blocks = (unsigned)((t->ri + WARPS - 1) / WARPS);
   knn_exact_rows<float><<<blocks < 1024 ? blocks : 1024, 32 * WARPS, 0, s>>>(
-      x, y, t->d, t->rj, (int)t->m, t->col0, t->row0 - t->col0, t->cosine, bf.flag, bf.flag + 1, out);
-  rc = TSR_CUDA_LAUNCHED("knn_exact_rows", err);
-  return rc;
+      x, y, t->d, t->rj, (int)t->m, t->col0, t->row0 - t->col0, t->cosine, bf.flag, bf.flag + 1, bf.bcnt, bf.bcol,
+      out);
+  return TSR_CUDA_LAUNCHED("knn_exact_rows", err);
 }

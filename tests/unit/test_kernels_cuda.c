@@ -1173,13 +1173,16 @@ TEST(knn_tile_bit_identical)
       }
       free(x.data);
     }
-  /* The TF32 path (f32, k <= 25): 50 dims (7 k-steps); and rows far from
-   * the origin, where no TF32 key can certify a row and every row is
-   * redone exactly (knn_tc.cu's step 4). */
+  /* The TF32 path (f32, k <= 25): 50 dims (7 k-steps); and rows away from
+   * the origin, where TF32 keys cannot certify rows, which are redone
+   * exactly (knn_tc.cu's step 4) over their band of columns or, far out,
+   * over every column. */
   tsr_buf pcs = knn_data(TSR_F32, 3000, 50);
   knn_tile_case(&pcs, 15, 0, 0, 1000, 0, 3000);
   knn_tile_case(&pcs, 15, 1, 1000, 1000, 0, 3000);
-  for (int64_t i = 0; i < 3000 * 50; i++) ((float *)pcs.data)[i] += 30.0f;
+  for (int64_t i = 0; i < 3000 * 50; i++) ((float *)pcs.data)[i] += 4.0f;  /* some rows: a band of columns */
+  knn_tile_case(&pcs, 15, 0, 0, 1000, 0, 3000);
+  for (int64_t i = 0; i < 3000 * 50; i++) ((float *)pcs.data)[i] += 26.0f;  /* every row: all columns */
   knn_tile_case(&pcs, 15, 0, 0, 300, 0, 3000);
   knn_tile_case(&pcs, 10, 0, 2900, 100, 2000, 1000);
   free(pcs.data);
