@@ -48,35 +48,40 @@ static __device__ uint32_t to_tf32(float f)
   return r;
 }
 
-/* Rows of a (n real, n_pad in all) into dp-wide TF32 rows. Row side (cols
- * false): [−2x, 1, 1, 0…]. Column side: [y, hi, lo, 0…] with hi + lo =
- * |y|² as f32 (1 for cosine), the pad rows [0…, +inf, 0…], and the largest
- * |y| into *ymax (as bits: positive floats order like their bits). */
+/* Rows of a (n real, n_pad in all) into dp-wide TF32 rows, a warp a row
+ * (coalesced reads and writes; dp ≤ 64). Row side (cols false): [−2x, 1,
+ * 1, 0…]. Column side: [y, hi, lo, 0…] with hi + lo = |y|² as f32 (1 for
+ * cosine), the pad rows [0…, +inf, 0…], and the largest |y| into *ymax
+ * (as bits: positive floats order like their bits). |y|² only shapes the
+ * approximate keys, whose error bound covers its rounding. */
 __global__ void tc_pack(const float *a, int64_t n, int64_t n_pad, int64_t d, int dp, bool cols, bool cosine,
                         uint32_t *packed, unsigned *ymax)
 {
-  TSR_GRID_STRIDE(r, n_pad)
-  {
+  int lane = threadIdx.x & 31;
+  int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+  for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < n_pad; r += warps) {
     uint32_t *o = packed + r * dp;
-    for (int c = 0; c < dp; c++) o[c] = 0;
-    if (r >= n) {
-      if (cols) o[d] = __float_as_uint(INFINITY);
-      continue;
-    }
-    const float *x = a + r * d;
+    float v[2] = {0.0f, 0.0f};
     double s = 0;
-    for (int64_t c = 0; c < d; c++) s += (double)x[c] * (double)x[c];
-    if (!cols) {
-      for (int64_t c = 0; c < d; c++) o[c] = to_tf32(-2.0f * x[c]);
-      o[d] = o[d + 1] = __float_as_uint(1.0f);
-      continue;
+    for (int h = 0; h < 2; h++) {
+      int64_t c = lane + 32 * h;
+      if (r < n && c < d) v[h] = a[r * d + c], s += (double)v[h] * (double)v[h];
     }
-    for (int64_t c = 0; c < d; c++) o[c] = to_tf32(x[c]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(FULL, s, off);
     float yy = cosine ? 1.0f : (float)s;
     uint32_t hi = to_tf32(yy);
-    o[d] = hi;
-    o[d + 1] = to_tf32(yy - __uint_as_float(hi));
-    atomicMax(ymax, __float_as_uint((float)sqrt(s)));
+    for (int h = 0; h < 2; h++) {
+      int64_t c = lane + 32 * h;
+      if (c >= dp) continue;
+      uint32_t word = 0;
+      if (r >= n) word = cols && c == d ? __float_as_uint(INFINITY) : 0;
+      else if (c < d) word = to_tf32(cols ? v[h] : -2.0f * v[h]);
+      else if (c == d) word = cols ? hi : __float_as_uint(1.0f);
+      else if (c == d + 1) word = cols ? to_tf32(yy - __uint_as_float(hi)) : __float_as_uint(1.0f);
+      o[c] = word;
+    }
+    if (cols && r < n && lane == 0) atomicMax(ymax, __float_as_uint((float)sqrt(s)));
   }
 }
 
@@ -475,8 +480,8 @@ int knn_tc_run(const tile_task *t, const float *x, const float *y, const float *
   tc_bufs bf;
   int rc = tc_alloc(t, ri_pad, rj_pad, dp, kall, &sc, s, &bf, err);
   if (rc != 0) return rc;
-  tc_pack<<<tsr_grid(ri_pad, 128), 128, 0, s>>>(a, t->ri, ri_pad, t->d, dp, false, t->cosine, bf.xa, nullptr);
-  tc_pack<<<tsr_grid(rj_pad, 128), 128, 0, s>>>(b, t->rj, rj_pad, t->d, dp, true, t->cosine, bf.ya, bf.ymax);
+  tc_pack<<<tsr_grid(ri_pad * 32, 256), 256, 0, s>>>(a, t->ri, ri_pad, t->d, dp, false, t->cosine, bf.xa, nullptr);
+  tc_pack<<<tsr_grid(rj_pad * 32, 256), 256, 0, s>>>(b, t->rj, rj_pad, t->d, dp, true, t->cosine, bf.ya, bf.ymax);
   rc = TSR_CUDA_LAUNCHED("tc_pack", err);
   sweep_args w = {bf.xa, bf.ya, t->ri, cps, rj_pad, bf.skey, bf.sidx, kall, bf.flag, bf.flag + 1, bf.band, bf.bcnt,
                   bf.bcol};
