@@ -1,8 +1,10 @@
 /* kernels/cuda/knn.cu — knn_tile and knn_merge on the GPU (contract in
  * kernels/cpu/knn.c; docs/cluster.md).
  *
- * knn_tile, per row block of at most SUB_ROWS rows and column sub-tiles of
- * about SUB_ELEMS keys (a few tens of MB, mostly L2-resident):
+ * knn_tile of f32 rows with k ≤ 25 and d ≤ 62 takes the TF32 tensor-core
+ * path (knn_tc.cu) after step 1; the rest (f64, larger k or d) goes, per
+ * row block of at most SUB_ROWS rows and column sub-tiles of about
+ * SUB_ELEMS keys (a few tens of MB, mostly L2-resident):
  *   1. a thread per row: |y|² as f32 keys (1 for cosine), for cosine a
  *      normalized copy of both blocks, and the first non-finite row;
  *   2. G = A·Bᵀ of the sub-tile by cuBLAS (SGEMM, or DGEMM for f64 whose
@@ -36,7 +38,6 @@
 #define MERGE_BATCH 64  /* tile pointers a merge launch takes */
 
 /* ---------- knn_tile ---------- */
-
 
 static int tile_parse(const tsr_params *p, const tsr_buf *in, tile_task *t, tsr_errbuf *err)
 {
