@@ -113,8 +113,9 @@ static int parse_one_arg(tsr_config *cfg, int argc, char **argv, int *i, tsr_err
   const tsr_config_key *key = key_at(cfg, (size_t)k);
   const char *value;
   if (key->flags & TSR_CONFIG_SWITCH) {
-    if (eq != NULL) return tsr_fail(err, TSR_EINVAL, "option '--%s' takes no value", key->name);
-    value = "true";
+    int b = eq != NULL ? tsr_config_parse_bool(eq + 1) : 1;
+    if (b < 0) return tsr_fail(err, TSR_EINVAL, "--%s: \"%s\" is not true or false", key->name, eq + 1);
+    value = b ? "true" : "false";
   } else if (eq != NULL) {
     value = eq + 1;
   } else {

@@ -6,7 +6,8 @@
  * per flag). Each setting can then come from:
  *
  *   1. the command line: `--memory-limit 4GB` or `--memory-limit=4GB`;
- *      a switch (TSR_CONFIG_SWITCH) alone: `--no-fuse`;
+ *      a switch (TSR_CONFIG_SWITCH) alone, `--no-fuse`, or with a value
+ *      after `=`: `--no-fuse=false`;
  *   2. the environment: the key's `env` name (TESSERA_MEMORY_LIMIT), else
  *      its `env_alias` (an older name) when that is set. An empty variable
  *      counts as unset (compose files often write `VAR: ${VAR:-}`);
@@ -88,7 +89,8 @@ void tsr_config_destroy(tsr_config **cfg_p);   /* NULL and *NULL are no-ops */
 /* Records the command line (argv[1..argc-1]; argv is borrowed until
  * destroy). "-h" means --help when the spec has a "help" key. Only the
  * syntax is checked here: TSR_EINVAL for an unknown option, a missing
- * value, a value given to a switch, or a positional argument. */
+ * value, a switch's `=VALUE` that is not a boolean, or a positional
+ * argument. */
 int tsr_config_parse_args(tsr_config *cfg, int argc, char **argv, tsr_errbuf *err);
 
 /* Reads the environment, then the config file (--config, else
