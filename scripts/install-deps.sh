@@ -6,7 +6,8 @@
 #   scripts/install-deps.sh            build + test (README command 2)
 #   scripts/install-deps.sh --build    only what the build needs (docker/Dockerfile's build stage)
 #   scripts/install-deps.sh --deploy   the container tests' tools (label deploy, docs/deploy.md):
-#                                      podman, buildah, runc, debootstrap, podman-compose, cloud-init
+#                                      podman, buildah, runc, netavark + aardvark-dns (containers
+#                                      find each other by name), debootstrap, podman-compose, cloud-init
 set -euo pipefail
 build=(build-essential cmake pkg-config
        libzmq3-dev libmsgpack-dev libblosc-dev libucx-dev
@@ -15,7 +16,7 @@ build=(build-essential cmake pkg-config
        libinih-dev)
 test=(python3 python3-numpy python3-venv)
 # Heavy and only for tests/containers: kept out of the build's list.
-deploy=(podman buildah runc debootstrap podman-compose cloud-init)
+deploy=(podman buildah runc netavark aardvark-dns debootstrap podman-compose cloud-init)
 case "${1:-}" in
   "") pkgs=("${build[@]}" "${test[@]}") ;;
   --build) pkgs=("${build[@]}") ;;

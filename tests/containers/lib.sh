@@ -24,12 +24,16 @@ need_tools() {
 }
 
 # podman as PLATFORM.md found it works here: runc, and ulimits within the
-# hard open-files limit (20000) that containers may not exceed.
+# hard open-files limit (20000) that containers may not exceed. Networks
+# through netavark, whose aardvark-dns lets containers find each other by
+# service name (Debian's podman defaults to CNI without a DNS plugin).
 setup_podman() {
   CONTAINERS_CONF=$(mktemp /tmp/tsr-containers-XXXXXX.conf)
   cat > "$CONTAINERS_CONF" <<'EOF'
 [containers]
 default_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]
+[network]
+network_backend = "netavark"
 [engine]
 runtime = "runc"
 EOF
@@ -44,7 +48,10 @@ build_cpu_image() {
   old_build=$(podman image inspect --format '{{.Id}}' "$BUILD_IMAGE" 2>/dev/null || true)
   old_cpu=$(podman image inspect --format '{{.Id}}' "$CPU_IMAGE" 2>/dev/null || true)
   start=$(date +%s)
-  local args=(--ulimit nofile=20000:20000 --ulimit nproc=4096:4096 -f "$ROOT/docker/Dockerfile"
+  # The build's RUN steps on the host's network: they only fetch Debian
+  # packages, and netavark's default bridge clashes with a CNI one that
+  # Debian's podman may have made before (same 10.88.0.0/16).
+  local args=(--network host --ulimit nofile=20000:20000 --ulimit nproc=4096:4096 -f "$ROOT/docker/Dockerfile"
               --build-arg "BASE=$BASE_IMAGE")
   # The build stage tagged too, so the previous run's can be removed below
   # (each source change leaves a 1.4 GB stage otherwise).

@@ -45,11 +45,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# `run client ARGS...` without starting dependencies again (up did), no TTY.
-client() { "${COMPOSE[@]}" run --rm --no-deps -T client "$@"; }
+# `run client ARGS...` without starting dependencies again (up did), no
+# TTY. Through sh -c: podman-compose 1.0.3's argument parser takes a
+# program's own flags (--n) for abbreviations of its own (--name).
+client() { "${COMPOSE[@]}" run --rm --no-deps -T client sh -c "$*"; }
 
 # The scheduler's status as JSON, from inside its container.
-status_json() { podman exec "${PROJECT}_scheduler_1" tessera status --json; }
+status_json() { podman exec "${PROJECT}_scheduler_1" tessera status --scheduler tcp://127.0.0.1:8786 --json; }
 
 workers_alive() { status_json | json_get 'len(d["workers"])'; }
 
