@@ -87,7 +87,9 @@ await_mid_graph() {
   local deadline=$(( $(date +%s) + $1 )) pid=$2
   while [ "$(date +%s)" -lt "$deadline" ]; do
     kill -0 "$pid" 2>/dev/null || fail "the client finished before the graph could be disturbed (make it longer)"
-    if status_json 2>/dev/null | json_get 'any(g["tasks_done"] > 0 and g["tasks_done"] < g["tasks_total"] for g in d["graphs"])' 2>/dev/null | grep -q True; then
+    local mid
+    mid=$(status_json 2>/dev/null | json_get 'any(g["tasks_done"] > 0 and g["tasks_done"] < g["tasks_total"] for g in d["graphs"])' 2>/dev/null || true)
+    if [ "$mid" = True ]; then
       return 0
     fi
     sleep 0.3
