@@ -11,7 +11,10 @@ scripts/install-deps.sh --deploy
 start=$(date +%s)
 
 scripts/build.sh
-(cd build && ctest --output-on-failure --timeout 600 -j2)
+(cd build && ctest --output-on-failure --timeout 600 -j2 -LE deploy)
+# The container tests (docs/deploy.md), one at a time, their output shown:
+# the image size and the time from compose up to the first task.
+(cd build && ctest -L deploy --timeout 600 -V)
 
 # nvcc cannot take the sanitizer flags: the ASan build leaves out the CUDA
 # variants (the build above compiled and linked them).
