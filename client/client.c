@@ -116,9 +116,13 @@ void client_free(tsr_client *c)
   free(c);
 }
 
+/* The address given, else $TESSERA_SCHEDULER, else the workers' name for
+ * it, $TESSERA_SCHEDULER_ADDRESS (so one container environment serves
+ * workers and clients alike, docs/deploy.md). */
 static int resolve_address(const char *address, char *out, size_t cap)
 {
   if (address == NULL || address[0] == '\0') address = getenv("TESSERA_SCHEDULER");
+  if (address == NULL || address[0] == '\0') address = getenv("TESSERA_SCHEDULER_ADDRESS");
   if (address == NULL || address[0] == '\0')
     return client_fail(TSR_EINVAL, "no scheduler address: pass one or set TESSERA_SCHEDULER (tcp://HOST:PORT)");
   if (strlen(address) >= cap)

@@ -1,10 +1,12 @@
-/* tessera-scheduler: command line, signals, then the event loop (loop.c).
- * Flags are those of docs/development.md; a bad flag exits 2. */
+/* tessera-scheduler: settings (flags, environment, config file through
+ * common/config), signals, then the event loop (loop.c). Flags are those
+ * of docs/scheduler.md; a bad setting, from wherever, exits 2. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/config.h"
 #include "policy_evict.h"
 #include "sched.h"
 
@@ -28,68 +30,92 @@ static void usage(FILE *out)
           "  --recompute MODE           auto|never|always: what workers may drop rather than spill (default auto)\n"
           "  --fuse-width N             fuse chains and fan-ins of at most N branches into one task (default 1: chains)\n"
           "  --no-fuse                  never fuse tasks (same as --fuse-width 0)\n"
-          "  --help, --version\n");
+          "  --config FILE              read settings from FILE (key = value lines; also $TESSERA_CONFIG)\n"
+          "  --print-config             print the settings given and where each came from, then exit\n"
+          "  --help, --version\n"
+          "\n"
+          "Every setting can also come from the environment, TESSERA_ and its name in capitals with\n"
+          "underscores (TESSERA_HEARTBEAT_TIMEOUT=30s), except --listen: TESSERA_SCHEDULER_LISTEN; and\n"
+          "from the config file (heartbeat-timeout = 30s). Flags win over the environment, the\n"
+          "environment over the file (docs/deploy.md).\n");
 }
 
-static int bad_flag(const char *fmt, const char *arg)
+/* The settings, in the order they are applied (config.h). */
+static const tsr_config_key KEYS[] = {
+  {"help", NULL, NULL, TSR_CONFIG_ACTION},
+  {"version", NULL, NULL, TSR_CONFIG_ACTION},
+  {"print-config", NULL, NULL, TSR_CONFIG_ACTION},
+  {"listen", "TESSERA_SCHEDULER_LISTEN", NULL, 0},
+  {"log-level", "TESSERA_LOG_LEVEL", NULL, 0},
+  {"heartbeat-interval", "TESSERA_HEARTBEAT_INTERVAL", NULL, 0},
+  {"heartbeat-timeout", "TESSERA_HEARTBEAT_TIMEOUT", NULL, 0},
+  {"address-file", "TESSERA_ADDRESS_FILE", NULL, 0},
+  {"recompute", "TESSERA_RECOMPUTE", NULL, 0},
+  {"fuse-width", "TESSERA_FUSE_WIDTH", NULL, 0},
+  {"no-fuse", "TESSERA_NO_FUSE", NULL, TSR_CONFIG_SWITCH},
+};
+static const tsr_config_spec SPEC = {"scheduler", KEYS, sizeof KEYS / sizeof KEYS[0]};
+
+static int parse_duration(const char *v, uint64_t *ms_p, tsr_errbuf *err)
 {
-  fprintf(stderr, "tessera-scheduler: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, " (see --help)\n");
-  return 2;
+  uint64_t ms;
+  if (tsr_parse_duration_ms(v, &ms) != 0 || ms == 0)
+    return tsr_fail(err, TSR_EINVAL, "\"%s\" is not a duration (e.g. 500ms, 2s)", v);
+  *ms_p = ms;
+  return 0;
 }
 
-/* Accepts "--flag VALUE" and "--flag=VALUE". Returns the value or NULL. */
-static const char *flag_value(int argc, char **argv, int *i, const char *flag)
+/* One setting with its winning value (tsr_config_apply_fn). */
+static int apply(void *ctx, const char *name, const char *v, tsr_errbuf *err)
 {
-  size_t n = strlen(flag);
-  if (strncmp(argv[*i], flag, n) != 0) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] != '\0' || *i + 1 >= argc) return NULL;
-  return argv[++*i];
+  sched_loop_opts *opts = ctx;
+  if (strcmp(name, "listen") == 0) opts->listen = v;
+  else if (strcmp(name, "address-file") == 0) opts->address_file = v;
+  else if (strcmp(name, "log-level") == 0) {
+    int level = tsr_log_level_parse(v);
+    if (level < 0) return tsr_fail(err, TSR_EINVAL, "\"%s\" is not a log level (debug|info|warn|error)", v);
+    tsr_log_set_level((tsr_log_level)level);
+  } else if (strcmp(name, "heartbeat-interval") == 0) return parse_duration(v, &opts->cfg.heartbeat_ms, err);
+  else if (strcmp(name, "heartbeat-timeout") == 0) return parse_duration(v, &opts->cfg.timeout_ms, err);
+  else if (strcmp(name, "recompute") == 0) {
+    int mode = sched_recompute_mode_parse(v);
+    if (mode < 0) return tsr_fail(err, TSR_EINVAL, "\"%s\" is not a recompute mode (auto|never|always)", v);
+    opts->cfg.recompute = (sched_recompute_mode)mode;
+  } else if (strcmp(name, "fuse-width") == 0) {
+    char *end;
+    unsigned long n = strtoul(v, &end, 10);
+    if (*v < '0' || *v > '9' || *end != '\0' || n > 1000000)
+      return tsr_fail(err, TSR_EINVAL, "\"%s\" is not a width from 0 to 1000000", v);
+    opts->cfg.fuse_width = (uint32_t)n;
+  } else if (strcmp(name, "no-fuse") == 0 && strcmp(v, "true") == 0) {
+    opts->cfg.fuse_width = 0;
+  }
+  return 0;
 }
 
-static int parse_args(int argc, char **argv, sched_loop_opts *opts, int *exit_p)
+/* Flags, environment, config file. Returns 0 to run, or 1 with *exit_p
+ * set (help, version or printed settings: 0; a bad setting: 2). */
+static int configure(int argc, char **argv, tsr_config *cfg, sched_loop_opts *opts, int *exit_p)
 {
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v;
-    uint64_t ms;
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      usage(stdout);
-      *exit_p = 0;
-      return 1;
-    }
-    if (strcmp(a, "--version") == 0) {
-      printf("tessera-scheduler %s\n", TSR_VERSION_STRING);
-      *exit_p = 0;
-      return 1;
-    }
-    if ((v = flag_value(argc, argv, &i, "--listen")) != NULL) opts->listen = v;
-    else if ((v = flag_value(argc, argv, &i, "--address-file")) != NULL) opts->address_file = v;
-    else if ((v = flag_value(argc, argv, &i, "--log-level")) != NULL) {
-      int level = tsr_log_level_parse(v);
-      if (level < 0) return *exit_p = bad_flag("bad --log-level '%s' (debug|info|warn|error)", v), 1;
-      tsr_log_set_level((tsr_log_level)level);
-    } else if ((v = flag_value(argc, argv, &i, "--heartbeat-interval")) != NULL) {
-      if (tsr_parse_duration_ms(v, &ms) != 0 || ms == 0) return *exit_p = bad_flag("bad --heartbeat-interval '%s'", v), 1;
-      opts->cfg.heartbeat_ms = ms;
-    } else if ((v = flag_value(argc, argv, &i, "--recompute")) != NULL) {
-      int mode = sched_recompute_mode_parse(v);
-      if (mode < 0) return *exit_p = bad_flag("bad --recompute '%s' (auto|never|always)", v), 1;
-      opts->cfg.recompute = (sched_recompute_mode)mode;
-    } else if ((v = flag_value(argc, argv, &i, "--heartbeat-timeout")) != NULL) {
-      if (tsr_parse_duration_ms(v, &ms) != 0 || ms == 0) return *exit_p = bad_flag("bad --heartbeat-timeout '%s'", v), 1;
-      opts->cfg.timeout_ms = ms;
-    } else if ((v = flag_value(argc, argv, &i, "--fuse-width")) != NULL) {
-      char *end;
-      unsigned long n = strtoul(v, &end, 10);
-      if (*v < '0' || *v > '9' || *end != '\0' || n > 1000000) return *exit_p = bad_flag("bad --fuse-width '%s' (0 to 1000000)", v), 1;
-      opts->cfg.fuse_width = (uint32_t)n;
-    } else if (strcmp(a, "--no-fuse") == 0) {
-      opts->cfg.fuse_width = 0;
-    } else {
-      return *exit_p = bad_flag("unknown or incomplete option '%s'", a), 1;
-    }
+  tsr_errbuf err = {{0}};
+  int rc = tsr_config_parse_args(cfg, argc, argv, &err);
+  if (rc == 0 && tsr_config_get(cfg, "help") != NULL) {
+    usage(stdout);
+    return *exit_p = 0, 1;
+  }
+  if (rc == 0 && tsr_config_get(cfg, "version") != NULL) {
+    printf("tessera-scheduler %s\n", TSR_VERSION_STRING);
+    return *exit_p = 0, 1;
+  }
+  if (rc == 0) rc = tsr_config_load(cfg, &err);
+  if (rc == 0) rc = tsr_config_apply(cfg, apply, opts, &err);
+  if (rc != 0) {
+    fprintf(stderr, "tessera-scheduler: %s (see --help)\n", err.text);
+    return *exit_p = 2, 1;
+  }
+  if (tsr_config_get(cfg, "print-config") != NULL) {
+    tsr_config_print(cfg, stdout);
+    return *exit_p = 0, 1;
   }
   return 0;
 }
@@ -99,7 +125,15 @@ int main(int argc, char **argv)
   sched_loop_opts opts = {.listen = "tcp://0.0.0.0:8786", .cfg = {.heartbeat_ms = 1000, .timeout_ms = 10000, .fuse_width = 1}};
   tsr_log_set_component("scheduler");
   int code = 0;
-  if (parse_args(argc, argv, &opts, &code) != 0) return code;
+  tsr_config *cfg = NULL;
+  if (tsr_config_new(&SPEC, &cfg) != 0) {
+    fprintf(stderr, "tessera-scheduler: out of memory\n");
+    return 1;
+  }
+  if (configure(argc, argv, cfg, &opts, &code) != 0) {
+    tsr_config_destroy(&cfg);
+    return code;
+  }
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;  /* no SA_RESTART: zmq_poll returns EINTR */
@@ -107,6 +141,6 @@ int main(int argc, char **argv)
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
   int rc = sched_run(&opts, &stop_requested);
-  if (rc != 0) return 1;
-  return 0;
+  tsr_config_destroy(&cfg);  /* after the run: opts borrow its strings */
+  return rc != 0 ? 1 : 0;
 }

@@ -1,12 +1,28 @@
 #!/usr/bin/env bash
-# Installs what Tessera needs to build and test on Debian 12, from Debian's
-# packages only. Safe to run again: apt skips what is already there.
+# Installs what Tessera needs on Debian 12 (or Ubuntu 24.04, the CUDA
+# images' base), from the distribution's packages only. Safe to run again:
+# apt skips what is already there.
+#
+#   scripts/install-deps.sh            build + test (README command 2)
+#   scripts/install-deps.sh --build    only what the build needs (docker/Dockerfile's build stage)
+#   scripts/install-deps.sh --deploy   the container tests' tools (label deploy, docs/deploy.md):
+#                                      podman, buildah, runc, netavark + aardvark-dns (containers
+#                                      find each other by name), debootstrap, podman-compose, cloud-init
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config
-      libzmq3-dev libmsgpack-dev libblosc-dev libucx-dev
-      libopenblas-dev liblapacke-dev libsodium-dev
-      libzstd-dev zlib1g-dev libisal-dev libjansson-dev libhdf5-dev libcairo2-dev
-      python3 python3-numpy python3-venv)
+build=(build-essential cmake pkg-config
+       libzmq3-dev libmsgpack-dev libblosc-dev libucx-dev
+       libopenblas-dev liblapacke-dev libsodium-dev
+       libzstd-dev zlib1g-dev libisal-dev libjansson-dev libhdf5-dev libcairo2-dev
+       libinih-dev)
+test=(python3 python3-numpy python3-venv)
+# Heavy and only for tests/containers: kept out of the build's list.
+deploy=(podman buildah runc netavark aardvark-dns debootstrap podman-compose cloud-init)
+case "${1:-}" in
+  "") pkgs=("${build[@]}" "${test[@]}") ;;
+  --build) pkgs=("${build[@]}") ;;
+  --deploy) pkgs=("${deploy[@]}") ;;
+  *) echo "install-deps: unknown option '$1' (--build or --deploy)" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # README command 2 (and CI): install what is missing, build, run the whole
 # test suite, then build again with AddressSanitizer + UBSan and run it
-# there too. GPU tests print that they were skipped when no GPU is present.
+# there too (all but the container tests, label deploy, which build and run
+# images rather than the sanitized binaries). GPU tests print that they
+# were skipped when no GPU is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+scripts/install-deps.sh --deploy
 start=$(date +%s)
 
 scripts/build.sh
-(cd build && ctest --output-on-failure --timeout 600 -j2)
+(cd build && ctest --output-on-failure --timeout 600 -j2 -LE deploy)
+# The container tests (docs/deploy.md), one at a time, their output shown:
+# the image size and the time from compose up to the first task.
+(cd build && ctest -L deploy --timeout 600 -V)
 
 # nvcc cannot take the sanitizer flags: the ASan build leaves out the CUDA
 # variants (the build above compiled and linked them).
@@ -16,6 +22,6 @@ BUILD_DIR=build-asan scripts/build.sh -DTSR_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp
-(cd build-asan && ctest --output-on-failure --timeout 900 -j2)
+(cd build-asan && ctest --output-on-failure --timeout 900 -j2 -LE deploy)
 
 echo "test.sh: all suites passed in $(( $(date +%s) - start )) s"

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #define CLI_EXIT_FAIL 1
@@ -15,6 +16,16 @@
 
 int cli_status(int argc, char **argv);
 int cli_local(int argc, char **argv);
+int cli_health(int argc, char **argv);
+
+/* The scheduler address a subcommand uses without --scheduler:
+ * $TESSERA_SCHEDULER, else $TESSERA_SCHEDULER_ADDRESS (the workers' name
+ * for it), else fallback (may be NULL). */
+const char *cli_default_scheduler(const char *fallback);
+
+/* Writes info as one JSON object (status_json.c; docs/deploy.md). */
+struct tsr_cluster_info;
+void cli_status_json(FILE *out, const char *address, const struct tsr_cluster_info *info);
 
 /* Prints "tessera: " + message to stderr and returns code. */
 int cli_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

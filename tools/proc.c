@@ -22,6 +22,16 @@ int cli_error(int code, const char *fmt, ...)
   return code;
 }
 
+const char *cli_default_scheduler(const char *fallback)
+{
+  const char *names[] = {"TESSERA_SCHEDULER", "TESSERA_SCHEDULER_ADDRESS"};
+  for (size_t i = 0; i < 2; i++) {
+    const char *v = getenv(names[i]);
+    if (v != NULL && v[0] != '\0') return v;
+  }
+  return fallback;
+}
+
 void cli_sleep_ms(int ms)
 {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};

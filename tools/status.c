@@ -15,9 +15,10 @@
 static void usage(FILE *out)
 {
   fprintf(out,
-          "usage: tessera status --scheduler ADDR [--timeout DUR]\n"
-          "  --scheduler ADDR  tcp://HOST:PORT (default: $TESSERA_SCHEDULER)\n"
-          "  --timeout DUR     how long to wait for the scheduler (default 5s)\n");
+          "usage: tessera status --scheduler ADDR [--timeout DUR] [--json]\n"
+          "  --scheduler ADDR  tcp://HOST:PORT (default: $TESSERA_SCHEDULER, else $TESSERA_SCHEDULER_ADDRESS)\n"
+          "  --timeout DUR     how long to wait for the scheduler (default 5s)\n"
+          "  --json            one JSON object instead of the tables (docs/deploy.md)\n");
 }
 
 #define NCOLS_W 7
@@ -160,11 +161,12 @@ static void print_info(const char *address, const tsr_cluster_info *info)
 }
 
 /* Parses the flags; returns -1 to go on, or an exit code. */
-static int parse(int argc, char **argv, const char **address_p, uint64_t *timeout_p)
+static int parse(int argc, char **argv, const char **address_p, uint64_t *timeout_p, bool *json_p)
 {
   static const struct option longs[] = {
     {"scheduler", required_argument, NULL, 's'},
     {"timeout", required_argument, NULL, 't'},
+    {"json", no_argument, NULL, 'j'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
   };
@@ -173,6 +175,7 @@ static int parse(int argc, char **argv, const char **address_p, uint64_t *timeou
   opterr = 0;
   while ((opt = getopt_long(argc, argv, "+", longs, NULL)) != -1) {
     if (opt == 's') *address_p = optarg;
+    else if (opt == 'j') *json_p = true;
     else if (opt == 't' && tsr_parse_duration_ms(optarg, timeout_p) != 0)
       return cli_error(CLI_EXIT_USAGE, "status: --timeout '%s' is not a duration (e.g. 500ms, 5s)", optarg);
     else if (opt == 'h') {
@@ -193,9 +196,10 @@ static int parse(int argc, char **argv, const char **address_p, uint64_t *timeou
 
 int cli_status(int argc, char **argv)
 {
-  const char *address = getenv("TESSERA_SCHEDULER");
+  const char *address = cli_default_scheduler(NULL);
   uint64_t timeout = 5000;
-  int code = parse(argc, argv, &address, &timeout);
+  bool json = false;
+  int code = parse(argc, argv, &address, &timeout, &json);
   if (code >= 0) return code;
   tsr_client_opts opts = TSR_CLIENT_OPTS_DEFAULT;
   opts.name = "tessera-status";
@@ -209,7 +213,8 @@ int cli_status(int argc, char **argv)
     tsr_client_close(client);
     return CLI_EXIT_FAIL;
   }
-  print_info(address, info);
+  if (json) cli_status_json(stdout, address, info);
+  else print_info(address, info);
   tsr_cluster_info_destroy(&info);
   tsr_client_close(client);
   return 0;

@@ -1,6 +1,7 @@
 /* tessera — the command line: `tessera status` shows a cluster, `tessera
- * local` runs a program on a scheduler and workers started on this machine
- * (docs/development.md has the flags). This file only dispatches. */
+ * health` checks one (exit status), `tessera local` runs a program on a
+ * scheduler and workers started on this machine (docs/development.md has
+ * the flags). This file only dispatches. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,8 +14,11 @@ static void usage(FILE *out)
           "usage: tessera COMMAND [FLAGS]\n"
           "\n"
           "commands:\n"
-          "  status --scheduler ADDR [--timeout DUR]\n"
+          "  status --scheduler ADDR [--timeout DUR] [--json]\n"
           "        workers (memory, tasks) and graphs in flight of a running scheduler\n"
+          "  health [--scheduler ADDR] [--worker NAME] [--timeout DUR]\n"
+          "        exit 0 when the scheduler serves (and lists worker NAME), 1 when not:\n"
+          "        a container health check\n"
           "  local [--cpu-workers N] [--threads-per-worker T] [--memory-limit BYTES]\n"
           "        [--scheduler-arg ARG]... [--worker-arg ARG]... [--] [PROGRAM ARGS...]\n"
           "        start a scheduler and N workers here, run PROGRAM with TESSERA_SCHEDULER\n"
@@ -43,6 +47,7 @@ int main(int argc, char **argv)
   }
   if (strcmp(cmd, "status") == 0) return cli_status(argc - 1, argv + 1);
   if (strcmp(cmd, "local") == 0) return cli_local(argc - 1, argv + 1);
+  if (strcmp(cmd, "health") == 0) return cli_health(argc - 1, argv + 1);
   cli_error(CLI_EXIT_USAGE, "unknown command '%s' (try: tessera --help)", cmd);
   return CLI_EXIT_USAGE;
 }

@@ -1,5 +1,6 @@
-/* tessera-worker: command line, signals, then tsr_worker_run().
- * Flags are those of docs/development.md; a bad flag exits 2. */
+/* tessera-worker: settings (flags, environment, config file through
+ * common/config), signals, then tsr_worker_run(). Flags are those of
+ * docs/worker.md; a bad setting, from wherever, exits 2. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config/config.h"
 #include "gpu.h"
 #include "kernels.h"
 #include "worker.h"
@@ -18,7 +20,6 @@
 #define DEFAULT_GPU_THREADS 4
 
 static bool threads_given;
-static const char *device_tier_flag;  /* --device-memory-target or -spill, when given */
 
 static int stop_pipe[2] = {-1, -1};
 
@@ -37,7 +38,8 @@ static void usage(FILE *out)
           "\n"
           "Runs tasks the scheduler sends and serves their chunks to peers.\n"
           "\n"
-          "  --scheduler ADDR           scheduler address, tcp://HOST:PORT (or env TESSERA_SCHEDULER)\n"
+          "  --scheduler ADDR           scheduler address, tcp://HOST:PORT (env TESSERA_SCHEDULER_ADDRESS or\n"
+          "                             TESSERA_SCHEDULER); a scheduler not up yet is waited for\n"
           "  --threads N                executor threads (default: number of CPUs)\n"
           "  --memory-limit BYTES       memory limit, e.g. 4GiB (default 0 = none); chunks spill to disk above it\n"
           "  --memory-target F          evict chunks when they hold more than F of the limit (default 0.6)\n"
@@ -50,7 +52,10 @@ static void usage(FILE *out)
           "  --spill-bandwidth BYTES    disk throughput per second assumed by the scheduler's recompute-or-spill\n"
           "                             costs (default: measured at start-up, then over real spills)\n"
           "  --name NAME                worker name (default HOSTNAME-PID)\n"
-          "  --listen-data ADDR         data socket (default tcp://IP:0, IP the route to the scheduler)\n"
+          "  --listen-data ADDR         data socket to bind (default tcp://IP:0, IP the route to the scheduler)\n"
+          "  --contact-address ADDR     data address to advertise to the scheduler and peers when it differs from\n"
+          "                             the bound one (NAT, containers): tcp://HOST:PORT, or tcp://HOST for the\n"
+          "                             bound port\n"
           "  --log-level LEVEL          debug|info|warn|error (default info)\n"
           "  --heartbeat-interval DUR   heartbeat period (default 1s)\n"
           "  --heartbeat-timeout DUR    reconnect after this much scheduler silence (default 10s)\n"
@@ -61,138 +66,152 @@ static void usage(FILE *out)
           "  --device-memory-spill F    ... and while all device bytes in use exceed F of it (default 0.9)\n"
           "  --pinned-memory-limit BYTES  pinned host memory for chunks moved off the GPU (default: the device\n"
           "                             limit, at most 1/8 of RAM and 1/4 of --memory-limit; 0 = none)\n"
+          "  --config FILE              read settings from FILE (key = value lines; also $TESSERA_CONFIG)\n"
+          "  --print-config             print the settings given and where each came from, then exit\n"
           "  --list-gpus                print the GPUs this build can use, one per line, and exit\n"
           "  --help, --version\n"
           "\n"
           "With --gpu, --threads is the number of CUDA streams (default %d).\n"
+          "Every setting can also come from the environment, TESSERA_ and its name in capitals with\n"
+          "underscores (TESSERA_MEMORY_LIMIT=4GiB), except --scheduler: TESSERA_SCHEDULER_ADDRESS; and\n"
+          "from the config file (memory-limit = 4GiB). Flags win over the environment, the environment\n"
+          "over the file (docs/deploy.md).\n"
           "Env TESSERA_TEST_OPS=1 registers the test-only ops (crash, fail, sleep).\n",
           DEFAULT_GPU_THREADS);
 }
 
-static int bad(const char *flag, const char *value, const char *why)
-{
-  fprintf(stderr, "tessera-worker: invalid %s '%s': %s (see --help)\n", flag, value ? value : "", why);
-  return 2;
-}
+/* The settings, in the order they are applied (config.h). */
+static const tsr_config_key KEYS[] = {
+  {"help", NULL, NULL, TSR_CONFIG_ACTION},
+  {"version", NULL, NULL, TSR_CONFIG_ACTION},
+  {"list-gpus", NULL, NULL, TSR_CONFIG_ACTION},
+  {"print-config", NULL, NULL, TSR_CONFIG_ACTION},
+  /* TESSERA_SCHEDULER is what clients read: one environment serves both */
+  {"scheduler", "TESSERA_SCHEDULER_ADDRESS", "TESSERA_SCHEDULER", 0},
+  {"name", "TESSERA_NAME", NULL, 0},
+  {"threads", "TESSERA_THREADS", NULL, 0},
+  {"memory-limit", "TESSERA_MEMORY_LIMIT", NULL, 0},
+  {"memory-target", "TESSERA_MEMORY_TARGET", NULL, 0},
+  {"memory-spill", "TESSERA_MEMORY_SPILL", NULL, 0},
+  {"memory-pause", "TESSERA_MEMORY_PAUSE", NULL, 0},
+  {"spill-dir", "TESSERA_SPILL_DIR", NULL, 0},
+  {"disk-limit", "TESSERA_DISK_LIMIT", NULL, 0},
+  {"spill-codec", "TESSERA_SPILL_CODEC", NULL, 0},
+  {"spill-level", "TESSERA_SPILL_LEVEL", NULL, 0},
+  {"spill-bandwidth", "TESSERA_SPILL_BANDWIDTH", NULL, 0},
+  {"listen-data", "TESSERA_LISTEN_DATA", NULL, 0},
+  {"contact-address", "TESSERA_CONTACT_ADDRESS", NULL, 0},
+  {"log-level", "TESSERA_LOG_LEVEL", NULL, 0},
+  {"heartbeat-interval", "TESSERA_HEARTBEAT_INTERVAL", NULL, 0},
+  {"heartbeat-timeout", "TESSERA_HEARTBEAT_TIMEOUT", NULL, 0},
+  {"fetch-timeout", "TESSERA_FETCH_TIMEOUT", NULL, 0},
+  {"gpu", "TESSERA_GPU", NULL, 0},
+  {"device-memory-limit", "TESSERA_DEVICE_MEMORY_LIMIT", NULL, 0},
+  {"device-memory-target", "TESSERA_DEVICE_MEMORY_TARGET", NULL, 0},
+  {"device-memory-spill", "TESSERA_DEVICE_MEMORY_SPILL", NULL, 0},
+  {"pinned-memory-limit", "TESSERA_PINNED_MEMORY_LIMIT", NULL, 0},
+};
+static const tsr_config_spec SPEC = {"worker", KEYS, sizeof KEYS / sizeof KEYS[0]};
 
-static int copy_str(char *dst, size_t cap, const char *flag, const char *value)
+static int copy_str(char *dst, size_t cap, const char *value, tsr_errbuf *err)
 {
-  if (value[0] == '\0' || strlen(value) >= cap) return bad(flag, value, "empty or too long");
+  if (value[0] == '\0' || strlen(value) >= cap)
+    return tsr_fail(err, TSR_EINVAL, "\"%s\" is empty or longer than %zu bytes", value, cap - 1);
   snprintf(dst, cap, "%s", value);
   return 0;
 }
 
-static int parse_duration(const char *flag, const char *value, uint64_t *ms_p)
+static int parse_duration(const char *value, uint64_t *ms_p, tsr_errbuf *err)
 {
-  if (tsr_parse_duration_ms(value, ms_p) != 0 || *ms_p == 0) return bad(flag, value, "expected a duration like 500ms or 2s");
+  if (tsr_parse_duration_ms(value, ms_p) != 0 || *ms_p == 0)
+    return tsr_fail(err, TSR_EINVAL, "\"%s\" is not a duration (e.g. 500ms, 2s)", value);
   return 0;
 }
 
-/* Applies one flag with its value. 0, 1 for "--help/--version done", 2 bad. */
-static int apply_flag(tsr_worker_opts *o, const char *flag, const char *v)
+static int parse_size(const char *value, uint64_t *bytes_p, tsr_errbuf *err)
 {
-  int64_t n;
-  uint64_t ms;
-  if (strcmp(flag, "--scheduler") == 0) return copy_str(o->scheduler, sizeof o->scheduler, flag, v);
-  if (strcmp(flag, "--name") == 0) return copy_str(o->name, sizeof o->name, flag, v);
-  if (strcmp(flag, "--listen-data") == 0) return copy_str(o->listen_data, sizeof o->listen_data, flag, v);
-  if (strcmp(flag, "--threads") == 0) {
-    if (tsr_parse_i64(v, &n) != 0 || n < 1 || n > 4096) return bad(flag, v, "expected an integer from 1 to 4096");
-    o->threads = (int)n;
-    threads_given = true;
-    return 0;
-  }
-  if (strcmp(flag, "--gpu") == 0) {
-    if (tsr_parse_i64(v, &n) != 0 || n < 0 || n > 1023) return bad(flag, v, "expected a GPU index (0, 1, ...)");
-    o->gpu = (int)n;
-    return 0;
-  }
-  if (strcmp(flag, "--device-memory-limit") == 0)
-    return tsr_parse_bytes(v, &o->device_memory_limit) == 0 ? 0 : bad(flag, v, "expected a size like 60GiB");
-  if (strcmp(flag, "--pinned-memory-limit") == 0) {
-    device_tier_flag = "--pinned-memory-limit";
-    return tsr_parse_bytes(v, &o->pinned_memory_limit) == 0 ? 0 : bad(flag, v, "expected a size like 8GiB");
-  }
-  if (strcmp(flag, "--memory-limit") == 0)
-    return tsr_parse_bytes(v, &o->memory_limit) == 0 ? 0 : bad(flag, v, "expected a size like 4GiB");
-  if (strcmp(flag, "--log-level") == 0) {
-    int level = tsr_log_level_parse(v);
-    if (level < 0) return bad(flag, v, "expected debug, info, warn or error");
-    tsr_log_set_level((tsr_log_level)level);
-    return 0;
-  }
-  if (strcmp(flag, "--heartbeat-interval") == 0) return parse_duration(flag, v, &o->heartbeat_interval_ms);
-  if (strcmp(flag, "--heartbeat-timeout") == 0) return parse_duration(flag, v, &o->heartbeat_timeout_ms);
-  if (strcmp(flag, "--fetch-timeout") == 0) {
-    if (parse_duration(flag, v, &ms) != 0) return 2;
-    o->fetch_timeout_ms = ms > 3600000 ? 3600000 : (int)ms;
-    return 0;
-  }
-  tsr_errbuf terr = {{0}};
-  int trc = tsr_tiers_opt(&o->tiers, flag, v, &terr);
-  if (trc != TSR_ENOTFOUND) return trc == 0 ? 0 : bad(flag, v, terr.text);
-  trc = tsr_devtier_opt(&o->devtier, flag, v, &terr);
-  if (trc != TSR_ENOTFOUND) device_tier_flag = strstr(flag, "target") ? "--device-memory-target" : "--device-memory-spill";
-  if (trc != TSR_ENOTFOUND) return trc == 0 ? 0 : bad(flag, v, terr.text);
-  fprintf(stderr, "tessera-worker: unknown option '%s' (see --help)\n", flag);
-  return 2;
-}
-
-/* Returns 0 to run, 1 to exit 0 (help/version/GPU list printed), 2 on a
- * bad flag, 3 when --list-gpus found none (exit 1). */
-static int parse_args(int argc, char **argv, tsr_worker_opts *o)
-{
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-      usage(stdout);
-      return 1;
-    }
-    if (strcmp(arg, "--version") == 0) {
-      printf("tessera-worker %s\n", TSR_VERSION_STRING);
-      return 1;
-    }
-    if (strcmp(arg, "--list-gpus") == 0) {
-      tsr_errbuf err = {{0}};
-      if (tsr_wgpu_list(stdout, &err) > 0) return 1;
-      fprintf(stderr, "tessera-worker: %s\n", err.text);
-      return 3;
-    }
-    if (strncmp(arg, "--", 2) != 0) {
-      fprintf(stderr, "tessera-worker: unexpected argument '%s' (see --help)\n", arg);
-      return 2;
-    }
-    char flag[64];
-    const char *eq = strchr(arg, '=');
-    const char *value;
-    if (eq != NULL) {
-      snprintf(flag, sizeof flag, "%.*s", (int)(eq - arg), arg);
-      value = eq + 1;
-    } else {
-      snprintf(flag, sizeof flag, "%s", arg);
-      if (i + 1 >= argc) {
-        fprintf(stderr, "tessera-worker: option '%s' needs a value (see --help)\n", arg);
-        return 2;
-      }
-      value = argv[++i];
-    }
-    int rc = apply_flag(o, flag, value);
-    if (rc != 0) return rc;
-  }
+  if (tsr_parse_bytes(value, bytes_p) != 0)
+    return tsr_fail(err, TSR_EINVAL, "\"%s\" is not a size (e.g. 4GiB, 512MB)", value);
   return 0;
 }
 
 /* "tcp://HOST:PORT" (or ipc://PATH). Only the syntax: a host that does not
- * resolve yet is retried at run time, like one that does not answer. */
-static bool valid_endpoint(const char *addr)
+ * resolve yet is retried at run time, like one that does not answer. With
+ * port_optional, "tcp://HOST" passes too. */
+static bool valid_endpoint(const char *addr, bool port_optional)
 {
   if (strncmp(addr, "ipc://", 6) == 0) return addr[6] != '\0';
-  if (strncmp(addr, "tcp://", 6) != 0) return false;
+  if (strncmp(addr, "tcp://", 6) != 0 || addr[6] == '\0' || addr[6] == ':') return false;
   const char *colon = strrchr(addr + 6, ':');
-  if (colon == NULL || colon == addr + 6 || colon[1] == '\0') return false;
+  if (colon == NULL) return port_optional && strchr(addr + 6, '/') == NULL;
+  if (colon[1] == '\0') return false;
   if (strcmp(colon + 1, "*") == 0) return true;
   int64_t port;
   return tsr_parse_i64(colon + 1, &port) == 0 && port >= 0 && port <= 65535;
+}
+
+static int parse_endpoint(const char *v, char *dst, size_t cap, bool port_optional, const char *want, tsr_errbuf *err)
+{
+  if (!valid_endpoint(v, port_optional)) return tsr_fail(err, TSR_EINVAL, "\"%s\" is not an address (expected %s)", v, want);
+  return copy_str(dst, cap, v, err);
+}
+
+/* The worker's own numbers and addresses; tiers and device tier below. */
+static int apply_core(tsr_worker_opts *o, const char *name, const char *v, tsr_errbuf *err)
+{
+  int64_t n;
+  uint64_t ms;
+  if (strcmp(name, "scheduler") == 0)
+    return parse_endpoint(v, o->scheduler, sizeof o->scheduler, false, "tcp://HOST:PORT", err);
+  if (strcmp(name, "name") == 0) return copy_str(o->name, sizeof o->name, v, err);
+  if (strcmp(name, "listen-data") == 0)
+    return parse_endpoint(v, o->listen_data, sizeof o->listen_data, false, "tcp://IP:PORT, port 0 picks one", err);
+  if (strcmp(name, "contact-address") == 0)
+    return parse_endpoint(v, o->contact_address, sizeof o->contact_address, true, "tcp://HOST:PORT or tcp://HOST", err);
+  if (strcmp(name, "threads") == 0) {
+    if (tsr_parse_i64(v, &n) != 0 || n < 1 || n > 4096)
+      return tsr_fail(err, TSR_EINVAL, "\"%s\" is not a thread count from 1 to 4096", v);
+    o->threads = (int)n;
+    threads_given = true;
+    return 0;
+  }
+  if (strcmp(name, "gpu") == 0) {
+    if (tsr_parse_i64(v, &n) != 0 || n < 0 || n > 1023) return tsr_fail(err, TSR_EINVAL, "\"%s\" is not a GPU index (0, 1, ...)", v);
+    o->gpu = (int)n;
+    return 0;
+  }
+  if (strcmp(name, "memory-limit") == 0) return parse_size(v, &o->memory_limit, err);
+  if (strcmp(name, "device-memory-limit") == 0) return parse_size(v, &o->device_memory_limit, err);
+  if (strcmp(name, "pinned-memory-limit") == 0) return parse_size(v, &o->pinned_memory_limit, err);
+  if (strcmp(name, "log-level") == 0) {
+    int level = tsr_log_level_parse(v);
+    if (level < 0) return tsr_fail(err, TSR_EINVAL, "\"%s\" is not a log level (debug|info|warn|error)", v);
+    tsr_log_set_level((tsr_log_level)level);
+    return 0;
+  }
+  if (strcmp(name, "heartbeat-interval") == 0) return parse_duration(v, &o->heartbeat_interval_ms, err);
+  if (strcmp(name, "heartbeat-timeout") == 0) return parse_duration(v, &o->heartbeat_timeout_ms, err);
+  if (strcmp(name, "fetch-timeout") == 0) {
+    if (parse_duration(v, &ms, err) != 0) return TSR_EINVAL;
+    o->fetch_timeout_ms = ms > 3600000 ? 3600000 : (int)ms;
+    return 0;
+  }
+  return TSR_ENOTFOUND;
+}
+
+/* One setting with its winning value (tsr_config_apply_fn). */
+static int apply(void *ctx, const char *name, const char *v, tsr_errbuf *err)
+{
+  tsr_worker_opts *o = ctx;
+  int rc = apply_core(o, name, v, err);
+  if (rc != TSR_ENOTFOUND) return rc;
+  char flag[64];
+  snprintf(flag, sizeof flag, "--%s", name);
+  tsr_errbuf why = {{0}};
+  rc = tsr_tiers_opt(&o->tiers, flag, v, &why);
+  if (rc == TSR_ENOTFOUND) rc = tsr_devtier_opt(&o->devtier, flag, v, &why);
+  if (rc == TSR_ENOTFOUND) return 0;  /* an action (help, list-gpus, ...): main() handles those */
+  return rc == 0 ? 0 : tsr_fail(err, rc, "\"%s\": %s", v, why.text);
 }
 
 static void default_opts(tsr_worker_opts *o)
@@ -205,8 +224,6 @@ static void default_opts(tsr_worker_opts *o)
   o->fetch_timeout_ms = DEFAULT_FETCH_TIMEOUT_MS;
   o->gpu = -1;
   o->pinned_memory_limit = TSR_PINNED_DEFAULT;
-  const char *env = getenv("TESSERA_SCHEDULER");
-  if (env != NULL && env[0] != '\0' && strlen(env) < sizeof o->scheduler) snprintf(o->scheduler, sizeof o->scheduler, "%s", env);
 }
 
 static int install_signals(void)
@@ -223,6 +240,58 @@ static int install_signals(void)
   return 0;
 }
 
+/* The settings that only a GPU worker takes, given without --gpu: a
+ * message naming where the first came from, or NULL. */
+static const char *gpu_only_setting(const tsr_config *cfg, char *buf, size_t cap)
+{
+  static const char *const names[] = {"device-memory-limit", "device-memory-target", "device-memory-spill",
+                                      "pinned-memory-limit"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (tsr_config_get(cfg, names[i]) != NULL) return tsr_config_origin(cfg, names[i], buf, cap);
+  return NULL;
+}
+
+/* What no single setting can say alone. 0 or 2 (message printed). */
+static int check_opts(const tsr_config *cfg, tsr_worker_opts *o)
+{
+  char origin[512];
+  if (o->gpu >= 0 && !threads_given) o->threads = DEFAULT_GPU_THREADS;
+  if (o->gpu < 0 && gpu_only_setting(cfg, origin, sizeof origin) != NULL) {
+    fprintf(stderr, "tessera-worker: %s needs --gpu N (or TESSERA_GPU) (see --help)\n", origin);
+    return 2;
+  }
+  if (o->scheduler[0] == '\0') {
+    fprintf(stderr, "tessera-worker: --scheduler ADDR (or env TESSERA_SCHEDULER_ADDRESS) is required (see --help)\n");
+    return 2;
+  }
+  return 0;
+}
+
+/* Flags, environment, config file. Returns -1 to run, else the exit
+ * status: 0 after help, version, the GPU list or the printed settings; 1
+ * when --list-gpus found none; 2 for a bad setting. */
+static int configure(int argc, char **argv, tsr_config *cfg, tsr_worker_opts *o)
+{
+  tsr_errbuf err = {{0}};
+  int rc = tsr_config_parse_args(cfg, argc, argv, &err);
+  if (rc == 0 && tsr_config_get(cfg, "help") != NULL) return usage(stdout), 0;
+  if (rc == 0 && tsr_config_get(cfg, "version") != NULL) return printf("tessera-worker %s\n", TSR_VERSION_STRING), 0;
+  if (rc == 0 && tsr_config_get(cfg, "list-gpus") != NULL) {
+    if (tsr_wgpu_list(stdout, &err) > 0) return 0;
+    fprintf(stderr, "tessera-worker: %s\n", err.text);
+    return 1;
+  }
+  if (rc == 0) rc = tsr_config_load(cfg, &err);
+  if (rc == 0) rc = tsr_config_apply(cfg, apply, o, &err);
+  if (rc != 0) {
+    fprintf(stderr, "tessera-worker: %s (see --help)\n", err.text);
+    return 2;
+  }
+  if (check_opts(cfg, o) != 0) return 2;
+  if (tsr_config_get(cfg, "print-config") != NULL) return tsr_config_print(cfg, stdout), 0;
+  return -1;
+}
+
 int main(int argc, char **argv)
 {
   tsr_log_set_component("worker");
@@ -230,27 +299,20 @@ int main(int argc, char **argv)
   default_opts(&opts);
   opts.tiers = (tsr_tiers_opts)TSR_TIERS_OPTS_DEFAULT;
   opts.devtier = (tsr_devtier_opts)TSR_DEVTIER_OPTS_DEFAULT;
-  int rc = parse_args(argc, argv, &opts);
-  if (rc != 0) return rc == 1 ? 0 : rc == 3 ? 1 : 2;
+  tsr_config *cfg = NULL;
+  if (tsr_config_new(&SPEC, &cfg) != 0) {
+    fprintf(stderr, "tessera-worker: out of memory\n");
+    return 1;
+  }
+  int code = configure(argc, argv, cfg, &opts);
+  tsr_config_destroy(&cfg);  /* opts hold copies of every string */
+  if (code >= 0) return code;
   if (opts.gpu >= 0 && !tsr_wgpu_built()) {
     tsr_errbuf err = {{0}};
     tsr_wgpu_list(stdout, &err);
     fprintf(stderr, "tessera-worker: --gpu %d: %s\n", opts.gpu, err.text);
     return 1;
   }
-  if (opts.gpu >= 0 && !threads_given) opts.threads = DEFAULT_GPU_THREADS;
-  if ((opts.device_memory_limit != 0 || device_tier_flag != NULL) && opts.gpu < 0) {
-    fprintf(stderr, "tessera-worker: %s needs --gpu N (see --help)\n",
-            opts.device_memory_limit != 0 ? "--device-memory-limit" : device_tier_flag);
-    return 2;
-  }
-  if (opts.scheduler[0] == '\0') {
-    fprintf(stderr, "tessera-worker: --scheduler ADDR (or env TESSERA_SCHEDULER) is required (see --help)\n");
-    return 2;
-  }
-  if (!valid_endpoint(opts.scheduler)) return bad("--scheduler", opts.scheduler, "expected tcp://HOST:PORT");
-  if (opts.listen_data[0] != '\0' && !valid_endpoint(opts.listen_data))
-    return bad("--listen-data", opts.listen_data, "expected tcp://IP:PORT (port 0 picks a free one)");
   if (opts.name[0] == '\0') {
     char host[128] = "worker";
     gethostname(host, sizeof host - 1);
@@ -262,7 +324,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "tessera-worker: cannot create the signal pipe\n");
     return 1;
   }
-  rc = tsr_worker_run(&opts, stop_pipe[0]);
+  int rc = tsr_worker_run(&opts, stop_pipe[0]);
   close(stop_pipe[0]);
   close(stop_pipe[1]);
   return rc;

@@ -37,7 +37,7 @@ void tsr_report_hello(tsr_worker *w)
   tsr_pack_kv_uint(pk, "pid", (uint64_t)getpid());
   tsr_pack_kv_uint(pk, "threads", (uint64_t)w->opts.threads);
   tsr_pack_kv_uint(pk, "memory_limit", w->opts.memory_limit);
-  tsr_pack_kv_str(pk, "data_address", tsr_xfer_server_address(w->server));
+  tsr_pack_kv_str(pk, "data_address", w->data_address);
   char device[32];
   snprintf(device, sizeof device, "gpu:%d", w->opts.gpu);
   tsr_pack_kv_str(pk, "device", w->gpu ? device : "cpu");

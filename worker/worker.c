@@ -13,32 +13,83 @@
 
 #include "worker_int.h"
 
-/* Where the data socket binds and which host it advertises. */
-static void data_endpoint(const tsr_worker_opts *opts, char *endpoint, size_t cap, char *advertise, size_t adv_cap)
+#define ROUTE_LOG_EVERY_MS 10000
+
+/* The local address that routes to the scheduler, into ip. Waits while the
+ * scheduler's host does not resolve (a container started before its
+ * scheduler's: the name appears in DNS with that container), logging every
+ * ROUTE_LOG_EVERY_MS. 0, or TSR_ECLOSED when asked to stop meanwhile. */
+static int await_route(const tsr_worker *w, int stop_fd, char *ip, size_t cap)
 {
-  char ip[64];
-  bool have_ip = tsr_net_local_ip_for(opts->scheduler, ip, sizeof ip) == 0;
-  advertise[0] = '\0';
-  if (have_ip) snprintf(advertise, adv_cap, "%s", ip);
-  else if (gethostname(advertise, adv_cap) != 0) snprintf(advertise, adv_cap, "127.0.0.1");
-  if (opts->listen_data[0] != '\0')
-    snprintf(endpoint, cap, "%s", opts->listen_data);
-  else if (have_ip)
-    snprintf(endpoint, cap, "tcp://%s:0", ip);
-  else
-    snprintf(endpoint, cap, "tcp://0.0.0.0:0");
+  uint64_t start = tsr_now_ms(), next_log = start;
+  while (tsr_net_local_ip_for(w->opts.scheduler, ip, cap) != 0) {
+    uint64_t now = tsr_now_ms();
+    if (now >= next_log) {
+      TSR_WARN("scheduler %s: its host does not resolve (yet?); waiting %llu s so far, retrying every second",
+               w->opts.scheduler, (unsigned long long)(now - start) / 1000);
+      next_log = now + ROUTE_LOG_EVERY_MS;
+    }
+    zmq_pollitem_t stop = {NULL, stop_fd, ZMQ_POLLIN, 0};
+    if (zmq_poll(&stop, 1, 1000) > 0) return TSR_ECLOSED;
+  }
+  return 0;
 }
 
-static int open_data_plane(tsr_worker *w)
+/* Where the data socket binds, and the host a wildcard bind advertises. */
+static int data_endpoint(const tsr_worker *w, int stop_fd, char *endpoint, size_t cap, char *host, size_t host_cap)
 {
-  char endpoint[TSR_MAX_ADDR_LEN], advertise[TSR_MAX_NAME_LEN];
+  host[0] = '\0';
+  if (w->opts.listen_data[0] != '\0') {
+    snprintf(endpoint, cap, "%s", w->opts.listen_data);
+    if (tsr_net_local_ip_for(w->opts.scheduler, host, host_cap) != 0 && gethostname(host, host_cap) != 0)
+      snprintf(host, host_cap, "127.0.0.1");
+    return 0;
+  }
+  if (strncmp(w->opts.scheduler, "ipc://", 6) == 0) {
+    snprintf(endpoint, cap, "tcp://127.0.0.1:0");
+    return 0;
+  }
+  int rc = await_route(w, stop_fd, host, host_cap);
+  if (rc == 0) snprintf(endpoint, cap, "tcp://%s:0", host);
+  return rc;
+}
+
+/* The address peers are told: the bound one, or --contact-address (with
+ * the bound port when it names none). */
+static void advertised_address(tsr_worker *w)
+{
+  const char *bound = tsr_xfer_server_address(w->server), *contact = w->opts.contact_address;
+  if (contact[0] == '\0') {
+    snprintf(w->data_address, sizeof w->data_address, "%s", bound);
+    return;
+  }
+  const char *host = strstr(contact, "://");
+  host = host != NULL ? host + 3 : contact;
+  if (strchr(host, ':') != NULL) {
+    snprintf(w->data_address, sizeof w->data_address, "%s", contact);
+    return;
+  }
+  const char *port = strrchr(bound, ':');
+  /* both fit: --contact-address was checked to be shorter than the field, a port is 6 bytes */
+  if (snprintf(w->data_address, sizeof w->data_address, "%s%s", contact, port != NULL ? port : ":0") >=
+      (int)sizeof w->data_address)
+    TSR_WARN("--contact-address %s with port %s is too long; advertising it truncated", contact, port);
+}
+
+static int open_data_plane(tsr_worker *w, int stop_fd)
+{
+  char endpoint[TSR_MAX_ADDR_LEN], host[TSR_MAX_NAME_LEN];
   tsr_errbuf err = {{0}};
-  data_endpoint(&w->opts, endpoint, sizeof endpoint, advertise, sizeof advertise);
-  if (tsr_xfer_server_open(w->zctx, endpoint, advertise, &w->server, &err) != 0) {
+  if (data_endpoint(w, stop_fd, endpoint, sizeof endpoint, host, sizeof host) != 0) return TSR_ECLOSED;
+  if (tsr_xfer_server_open(w->zctx, endpoint, host, &w->server, &err) != 0) {
     TSR_ERROR("data socket: %s", err.text);
     return TSR_ECONN;
   }
-  TSR_INFO("serving chunks on %s", tsr_xfer_server_address(w->server));
+  advertised_address(w);
+  if (strcmp(w->data_address, tsr_xfer_server_address(w->server)) != 0)
+    TSR_INFO("serving chunks on %s, advertised as %s", tsr_xfer_server_address(w->server), w->data_address);
+  else
+    TSR_INFO("serving chunks on %s", w->data_address);
   return 0;
 }
 
@@ -133,7 +184,7 @@ static int start_executor(tsr_worker *w)
     .done_endpoint = w->done_endpoint,
     .worker_name = w->opts.name,
     .fetch_timeout_ms = w->opts.fetch_timeout_ms,
-    .data_address = tsr_xfer_server_address(w->server),
+    .data_address = w->data_address,
     .gpu = w->gpu,
   };
   tsr_errbuf err = {{0}};
@@ -165,7 +216,7 @@ static int open_tiers(tsr_worker *w)
   return 0;
 }
 
-static int worker_setup(tsr_worker *w, const tsr_worker_opts *opts)
+static int worker_setup(tsr_worker *w, const tsr_worker_opts *opts, int stop_fd)
 {
   w->opts = *opts;
   tsr_wbuf_init(&w->out);
@@ -180,7 +231,7 @@ static int worker_setup(tsr_worker *w, const tsr_worker_opts *opts)
   }
   if (open_tiers(w) != 0) return TSR_EIO;
   int rc = open_gpu(w);
-  if (rc == 0) rc = open_data_plane(w);
+  if (rc == 0) rc = open_data_plane(w, stop_fd);
   if (rc == 0) rc = open_completions(w);
   if (rc == 0) rc = start_executor(w);
   w->beat_ms = opts->heartbeat_interval_ms;
@@ -294,8 +345,9 @@ int tsr_worker_run(const tsr_worker_opts *opts, int stop_fd)
   tsr_worker *w = calloc(1, sizeof *w);
   if (w == NULL) return 1;
   int code = 0;
-  if (worker_setup(w, opts) != 0) {
-    code = 1;
+  int rc = worker_setup(w, opts, stop_fd);
+  if (rc != 0) {
+    code = rc == TSR_ECLOSED ? 0 : 1;  /* stopped while waiting for the scheduler's host: a clean stop */
     w->stopping = true;
   }
   while (!w->stopping) loop_once(w, stop_fd);

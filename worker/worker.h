@@ -18,6 +18,9 @@ typedef struct tsr_worker_opts {
   char scheduler[TSR_MAX_ADDR_LEN];     /* tcp://HOST:PORT of the scheduler's ROUTER */
   char name[TSR_MAX_NAME_LEN + 1];      /* unique per worker */
   char listen_data[TSR_MAX_ADDR_LEN];   /* "" = tcp://IP:0, IP the route to the scheduler */
+  char contact_address[TSR_MAX_ADDR_LEN];  /* the data address advertised when it is not the bound one
+                                              (NAT, containers): tcp://HOST:PORT, or tcp://HOST for the
+                                              bound port; "" = the bound address */
   int threads;                          /* executor threads, >= 1 */
   uint64_t memory_limit;                /* bytes, 0 = none */
   uint64_t heartbeat_interval_ms;
@@ -31,7 +34,10 @@ typedef struct tsr_worker_opts {
 } tsr_worker_opts;
 
 /* Runs the daemon until a byte arrives on stop_fd (a signal handler's
- * self-pipe) or a fatal error. Returns the process exit status: 0 after a
+ * self-pipe) or a fatal error. Without --listen-data the data socket binds
+ * to the address that routes to the scheduler: while the scheduler's host
+ * does not resolve yet (a container started before its scheduler's), it
+ * waits, one log line every 10 s, rather than exit. Returns the process exit status: 0 after a
  * clean stop (goodbye sent), 1 on a fatal error (protocol version refused,
  * data socket cannot be bound, the GPU cannot be opened). Never returns when executor threads are
  * stuck at shutdown: it then exits the process itself with that status. */

@@ -24,6 +24,8 @@ typedef struct tsr_worker {
   void *sched_ctx;            /* the scheduler DEALER only: its goodbye can be
                                  flushed at exit even if an executor hangs */
   tsr_xfer_server *server;
+  char data_address[TSR_MAX_ADDR_LEN];  /* what peers are told to fetch from: the bound address, or
+                                           --contact-address */
   void *pull;                 /* completions from the executor threads */
   char done_endpoint[64];
   tsr_wstore *store;

@@ -61,7 +61,8 @@ typedef struct tsr_client_opts {
 #define TSR_CLIENT_OPTS_DEFAULT {NULL, 10000, 1000, NULL, NULL}
 
 /* Connects to the scheduler at address ("tcp://HOST:PORT"); with address
- * NULL, uses the environment variable TESSERA_SCHEDULER. opts may be NULL
+ * NULL, uses the environment variable TESSERA_SCHEDULER (else TESSERA_SCHEDULER_ADDRESS,
+ * the workers' name for it). opts may be NULL
  * (defaults). Blocks until the scheduler welcomes the client.
  * Errors: TSR_EINVAL (no address), TSR_ECONN / TSR_ETIMEDOUT (no answer),
  * TSR_EVERSION (protocol mismatch). On success the caller owns *client_p. */

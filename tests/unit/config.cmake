@@ -1,0 +1,5 @@
+add_executable(test_config_module ${TSR_TESTS_DIR}/unit/test_config.c)
+target_include_directories(test_config_module PRIVATE ${TSR_TESTS_DIR})
+target_link_libraries(test_config_module PRIVATE tsr_config)
+add_test(NAME unit.config COMMAND test_config_module)
+set_tests_properties(unit.config PROPERTIES LABELS unit TIMEOUT 60)

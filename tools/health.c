@@ -1,0 +1,112 @@
+/* `tessera health`: a health check for scripts and container engines
+ * (the compose file's healthcheck). Exit 0 when the scheduler answers a
+ * status request within the timeout and, with --worker NAME, lists a live
+ * worker of that name; exit 1 with one line on stderr saying which part
+ * failed; exit 2 for a usage error.
+ *
+ * A worker is checked through its scheduler rather than its own sockets:
+ * a worker is healthy when the cluster can use it, which only the
+ * scheduler knows (it drops a worker silent for --heartbeat-timeout). */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "tessera/tessera.h"
+#include "util/util.h"
+
+#define HEALTH_DEFAULT_ADDRESS "tcp://127.0.0.1:8786"
+
+static void usage(FILE *out)
+{
+  fprintf(out,
+          "usage: tessera health [--scheduler ADDR] [--worker NAME] [--timeout DUR]\n"
+          "  --scheduler ADDR  tcp://HOST:PORT (default: $TESSERA_SCHEDULER, $TESSERA_SCHEDULER_ADDRESS,\n"
+          "                    else " HEALTH_DEFAULT_ADDRESS ")\n"
+          "  --worker NAME     also require a live worker of this name (tessera-worker --name)\n"
+          "  --timeout DUR     how long to wait for the scheduler (default 3s)\n"
+          "Exits 0 when healthy, 1 (with the reason on stderr) when not.\n");
+}
+
+typedef struct health_opts {
+  const char *address;
+  const char *worker;
+  uint64_t timeout_ms;
+} health_opts;
+
+/* Returns -1 to go on, or an exit code. */
+static int parse(int argc, char **argv, health_opts *o)
+{
+  static const struct option longs[] = {
+    {"scheduler", required_argument, NULL, 's'},
+    {"worker", required_argument, NULL, 'w'},
+    {"timeout", required_argument, NULL, 't'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+  };
+  int opt;
+  optind = 1;
+  opterr = 0;
+  while ((opt = getopt_long(argc, argv, "+", longs, NULL)) != -1) {
+    if (opt == 's') o->address = optarg;
+    else if (opt == 'w') o->worker = optarg;
+    else if (opt == 't') {
+      if (tsr_parse_duration_ms(optarg, &o->timeout_ms) != 0 || o->timeout_ms == 0 || o->timeout_ms > 3600000)
+        return cli_error(CLI_EXIT_USAGE, "health: --timeout '%s' is not a duration (e.g. 500ms, 3s)", optarg);
+    } else if (opt == 'h') {
+      usage(stdout);
+      return 0;
+    } else {
+      cli_error(CLI_EXIT_USAGE, "health: bad flag '%s'", argv[optind - 1]);
+      usage(stderr);
+      return CLI_EXIT_USAGE;
+    }
+  }
+  if (optind < argc) return cli_error(CLI_EXIT_USAGE, "health: unexpected argument '%s'", argv[optind]);
+  if (o->worker != NULL && o->worker[0] == '\0') return cli_error(CLI_EXIT_USAGE, "health: --worker needs a name");
+  return -1;
+}
+
+/* 0 when info lists a worker named name, else 1 with the reason. */
+static int check_worker(const health_opts *o, const tsr_cluster_info *info)
+{
+  for (size_t i = 0; i < info->n_workers; i++)
+    if (strcmp(info->workers[i].name, o->worker) == 0) {
+      printf("healthy: worker %s (%s, %s) is connected to scheduler %s\n", o->worker, info->workers[i].device,
+             info->workers[i].address, o->address);
+      return 0;
+    }
+  char names[512] = "";
+  for (size_t i = 0; i < info->n_workers && strlen(names) + 70 < sizeof names; i++)
+    snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", info->workers[i].name);
+  return cli_error(CLI_EXIT_FAIL, "health: worker %s is not connected to scheduler %s (connected: %s)", o->worker,
+                   o->address, info->n_workers ? names : "none");
+}
+
+int cli_health(int argc, char **argv)
+{
+  health_opts o = {cli_default_scheduler(HEALTH_DEFAULT_ADDRESS), NULL, 3000};
+  int code = parse(argc, argv, &o);
+  if (code >= 0) return code;
+  tsr_client_opts opts = TSR_CLIENT_OPTS_DEFAULT;
+  opts.name = "tessera-health";
+  opts.connect_timeout_ms = (int)o.timeout_ms;
+  tsr_client *client = NULL;
+  tsr_cluster_info *info = NULL;
+  int rc = tsr_client_open(&client, o.address, &opts);
+  if (rc == 0) rc = tsr_cluster_info_get(client, (int)o.timeout_ms, &info);
+  if (rc != 0) {
+    cli_error(CLI_EXIT_FAIL, "health: scheduler %s is not serving: %s", o.address, tsr_errmsg());
+    tsr_client_close(client);
+    return CLI_EXIT_FAIL;
+  }
+  if (o.worker != NULL) code = check_worker(&o, info);
+  else {
+    printf("healthy: scheduler %s is serving, %zu worker%s\n", o.address, info->n_workers,
+           info->n_workers == 1 ? "" : "s");
+    code = 0;
+  }
+  tsr_cluster_info_destroy(&info);
+  tsr_client_close(client);
+  return code;
+}
