@@ -25,7 +25,7 @@ _slurm_pid() { cat "$SLURM_TEST_DIR/$1.pid" 2>/dev/null; }
 
 # slurm_up DIR CPUS: starts the three daemons; 0 once the node is idle.
 slurm_up() {
-  local dir=$1 cpus=${2:-2} i
+  local dir=$1 cpus=${2:-2}
   mkdir -p "$dir" && chmod 755 "$dir" || return 1
   SLURM_TEST_DIR=$(cd "$dir" && pwd)
   dir=$SLURM_TEST_DIR
@@ -75,7 +75,7 @@ EOF
   echo $! >"$dir/slurmctld.pid"
   slurmd -D -N localhost -f "$SLURM_CONF" >"$dir/slurmd.out" 2>&1 &
   echo $! >"$dir/slurmd.pid"
-  for i in $(seq 1 150); do
+  for _ in $(seq 1 150); do
     sinfo -h -o '%t' 2>/dev/null | grep -qx idle && return 0
     sleep 0.2
   done
@@ -94,16 +94,16 @@ slurm_dump() {
 # Cancels every job, then stops slurmd, slurmctld and munged, each by its pid.
 slurm_down() {
   [ -n "$SLURM_TEST_DIR" ] || return 0
-  local name pid i
+  local name pid
   scancel --full --signal=KILL --user=root 2>/dev/null
-  for i in $(seq 1 50); do
+  for _ in $(seq 1 50); do
     [ -z "$(squeue -h 2>/dev/null)" ] && break
     sleep 0.2
   done
   for name in slurmd slurmctld munged; do
     pid=$(_slurm_pid "$name")
     [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null
-    for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
   done
   wait 2>/dev/null
