@@ -43,13 +43,18 @@ start=$SECONDS
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
 
-# Processes running one of our binaries (their executable in BIN_DIR).
-# Tests run serially (RUN_SERIAL): any such process is a leftover of ours.
+# Processes of our jobs running one of our binaries: their executable is
+# in BIN_DIR and their environment has this test's SLURM_CONF (every job
+# of this SLURM inherits it from sbatch), so another test's run does not
+# count.
 our_procs() {
   local p exe
+  [ -n "${SLURM_CONF:-}" ] || return 0
   for p in /proc/[0-9]*; do
     exe=$(readlink "$p/exe" 2>/dev/null) || continue
-    case "$exe" in "$bin"/*) echo "${p#/proc/} ${exe##*/}" ;; esac
+    case "$exe" in "$bin"/*) ;; *) continue ;; esac
+    tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$SLURM_CONF" || continue
+    echo "${p#/proc/} $(tr '\0' ' ' <"$p/cmdline" | cut -c1-160)"
   done
 }
 
