@@ -6,7 +6,8 @@
 #
 #   . tests/hosts/netns.sh
 #   hosts_up sched w1 w2 client   # 10.77.0.1, .2, .3, .4 in that order
-#   hostx w1 tessera-worker ...   # runs a command on host w1
+#   hostx w1 tessera status ...   # runs a command on host w1
+#   host_spawn w1 w1.log tessera-worker ...   # in the background: $HOST_PID
 #   host_ip w1                    # 10.77.0.2
 #   port_bytes w1                 # bytes both ways through w1's switch port
 #   hosts_down                    # deletes every namespace it made
@@ -23,12 +24,24 @@ HOSTS_SUBNET=${HOSTS_SUBNET:-10.77.0}
 
 _hosts_ns() { echo "${HOSTS_PREFIX}$1"; }
 
-# hostx HOST CMD...: runs CMD in HOST's namespace (exec: $! of `hostx ... &`
-# is CMD's own pid).
+# hostx HOST CMD...: runs CMD in HOST's namespace, in the foreground.
 hostx() {
   local h=$1
   shift
   ip netns exec "$(_hosts_ns "$h")" "$@"
+}
+
+# host_spawn HOST LOG CMD...: starts CMD in HOST's namespace in the
+# background, output to LOG; sets HOST_PID to CMD's own pid (`ip netns
+# exec` execs it). Not `hostx ... &`: a function in the background runs in
+# a subshell of its own, whose pid is not CMD's, and killing it leaves CMD.
+# Variables set before the call (VAR=x host_spawn ...) reach CMD.
+host_spawn() {
+  local h=$1 log=$2
+  shift 2
+  ip netns exec "$(_hosts_ns "$h")" "$@" >"$log" 2>&1 &
+  # shellcheck disable=SC2034  # read by the caller
+  HOST_PID=$!
 }
 
 host_ip() {

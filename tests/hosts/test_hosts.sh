@@ -68,13 +68,12 @@ trap 'exit 130' INT TERM
 hosts_up sched w1 w2 client || { fail "could not make the namespaces"; exit 1; }
 addr="tcp://$(host_ip sched):8786"
 # A short heartbeat timeout: a cut-off worker is declared dead in 3 s.
-hostx sched "$bin/tessera-scheduler" --listen "$addr" --heartbeat-timeout 3s --log-level debug \
-  >"$logs/scheduler.log" 2>&1 &
-pids+=($!)
+host_spawn sched "$logs/scheduler.log" "$bin/tessera-scheduler" --listen "$addr" --heartbeat-timeout 3s --log-level debug
+pids+=("$HOST_PID")
 for w in w1 w2; do
-  TESSERA_TEST_OPS=1 hostx "$w" "$bin/tessera-worker" --scheduler "$addr" --name "$w" --threads 1 \
-    --heartbeat-timeout 3s --fetch-timeout 5s --log-level debug >"$logs/$w.log" 2>&1 &
-  pids+=($!)
+  TESSERA_TEST_OPS=1 host_spawn "$w" "$logs/$w.log" "$bin/tessera-worker" --scheduler "$addr" --name "$w" --threads 1 \
+    --heartbeat-timeout 3s --fetch-timeout 5s --log-level debug
+  pids+=("$HOST_PID")
 done
 
 # Both workers connected, each advertising its own host's address.
@@ -134,8 +133,8 @@ run_cutoff() {
     skip "iptables does not work in a network namespace here: $(hostx w2 iptables -L -n 2>&1 | head -n 1)"
   local out client t_cut
   # 12 chunks, each through a 400 ms step: about 2.5 s on two workers.
-  hostx client "$bin/tsr-hosts-client" stencil "$addr" cutoff 12 1000000 400 >"$logs/client.log" 2>&1 &
-  client=$!
+  host_spawn client "$logs/client.log" "$bin/tsr-hosts-client" stencil "$addr" cutoff 12 1000000 400
+  client=$HOST_PID
   pids+=("$client")
   # Mid-graph: once w2 has finished a task and holds results others need.
   for _ in $(seq 1 100); do

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# bench/hosts/transfer.sh — worker-to-worker chunk transfer across a veth
+# link, against iperf3 (Debian's) on the same link, in the same run.
+#
+#   sudo bench/hosts/transfer.sh [BIN_DIR] [CHUNKS] [MIB] [REPEATS]
+#   sudo bench/hosts/transfer.sh build/bin 16 64 3        # the recorded run
+#
+# Hosts (network namespaces on a switch, tests/hosts/netns.sh): sched (the
+# scheduler), a and b (a worker each, --threads 1), client. The peer:
+# iperf3 -c from a to an iperf3 -s on b, one TCP stream, CHUNKS x MIB MiB
+# (-n). Tessera: tsr-hosts-client transfer (tests/hosts/hosts_client.c):
+# CHUNKS chunks of MIB MiB made and kept on worker a, a's task slots held
+# by two sleeping tasks, then one `noop` task per chunk, which only b can
+# run: b fetches every chunk from a, one after another. Its number is the
+# bytes over that graph's wall time (scheduling round trips included).
+# Also printed: one chunk gathered by the client from a (worker-to-client).
+# Each side runs REPEATS times; the best of each is compared.
+# Needs root, iproute2 and iperf3 (scripts/install-deps.sh --test).
+set -uo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+bin=$(cd "${1:-$src/build/bin}" && pwd) || exit 2
+chunks=${2:-16} mib=${3:-64} repeats=${4:-3}
+[ "$(id -u)" = 0 ] || { echo "transfer.sh: needs root (network namespaces)" >&2; exit 2; }
+command -v iperf3 >/dev/null || { echo "transfer.sh: iperf3 is not installed (scripts/install-deps.sh --test)" >&2; exit 2; }
+for b in tessera-scheduler tessera-worker tsr-hosts-client; do
+  [ -x "$bin/$b" ] || { echo "transfer.sh: $bin/$b is not built" >&2; exit 2; }
+done
+
+# shellcheck source=tests/hosts/netns.sh
+. "$src/tests/hosts/netns.sh"
+logs=$(mktemp -d /tmp/tsr-bench-hosts-XXXXXX)
+pids=()
+stop_pids() {
+  local p
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do
+    for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null
+  done
+  wait 2>/dev/null
+  pids=()
+}
+cleanup() { stop_pids; hosts_down; rm -rf "$logs"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+hosts_up sched a b client || exit 1
+echo "# bench/hosts/transfer.sh $bin $chunks $mib $repeats"
+echo "# $(date -u +%Y-%m-%d) $(uname -n): $(nproc) CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1), kernel $(uname -r)"
+echo "# link: veth a <-> switch (bridge) <-> veth b; $chunks x $mib MiB = $((chunks * mib)) MiB a side"
+
+best_iperf=0
+for r in $(seq 1 "$repeats"); do
+  host_spawn b "$logs/iperf3-server.log" iperf3 -s -1 -p 5201
+  srv=$HOST_PID
+  sleep 0.5
+  json=$(hostx a iperf3 -c "$(host_ip b)" -p 5201 -n "$((chunks * mib))M" -J 2>&1)
+  wait "$srv" 2>/dev/null
+  gbps=$(python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))' <<<"$json") ||
+    { echo "iperf3 failed: $json" >&2; exit 1; }
+  echo "iperf3 run $r: $gbps Gbit/s"
+  best_iperf=$(python3 -c "print(max($best_iperf, $gbps))")
+done
+
+addr="tcp://$(host_ip sched):8786"
+best_tsr=0 best_gather=0
+for r in $(seq 1 "$repeats"); do
+  host_spawn sched "$logs/scheduler.log" "$bin/tessera-scheduler" --listen "$addr" --log-level warn
+  pids+=("$HOST_PID")
+  TESSERA_TEST_OPS=1 host_spawn a "$logs/a.log" "$bin/tessera-worker" --scheduler "$addr" --name a --threads 1 \
+    --log-level warn
+  pids+=("$HOST_PID")
+  host_spawn client "$logs/client.out" "$bin/tsr-hosts-client" transfer "$addr" "$chunks" "$mib"
+  client=$HOST_PID
+  for _ in $(seq 1 600); do grep -q '^READY' "$logs/client.out" && break; kill -0 "$client" 2>/dev/null || break; sleep 0.1; done
+  grep -q '^READY' "$logs/client.out" || { cat "$logs/client.out" "$logs"/*.log; exit 1; }
+  host_spawn b "$logs/b.log" "$bin/tessera-worker" --scheduler "$addr" --name b --threads 1 --log-level warn
+  pids+=("$HOST_PID")
+  wait "$client" || { echo "tsr-hosts-client failed:"; cat "$logs/client.out" "$logs"/*.log; exit 1; }
+  w2w=$(sed -n 's/^worker-to-worker: .* = \([0-9.]*\) Gbit\/s.*/\1/p' "$logs/client.out")
+  w2c=$(sed -n 's/^worker-to-client: .* = \([0-9.]*\) Gbit\/s.*/\1/p' "$logs/client.out")
+  echo "tessera run $r: worker-to-worker $w2w Gbit/s, worker-to-client $w2c Gbit/s"
+  best_tsr=$(python3 -c "print(max($best_tsr, $w2w))")
+  best_gather=$(python3 -c "print(max($best_gather, $w2c))")
+  stop_pids
+done
+
+ratio=$(python3 -c "print('%.2f' % ($best_tsr / $best_iperf))")
+echo "best: iperf3 $best_iperf Gbit/s, tessera worker-to-worker $best_tsr Gbit/s, worker-to-client $best_gather Gbit/s"
+echo "ratio tessera/iperf3 (worker-to-worker, $mib MiB chunks): $ratio (target >= 0.90)"
