@@ -90,6 +90,19 @@ for w in w1 w2; do
 done
 [ "$failures" -eq 0 ] && pass "each worker advertises its own host's address"
 
+# Where the kernel gives huge pages on request only, a worker re-executes
+# itself with glibc's tunable so that received chunks land on them
+# (tsr_worker_prefer_huge_pages): same pid, tunable in its environment.
+if grep -q '\[madvise\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null &&
+   [[ "${GLIBC_TUNABLES:-}" != *glibc.malloc.hugetlb* ]]; then
+  tr '\0' '\n' <"/proc/${pids[1]}/environ" | grep -q '^GLIBC_TUNABLES=.*glibc\.malloc\.hugetlb=1' ||
+    fail "worker w1 (pid ${pids[1]}) runs without glibc.malloc.hugetlb=1 although THP is madvise-only"
+  [ "$(readlink "/proc/${pids[1]}/exe")" = "$bin/tessera-worker" ] || fail "pid ${pids[1]} is not the worker after its re-exec"
+  [ "$failures" -eq 0 ] && pass "workers run with large buffers on transparent huge pages (THP madvise)"
+else
+  echo "note: THP is not madvise-only here (or GLIBC_TUNABLES names hugetlb): the huge-page check does not apply"
+fi
+
 # Chunks fetched by workers from each other (the workers' debug log lines).
 fetched_bytes() {
   cat "$logs/w1.log" "$logs/w2.log" | sed -n "s|.*fetched input '$1[^']*' (\([0-9]*\) bytes).*|\1|p" |
