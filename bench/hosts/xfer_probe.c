@@ -4,7 +4,9 @@
  * a transfer's time goes.
  *
  *   tsr-xfer-probe serve ENDPOINT MIB          serves one chunk "probe" of MIB MiB until killed
- *   tsr-xfer-probe get ADDRESS MIB REPEATS     fetches it REPEATS times, prints each time
+ *   tsr-xfer-probe get ADDRESS MIB REPEATS [KEY]
+ *     fetches "probe" (or KEY, from a running worker's data address)
+ *     REPEATS times, prints each time
  *
  * bench/hosts/transfer.sh --probe runs it across the veth link beside
  * iperf3. Uses internal headers (common/net): it is not a client program. */
@@ -73,7 +75,7 @@ static int serve(const char *endpoint, size_t nbytes)
   return 0;
 }
 
-static int get(const char *address, size_t nbytes, int repeats)
+static int get(const char *address, size_t nbytes, int repeats, const char *key)
 {
   void *zctx = zmq_ctx_new();
   tsr_xfer_conn *conn = NULL;
@@ -87,7 +89,7 @@ static int get(const char *address, size_t nbytes, int repeats)
     tsr_chunk_header hdr;
     tsr_xfer_data data = {0};
     double t0 = now_s();
-    int rc = tsr_xfer_get(conn, "probe", 30000, &hdr, &data, &err);
+    int rc = tsr_xfer_get(conn, key, 30000, &hdr, &data, &err);
     double t = now_s() - t0;
     if (rc != 0 || data.nbytes != nbytes) {
       fprintf(stderr, "tsr-xfer-probe: %s\n", rc ? err.text : "wrong size");
@@ -108,7 +110,8 @@ static int get(const char *address, size_t nbytes, int repeats)
 int main(int argc, char **argv)
 {
   if (argc == 4 && strcmp(argv[1], "serve") == 0) return serve(argv[2], (size_t)(atof(argv[3]) * 1048576.0));
-  if (argc == 5 && strcmp(argv[1], "get") == 0) return get(argv[2], (size_t)(atof(argv[3]) * 1048576.0), atoi(argv[4]));
-  fprintf(stderr, "usage: tsr-xfer-probe serve ENDPOINT MIB | get ADDRESS MIB REPEATS\n");
+  if ((argc == 5 || argc == 6) && strcmp(argv[1], "get") == 0)
+    return get(argv[2], (size_t)(atof(argv[3]) * 1048576.0), atoi(argv[4]), argc == 6 ? argv[5] : "probe");
+  fprintf(stderr, "usage: tsr-xfer-probe serve ENDPOINT MIB | get ADDRESS MIB REPEATS [KEY]\n");
   return 2;
 }
