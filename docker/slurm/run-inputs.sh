@@ -70,11 +70,13 @@ echo "run-inputs: inputs $first to $((end - 1)) of $n (batch $batch), $([ "$para
 run_one() {
   local input=$1 idx=$2 a args=()
   for a in "${cmd[@]}"; do
-    a=${a//\{\#\}/$idx}
-    a=${a//\{\/\}/${input##*/}}
-    args+=("${a//\{\}/$input}")
+    # Quoted replacements: bash 5.2 would otherwise read & in them as the match.
+    local base=${input##*/}
+    a=${a//\{\#\}/"$idx"}
+    a=${a//\{\/\}/"$base"}
+    args+=("${a//\{\}/"$input"}")
   done
-  "${args[@]}" 2>&1 | sed -u "s|^|[$input] |"
+  "${args[@]}" 2>&1 | while IFS= read -r line || [ -n "$line" ]; do printf '[%s] %s\n' "$input" "$line"; done
   local status=${PIPESTATUS[0]}
   if [ "$status" -eq 0 ]; then echo "input $input: ok"; else echo "input $input: FAILED (status $status)"; fi
   return "$status"
