@@ -5,9 +5,12 @@
 #
 #   scripts/install-deps.sh            build + test (README command 2)
 #   scripts/install-deps.sh --build    only what the build needs (docker/Dockerfile's build stage)
-#   scripts/install-deps.sh --deploy   the container tests' tools (label deploy, docs/deploy.md):
-#                                      podman, buildah, runc, netavark + aardvark-dns (containers
-#                                      find each other by name), debootstrap, podman-compose, cloud-init
+#   scripts/install-deps.sh --deploy   the deployment tests' tools (label deploy, docs/deploy.md,
+#                                      docs/slurm.md, docs/hosts.md): podman, buildah, runc,
+#                                      netavark + aardvark-dns (containers find each other by name),
+#                                      debootstrap, podman-compose, cloud-init; a one-node SLURM
+#                                      (slurm-wlm, munge); hosts in network namespaces (iproute2,
+#                                      iptables, iperf3 for bench/hosts)
 set -euo pipefail
 build=(build-essential cmake pkg-config
        libzmq3-dev libmsgpack-dev libblosc-dev libucx-dev
@@ -15,8 +18,9 @@ build=(build-essential cmake pkg-config
        libzstd-dev zlib1g-dev libisal-dev libjansson-dev libhdf5-dev libcairo2-dev
        libinih-dev)
 test=(python3 python3-numpy python3-venv)
-# Heavy and only for tests/containers: kept out of the build's list.
-deploy=(podman buildah runc netavark aardvark-dns debootstrap podman-compose cloud-init)
+# Heavy and only for the deploy tests: kept out of the build's list.
+deploy=(podman buildah runc netavark aardvark-dns debootstrap podman-compose cloud-init
+        slurm-wlm munge iproute2 iptables iperf3)
 case "${1:-}" in
   "") pkgs=("${build[@]}" "${test[@]}") ;;
   --build) pkgs=("${build[@]}") ;;

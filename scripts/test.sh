@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # README command 2 (and CI): install what is missing, build, run the whole
 # test suite, then build again with AddressSanitizer + UBSan and run it
-# there too (all but the container tests, label deploy, which build and run
-# images rather than the sanitized binaries). GPU tests print that they
-# were skipped when no GPU is present.
+# there too (all but the deployment tests, label deploy, which run images,
+# SLURM jobs and network namespaces rather than test memory). GPU tests
+# print that they were skipped when no GPU is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -12,7 +12,8 @@ start=$(date +%s)
 
 scripts/build.sh
 (cd build && ctest --output-on-failure --timeout 600 -j2 -LE deploy)
-# The container tests (docs/deploy.md), one at a time, their output shown:
+# The deployment tests (containers, SLURM, hosts in network namespaces;
+# docs/deploy.md, slurm.md, hosts.md), one at a time, their output shown:
 # the image size and the time from compose up to the first task.
 (cd build && ctest -L deploy --timeout 600 -V)
 

@@ -50,6 +50,7 @@ static int fetch_input(tsr_wtask *task, size_t i, tsr_wstore *store, tsr_wfetche
   tsr_winput *in = &task->inputs[i];
   tsr_chunk_header hdr;
   tsr_xfer_data data = {0};
+  uint64_t t0 = tsr_now_us();
   int rc = tsr_wfetcher_get(fetcher, in->from, in->key, &hdr, &data, err);
   if (rc != 0) return rc;
   rc = tsr_chunk_new_xfer(store, in->key, &hdr.meta, &data, chunk_p);
@@ -60,7 +61,8 @@ static int fetch_input(tsr_wtask *task, size_t i, tsr_wstore *store, tsr_wfetche
   in->fetched = true;
   /* A stale epoch just means the copy is not kept; this task still uses it. */
   tsr_wstore_put(store, *chunk_p, task->epoch, NULL);
-  TSR_DEBUG("task %s: fetched input '%s' (%zu bytes) from %s", task->key, in->key, (*chunk_p)->nbytes, in->from);
+  TSR_DEBUG("task %s: fetched input '%s' (%zu bytes) from %s in %.3f ms", task->key, in->key, (*chunk_p)->nbytes,
+            in->from, (double)(tsr_now_us() - t0) / 1e3);
   return 0;
 }
 

@@ -318,6 +318,7 @@ int main(int argc, char **argv)
     gethostname(host, sizeof host - 1);
     snprintf(opts.name, sizeof opts.name, "%s-%d", host, (int)getpid());
   }
+  tsr_worker_prefer_huge_pages(argv);   /* may re-execute this process */
   const char *test_ops = getenv("TESSERA_TEST_OPS");
   tsr_ops_init(test_ops != NULL && strcmp(test_ops, "1") == 0);
   if (install_signals() != 0) {

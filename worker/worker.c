@@ -357,3 +357,29 @@ int tsr_worker_run(const tsr_worker_opts *opts, int stop_fd)
   TSR_INFO("stopped");
   return code;
 }
+
+/* The kernel's THP mode is "madvise": the bracketed word of its setting. */
+static bool thp_madvise_mode(void)
+{
+  char mode[128] = "";
+  FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (f == NULL) return false;
+  bool ok = fgets(mode, sizeof mode, f) != NULL;
+  fclose(f);
+  return ok && strstr(mode, "[madvise]") != NULL;
+}
+
+void tsr_worker_prefer_huge_pages(char **argv)
+{
+  const char *tunables = getenv("GLIBC_TUNABLES");
+  if (tunables != NULL && strstr(tunables, "glibc.malloc.hugetlb") != NULL) return;
+  if (!thp_madvise_mode()) return;
+  char value[1024];
+  int n = snprintf(value, sizeof value, "%s%sglibc.malloc.hugetlb=1", tunables ? tunables : "",
+                   tunables && tunables[0] ? ":" : "");
+  if (n < 0 || (size_t)n >= sizeof value) return;
+  /* Set before exec, and kept if exec fails: the check above then stops
+   * any second attempt. */
+  if (setenv("GLIBC_TUNABLES", value, 1) != 0) return;
+  execv("/proc/self/exe", argv);
+}

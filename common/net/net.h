@@ -75,7 +75,13 @@ typedef struct tsr_xfer_data {
   void *copy;       /* private: an aligned copy when ZeroMQ's buffer was not */
 } tsr_xfer_data;
 
-#define TSR_XFER_ALIGN 64
+/* Received bytes are aligned to the largest element size (8: i64, f64), so
+ * every element load is aligned. Not to a cache line: ZeroMQ puts a large
+ * frame 8 bytes past one (after its own header), and a copy to realign it
+ * costs about as much as the transfer (a 64 MiB chunk's fresh pages are
+ * faulted twice). Kernels load their inputs unaligned or pack them first;
+ * a client's gather realigns to 64 for its public contract (client/gather.c). */
+#define TSR_XFER_ALIGN 8
 
 /* How long a fetch waits for a connection to the peer before it reports
  * TSR_ECONN (the peer is down or unreachable). */

@@ -100,9 +100,10 @@ static int decode_reply(tsr_frames *frames, const char *key, tsr_chunk_header *h
   return rc;
 }
 
-/* ZeroMQ's decoder places a frame anywhere in its receive buffer; kernels
- * need aligned elements (an f64 load at an odd address is undefined), so a
- * misaligned payload is copied once into an aligned buffer. */
+/* ZeroMQ's decoder places a small frame anywhere in its receive buffer;
+ * kernels need aligned elements (an f64 load at an odd address is
+ * undefined), so such a payload is copied once into an aligned buffer.
+ * Large frames have buffers of their own, element-aligned: no copy. */
 static int align_payload(tsr_xfer_data *out, tsr_errbuf *err)
 {
   if ((uintptr_t)out->data % TSR_XFER_ALIGN == 0) return 0;

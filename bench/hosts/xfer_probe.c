@@ -1,0 +1,117 @@
+/* tsr-xfer-probe — a probe, not a benchmark: the data plane alone
+ * (common/net's tsr_xfer_*, what a worker fetching an input and a client
+ * gathering a result both call), without scheduler or tasks, to see where
+ * a transfer's time goes.
+ *
+ *   tsr-xfer-probe serve ENDPOINT MIB          serves one chunk "probe" of MIB MiB until killed
+ *   tsr-xfer-probe get ADDRESS MIB REPEATS [KEY]
+ *     fetches "probe" (or KEY, from a running worker's data address)
+ *     REPEATS times, prints each time
+ *
+ * bench/hosts/transfer.sh --probe runs it across the veth link beside
+ * iperf3. Uses internal headers (common/net): it is not a client program. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "net/net.h"
+
+static volatile sig_atomic_t stop;
+static void on_signal(int sig) { (void)sig; stop = 1; }
+
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct probe_chunk {
+  void *data;
+  size_t nbytes;
+} probe_chunk;
+
+static void no_release(void *data, void *hint) { (void)data, (void)hint; }
+
+static int lookup(void *arg, const char *key, tsr_xfer_chunk *out)
+{
+  probe_chunk *c = arg;
+  if (strcmp(key, "probe") != 0) return TSR_ENOTFOUND;
+  memset(out, 0, sizeof *out);
+  out->meta.dtype = TSR_U8;
+  out->meta.ndim = 1;
+  out->meta.shape[0] = (int64_t)c->nbytes;
+  out->data = c->data;
+  out->nbytes = c->nbytes;
+  out->release = no_release;
+  return 0;
+}
+
+static int serve(const char *endpoint, size_t nbytes)
+{
+  probe_chunk c = {NULL, nbytes};
+  if (posix_memalign(&c.data, 64, nbytes) != 0) return 1;
+  memset(c.data, 7, nbytes);
+  void *zctx = zmq_ctx_new();
+  tsr_xfer_server *srv = NULL;
+  tsr_errbuf err = {{0}};
+  if (tsr_xfer_server_open(zctx, endpoint, NULL, &srv, &err) != 0) {
+    fprintf(stderr, "tsr-xfer-probe: %s\n", err.text);
+    return 1;
+  }
+  printf("serving %zu bytes on %s\n", nbytes, tsr_xfer_server_address(srv));
+  fflush(stdout);
+  signal(SIGTERM, on_signal);
+  signal(SIGINT, on_signal);
+  while (!stop) {
+    zmq_pollitem_t item = {tsr_xfer_server_socket(srv), 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&item, 1, 200) > 0) tsr_xfer_server_serve(srv, lookup, &c);
+  }
+  tsr_xfer_server_close(&srv);
+  zmq_ctx_term(zctx);
+  free(c.data);
+  return 0;
+}
+
+static int get(const char *address, size_t nbytes, int repeats, const char *key)
+{
+  void *zctx = zmq_ctx_new();
+  tsr_xfer_conn *conn = NULL;
+  tsr_errbuf err = {{0}};
+  if (tsr_xfer_open(zctx, address, &conn, &err) != 0) {
+    fprintf(stderr, "tsr-xfer-probe: %s\n", err.text);
+    return 1;
+  }
+  double best = 1e30, sum = 0;
+  for (int i = 0; i < repeats; i++) {
+    tsr_chunk_header hdr;
+    tsr_xfer_data data = {0};
+    double t0 = now_s();
+    int rc = tsr_xfer_get(conn, key, 30000, &hdr, &data, &err);
+    double t = now_s() - t0;
+    if (rc != 0 || data.nbytes != nbytes) {
+      fprintf(stderr, "tsr-xfer-probe: %s\n", rc ? err.text : "wrong size");
+      return 1;
+    }
+    tsr_xfer_data_release(&data);
+    printf("get %d: %.4f s, %.2f Gbit/s\n", i, t, (double)nbytes * 8 / t / 1e9);
+    if (t < best) best = t;
+    sum += t;
+  }
+  printf("xfer probe: %zu bytes, best %.2f Gbit/s, mean %.2f Gbit/s\n", nbytes, (double)nbytes * 8 / best / 1e9,
+         (double)nbytes * 8 * repeats / sum / 1e9);
+  tsr_xfer_close(&conn);
+  zmq_ctx_term(zctx);
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  if (argc == 4 && strcmp(argv[1], "serve") == 0) return serve(argv[2], (size_t)(atof(argv[3]) * 1048576.0));
+  if ((argc == 5 || argc == 6) && strcmp(argv[1], "get") == 0)
+    return get(argv[2], (size_t)(atof(argv[3]) * 1048576.0), atoi(argv[4]), argc == 6 ? argv[5] : "probe");
+  fprintf(stderr, "usage: tsr-xfer-probe serve ENDPOINT MIB | get ADDRESS MIB REPEATS [KEY]\n");
+  return 2;
+}

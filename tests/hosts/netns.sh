@@ -1,0 +1,88 @@
+# tests/hosts/netns.sh — sourced, not run: several "hosts" on one machine,
+# each a network namespace with one interface (eth0) on a shared switch: a
+# bridge in a namespace of its own, so that no end of any link is in the
+# machine's own namespace. Used by tests/hosts/test_hosts.sh and
+# bench/hosts/*.sh. Needs root and iproute2.
+#
+#   . tests/hosts/netns.sh
+#   hosts_up sched w1 w2 client   # 10.77.0.1, .2, .3, .4 in that order
+#   hostx w1 tessera status ...   # runs a command on host w1
+#   host_spawn w1 w1.log tessera-worker ...   # in the background: $HOST_PID
+#   host_ip w1                    # 10.77.0.2
+#   port_bytes w1                 # bytes both ways through w1's switch port
+#   hosts_down                    # deletes every namespace it made
+#
+# Namespace names carry this shell's pid, so two runs never meet. Each
+# host's switch port is named p-HOST inside the switch namespace; its byte
+# counters (/sys/class/net/p-HOST/statistics) count every frame the host
+# sent or received, so traffic between two hosts shows on their two ports
+# and on no other (the bridge forwards known unicast addresses only).
+
+HOSTS_PREFIX="tsr$$-"
+HOSTS_NAMES=()
+HOSTS_SUBNET=${HOSTS_SUBNET:-10.77.0}
+
+_hosts_ns() { echo "${HOSTS_PREFIX}$1"; }
+
+# hostx HOST CMD...: runs CMD in HOST's namespace, in the foreground.
+hostx() {
+  local h=$1
+  shift
+  ip netns exec "$(_hosts_ns "$h")" "$@"
+}
+
+# host_spawn HOST LOG CMD...: starts CMD in HOST's namespace in the
+# background, output to LOG; sets HOST_PID to CMD's own pid (`ip netns
+# exec` execs it). Not `hostx ... &`: a function in the background runs in
+# a subshell of its own, whose pid is not CMD's, and killing it leaves CMD.
+# Variables set before the call (VAR=x host_spawn ...) reach CMD.
+host_spawn() {
+  local h=$1 log=$2
+  shift 2
+  ip netns exec "$(_hosts_ns "$h")" "$@" >"$log" 2>&1 &
+  # shellcheck disable=SC2034  # read by the caller
+  HOST_PID=$!
+}
+
+host_ip() {
+  local i
+  for i in "${!HOSTS_NAMES[@]}"; do
+    [ "${HOSTS_NAMES[$i]}" = "$1" ] && { echo "$HOSTS_SUBNET.$((i + 1))"; return 0; }
+  done
+  return 1
+}
+
+# Bytes received plus sent by HOST's switch port so far.
+port_bytes() {
+  ip netns exec "$(_hosts_ns sw)" sh -c "cat /sys/class/net/p-$1/statistics/rx_bytes /sys/class/net/p-$1/statistics/tx_bytes" |
+    awk '{ s += $1 } END { print s + 0 }'
+}
+
+# hosts_up NAME...: a switch and one host per name, all links up. 0 or 1.
+hosts_up() {
+  local sw i h
+  sw=$(_hosts_ns sw)
+  HOSTS_NAMES=()
+  ip netns add "$sw" || return 1
+  ip -n "$sw" link add br0 type bridge || return 1
+  ip -n "$sw" link set br0 up || return 1
+  for h in "$@"; do
+    [ ${#h} -le 12 ] || { echo "netns: host name '$h' longer than 12" >&2; return 1; }
+    i=${#HOSTS_NAMES[@]}
+    ip netns add "$(_hosts_ns "$h")" || return 1
+    HOSTS_NAMES+=("$h")
+    ip link add eth0 netns "$(_hosts_ns "$h")" type veth peer name "p-$h" netns "$sw" || return 1
+    ip -n "$sw" link set "p-$h" master br0 up || return 1
+    ip -n "$(_hosts_ns "$h")" addr add "$HOSTS_SUBNET.$((i + 1))/24" dev eth0 || return 1
+    ip -n "$(_hosts_ns "$h")" link set eth0 up || return 1
+    ip -n "$(_hosts_ns "$h")" link set lo up || return 1
+  done
+}
+
+# Deletes the namespaces (their interfaces go with them). Processes still
+# inside a namespace keep it alive: stop them first.
+hosts_down() {
+  local h
+  for h in "${HOSTS_NAMES[@]}" sw; do ip netns del "$(_hosts_ns "$h")" 2>/dev/null; done
+  HOSTS_NAMES=()
+}
