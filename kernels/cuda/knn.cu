@@ -389,16 +389,7 @@ __global__ void knn_merge_rows(merge_ptrs t, int nt, int64_t rows, int m, double
       bool valid = s < m && row[s] >= 0;
       double dv = valid ? row[m + s] : INFINITY;
       int64_t iv = valid ? (int64_t)row[s] : -1;
-      unsigned hits = __ballot_sync(FULL, valid && list.beats(dv, iv, tk, ti));
-      while (hits != 0) {
-        int b = __ffs(hits) - 1;
-        hits &= hits - 1;
-        double vb = __shfl_sync(FULL, dv, b);
-        int64_t ib = __shfl_sync(FULL, iv, b);
-        if (!list.beats(vb, ib, tk, ti)) continue;
-        list.insert(vb, ib, m, lane);
-        list.tail(m, &tk, &ti);
-      }
+      list.offer(dv, iv, valid, m, &tk, &ti, lane);
     }
   }
   if (!last) {

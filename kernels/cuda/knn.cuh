@@ -65,6 +65,21 @@ struct wlist {
   }
   /* Whether (v, vi) enters a list whose last entry is (tk, ti). */
   static __device__ bool beats(K v, I vi, K tk, I ti) { return v < tk || (LEX && v == tk && vi < ti); }
+  /* Offers each lane's (v, vi) where ok, in lane order: those that beat
+   * the tail (tk, ti; kept current) enter. */
+  __device__ void offer(K v, I vi, bool ok, int n, K *tk, I *ti, int lane)
+  {
+    unsigned hits = __ballot_sync(FULL, ok && beats(v, vi, *tk, *ti));
+    while (hits != 0) {
+      int b = __ffs(hits) - 1;
+      hits &= hits - 1;
+      K vb = __shfl_sync(FULL, v, b);
+      I ib = __shfl_sync(FULL, vi, b);
+      if (!beats(vb, ib, *tk, *ti)) continue;
+      insert(vb, ib, n, lane);
+      tail(n, tk, ti);
+    }
+  }
   /* Inserts (v, vi), which beats the tail: the entries before it keep
    * their slots, the later ones move up one, the last falls off. */
   __device__ void insert(K v, I vi, int n, int lane)

@@ -416,16 +416,7 @@ __global__ void knn_exact_rows(const T *x, const T *y, int64_t d, int64_t rj, in
       bool valid = c >= 0 && c != self0 + w;
       double dv = valid ? exact_dist(x + w * d, y + c * d, d, cosine) : INFINITY;
       int64_t iv = valid ? col0 + c : -1;
-      unsigned hits = __ballot_sync(FULL, valid && list.beats(dv, iv, tk, ti));
-      while (hits != 0) {
-        int b = __ffs(hits) - 1;
-        hits &= hits - 1;
-        double vb = __shfl_sync(FULL, dv, b);
-        int64_t ib = __shfl_sync(FULL, iv, b);
-        if (!list.beats(vb, ib, tk, ti)) continue;
-        list.insert(vb, ib, m, lane);
-        list.tail(m, &tk, &ti);
-      }
+      list.offer(dv, iv, valid, m, &tk, &ti, lane);
     }
     double *o = out + w * 2 * m;
     if (lane < m) {
