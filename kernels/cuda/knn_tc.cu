@@ -9,16 +9,18 @@
  *      hi + lo = |y|² (two TF32 terms), so a·b = |y|² − 2x·y, the key the
  *      CPU ranks by (cosine: the normalized rows and |y|² = 1). Columns
  *      past the tile's end get hi = +inf: they never enter a list;
- *   2. sweep: a block of 8 warps owns TC_ROWS rows (16 a warp, their A
+ *   2. sweep: a block of 4 warps owns TC_ROWS rows (32 a warp, their A
  *      fragments in registers for the whole sweep) and streams its split
  *      of the columns through shared memory, TC_COLS at a time
- *      (cp.async, double-buffered). Each warp computes 16 × 64 keys with
- *      mma.sync m16n8k8 TF32, compares them with its rows' current 32nd
- *      best key, and inserts the rare hits into the rows' 32-entry lists
- *      in shared memory (a lane a slot: one ballot and one shuffle). The
- *      row's own column is not skipped (it is the smallest key and costs
- *      one slot; the re-rank drops it). Two splits of the columns give the
- *      GPU two blocks per row block; the re-rank merges their lists;
+ *      (cp.async, double-buffered, one barrier a stage). Each warp
+ *      computes 32 × 32 keys at a time with mma.sync m16n8k8 TF32 (B
+ *      fragments by ldmatrix, each used by both m-tiles), compares their
+ *      per-row minima with its rows' current 32nd best key, and inserts
+ *      the rare hits into the rows' 32-entry lists in shared memory (a
+ *      lane a slot: one ballot and one shuffle). The row's own column is
+ *      not skipped (it is the smallest key and costs one slot; the
+ *      re-rank drops it). Two splits of the columns give the GPU two
+ *      blocks per row block; the re-rank merges their lists;
  *   3. re-rank (knn.cu's knn_finish): the candidates' exact f64 distances
  *      from the original rows, ranked by (distance, index) as on the CPU,
  *      and a certificate: a TF32 key is within E of the exact one
@@ -26,15 +28,18 @@
  *      than E below each full list's last key, no column left out can
  *      be among the best m, and the row is exact;
  *   4. rows without the certificate (near-ties far from the origin, where
- *      TF32 cannot separate) are redone by knn_exact_rows: a warp a row,
- *      every column's exact f64 distance, the best m by (distance, index).
+ *      TF32 cannot separate): the same kernel sweeps them again with a
+ *      fixed threshold, their band (the candidates' m-th exact key + E,
+ *      which bounds every column that may be among the best m), and
+ *      collects the columns below it; knn_exact_rows ranks those by exact
+ *      f64 distance (all columns when a band overflows BAND_CAP).
  * So every row is the exact best m by (f64 distance, index) — the CPU
  * op's bytes whenever the CPU's own f32 candidates hold the true best m. */
 #include <string.h>
 
 #include "knn.cuh"
 
-#define TC_ROWS 128   /* rows of a sweep block: 8 warps of 16 */
+#define TC_ROWS 128   /* rows of a sweep block: 4 warps of 32 */
 #define TC_COLS 64    /* columns of a pipeline stage: 3 blocks fit a multiprocessor */
 #define TC_LIST 32    /* a row's list in a split: a slot a lane */
 #define TC_MAX_KS 8   /* k-steps of 8: d + 2 ≤ 64 */
