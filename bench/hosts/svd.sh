@@ -31,16 +31,6 @@ job=(--rows 100000 --cols 20000 --chunks "20000,5000" --dtype u8 --dist randint:
 . "$src/tests/hosts/netns.sh"
 logs=$(mktemp -d /tmp/tsr-bench-svd-XXXXXX)
 pids=()
-stop_pids() {
-  local p
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do
-    for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null
-  done
-  wait 2>/dev/null
-  pids=()
-}
 cleanup() { stop_pids; hosts_down; rm -rf "$logs"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

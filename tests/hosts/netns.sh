@@ -44,6 +44,19 @@ host_spawn() {
   HOST_PID=$!
 }
 
+# Stops every process whose pid is in the caller's array `pids` (TERM,
+# up to 5 s each, then KILL), waits for them and empties the array.
+stop_pids() {
+  local p
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do
+    for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null
+  done
+  wait 2>/dev/null
+  pids=()
+}
+
 host_ip() {
   local i
   for i in "${!HOSTS_NAMES[@]}"; do

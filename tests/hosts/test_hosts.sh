@@ -44,15 +44,10 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
 
 cleanup() {
-  local rc=$? p f
+  local rc=$? f
   trap - EXIT INT TERM
   [ "$rc" -ne 0 ] || [ "$failures" -eq 0 ] || rc=1
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do
-    for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null
-  done
-  wait 2>/dev/null
+  stop_pids
   hosts_down
   if [ "$rc" -ne 0 ]; then
     for f in "$logs"/*.log; do [ -f "$f" ] && { echo "----- $f"; tail -n 80 "$f"; }; done
