@@ -115,9 +115,11 @@ check_nothing_left() {
   if [ -n "$left" ]; then fail "$what: processes left behind: $left"; else pass "$what: no tessera process left"; fi
 }
 
-# A client that runs for a minute or more on two 1-thread workers: enough
-# to be stopped mid-graph.
-long_client=(tsr-sum-random --n 20000000000 --chunk 10000000)
+# A client that runs for minutes on two 1-thread workers (2e10 elements
+# took 25 s on a quiet machine): always stopped mid-graph, also by the
+# time limit, whose SIGTERM slurmctld sends on its next periodic check
+# (up to ~30 s late).
+long_client=(tsr-sum-random --n 200000000000 --chunk 10000000)
 
 # Submits the launcher: submit NAME [SBATCH FLAGS...] -- [LAUNCHER FLAGS...] -- PROGRAM...
 # Job output in $work/NAME.out ($work/NAME-TASK.out for an array), daemon logs in $work/NAME/tessera-JOBID.
