@@ -1,90 +1,57 @@
 /* `tessera status --json`: the same cluster information as the tables, as
  * one JSON object for scripts and health checks (docs/deploy.md shows it).
  * Every field of tsr_worker_info / tsr_graph_info appears under its C
- * name; sizes are bytes, counts plain integers. */
-#include <inttypes.h>
+ * name; sizes are bytes, counts plain integers. Written with jansson
+ * (already a dependency for Zarr metadata), which does the escaping. */
+#include <jansson.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
 #include "tessera/tessera.h"
 
-/* A JSON string: quotes, backslashes and control bytes escaped. */
-static void put_str(FILE *out, const char *s)
+/* Names come from peers: kept byte for byte, not rejected for bad UTF-8. */
+static json_t *str(const char *s)
 {
-  fputc('"', out);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
-    else if (*p < 0x20) fprintf(out, "\\u%04x", *p);
-    else fputc(*p, out);
-  }
-  fputc('"', out);
+  return json_stringn_nocheck(s, strlen(s));
 }
 
-static void put_key_str(FILE *out, const char *key, const char *value, const char *sep)
+static json_t *u64(uint64_t v)
 {
-  fprintf(out, "\"%s\": ", key);
-  put_str(out, value);
-  fputs(sep, out);
+  return json_integer((json_int_t)v);
 }
 
-static void put_key_u64(FILE *out, const char *key, uint64_t value, const char *sep)
+static json_t *worker_json(const tsr_worker_info *w)
 {
-  fprintf(out, "\"%s\": %" PRIu64 "%s", key, value, sep);
+  return json_pack("{s:o, s:o, s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:o, s:o, s:o, s:b, s:o, s:o, s:o, s:o, "
+                   "s:o, s:o}",
+                   "name", str(w->name), "address", str(w->address), "device", str(w->device), "threads", w->threads,
+                   "memory_used", u64(w->memory_used), "memory_limit", u64(w->memory_limit), "tasks_running",
+                   u64(w->tasks_running), "tasks_done", u64(w->tasks_done), "gpu_name", str(w->gpu_name),
+                   "device_memory_used", u64(w->device_memory_used), "device_memory_limit",
+                   u64(w->device_memory_limit), "gpu_util", w->gpu_util, "disk_bytes", u64(w->disk_bytes),
+                   "bytes_spilled", u64(w->bytes_spilled), "bytes_dropped", u64(w->bytes_dropped), "paused",
+                   (int)w->paused, "memory_held", u64(w->memory_held), "disk_held", u64(w->disk_held),
+                   "tasks_recomputed", u64(w->tasks_recomputed), "bytes_recomputed", u64(w->bytes_recomputed),
+                   "device_bytes_moved", u64(w->device_bytes_moved), "device_bytes_dropped",
+                   u64(w->device_bytes_dropped));
 }
 
-static void put_worker(FILE *out, const tsr_worker_info *w)
+static json_t *graph_json(const tsr_graph_info *g)
 {
-  fputs("{", out);
-  put_key_str(out, "name", w->name, ", ");
-  put_key_str(out, "address", w->address, ", ");
-  put_key_str(out, "device", w->device, ", ");
-  fprintf(out, "\"threads\": %d, ", w->threads);
-  put_key_u64(out, "memory_used", w->memory_used, ", ");
-  put_key_u64(out, "memory_limit", w->memory_limit, ", ");
-  put_key_u64(out, "tasks_running", w->tasks_running, ", ");
-  put_key_u64(out, "tasks_done", w->tasks_done, ", ");
-  put_key_str(out, "gpu_name", w->gpu_name, ", ");
-  put_key_u64(out, "device_memory_used", w->device_memory_used, ", ");
-  put_key_u64(out, "device_memory_limit", w->device_memory_limit, ", ");
-  fprintf(out, "\"gpu_util\": %d, ", w->gpu_util);
-  put_key_u64(out, "disk_bytes", w->disk_bytes, ", ");
-  put_key_u64(out, "bytes_spilled", w->bytes_spilled, ", ");
-  put_key_u64(out, "bytes_dropped", w->bytes_dropped, ", ");
-  fprintf(out, "\"paused\": %s, ", w->paused ? "true" : "false");
-  put_key_u64(out, "memory_held", w->memory_held, ", ");
-  put_key_u64(out, "disk_held", w->disk_held, ", ");
-  put_key_u64(out, "tasks_recomputed", w->tasks_recomputed, ", ");
-  put_key_u64(out, "bytes_recomputed", w->bytes_recomputed, ", ");
-  put_key_u64(out, "device_bytes_moved", w->device_bytes_moved, ", ");
-  put_key_u64(out, "device_bytes_dropped", w->device_bytes_dropped, "}");
-}
-
-static void put_graph(FILE *out, const tsr_graph_info *g)
-{
-  fputs("{", out);
-  put_key_str(out, "client", g->client, ", ");
-  put_key_u64(out, "graph", g->graph, ", ");
-  put_key_u64(out, "tasks_total", g->tasks_total, ", ");
-  put_key_u64(out, "tasks_done", g->tasks_done, ", ");
-  put_key_u64(out, "tasks_erred", g->tasks_erred, ", ");
-  put_key_u64(out, "fused_tasks", g->fused_tasks, ", ");
-  put_key_u64(out, "fused_parts", g->fused_parts, "}");
+  return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "client", str(g->client), "graph", u64(g->graph),
+                   "tasks_total", u64(g->tasks_total), "tasks_done", u64(g->tasks_done), "tasks_erred",
+                   u64(g->tasks_erred), "fused_tasks", u64(g->fused_tasks), "fused_parts", u64(g->fused_parts));
 }
 
 void cli_status_json(FILE *out, const char *address, const tsr_cluster_info *info)
 {
-  fputs("{", out);
-  put_key_str(out, "scheduler", address, ", ");
-  put_key_u64(out, "tasks_total", info->tasks_total, ", ");
-  fputs("\"workers\": [", out);
-  for (size_t i = 0; i < info->n_workers; i++) {
-    fputs(i ? ",\n  " : "\n  ", out);
-    put_worker(out, &info->workers[i]);
-  }
-  fputs("],\n\"graphs\": [", out);
-  for (size_t i = 0; i < info->n_graphs; i++) {
-    fputs(i ? ",\n  " : "\n  ", out);
-    put_graph(out, &info->graphs[i]);
-  }
-  fputs("]}\n", out);
+  json_t *workers = json_array(), *graphs = json_array();
+  for (size_t i = 0; i < info->n_workers; i++) json_array_append_new(workers, worker_json(&info->workers[i]));
+  for (size_t i = 0; i < info->n_graphs; i++) json_array_append_new(graphs, graph_json(&info->graphs[i]));
+  json_t *all = json_pack("{s:o, s:o, s:o, s:o}", "scheduler", str(address), "tasks_total", u64(info->tasks_total),
+                          "workers", workers, "graphs", graphs);
+  if (all == NULL || json_dumpf(all, out, JSON_INDENT(1) | JSON_PRESERVE_ORDER) != 0) fputs("{}", out);
+  fputc('\n', out);
+  json_decref(all);
 }
