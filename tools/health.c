@@ -8,8 +8,11 @@
  * a worker is healthy when the cluster can use it, which only the
  * scheduler knows (it drops a worker silent for --heartbeat-timeout). */
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "tessera/tessera.h"
@@ -83,11 +86,46 @@ static int check_worker(const health_opts *o, const tsr_cluster_info *info)
                    o->address, info->n_workers ? names : "none");
 }
 
+/* The watchdog's message, formatted before it is armed: a signal handler
+ * may only write(2) and _exit(2). */
+static char watchdog_message[640];
+
+static void watchdog_fired(int sig)
+{
+  (void)sig;
+  ssize_t n = write(STDERR_FILENO, watchdog_message, strlen(watchdog_message));
+  (void)n;
+  _exit(CLI_EXIT_FAIL);
+}
+
+/* A check must end within its timeout whatever the network does. Our
+ * own waits are bounded, but libzmq resolves host names with a blocking
+ * getaddrinfo in its I/O thread, and closing the context waits for that
+ * thread: with a container's DNS server stalled, glibc falls back to the
+ * next nameserver in resolv.conf (often unreachable inside a container
+ * network) and the name takes 10 s or more, past the engine's own
+ * timeout. So a timer ends the process shortly after --timeout. */
+static void arm_watchdog(const health_opts *o)
+{
+  snprintf(watchdog_message, sizeof watchdog_message,
+           "tessera: health: scheduler %s is not serving: no answer within %llu ms (resolving its name or "
+           "connecting did not finish)\n",
+           o->address, (unsigned long long)o->timeout_ms);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = watchdog_fired;
+  sigaction(SIGALRM, &sa, NULL);
+  uint64_t ms = o->timeout_ms + 250;
+  struct itimerval when = {{0, 0}, {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000}};
+  setitimer(ITIMER_REAL, &when, NULL);
+}
+
 int cli_health(int argc, char **argv)
 {
   health_opts o = {cli_default_scheduler(HEALTH_DEFAULT_ADDRESS), NULL, 3000};
   int code = parse(argc, argv, &o);
   if (code >= 0) return code;
+  arm_watchdog(&o);
   tsr_client_opts opts = TSR_CLIENT_OPTS_DEFAULT;
   opts.name = "tessera-health";
   opts.connect_timeout_ms = (int)o.timeout_ms;

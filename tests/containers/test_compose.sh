@@ -68,13 +68,18 @@ await_workers() {
 
 # podman has no systemd here to schedule health checks: run them as the
 # engine would, until healthy (at most $2 s).
+# Each failed attempt is kept (its time and output) and printed on failure.
 await_healthy() {
-  local deadline=$(( $(date +%s) + $2 ))
+  local deadline=$(( $(date +%s) + $2 )) tries=$LOGDIR/health-$1.log start
   while [ "$(date +%s)" -lt "$deadline" ]; do
-    podman healthcheck run "$1" > /dev/null 2>&1 && return 0
+    start=$(date +%s%N)
+    podman healthcheck run "$1" > "$LOGDIR/health.out" 2>&1 && return 0
+    { printf '%s: attempt took %d ms: ' "$(date +%T)" $(( ($(date +%s%N) - start) / 1000000 ))
+      tr '\n' ' ' < "$LOGDIR/health.out"; echo; } >> "$tries"
     sleep 1
   done
-  podman healthcheck run "$1" || true
+  cat "$tries" >&2
+  podman exec "$1" tessera health --timeout 4s --worker none >&2 || true
   fail "container $1 is not healthy after $2 s"
 }
 

@@ -10,7 +10,10 @@
  * - a worker started before its scheduler (a port nobody serves yet, a host
  *   that does not resolve) keeps trying and joins once the scheduler is up;
  * - --contact-address is what peers and clients fetch from;
- * - `tessera health` (scheduler, worker) and `tessera status --json`. */
+ * - `tessera health` (scheduler, worker) and `tessera status --json`;
+ * - `tessera health` ends within its timeout while the scheduler's name
+ *   is stuck in a DNS server that never answers (as a container's
+ *   fallback nameserver does). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -19,7 +22,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cluster.h"
@@ -491,6 +496,56 @@ TEST(health_and_status_json)
   ASSERT_CONTAINS(out, "is not serving");
 }
 
+static double now_s(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* A UDP socket on 127.0.0.2:53 that takes DNS queries and never answers:
+ * glibc's resolver then waits out its timeout (5 s per try, 2 tries). */
+static int silent_dns_server(void)
+{
+  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(53)};
+  inet_pton(AF_INET, "127.0.0.2", &a.sin_addr);
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
+  if (fd >= 0) close(fd);
+  return -1;
+}
+
+TEST(health_ends_within_its_timeout_when_dns_stalls)
+{
+  /* Binding port 53 and a private mount namespace (to point
+   * /etc/resolv.conf at the silent server) need root, which the CI and
+   * deployment tests have. */
+  if (geteuid() != 0) {
+    printf("SKIPPED health_ends_within_its_timeout_when_dns_stalls: needs root (port 53, unshare -m)\n");
+    return;
+  }
+  int dns = silent_dns_server();
+  ASSERT_TRUE(dns >= 0);
+  char resolv[128], script[1024];
+  snprintf(resolv, sizeof resolv, "%s/resolv.conf", dir);
+  write_file(resolv, "nameserver 127.0.0.2\noptions timeout:5 attempts:2\n");
+  snprintf(script, sizeof script,
+           "mount --bind '%s' /etc/resolv.conf && exec '%s' health --scheduler tcp://stalled-dns.tessera-test:8786 "
+           "--timeout 500ms",
+           resolv, cluster_bin("tessera"));
+  const char *argv[] = {"/usr/bin/unshare", "-m", "/bin/sh", "-c", script, NULL};
+  double start = now_s();
+  int rc = run_capture(argv, NULL, out, sizeof out, 30);
+  double took = now_s() - start;
+  close(dns);
+  printf("tessera health with a silent DNS server: exit %d after %.2f s\n", rc, took);
+  ASSERT_EQ(rc, 1);
+  ASSERT_CONTAINS(out, "stalled-dns.tessera-test:8786 is not serving");
+  /* 500 ms, the watchdog's 250 ms margin, process start; without the
+   * watchdog this takes the resolver's 10 s */
+  ASSERT_TRUE(took < 2.5);
+}
+
 int main(void)
 {
   signal(SIGPIPE, SIG_IGN);
@@ -508,6 +563,7 @@ int main(void)
   RUN(a_worker_started_before_its_scheduler_keeps_trying);
   RUN(contact_address_is_what_peers_fetch_from);
   RUN(health_and_status_json);
+  RUN(health_ends_within_its_timeout_when_dns_stalls);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
