@@ -119,7 +119,7 @@ void client_welcomed_again_locked(tsr_client *c, bool resumed, uint64_t incarnat
     why = journal ? "scheduler restarted and its journal does not know this client; graph lost"
                   : "scheduler restarted without a journal; graph lost";
   else
-    why = "the scheduler dropped this client (silent past its heartbeat timeout); graph lost";
+    why = "the scheduler no longer knows this client (it timed the client out); graph lost";
   client_log(c, TSR_LOG_WARN, "%s", why);
   client_session_lost_locked(c, TSR_ECONN, why);
 }
