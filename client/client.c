@@ -159,6 +159,7 @@ static tsr_client *client_alloc(const tsr_client_opts *opts)
   c->handles = 1;
   c->next_graph = 1;
   c->next_req = 1;
+  c->client_id = client_random_id();
   c->log = opts->log;
   c->log_arg = opts->log_arg;
   c->opt_heartbeat_ms = opts->heartbeat_ms > 0 ? opts->heartbeat_ms : 1000;
@@ -180,10 +181,11 @@ out_frame *client_hello_frame(tsr_client *c)
 {
   tsr_wbuf wb;
   tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "hello", 4);
+  tsr_wbuf_begin(&wb, "hello", 5);
   tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
   tsr_pack_kv_str(&wb.pk, "role", "client");
   tsr_pack_kv_str(&wb.pk, "name", c->name);
+  tsr_pack_kv_uint(&wb.pk, "client_id", c->client_id);   /* resumes its graphs after a restart */
   out_frame *f = client_frame_from(&wb);
   tsr_wbuf_free(&wb);
   return f;
@@ -283,14 +285,16 @@ TSR_API int tsr_client_open(tsr_client **client_p, const char *address, const ts
   if (client_p == NULL) return client_fail(TSR_EINVAL, "tsr_client_open: client_p is NULL");
   if (opts == NULL) opts = &defaults;
   char addr[TSR_MAX_ADDR_LEN];
-  int64_t env_timeout;
+  int64_t env_timeout, reconnect_ms;
   int rc = resolve_address(address, addr, sizeof addr);
   if (rc == 0) rc = env_heartbeat_timeout(&env_timeout);
+  if (rc == 0) rc = client_env_reconnect(&reconnect_ms);
   if (rc != 0) return rc;
   tsr_client *c = client_alloc(opts);
   if (c == NULL) return client_fail(TSR_ENOMEM, "tsr_client_open: out of memory");
   snprintf(c->address, sizeof c->address, "%s", addr);
   c->env_timeout_ms = env_timeout;
+  c->reconnect_ms = reconnect_ms;
   if (env_timeout > 0) c->hb_timeout_ms = (uint32_t)env_timeout;
   int timeout_ms = opts->connect_timeout_ms == 0 ? 10000 : opts->connect_timeout_ms;
   rc = client_start(c);

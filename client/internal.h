@@ -39,6 +39,9 @@
 #define CLIENT_RELEASE_PART_KEYS 50000
 /* Addresses kept per key_done. */
 #define CLIENT_MAX_WHERE 64
+/* How long futures wait for a lost scheduler to come back (reconnect.c);
+ * TESSERA_RECONNECT_TIMEOUT overrides. */
+#define CLIENT_RECONNECT_DEFAULT_MS 30000
 /* Idle data-plane connections kept for reuse. */
 #define CLIENT_XFER_CACHE 32
 
@@ -48,6 +51,19 @@
 int client_fail_err(int rc, const tsr_errbuf *err);
 /* Formats this thread's message and returns rc. */
 int client_fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---------- reconnect.c ---------- */
+uint64_t client_random_id(void);
+/* Reads TESSERA_RECONNECT_TIMEOUT (default CLIENT_RECONNECT_DEFAULT_MS). */
+int client_env_reconnect(int64_t *ms_p);
+/* The scheduler went quiet or forgot us: requests fail, futures wait for
+ * the next welcome (client_welcomed_again_locked) or the window's end
+ * (client_reconnect_tick_locked). Caller holds mu. */
+void client_session_suspend_locked(tsr_client *c, const char *why);
+void client_reconnect_tick_locked(tsr_client *c, uint64_t now_ms);
+/* A welcome: resumed keeps the futures (keys back to PENDING, the
+ * scheduler re-sends their states), else they fail with why. */
+void client_welcomed_again_locked(tsr_client *c, bool resumed, uint64_t incarnation, bool journal);
 
 /* ---------- keys ---------- */
 typedef enum { KEY_PENDING = 0, KEY_DONE, KEY_ERRED } key_state;
@@ -129,6 +145,12 @@ struct tsr_client {
   pending_status *statuses;
   uint64_t next_graph;
   uint64_t next_req;
+  /* reconnect.c: a session suspended by a lost scheduler */
+  uint64_t client_id;       /* hello's client_id, random, for the client's life */
+  uint64_t incarnation;     /* the scheduler's, from its last welcome */
+  bool suspended;           /* lost the scheduler; futures still wait */
+  uint64_t suspended_ms;
+  int64_t reconnect_ms;     /* TESSERA_RECONNECT_TIMEOUT */
 
   pthread_mutex_t xmu;      /* the idle data-plane connections */
   tsr_xfer_conn *xcache[CLIENT_XFER_CACHE];

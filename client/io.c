@@ -81,10 +81,14 @@ void client_session_lost_locked(tsr_client *c, int rc, const char *why)
 
 static int on_welcome(tsr_client *c, const msgpack_object *map, tsr_errbuf *err)
 {
-  uint64_t proto, id, hb;
+  uint64_t proto, id, hb, incarnation;
+  bool resumed = false, journal = false;
   int rc = tsr_wire_uint(map, "proto", &proto, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "id", 0, &id, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "heartbeat_ms", (uint64_t)c->opt_heartbeat_ms, &hb, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "incarnation", 0, &incarnation, err);
+  if (rc == 0) rc = tsr_wire_opt_bool(map, "resumed", false, &resumed, err);
+  if (rc == 0) rc = tsr_wire_opt_bool(map, "journal", false, &journal, err);
   if (rc != 0) return rc;
   if (proto != TSR_PROTOCOL_VERSION) {
     c->open_rc = TSR_EVERSION;
@@ -95,6 +99,8 @@ static int on_welcome(tsr_client *c, const msgpack_object *map, tsr_errbuf *err)
   }
   if (hb == 0 || hb > 600000) hb = (uint64_t)c->opt_heartbeat_ms;
   bool again = c->state == CONN_LOST;
+  if (again) client_welcomed_again_locked(c, resumed, incarnation, journal);
+  else c->incarnation = incarnation;
   c->peer_id = id;
   c->hb_ms = (uint32_t)hb;
   c->hb_timeout_ms = c->env_timeout_ms > 0 ? (uint32_t)c->env_timeout_ms : (uint32_t)(10 * hb);
@@ -169,7 +175,7 @@ static int on_error(tsr_client *c, const msgpack_object *map, tsr_errbuf *err)
   } else if ((code == TSR_ENOTFOUND && len == 12 && memcmp(text, "unknown peer", 12) == 0) ||
              (code == TSR_EPROTO && len == 15 && memcmp(text, "say hello first", 15) == 0)) {
     /* A restarted scheduler (or one that timed us out) does not know us. */
-    if (c->state == CONN_UP) client_session_lost_locked(c, TSR_ECONN, "the scheduler no longer knows this client");
+    if (c->state == CONN_UP) client_session_suspend_locked(c, "the scheduler no longer knows this client");
     c->rehello = true;
   } else if (is && ref_len == 6 && memcmp(ref, "submit", 6) == 0 && c->submits != NULL) {
     pending_submit *p = c->submits;
@@ -263,9 +269,9 @@ static void keep_time(tsr_client *c, io_clock *clk)
   if (state == CONN_UP && silent) {
     char why[128];
     snprintf(why, sizeof why, "no word from it for %u ms", timeout);
-    client_log(c, TSR_LOG_WARN, "lost the scheduler at %s: %s", c->address, why);
-    client_session_lost_locked(c, TSR_ECONN, why);
+    client_session_suspend_locked(c, why);
   }
+  client_reconnect_tick_locked(c, now);
   bool rehello = c->rehello;
   c->rehello = false;
   if (rehello) state = c->state;
@@ -285,9 +291,11 @@ static long poll_timeout(tsr_client *c, const io_clock *clk)
 {
   pthread_mutex_lock(&c->mu);
   uint64_t hb = c->hb_ms, timeout = c->hb_timeout_ms;
+  bool up = c->state == CONN_UP;
   pthread_mutex_unlock(&c->mu);
   uint64_t now = tsr_now_ms();
-  uint64_t next = clk->last_sent_ms + hb;
+  /* heartbeats only while up; otherwise wake for the reconnect window */
+  uint64_t next = up ? clk->last_sent_ms + hb : now + 100;
   if (clk->last_heard_ms + timeout + 1 < next) next = clk->last_heard_ms + timeout + 1;
   return next <= now ? 0 : (long)(next - now);
 }

@@ -9,6 +9,7 @@
  * `error` naming the problem with `ref` = its op, one log line naming the
  * peer, and nothing else changes. The state is settled after every
  * message, so each message sees a consistent state. */
+#include "journal.h"
 #include "policy_evict.h"
 #include "sched.h"
 
@@ -129,6 +130,7 @@ static void on_task_done(msgctx *m)
   w->avg_out_bytes = w->avg_out_bytes == 0 ? nbytes + 1 : (7 * w->avg_out_bytes + nbytes + 1) / 8;
   sched_evict_on_done(m->st, id, (uint16_t)m->st->peers[m->p].index, duration, nbytes);
   sched_tr_done(m->st, id, (uint16_t)m->st->peers[m->p].index, nbytes, &meta);
+  sched_journal_done(m->st, id);
 }
 
 static void on_task_erred(msgctx *m)
@@ -267,6 +269,7 @@ static int submit_all(msgctx *m, uint32_t ci, uint64_t graph)
   }
   maps[nparts] = m->map;
   if (rc == 0) rc = sched_submit_maps(m->st, ci, graph, maps, nparts + 1, &m->err);
+  if (rc >= 0) sched_journal_submit(m->st, ci, graph, find_pending(&m->st->clients[ci], graph), m->raw, m->raw_len);
   for (uint32_t k = 0; unp && k < nparts; k++) msgpack_unpacked_destroy(&unp[k]);
   free(unp);
   free(maps);
@@ -323,6 +326,7 @@ static void on_release(msgctx *m)
     return;
   }
   uint32_t ci = st->peers[m->p].index;
+  sched_journal_release(st, ci, keys, n);
   for (size_t i = 0; i < n; i++) {
     const char *key;
     size_t len;

@@ -14,6 +14,7 @@
 #include <zmq.h>
 
 #include "net/net.h"
+#include "journal.h"
 #include "policy_evict.h"
 #include "sched.h"
 
@@ -156,9 +157,13 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
      * unread in the backlog is not silent. */
     if (now >= next_check && !busy) {
       sched_check_timeouts(st, now);
+      sched_journal_expire(st, now);
       next_check = now + check_ms;
     }
-    sched_place_pass(st);
+    /* after a restart, wait for the workers that hold results (journal.h) */
+    if (sched_journal_holding(st, now)) sched_flush_frees(st);
+    else sched_place_pass(st);
+    sched_journal_sync(st);   /* write-ahead: durable before any reply leaves */
     flush(sock, st);
   }
 }
@@ -171,10 +176,16 @@ int sched_run(const sched_loop_opts *opts, volatile sig_atomic_t *stop)
   int rc = open_socket(ctx, opts, &sock);
   sched_state *st = rc == 0 ? sched_state_new(&opts->cfg) : NULL;
   if (rc == 0 && st == NULL) rc = TSR_ENOMEM;
+  if (rc == 0 && opts->journal_dir != NULL) {
+    sched_journal_opts jo = {opts->journal_dir, opts->journal_fsync, opts->journal_grace_ms, 0};
+    tsr_errbuf err = {{0}};
+    if ((rc = sched_journal_open(st, &jo, tsr_now_ms(), &err)) != 0) TSR_ERROR("%s", err.text);
+  }
   if (rc == 0) {
     run_loop(sock, st, stop);
     TSR_INFO("shutting down: %u workers, %u clients, %u tasks", st->nworkers_alive, st->nclients_alive, st->nlive);
   }
+  if (st != NULL) sched_journal_close(st);
   sched_state_destroy(&st);
   if (sock != NULL) zmq_close(sock);
   zmq_ctx_term(ctx);

@@ -30,6 +30,9 @@ static void usage(FILE *out)
           "  --recompute MODE           auto|never|always: what workers may drop rather than spill (default auto)\n"
           "  --fuse-width N             fuse chains and fan-ins of at most N branches into one task (default 1: chains)\n"
           "  --no-fuse                  never fuse tasks (same as --fuse-width 0)\n"
+          "  --journal DIR              keep a write-ahead journal in DIR; a restart replays it (docs/journal.md)\n"
+          "  --journal-fsync MODE       always|never: fdatasync the journal before replies (default always)\n"
+          "  --journal-grace DUR        after a restart, keep a client's graphs this long for it (default 60s)\n"
           "  --config FILE              read settings from FILE (key = value lines; also $TESSERA_CONFIG)\n"
           "  --print-config             print the settings given and where each came from, then exit\n"
           "  --help, --version\n"
@@ -53,6 +56,9 @@ static const tsr_config_key KEYS[] = {
   {"recompute", "TESSERA_RECOMPUTE", NULL, 0},
   {"fuse-width", "TESSERA_FUSE_WIDTH", NULL, 0},
   {"no-fuse", "TESSERA_NO_FUSE", NULL, TSR_CONFIG_SWITCH},
+  {"journal", "TESSERA_JOURNAL", NULL, 0},
+  {"journal-fsync", "TESSERA_JOURNAL_FSYNC", NULL, 0},
+  {"journal-grace", "TESSERA_JOURNAL_GRACE", NULL, 0},
 };
 static const tsr_config_spec SPEC = {"scheduler", KEYS, sizeof KEYS / sizeof KEYS[0]};
 
@@ -87,6 +93,15 @@ static int apply(void *ctx, const char *name, const char *v, tsr_errbuf *err)
     if (*v < '0' || *v > '9' || *end != '\0' || n > 1000000)
       return tsr_fail(err, TSR_EINVAL, "\"%s\" is not a width from 0 to 1000000", v);
     opts->cfg.fuse_width = (uint32_t)n;
+  } else if (strcmp(name, "journal") == 0) {
+    if (v[0] == '\0') return tsr_fail(err, TSR_EINVAL, "the journal directory is empty");
+    opts->journal_dir = v;
+  } else if (strcmp(name, "journal-fsync") == 0) {
+    if (strcmp(v, "always") != 0 && strcmp(v, "never") != 0)
+      return tsr_fail(err, TSR_EINVAL, "\"%s\" is not a journal fsync mode (always|never)", v);
+    opts->journal_fsync = strcmp(v, "always") == 0;
+  } else if (strcmp(name, "journal-grace") == 0) {
+    return parse_duration(v, &opts->journal_grace_ms, err);
   } else if (strcmp(name, "no-fuse") == 0 && strcmp(v, "true") == 0) {
     opts->cfg.fuse_width = 0;
   }
@@ -122,7 +137,8 @@ static int configure(int argc, char **argv, tsr_config *cfg, sched_loop_opts *op
 
 int main(int argc, char **argv)
 {
-  sched_loop_opts opts = {.listen = "tcp://0.0.0.0:8786", .cfg = {.heartbeat_ms = 1000, .timeout_ms = 10000, .fuse_width = 1}};
+  sched_loop_opts opts = {.listen = "tcp://0.0.0.0:8786", .cfg = {.heartbeat_ms = 1000, .timeout_ms = 10000, .fuse_width = 1},
+                         .journal_fsync = true, .journal_grace_ms = 60000};
   tsr_log_set_component("scheduler");
   int code = 0;
   tsr_config *cfg = NULL;

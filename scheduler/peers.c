@@ -3,11 +3,22 @@
  * what follows from them. A worker's departure reschedules what it was
  * running and recomputes what only it held; a client's departure releases
  * everything it wanted. Connects and departures are logged at info. */
+#include "journal.h"
 #include "sched.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* This run of the scheduler, in every welcome: a client that lost its
+ * session learns from a new value that the scheduler restarted. */
+static uint64_t incarnation(void)
+{
+  static uint64_t value;
+  if (value == 0) value = (tsr_now_us() * 6364136223846793005ull) ^ ((uint64_t)getpid() << 32) ^ tsr_hash_bytes(&value, sizeof value);
+  return value ? value : 1;
+}
 
 typedef struct worker_hello {
   char name[TSR_MAX_NAME_LEN + 1];
@@ -20,6 +31,8 @@ typedef struct worker_hello {
   size_t nops;
   const msgpack_object *native;   /* NULL: every op is native */
   size_t nnative;
+  const msgpack_object *chunks;   /* results it still holds (after a restart) */
+  size_t nchunks;
 } worker_hello;
 
 static int opt_strcpy(const msgpack_object *map, const char *key, const char *fallback, char *buf, size_t cap,
@@ -55,6 +68,7 @@ static int parse_worker_hello(const msgpack_object *map, worker_hello *h, tsr_er
   if (rc == 0) rc = tsr_wire_opt_uint(map, "spill_write_bps", 0, &h->spill_write_bps, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "spill_read_bps", 0, &h->spill_read_bps, err);
   h->native = NULL;
+  if (rc == 0) rc = tsr_wire_opt_array(map, "chunks", TSR_MAX_BATCH_TASKS, &h->chunks, &h->nchunks, err);
   if (rc == 0 && tsr_wire_field(map, "native_ops") != NULL)
     rc = tsr_wire_array(map, "native_ops", SCHED_MAX_OPS, &h->native, &h->nnative, err);
   rc = rc != 0 ? rc : check_names(h->ops, h->nops, "ops", err);
@@ -63,13 +77,16 @@ static int parse_worker_hello(const msgpack_object *map, worker_hello *h, tsr_er
   return rc;
 }
 
-static void send_welcome(sched_state *st, uint32_t p, uint64_t id)
+static void send_welcome(sched_state *st, uint32_t p, uint64_t id, bool resumed)
 {
   tsr_wbuf *wb = sched_out(st, p);
-  tsr_wbuf_begin(wb, "welcome", 4);
+  tsr_wbuf_begin(wb, "welcome", 7);
   tsr_pack_kv_uint(&wb->pk, "proto", TSR_PROTOCOL_VERSION);
   tsr_pack_kv_uint(&wb->pk, "id", id);
   tsr_pack_kv_uint(&wb->pk, "heartbeat_ms", st->cfg.heartbeat_ms);
+  tsr_pack_kv_uint(&wb->pk, "incarnation", incarnation());
+  tsr_pack_kv_bool(&wb->pk, "journal", st->journal != NULL);
+  tsr_pack_kv_bool(&wb->pk, "resumed", resumed);
 }
 
 /* The advertised ops, and those native to the worker's device, as two
@@ -126,6 +143,7 @@ static void worker_gone(sched_state *st, uint32_t w, const char *why)
   sched_settle(st);
   wk->freebuf.size = 0;
   wk->nfree = 0;
+  sched_journal_worker(st, w, false);
   TSR_INFO("worker '%s' (%s) left: %s; %u tasks rescheduled, %u results lost; %u workers remain", wk->name,
            wk->address, why, rescheduled, lost, st->nworkers_alive);
 }
@@ -149,6 +167,7 @@ static void client_gone(sched_state *st, uint32_t c, const char *why)
     free(cl->pending[k].parts);
   }
   cl->npending = 0;
+  sched_journal_client_gone(st, c);
   cl->alive = false;
   st->nclients_alive--;
   sched_settle(st);
@@ -204,7 +223,8 @@ static void hello_worker(sched_state *st, uint32_t p, const msgpack_object *map)
   }
   st->peers[p].role = PEER_WORKER;
   st->peers[p].index = w;
-  send_welcome(st, p, wk->peer_id);
+  send_welcome(st, p, wk->peer_id, false);
+  sched_journal_worker(st, w, true);
   char mem[32], gpu[TSR_MAX_NAME_LEN + 96] = "", dev[32];
   if (wk->gpu_name[0] != '\0')
     snprintf(gpu, sizeof gpu, " (%s, %zu native ops, device memory limit %s)", wk->gpu_name, h.nnative,
@@ -212,30 +232,55 @@ static void hello_worker(sched_state *st, uint32_t p, const msgpack_object *map)
   TSR_INFO("worker '%s' connected: data %s, %u threads, device %s%s, %zu ops, memory limit %s; %u workers", wk->name,
            wk->address, wk->threads, wk->device, gpu, h.nops,
            wk->memory_limit ? tsr_format_bytes(wk->memory_limit, mem, sizeof mem) : "none", st->nworkers_alive);
+  sched_recover_chunks(st, (uint16_t)w, h.chunks, h.nchunks);
+}
+
+/* A resumed client learns again the state of every key it wants. */
+static void resend_wanted(sched_state *st, uint32_t c)
+{
+  const sched_idset *wants = &st->clients[c].wants;
+  for (uint32_t i = 0; i < wants->cap; i++) {
+    uint32_t id = wants->slots[i];
+    if (id >= SCHED_NONE - 1) continue;
+    if (st->tasks[id].state == TS_MEMORY) sched_notify_done(st, id, c);
+    else if (st->tasks[id].state == TS_ERRED) sched_notify_erred(st, id, c);
+  }
 }
 
 static void hello_client(sched_state *st, uint32_t p, const msgpack_object *map)
 {
   char name[TSR_MAX_NAME_LEN + 1], label[TSR_MAX_NAME_LEN + 32];
   tsr_errbuf err;
-  if (tsr_wire_strcpy(map, "name", name, sizeof name, &err) != 0) {
+  uint64_t token = 0;
+  int rc = tsr_wire_strcpy(map, "name", name, sizeof name, &err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "client_id", 0, &token, &err);
+  if (rc != 0) {
     TSR_WARN("rejected 'hello' from %s: %s", sched_peer_label(st, p, label, sizeof label), err.text);
     sched_send_error(st, p, TSR_EPROTO, "hello", "%s", err.text);
     return;
   }
   unregister(st, p, "said hello again");
-  uint32_t c = sched_client_alloc(st, p);
+  /* the same client_id as a client we still hold: the same client, back */
+  uint32_t c = sched_client_attach(st, token, p);
+  bool resumed = c != SCHED_NONE;
+  if (!resumed) c = sched_client_alloc(st, p);
   if (c == SCHED_NONE) {
     sched_send_error(st, p, TSR_ENOMEM, "hello", "cannot register another client");
     return;
   }
   sched_client *cl = &st->clients[c];
-  memcpy(cl->name, name, sizeof cl->name);
+  if (!resumed) {
+    memcpy(cl->name, name, sizeof cl->name);
+    cl->token = token ? token : (incarnation() ^ (st->next_peer_id + 1)) | (1ull << 63);
+    sched_journal_client(st, c);
+  }
   cl->peer_id = ++st->next_peer_id;
   st->peers[p].role = PEER_CLIENT;
   st->peers[p].index = c;
-  send_welcome(st, p, cl->peer_id);
-  TSR_INFO("client '%s' connected; %u clients", cl->name, st->nclients_alive);
+  send_welcome(st, p, cl->peer_id, resumed);
+  if (resumed) resend_wanted(st, c);
+  TSR_INFO("client '%s' %s; %u clients", cl->name, resumed ? "reconnected and resumed its graphs" : "connected",
+           st->nclients_alive);
 }
 
 void sched_peer_hello(sched_state *st, uint32_t p, const msgpack_object *map)

@@ -61,6 +61,10 @@ void sched_tr_dispatch(sched_state *st, uint32_t id, uint16_t w);
 void sched_tr_mark_queued(sched_state *st);
 /* PROCESSING -> MEMORY (task_done from w, already verified). */
 void sched_tr_done(sched_state *st, uint32_t id, uint16_t w, uint64_t nbytes, const tsr_meta *meta);
+/* WAITING/READY/QUEUED -> MEMORY on worker w without running it: a worker
+ * that came back (after a scheduler restart or a timeout) still holds the
+ * result (journal.h, sched_recover_chunks). */
+void sched_tr_adopt(sched_state *st, uint32_t id, uint16_t w, uint64_t nbytes, const tsr_meta *meta);
 /* PROCESSING -> ERRED (task_erred), and every dependent with it. */
 void sched_tr_erred(sched_state *st, uint32_t id, const char *message, size_t len);
 /* PROCESSING -> WAITING because input `input` could not be fetched from
@@ -178,6 +182,9 @@ typedef struct sched_loop_opts {
   const char *listen;
   const char *address_file;    /* NULL: none */
   sched_config cfg;
+  const char *journal_dir;     /* --journal DIR; NULL: none (journal.h) */
+  bool journal_fsync;          /* --journal-fsync always (true) | never */
+  uint64_t journal_grace_ms;   /* --journal-grace */
 } sched_loop_opts;
 
 /* Runs the daemon until *stop becomes nonzero. 0 on a clean stop, or a

@@ -92,6 +92,7 @@ sched_state *sched_state_new(const sched_config *cfg)
   st->peer_index = tsr_strmap_new(64);
   st->gone = tsr_strmap_new(64);
   msgpack_sbuffer_init(&st->scratch);
+  tsr_wbuf_init(&st->discard);
   if (st->op_index == NULL || st->peer_index == NULL || st->gone == NULL) {
     sched_state_destroy(&st);
     return NULL;
@@ -147,6 +148,7 @@ void sched_state_destroy(sched_state **st_p)
   free(st->loc_bytes);
   free(st->loc_touched);
   msgpack_sbuffer_destroy(&st->scratch);
+  tsr_wbuf_free(&st->discard);
   sched_keyidx_free(&st->keyidx);
   tsr_strmap_destroy(&st->op_index);
   tsr_strmap_destroy(&st->peer_index);
@@ -455,6 +457,10 @@ void sched_peer_remove(sched_state *st, uint32_t p, bool remember)
 
 tsr_wbuf *sched_out(sched_state *st, uint32_t p)
 {
+  if (p == SCHED_NONE) {
+    tsr_wbuf_reset(&st->discard);
+    return &st->discard;
+  }
   sched_peer *peer = &st->peers[p];
   if (!peer->dirty && sched_grow((void **)&st->dirty, &st->cap_dirty, st->ndirty + 1, sizeof *st->dirty) == 0) {
     peer->dirty = true;

@@ -259,6 +259,7 @@ typedef struct sched_client {
   sched_idset wants;
   sched_pending *pending;     /* multi-part submits in progress */
   uint32_t npending, cap_pending;
+  uint64_t token;             /* hello's client_id (0: none); journal.h */
 } sched_client;
 
 enum { PEER_NONE = 0, PEER_WORKER, PEER_CLIENT };
@@ -366,6 +367,12 @@ typedef struct sched_state {
 
   /* counters for logs and benchmarks */
   uint64_t tasks_computed, tasks_sent;
+
+  /* the write-ahead journal (journal.h), NULL without --journal */
+  struct sched_journal *journal;
+  /* sched_out(SCHED_NONE): messages for a detached client (replayed from the
+   * journal, not reconnected yet) are packed here and dropped */
+  tsr_wbuf discard;
 } sched_state;
 
 /* ---------- lifetime ---------- */

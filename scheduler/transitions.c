@@ -493,6 +493,16 @@ void sched_tr_done(sched_state *st, uint32_t id, uint16_t w, uint64_t nbytes, co
   sched_recheck(st, id);
 }
 
+void sched_tr_adopt(sched_state *st, uint32_t id, uint16_t w, uint64_t nbytes, const tsr_meta *meta)
+{
+  sched_task *t = &st->tasks[id];
+  if (t->state == TS_READY || t->state == TS_QUEUED) sched_queue_remove(st, id);
+  t->processing_on = SCHED_NO_WORKER;
+  t->evict |= SCHED_EV_RAN;
+  sched_tr_done(st, id, w, nbytes, meta);
+  st->tasks_computed--;   /* found, not computed */
+}
+
 void sched_tr_erred(sched_state *st, uint32_t id, const char *message, size_t len)
 {
   sched_task *t = &st->tasks[id];

@@ -20,6 +20,39 @@ static void pack_native_ops(msgpack_packer *pk)
     if (tsr_op_at(i)->cuda != NULL) tsr_pack_str(pk, tsr_op_at(i)->name);
 }
 
+/* hello's `chunks`: [[key, nbytes, dtype, shape]] of the results held,
+ * packed and counted in one pass under the store's lock (a spill load may
+ * add a chunk at any moment), then appended behind the array header. */
+typedef struct chunk_list {
+  msgpack_sbuffer buf;
+  msgpack_packer pk;
+  size_t n;
+} chunk_list;
+
+static void pack_chunk(void *arg, const tsr_chunk *chunk)
+{
+  chunk_list *l = arg;
+  msgpack_pack_array(&l->pk, 4);
+  tsr_pack_str(&l->pk, chunk->key);
+  msgpack_pack_uint64(&l->pk, chunk->nbytes);
+  msgpack_pack_uint64(&l->pk, (uint64_t)chunk->meta.dtype);
+  msgpack_pack_array(&l->pk, (size_t)chunk->meta.ndim);
+  for (int d = 0; d < chunk->meta.ndim; d++) msgpack_pack_int64(&l->pk, chunk->meta.shape[d]);
+  l->n++;
+}
+
+static void pack_chunks(tsr_worker *w, msgpack_packer *pk)
+{
+  chunk_list l = {.n = 0};
+  msgpack_sbuffer_init(&l.buf);
+  msgpack_packer_init(&l.pk, &l.buf, msgpack_sbuffer_write);
+  tsr_wstore_each(w->store, pack_chunk, &l);
+  tsr_pack_str(pk, "chunks");
+  msgpack_pack_array(pk, l.n);
+  if (l.buf.size > 0) tsr_pack_raw(pk, l.buf.data, l.buf.size);
+  msgpack_sbuffer_destroy(&l.buf);
+}
+
 void tsr_report_hello(tsr_worker *w)
 {
   msgpack_packer *pk = &w->out.pk;
@@ -28,7 +61,8 @@ void tsr_report_hello(tsr_worker *w)
   tsr_tiers_stats tiers = {0};
   if (tsr_wstore_tiers(w->store) != NULL) tsr_tiers_stats_get(tsr_wstore_tiers(w->store), &tiers);
   uint64_t write_bps = tsr_tiers_stats_write_bps(&tiers), read_bps = tsr_tiers_stats_read_bps(&tiers);
-  tsr_wbuf_begin(&w->out, "hello", (w->gpu ? 13 : 10) + (write_bps > 0) + (read_bps > 0));
+  tsr_wbuf_begin(&w->out, "hello", (w->gpu ? 14 : 11) + (write_bps > 0) + (read_bps > 0));
+  pack_chunks(w, pk);
   if (write_bps > 0) tsr_pack_kv_uint(pk, "spill_write_bps", write_bps);
   if (read_bps > 0) tsr_pack_kv_uint(pk, "spill_read_bps", read_bps);
   tsr_pack_kv_uint(pk, "proto", TSR_PROTOCOL_VERSION);

@@ -4,9 +4,11 @@
  * worker_int.h). Any frame from the scheduler counts as a sign of life.
  * When the scheduler is silent for the heartbeat timeout, or says it does
  * not know us, the worker assumes the scheduler has already rescheduled
- * everything it had: it cancels its queued and running tasks, drops every
- * chunk (a new store epoch, so a task finishing later cannot bring one
- * back), closes the DEALER and says hello again on a new one. Attempts
+ * everything it had: it cancels its queued and running tasks, starts a new
+ * store epoch (a task finishing later cannot store its result), drops
+ * replicas and spilled chunks, closes the DEALER and says hello again on a
+ * new one, listing the results it still holds in memory (`chunks`): a
+ * scheduler restarted with its journal adopts them, others free them. Attempts
  * repeat forever, 1 s apart, one warn line each.
  *
  * A malformed frame or message is logged, answered with `error`, and
@@ -47,9 +49,12 @@ static void link_reset(tsr_worker *w, uint64_t retry_at_ms)
     w->stopping = true;
     w->exit_code = 1;
   }
-  uint64_t dropped = tsr_wstore_count(w->store);
-  tsr_wstore_clear(w->store);
-  if (dropped) TSR_INFO("dropped %llu chunks held for the previous session", (unsigned long long)dropped);
+  /* Results stay: the next hello reports them, and a scheduler that
+   * restarted with its journal (or timed us out and still needs them)
+   * adopts them instead of recomputing; it frees the rest. */
+  tsr_wstore_renew(w->store);
+  uint64_t kept = tsr_wstore_count(w->store);
+  if (kept) TSR_INFO("kept %llu results of the previous session for the next hello", (unsigned long long)kept);
   tsr_wbuf_reset(&w->out);
   close_socket(w);
   w->link = TSR_LINK_DOWN;
@@ -87,7 +92,7 @@ void tsr_link_tick(tsr_worker *w, uint64_t now_ms)
     if (w->link == TSR_LINK_READY) w->attempt = 0;
     TSR_WARN("scheduler %s: %s for %llu ms; %sreconnecting (attempt %llu)", w->opts.scheduler,
              w->link == TSR_LINK_READY ? "silent" : "no welcome", (unsigned long long)(now_ms - w->last_heard_ms),
-             w->link == TSR_LINK_READY ? "dropping tasks and chunks, " : "", (unsigned long long)w->attempt + 1);
+             w->link == TSR_LINK_READY ? "dropping tasks, " : "", (unsigned long long)w->attempt + 1);
     link_reset(w, now_ms + RETRY_PAUSE_MS);
     return;
   }
@@ -187,7 +192,7 @@ static void on_error(tsr_worker *w, const msgpack_object *map)
     return;
   }
   if (w->link != TSR_LINK_DOWN && is_unknown_peer(code, text)) {
-    TSR_WARN("scheduler %s does not know this worker (%s); dropping tasks and chunks, saying hello again",
+    TSR_WARN("scheduler %s does not know this worker (%s); dropping tasks, saying hello again",
              w->opts.scheduler, text);
     link_reset(w, w->link == TSR_LINK_READY ? tsr_now_ms() : tsr_now_ms() + RETRY_PAUSE_MS);
     return;

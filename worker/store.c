@@ -302,6 +302,61 @@ uint64_t tsr_wstore_clear(tsr_wstore *store)
   return epoch;
 }
 
+/* Collects the keys of replicas (tsr_strmap_each callback). */
+typedef struct key_list {
+  char **keys;
+  size_t n, cap;
+} key_list;
+
+static void collect_replica(void *arg, const char *key, size_t key_len, uint64_t value)
+{
+  key_list *l = arg;
+  if (!((tsr_chunk *)(uintptr_t)value)->replica) return;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 64;
+    char **grown = realloc(l->keys, cap * sizeof *grown);
+    if (grown == NULL) return;
+    l->keys = grown, l->cap = cap;
+  }
+  if ((l->keys[l->n] = strndup(key, key_len)) != NULL) l->n++;
+}
+
+uint64_t tsr_wstore_renew(tsr_wstore *store)
+{
+  if (store->tiers != NULL) tsr_tiers_clear(store->tiers);
+  key_list l = {0};
+  pthread_mutex_lock(&store->lock);
+  tsr_strmap_each(store->map, collect_replica, &l);
+  uint64_t epoch = ++store->epoch;
+  pthread_mutex_unlock(&store->lock);
+  for (size_t i = 0; i < l.n; i++) {
+    del_if(store, l.keys[i], true);
+    free(l.keys[i]);
+  }
+  free(l.keys);
+  return epoch;
+}
+
+typedef struct each_ctx {
+  tsr_wstore_chunk_fn fn;
+  void *arg;
+} each_ctx;
+
+static void each_chunk(void *arg, const char *key, size_t key_len, uint64_t value)
+{
+  (void)key, (void)key_len;
+  each_ctx *ctx = arg;
+  ctx->fn(ctx->arg, (const tsr_chunk *)(uintptr_t)value);
+}
+
+void tsr_wstore_each(tsr_wstore *store, tsr_wstore_chunk_fn fn, void *arg)
+{
+  each_ctx ctx = {fn, arg};
+  pthread_mutex_lock(&store->lock);
+  tsr_strmap_each(store->map, each_chunk, &ctx);
+  pthread_mutex_unlock(&store->lock);
+}
+
 uint64_t tsr_wstore_epoch(tsr_wstore *store)
 {
   pthread_mutex_lock(&store->lock);

@@ -128,6 +128,15 @@ bool tsr_wstore_del_replica(tsr_wstore *store, const char *key);
 /* Drops every key and starts a new epoch, which it returns. */
 uint64_t tsr_wstore_clear(tsr_wstore *store);
 uint64_t tsr_wstore_epoch(tsr_wstore *store);
+/* Starts a new epoch (a task of the old one can no longer store its
+ * result) keeping the results in memory: replicas and spilled chunks go.
+ * After the scheduler link was lost, the kept results are reported in the
+ * next hello (a restarted scheduler adopts them). Returns the epoch. */
+uint64_t tsr_wstore_renew(tsr_wstore *store);
+/* Calls fn for every chunk of the map, under the store's lock: fn must
+ * not call into the store. */
+typedef void (*tsr_wstore_chunk_fn)(void *arg, const tsr_chunk *chunk);
+void tsr_wstore_each(tsr_wstore *store, tsr_wstore_chunk_fn fn, void *arg);
 
 /* Host bytes held by live chunks (in the map or still referenced
  * elsewhere); device chunks are counted apart. */

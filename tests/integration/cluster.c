@@ -85,6 +85,32 @@ int cluster_start_scheduler(cluster *c, const char *const *sched_args)
   return -1;
 }
 
+void cluster_kill_scheduler(cluster *c)
+{
+  if (c->scheduler <= 0) return;
+  kill(c->scheduler, SIGKILL);
+  waitpid(c->scheduler, NULL, 0);
+  c->scheduler = 0;
+}
+
+/* The same address as the first start (its port was picked then), so
+ * workers and clients that reconnect on their own find the new one. */
+int cluster_restart_scheduler(cluster *c, const char *const *sched_args)
+{
+  char log_path[512];
+  snprintf(log_path, sizeof log_path, "%s/scheduler.log", c->dir);
+  const char *argv[32] = {cluster_bin("tessera-scheduler"), "--listen", c->address, "--log-level", "debug"};
+  append_args(argv, 5, 32, sched_args);
+  for (int attempt = 0; attempt < 50; attempt++) {
+    c->scheduler = spawn(argv, log_path, NULL);
+    sleep_ms(100);
+    if (cluster_alive(c->scheduler)) return 0;   /* bound (a failed bind exits at once) */
+    sleep_ms(100);
+  }
+  fprintf(stderr, "cluster: scheduler did not start again on %s\n", c->address);
+  return -1;
+}
+
 int cluster_add_worker(cluster *c, int threads, const char *const *worker_args)
 {
   if (c->n_workers >= CLUSTER_MAX_WORKERS) return -1;

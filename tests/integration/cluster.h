@@ -32,6 +32,11 @@ const char *cluster_bin(const char *name);
 int cluster_start_scheduler(cluster *c, const char *const *sched_args);
 /* Starts one more worker (extra args NULL-terminated, may be NULL); returns
  * its index or -1. Sets TESSERA_TEST_OPS=1. */
+/* SIGKILLs the scheduler and reaps it. */
+void cluster_kill_scheduler(cluster *c);
+/* Starts the scheduler again on the address it had (same port), with
+ * sched_args, its log appended to the same file. 0 or -1. */
+int cluster_restart_scheduler(cluster *c, const char *const *sched_args);
 int cluster_add_worker(cluster *c, int threads, const char *const *worker_args);
 /* Scheduler plus n workers, then waits until all n are connected. */
 int cluster_start(cluster *c, int n_workers, int threads, const char *const *sched_args,

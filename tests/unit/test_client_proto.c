@@ -626,7 +626,11 @@ TEST(silence_means_connection_lost)
   fake s;
   ASSERT_EQ(fake_start(&s, 100), 0);
   tsr_client *c = NULL;
-  ASSERT_OK(open_client(&s, &c, "silence-test"));
+  /* futures wait a reconnect window for the scheduler (docs/journal.md) */
+  setenv("TESSERA_RECONNECT_TIMEOUT", "1s", 1);
+  int orc = open_client(&s, &c, "silence-test");
+  unsetenv("TESSERA_RECONNECT_TIMEOUT");
+  ASSERT_OK(orc);
   tsr_graph *g = NULL;
   ASSERT_OK(tsr_graph_new(&g));
   ASSERT_OK(tsr_graph_add(g, "h", "hang", NULL, 0, NULL, 0));

@@ -1,0 +1,206 @@
+/* Scheduler restart (docs/journal.md) with real daemons: the scheduler is
+ * SIGKILLed in the middle of an SVD (tsr-svd, a real client process) and
+ * started again on the same port —
+ *
+ * - with its journal: the client's future completes and u, s, v are byte
+ *   for byte those of an undisturbed run; the workers' results were
+ *   adopted, the client resumed;
+ * - without a journal: the client fails with "scheduler restarted without
+ *   a journal; graph lost", well within its bound;
+ * - not at all: the client fails after its heartbeat timeout plus its
+ *   reconnect window, never hangs. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "kit.h"
+
+static const char *fast_worker[] = {"--heartbeat-interval", "250ms", "--heartbeat-timeout", "2s", NULL};
+
+static void sleep_ms(int ms)
+{
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* tsr-svd in the background, saving PREFIX_{u,s,v}.npy; output to PREFIX.log. */
+static pid_t start_svd(const cluster *c, const char *prefix, const char *env)
+{
+  char log_path[600];
+  snprintf(log_path, sizeof log_path, "%s.log", prefix);
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
+  setenv("TESSERA_SCHEDULER", c->address, 1);
+  setenv("TESSERA_HEARTBEAT_TIMEOUT", "2s", 1);
+  if (env != NULL) putenv((char *)env);
+  const char *argv[] = {cluster_bin("tsr-svd"), "--rows", "40000", "--cols", "2000", "--chunks", "4000,1000",
+                        "--k", "5", "--power-iters", "2", "--save", prefix, NULL};
+  execv(argv[0], (char *const *)argv);
+  _exit(127);
+}
+
+/* Exit status of pid within timeout_s (it is killed then: -1). */
+static int wait_exit(pid_t pid, int timeout_s)
+{
+  for (int i = 0; i < timeout_s * 100; i++) {
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    sleep_ms(10);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return -1;
+}
+
+static bool same_file(const char *a, const char *b)
+{
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
+  return system(cmd) == 0;
+}
+
+static bool file_has(const char *path, const char *text)
+{
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd, "grep -qF -- '%s' '%s'", text, path);
+  return system(cmd) == 0;
+}
+
+static void show(const char *path)
+{
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "cat '%s' >&2", path);
+  if (system(cmd) != 0) fprintf(stderr, "(no %s)\n", path);
+}
+
+/* The three factors of two runs, byte for byte. */
+static int same_svd(const char *dir, const char *a, const char *b)
+{
+  int same = 0;
+  const char *parts[] = {"u", "s", "v"};
+  for (int i = 0; i < 3; i++) {
+    char pa[600], pb[600];
+    snprintf(pa, sizeof pa, "%s/%s_%s.npy", dir, a, parts[i]);
+    snprintf(pb, sizeof pb, "%s/%s_%s.npy", dir, b, parts[i]);
+    same += same_file(pa, pb);
+  }
+  return same;
+}
+
+TEST(sigkill_mid_graph_with_journal_gives_identical_results)
+{
+  cluster c;
+  char jdir[300], prefix[400], log[400], slog[400];
+  const char *sched[] = {"--heartbeat-timeout", "2s", "--heartbeat-interval", "250ms", "--journal", NULL, NULL};
+  snprintf(jdir, sizeof jdir, "/tmp/tsr-journal-%d", (int)getpid());
+  sched[5] = jdir;
+  int rc = cluster_start(&c, 3, 1, sched, fast_worker);
+  snprintf(slog, sizeof slog, "%s/scheduler.log", c.dir);
+  snprintf(prefix, sizeof prefix, "%s/base", c.dir);
+  int base_rc = rc == 0 ? wait_exit(start_svd(&c, prefix, NULL), 120) : -2;
+  /* Twice: the second restart replays a journal the first one wrote to. */
+  int run_rc[2] = {-2, -2};
+  for (int k = 0; k < 2 && base_rc == 0; k++) {
+    snprintf(prefix, sizeof prefix, "%s/run%d", c.dir, k);
+    pid_t client = start_svd(&c, prefix, NULL);
+    sleep_ms(300 + 200 * k);
+    cluster_kill_scheduler(&c);
+    sleep_ms(200);
+    if (cluster_restart_scheduler(&c, sched) != 0) break;
+    run_rc[k] = wait_exit(client, 120);
+  }
+  bool resumed = file_has(slog, "reconnected and resumed its graphs");
+  bool adopted = file_has(slog, "adopted");
+  int same0 = same_svd(c.dir, "base", "run0"), same1 = same_svd(c.dir, "base", "run1");
+  bool ok = base_rc == 0 && run_rc[0] == 0 && run_rc[1] == 0 && same0 == 3 && same1 == 3 && resumed;
+  for (int k = 0; !ok && k < 2; k++) {
+    snprintf(log, sizeof log, "%s/run%d.log", c.dir, k);
+    show(log);
+  }
+  cluster_stop(&c, !ok);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", jdir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", jdir);
+  ASSERT_EQ(base_rc, 0);
+  ASSERT_EQ(run_rc[0], 0);
+  ASSERT_EQ(run_rc[1], 0);
+  ASSERT_EQ(same0, 3);
+  ASSERT_EQ(same1, 3);
+  ASSERT_TRUE(resumed);
+  ASSERT_TRUE(adopted);
+}
+
+TEST(restart_without_journal_fails_the_future_clearly)
+{
+  cluster c;
+  const char *sched[] = {"--heartbeat-timeout", "2s", "--heartbeat-interval", "250ms", NULL};
+  char prefix[400], log[420];
+  int rc = cluster_start(&c, 2, 1, sched, fast_worker);
+  snprintf(prefix, sizeof prefix, "%s/lost", c.dir);
+  snprintf(log, sizeof log, "%s.log", prefix);
+  pid_t client = rc == 0 ? start_svd(&c, prefix, NULL) : -1;
+  sleep_ms(300);
+  cluster_kill_scheduler(&c);
+  sleep_ms(200);
+  double t0 = now_s();
+  if (rc == 0) rc = cluster_restart_scheduler(&c, sched);
+  int client_rc = client > 0 ? wait_exit(client, 60) : -2;
+  double took = now_s() - t0;
+  bool clear = file_has(log, "scheduler restarted without a journal; graph lost");
+  if (!clear || client_rc <= 0) show(log);
+  cluster_stop(&c, !clear || client_rc <= 0);
+  ASSERT_OK(rc);
+  ASSERT_TRUE(client_rc > 0);
+  ASSERT_TRUE(clear);
+  ASSERT_TRUE(took < 20.0);  /* the heartbeat timeout (2 s) and a hello, not the reconnect window */
+}
+
+TEST(scheduler_gone_for_good_fails_after_the_documented_bound)
+{
+  cluster c;
+  const char *sched[] = {"--heartbeat-timeout", "2s", "--heartbeat-interval", "250ms", NULL};
+  char prefix[400], log[420];
+  int rc = cluster_start(&c, 2, 1, sched, fast_worker);
+  snprintf(prefix, sizeof prefix, "%s/gone", c.dir);
+  snprintf(log, sizeof log, "%s.log", prefix);
+  pid_t client = rc == 0 ? start_svd(&c, prefix, "TESSERA_RECONNECT_TIMEOUT=3s") : -1;
+  sleep_ms(300);
+  cluster_kill_scheduler(&c);
+  double t0 = now_s();
+  int client_rc = client > 0 ? wait_exit(client, 60) : -2;
+  double took = now_s() - t0;
+  bool clear = file_has(log, "reconnect window of 3000 ms");
+  if (!clear || client_rc <= 0) show(log);
+  cluster_stop(&c, !clear || client_rc <= 0);
+  ASSERT_OK(rc);
+  ASSERT_TRUE(client_rc > 0);
+  ASSERT_TRUE(clear);
+  /* bound: heartbeat timeout 2 s + reconnect window 3 s, with slack */
+  ASSERT_TRUE(took >= 4.0);
+  ASSERT_TRUE(took < 12.0);
+}
+
+int main(void)
+{
+  signal(SIGPIPE, SIG_IGN);
+  RUN(sigkill_mid_graph_with_journal_gives_identical_results);
+  RUN(restart_without_journal_fails_the_future_clearly);
+  RUN(scheduler_gone_for_good_fails_after_the_documented_bound);
+  return kit_summary();
+}
