@@ -158,6 +158,7 @@ static void client_gone(sched_state *st, uint32_t c, const char *why)
 static void unregister(sched_state *st, uint32_t p, const char *why)
 {
   sched_peer *peer = &st->peers[p];
+  sched_security_gone(st, p);
   if (peer->role == PEER_WORKER) worker_gone(st, peer->index, why);
   else if (peer->role == PEER_CLIENT) client_gone(st, peer->index, why);
   st->peers[p].role = PEER_NONE;
@@ -205,6 +206,7 @@ static void hello_worker(sched_state *st, uint32_t p, const msgpack_object *map)
   st->peers[p].role = PEER_WORKER;
   st->peers[p].index = w;
   send_welcome(st, p, wk->peer_id);
+  sched_security_hello(st, p);
   char mem[32], gpu[TSR_MAX_NAME_LEN + 96] = "", dev[32];
   if (wk->gpu_name[0] != '\0')
     snprintf(gpu, sizeof gpu, " (%s, %zu native ops, device memory limit %s)", wk->gpu_name, h.nnative,
@@ -235,6 +237,7 @@ static void hello_client(sched_state *st, uint32_t p, const msgpack_object *map)
   st->peers[p].role = PEER_CLIENT;
   st->peers[p].index = c;
   send_welcome(st, p, cl->peer_id);
+  sched_security_hello(st, p);
   TSR_INFO("client '%s' connected; %u clients", cl->name, st->nclients_alive);
 }
 
