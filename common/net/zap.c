@@ -86,11 +86,14 @@ static void answer(tsr_zap *zap)
   for (int i = 0; i < n; i++) zmq_msg_close(&parts[i]);
 }
 
-static const char *handshake_why(uint32_t value)
+/* A plaintext peer shows as a mechanism mismatch, or, when it noticed the
+ * mismatch first and hung up, as a failure with an errno (EPIPE). */
+static const char *handshake_why(uint16_t event, uint32_t value)
 {
   if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) return "the peer has no CURVE keys (plaintext)";
   if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) return "the peer used a wrong server key";
-  return "handshake error";
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) return strerror((int)value);
+  return "protocol error";
 }
 
 static void read_event(tsr_zap *zap, void *monitor)
@@ -107,7 +110,7 @@ static void read_event(tsr_zap *zap, void *monitor)
       zap->refusals++;
       pthread_mutex_unlock(&zap->mu);
       TSR_WARN("%s: refused a connection without a valid CURVE handshake: %s (0x%x)", zap->what,
-               handshake_why(value), value);
+               handshake_why(event, value), value);
     }
   }
   for (int i = 0; i < n; i++) zmq_msg_close(&parts[i]);
