@@ -201,6 +201,12 @@ int client_socket_open(tsr_client *c)
   int ivl = 100, ivl_max = 2000;
   zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
   zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
+  int curve_rc = client_curve_socket(c);
+  if (curve_rc != 0) {
+    zmq_close(c->sock);
+    c->sock = NULL;
+    return curve_rc;
+  }
   if (zmq_connect(c->sock, c->address) != 0) {
     int e = zmq_errno();
     int rc = client_fail(e == EINVAL || e == EPROTONOSUPPORT ? TSR_EINVAL : TSR_ECONN,
@@ -297,7 +303,8 @@ TSR_API int tsr_client_open(tsr_client **client_p, const char *address, const ts
   c->reconnect_ms = reconnect_ms;
   if (env_timeout > 0) c->hb_timeout_ms = (uint32_t)env_timeout;
   int timeout_ms = opts->connect_timeout_ms == 0 ? 10000 : opts->connect_timeout_ms;
-  rc = client_start(c);
+  rc = client_curve_setup(c, opts);
+  if (rc == 0) rc = client_start(c);
   if (rc == 0) rc = await_welcome(c, timeout_ms);
   if (rc != 0) {
     client_shutdown(c);

@@ -110,7 +110,7 @@ static int fetch_one(tsr_client *c, const char *address, const char *key, int ti
                      tsr_errbuf *err)
 {
   tsr_xfer_conn *conn = cache_take(c, address);
-  int rc = conn ? 0 : tsr_xfer_open(c->zctx, address, &conn, err);
+  int rc = conn ? 0 : tsr_xfer_open_curve(c->zctx, address, &c->curve, &conn, err);
   if (rc != 0) return rc;
   tsr_chunk_header hdr;
   tsr_xfer_data xd = {0};

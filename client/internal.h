@@ -25,6 +25,7 @@
 
 #include "tessera/tessera.h"
 
+#include "net/curve.h"
 #include "net/net.h"
 #include "util/util.h"
 #include "wire/wire.h"
@@ -44,6 +45,13 @@
 #define CLIENT_RECONNECT_DEFAULT_MS 30000
 /* Idle data-plane connections kept for reuse. */
 #define CLIENT_XFER_CACHE 32
+
+/* ---------- CURVE (curve.c) ---------- */
+/* Loads the keys named by opts or the environment into c->curve. 0 or
+ * TSR_EINVAL / TSR_EIO with the message set. */
+int client_curve_setup(tsr_client *c, const tsr_client_opts *opts);
+/* Makes c->sock (before connect) a CURVE client when keys are set. */
+int client_curve_socket(tsr_client *c);
 
 /* ---------- thread-local error text (errmsg.c) ---------- */
 /* Sets this thread's message from err (or tsr_strerror(rc) when err is
@@ -116,6 +124,7 @@ struct tsr_client {
   int opt_heartbeat_ms;
   int64_t env_timeout_ms;   /* TESSERA_HEARTBEAT_TIMEOUT, or -1 */
 
+  tsr_curve curve;          /* CURVE keys (curve.c); .on false: plaintext */
   void *zctx;
   void *sock;               /* DEALER; only the I/O thread touches it after open */
   int wake_fd;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <zmq.h>
 
+#include "net/curve.h"
 #include "net/net.h"
 #include "journal.h"
 #include "policy_evict.h"
@@ -78,6 +79,7 @@ static int drain(void *sock, sched_state *st)
       break;
     }
     uint64_t now = tsr_now_ms();
+    if (count == 2) sched_security_note_frame(st, &fr.part[1]);
     if (count == 2 && !fr.truncated)
       sched_handle_frame(st, tsr_frame_data(&fr, 0), tsr_frame_size(&fr, 0), tsr_frame_data(&fr, 1),
                          tsr_frame_size(&fr, 1), now);
@@ -103,7 +105,7 @@ static int write_address_file(const char *path, const char *address)
   return 0;
 }
 
-static int open_socket(void *ctx, const sched_loop_opts *opts, void **sock_p)
+static int open_socket(void *ctx, const sched_loop_opts *opts, void **sock_p, tsr_zap **zap_p)
 {
   void *sock = zmq_socket(ctx, ZMQ_ROUTER);
   if (sock == NULL) {
@@ -113,6 +115,11 @@ static int open_socket(void *ctx, const sched_loop_opts *opts, void **sock_p)
   tsr_net_socket_defaults(sock);
   int mandatory = 0;  /* a departed peer's messages are dropped, never block */
   zmq_setsockopt(sock, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof mandatory);
+  if (sched_security_open(ctx, sock, opts, zap_p) != 0) {
+    zmq_close(sock);
+    return TSR_EINVAL;
+  }
+  sched_security_warn(opts);
   char address[TSR_MAX_ADDR_LEN];
   tsr_errbuf err;
   if (tsr_net_bind(sock, opts->listen, "127.0.0.1", address, sizeof address, &err) != 0) {
@@ -173,8 +180,11 @@ int sched_run(const sched_loop_opts *opts, volatile sig_atomic_t *stop)
   void *ctx = zmq_ctx_new();
   if (ctx == NULL) return TSR_ENOMEM;
   void *sock = NULL;
-  int rc = open_socket(ctx, opts, &sock);
-  sched_state *st = rc == 0 ? sched_state_new(&opts->cfg) : NULL;
+  tsr_zap *zap = NULL;
+  int rc = open_socket(ctx, opts, &sock, &zap);
+  sched_config cfg = opts->cfg;
+  cfg.curve = zap != NULL;
+  sched_state *st = rc == 0 ? sched_state_new(&cfg) : NULL;
   if (rc == 0 && st == NULL) rc = TSR_ENOMEM;
   if (rc == 0 && opts->journal_dir != NULL) {
     sched_journal_opts jo = {opts->journal_dir, opts->journal_fsync, opts->journal_grace_ms, 0};
@@ -187,6 +197,7 @@ int sched_run(const sched_loop_opts *opts, volatile sig_atomic_t *stop)
   }
   if (st != NULL) sched_journal_close(st);
   sched_state_destroy(&st);
+  tsr_zap_stop(&zap);
   if (sock != NULL) zmq_close(sock);
   zmq_ctx_term(ctx);
   return rc;

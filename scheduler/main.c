@@ -11,18 +11,23 @@
 #include "sched.h"
 
 static volatile sig_atomic_t stop_requested = 0;
+static volatile sig_atomic_t reload_requested = 0;   /* SIGHUP: reload --allow-keys */
 
 static void on_signal(int sig)
 {
-  (void)sig;
-  stop_requested = 1;
+  if (sig == SIGHUP) reload_requested = 1;
+  else stop_requested = 1;
 }
 
 static void usage(FILE *out)
 {
   fprintf(out,
           "usage: tessera-scheduler [options]\n"
-          "  --listen ADDR              ROUTER endpoint (default tcp://0.0.0.0:8786; tcp://127.0.0.1:0 picks a port)\n"
+          "  --listen ADDR              ROUTER endpoint (default tcp://127.0.0.1:8786, loopback only;\n"
+          "                             tcp://0.0.0.0:8786 for every interface; tcp://127.0.0.1:0 picks a port)\n"
+          "  --curve-secret FILE        CURVE secret key (tessera keygen): authenticate and encrypt every peer\n"
+          "  --allow-keys DIR|FILE      public keys allowed to connect: every *.pub in DIR, or one a line in FILE;\n"
+          "                             SIGHUP reloads it (docs/security.md)\n"
           "  --log-level LEVEL          debug|info|warn|error (default info)\n"
           "  --heartbeat-interval DUR   heartbeat to every peer this often (default 1s)\n"
           "  --heartbeat-timeout DUR    drop a peer silent this long (default 10s)\n"
@@ -49,6 +54,8 @@ static const tsr_config_key KEYS[] = {
   {"version", NULL, NULL, TSR_CONFIG_ACTION},
   {"print-config", NULL, NULL, TSR_CONFIG_ACTION},
   {"listen", "TESSERA_SCHEDULER_LISTEN", NULL, 0},
+  {"curve-secret", "TESSERA_CURVE_SECRET", NULL, 0},
+  {"allow-keys", "TESSERA_ALLOW_KEYS", NULL, 0},
   {"log-level", "TESSERA_LOG_LEVEL", NULL, 0},
   {"heartbeat-interval", "TESSERA_HEARTBEAT_INTERVAL", NULL, 0},
   {"heartbeat-timeout", "TESSERA_HEARTBEAT_TIMEOUT", NULL, 0},
@@ -77,6 +84,8 @@ static int apply(void *ctx, const char *name, const char *v, tsr_errbuf *err)
   sched_loop_opts *opts = ctx;
   if (strcmp(name, "listen") == 0) opts->listen = v;
   else if (strcmp(name, "address-file") == 0) opts->address_file = v;
+  else if (strcmp(name, "curve-secret") == 0) opts->curve_secret = v;
+  else if (strcmp(name, "allow-keys") == 0) opts->allow_keys = v;
   else if (strcmp(name, "log-level") == 0) {
     int level = tsr_log_level_parse(v);
     if (level < 0) return tsr_fail(err, TSR_EINVAL, "\"%s\" is not a log level (debug|info|warn|error)", v);
@@ -128,6 +137,11 @@ static int configure(int argc, char **argv, tsr_config *cfg, sched_loop_opts *op
     fprintf(stderr, "tessera-scheduler: %s (see --help)\n", err.text);
     return *exit_p = 2, 1;
   }
+  if (rc == 0 && (opts->curve_secret == NULL) != (opts->allow_keys == NULL)) {
+    fprintf(stderr, "tessera-scheduler: --curve-secret and --allow-keys go together: CURVE needs both the "
+                    "scheduler's secret key and the public keys it admits (docs/security.md)\n");
+    return *exit_p = 2, 1;
+  }
   if (tsr_config_get(cfg, "print-config") != NULL) {
     tsr_config_print(cfg, stdout);
     return *exit_p = 0, 1;
@@ -137,7 +151,8 @@ static int configure(int argc, char **argv, tsr_config *cfg, sched_loop_opts *op
 
 int main(int argc, char **argv)
 {
-  sched_loop_opts opts = {.listen = "tcp://0.0.0.0:8786", .cfg = {.heartbeat_ms = 1000, .timeout_ms = 10000, .fuse_width = 1},
+  sched_loop_opts opts = {.listen = "tcp://127.0.0.1:8786", .reload = &reload_requested,
+                         .cfg = {.heartbeat_ms = 1000, .timeout_ms = 10000, .fuse_width = 1},
                          .journal_fsync = true, .journal_grace_ms = 60000};
   tsr_log_set_component("scheduler");
   int code = 0;
@@ -155,6 +170,7 @@ int main(int argc, char **argv)
   sa.sa_handler = on_signal;  /* no SA_RESTART: zmq_poll returns EINTR */
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
   int rc = sched_run(&opts, &stop_requested);
   tsr_config_destroy(&cfg);  /* after the run: opts borrow its strings */

@@ -177,6 +177,7 @@ static void client_gone(sched_state *st, uint32_t c, const char *why)
 static void unregister(sched_state *st, uint32_t p, const char *why)
 {
   sched_peer *peer = &st->peers[p];
+  sched_security_gone(st, p);
   if (peer->role == PEER_WORKER) worker_gone(st, peer->index, why);
   else if (peer->role == PEER_CLIENT) client_gone(st, peer->index, why);
   st->peers[p].role = PEER_NONE;
@@ -224,6 +225,7 @@ static void hello_worker(sched_state *st, uint32_t p, const msgpack_object *map)
   st->peers[p].role = PEER_WORKER;
   st->peers[p].index = w;
   send_welcome(st, p, wk->peer_id, false);
+  sched_security_hello(st, p);
   sched_journal_worker(st, w, true);
   char mem[32], gpu[TSR_MAX_NAME_LEN + 96] = "", dev[32];
   if (wk->gpu_name[0] != '\0')
@@ -278,6 +280,8 @@ static void hello_client(sched_state *st, uint32_t p, const msgpack_object *map)
   st->peers[p].role = PEER_CLIENT;
   st->peers[p].index = c;
   send_welcome(st, p, cl->peer_id, resumed);
+  /* workers admit the client's key before it is told of results to fetch */
+  sched_security_hello(st, p);
   if (resumed) resend_wanted(st, c);
   TSR_INFO("client '%s' %s; %u clients", cl->name, resumed ? "reconnected and resumed its graphs" : "connected",
            st->nclients_alive);

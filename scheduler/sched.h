@@ -13,6 +13,7 @@
  *   handlers.c     decoding and dispatch of inbound messages
  *   peers.c        hello, departures, heartbeats and timeouts
  *   loop.c         the ZeroMQ event loop
+ *   security.c     CURVE on the socket, the ZAP handler, introductions
  *
  * Everything runs on the event loop's thread. Functions that change task
  * states leave follow-up work on st->work; callers finish an event with
@@ -21,6 +22,8 @@
 #define TSR_SCHED_SCHED_H
 
 #include <signal.h>
+
+#include <zmq.h>
 
 #include "state.h"
 
@@ -181,11 +184,31 @@ void sched_check_timeouts(sched_state *st, uint64_t now_ms);
 typedef struct sched_loop_opts {
   const char *listen;
   const char *address_file;    /* NULL: none */
+  const char *curve_secret;    /* --curve-secret: NULL for plaintext */
+  const char *allow_keys;      /* --allow-keys DIR|FILE (with curve_secret) */
+  volatile sig_atomic_t *reload;  /* set by SIGHUP: reload allow_keys; may be NULL */
   sched_config cfg;
   const char *journal_dir;     /* --journal DIR; NULL: none (journal.h) */
   bool journal_fsync;          /* --journal-fsync always (true) | never */
   uint64_t journal_grace_ms;   /* --journal-grace */
 } sched_loop_opts;
+
+/* ---------- security.c ---------- */
+struct tsr_zap;
+/* With opts->curve_secret: makes sock (not yet bound) a CURVE server and
+ * starts zctx's ZAP handler with the allow-list (*zap_p; stop it before
+ * zmq_ctx_term). Without: 0 and *zap_p untouched. 0 or a TSR_E* (logged). */
+int sched_security_open(void *zctx, void *sock, const sched_loop_opts *opts, struct tsr_zap **zap_p);
+/* Warns when listening on a non-loopback address without keys. */
+void sched_security_warn(const sched_loop_opts *opts);
+/* Records the CURVE key (User-Id) of the frame about to be handled. */
+void sched_security_note_frame(sched_state *st, zmq_msg_t *msg);
+/* After peer p registered (hello): records its key, introduces it to the
+ * workers (and, for a worker, every registered key to it). */
+void sched_security_hello(sched_state *st, uint32_t p);
+/* Before peer p unregisters: withdraws its key from the workers when no
+ * other registered peer holds it. */
+void sched_security_gone(sched_state *st, uint32_t p);
 
 /* Runs the daemon until *stop becomes nonzero. 0 on a clean stop, or a
  * negative TSR_E* (bind failure) after logging it. */

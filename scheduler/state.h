@@ -276,6 +276,7 @@ typedef struct sched_peer {
   uint64_t last_seen_ms;
   unsigned char identity[SCHED_MAX_IDENTITY];
   tsr_wbuf out;
+  char curve_key[41];         /* its CURVE public key (Z85), "" without CURVE (security.c) */
 } sched_peer;
 
 /* The queued tasks of one op, a binary min-heap on (priority, id). */
@@ -317,6 +318,7 @@ typedef struct sched_config {
   uint64_t timeout_ms;
   sched_recompute_mode recompute;
   uint32_t fuse_width;        /* --fuse-width (fuse.c); 0: no fusion (--no-fuse) */
+  bool curve;                 /* CURVE on: workers are told whom to admit (security.c) */
 } sched_config;
 
 typedef struct sched_state {
@@ -373,6 +375,7 @@ typedef struct sched_state {
   /* sched_out(SCHED_NONE): messages for a detached client (replayed from the
    * journal, not reconnected yet) are packed here and dropped */
   tsr_wbuf discard;
+  char frame_key[41];         /* CURVE key of the frame being handled, "" none (security.c) */
 } sched_state;
 
 /* ---------- lifetime ---------- */

@@ -269,6 +269,7 @@ static void *thread_main(void *arg)
   tsr_wfetcher_init(&fetcher, exec->opts.zctx, exec->opts.fetch_timeout_ms);
   fetcher.group = &exec->fetches;
   fetcher.self_address = exec->opts.data_address;
+  fetcher.curve = exec->opts.curve;
   tsr_wtask *task;
   while ((task = tsr_wqueue_pop(exec->queue)) != NULL) {
     atomic_fetch_add(&exec->running, 1);

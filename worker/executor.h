@@ -31,6 +31,7 @@ typedef struct tsr_wexec_opts {
   const char *worker_name;     /* named in "unknown op" messages */
   int fetch_timeout_ms;        /* per input fetch */
   const char *data_address;    /* this worker's advertised data address, or NULL */
+  const tsr_curve *curve;      /* CURVE keys for fetches from peers (borrowed), or NULL */
   tsr_wgpu *gpu;               /* a GPU worker's device (each thread gets a slot), or NULL */
 } tsr_wexec_opts;
 

@@ -68,7 +68,7 @@ static int slot_for(tsr_wfetcher *f, const char *address, tsr_errbuf *err)
     if (conn == NULL || (f->slot[victim].conn != NULL && f->slot[i].used < f->slot[victim].used)) victim = i;
   }
   tsr_xfer_close(&f->slot[victim].conn);
-  if (tsr_xfer_open(f->zctx, address, &f->slot[victim].conn, err) != 0) return -1;
+  if (tsr_xfer_open_curve(f->zctx, address, f->curve, &f->slot[victim].conn, err) != 0) return -1;
   return victim;
 }
 

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "net/curve.h"
 #include "net/net.h"
 
 #define TSR_WFETCH_SLOTS 8
@@ -41,6 +42,7 @@ typedef struct tsr_wfetcher {
    * not in the store was dropped or lost here: asking our own data socket
    * would only say so after a round trip. */
   const char *self_address;
+  const tsr_curve *curve;    /* this worker's CURVE keys for fetching from peers, or NULL */
   uint64_t tick;
   struct {
     tsr_xfer_conn *conn;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "net/curve.h"
 #include "gpu.h"
 #include "kernels.h"
 #include "worker.h"
@@ -56,6 +57,10 @@ static void usage(FILE *out)
           "  --contact-address ADDR     data address to advertise to the scheduler and peers when it differs from\n"
           "                             the bound one (NAT, containers): tcp://HOST:PORT, or tcp://HOST for the\n"
           "                             bound port\n"
+          "  --curve-secret FILE        this worker's CURVE secret key (tessera keygen); with --scheduler-key:\n"
+          "                             the scheduler link is authenticated and encrypted, and the data socket\n"
+          "                             serves only peers the scheduler introduced (docs/security.md)\n"
+          "  --scheduler-key FILE       the scheduler's CURVE public key (its .pub file)\n"
           "  --log-level LEVEL          debug|info|warn|error (default info)\n"
           "  --heartbeat-interval DUR   heartbeat period (default 1s)\n"
           "  --heartbeat-timeout DUR    reconnect after this much scheduler silence (default 10s)\n"
@@ -101,6 +106,8 @@ static const tsr_config_key KEYS[] = {
   {"spill-bandwidth", "TESSERA_SPILL_BANDWIDTH", NULL, 0},
   {"listen-data", "TESSERA_LISTEN_DATA", NULL, 0},
   {"contact-address", "TESSERA_CONTACT_ADDRESS", NULL, 0},
+  {"curve-secret", "TESSERA_CURVE_SECRET", NULL, 0},
+  {"scheduler-key", "TESSERA_SCHEDULER_KEY", NULL, 0},
   {"log-level", "TESSERA_LOG_LEVEL", NULL, 0},
   {"heartbeat-interval", "TESSERA_HEARTBEAT_INTERVAL", NULL, 0},
   {"heartbeat-timeout", "TESSERA_HEARTBEAT_TIMEOUT", NULL, 0},
@@ -157,6 +164,9 @@ static int parse_endpoint(const char *v, char *dst, size_t cap, bool port_option
 }
 
 /* The worker's own numbers and addresses; tiers and device tier below. */
+/* --curve-secret and --scheduler-key: read by check_opts once both are known. */
+static char curve_secret[4096], scheduler_key[4096];
+
 static int apply_core(tsr_worker_opts *o, const char *name, const char *v, tsr_errbuf *err)
 {
   int64_t n;
@@ -168,6 +178,8 @@ static int apply_core(tsr_worker_opts *o, const char *name, const char *v, tsr_e
     return parse_endpoint(v, o->listen_data, sizeof o->listen_data, false, "tcp://IP:PORT, port 0 picks one", err);
   if (strcmp(name, "contact-address") == 0)
     return parse_endpoint(v, o->contact_address, sizeof o->contact_address, true, "tcp://HOST:PORT or tcp://HOST", err);
+  if (strcmp(name, "curve-secret") == 0) return copy_str(curve_secret, sizeof curve_secret, v, err);
+  if (strcmp(name, "scheduler-key") == 0) return copy_str(scheduler_key, sizeof scheduler_key, v, err);
   if (strcmp(name, "threads") == 0) {
     if (tsr_parse_i64(v, &n) != 0 || n < 1 || n > 4096)
       return tsr_fail(err, TSR_EINVAL, "\"%s\" is not a thread count from 1 to 4096", v);
@@ -251,6 +263,22 @@ static const char *gpu_only_setting(const tsr_config *cfg, char *buf, size_t cap
   return NULL;
 }
 
+/* CURVE keys: both files or neither. 0 or 2 (message printed). */
+static int load_keys(tsr_worker_opts *o)
+{
+  if (curve_secret[0] == '\0' && scheduler_key[0] == '\0') return 0;
+  if (curve_secret[0] == '\0' || scheduler_key[0] == '\0') {
+    fprintf(stderr, "tessera-worker: --curve-secret and --scheduler-key go together (docs/security.md)\n");
+    return 2;
+  }
+  tsr_errbuf err = {{0}};
+  if (tsr_curve_load(&o->curve, curve_secret, scheduler_key, &err) != 0) {
+    fprintf(stderr, "tessera-worker: %s\n", err.text);
+    return 2;
+  }
+  return 0;
+}
+
 /* What no single setting can say alone. 0 or 2 (message printed). */
 static int check_opts(const tsr_config *cfg, tsr_worker_opts *o)
 {
@@ -264,7 +292,7 @@ static int check_opts(const tsr_config *cfg, tsr_worker_opts *o)
     fprintf(stderr, "tessera-worker: --scheduler ADDR (or env TESSERA_SCHEDULER_ADDRESS) is required (see --help)\n");
     return 2;
   }
-  return 0;
+  return load_keys(o);
 }
 
 /* Flags, environment, config file. Returns -1 to run, else the exit

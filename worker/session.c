@@ -66,6 +66,11 @@ static void link_connect(tsr_worker *w, uint64_t now_ms)
 {
   w->attempt++;
   w->sched = zmq_socket(w->sched_ctx, ZMQ_DEALER);
+  if (w->sched != NULL && tsr_wsec_link(w) != 0) {   /* CURVE options go before connect */
+    close_socket(w);
+    w->retry_at_ms = now_ms + RETRY_PAUSE_MS;
+    return;
+  }
   if (w->sched == NULL || zmq_connect(w->sched, w->opts.scheduler) != 0) {
     TSR_WARN("cannot connect to scheduler %s: %s (attempt %llu); retrying in 1s", w->opts.scheduler,
              zmq_strerror(zmq_errno()), (unsigned long long)w->attempt);
@@ -319,6 +324,8 @@ static void dispatch(tsr_worker *w, const char *op, const msgpack_object *map)
     on_welcome(w, map);
   } else if (strcmp(op, "error") == 0) {
     on_error(w, map);
+  } else if (strcmp(op, "peers") == 0) {
+    tsr_wsec_on_peers(w, map);
   } else {
     char message[TSR_MAX_NAME_LEN + 32];
     snprintf(message, sizeof message, "unknown op '%s'", op);

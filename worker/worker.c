@@ -81,11 +81,12 @@ static int open_data_plane(tsr_worker *w, int stop_fd)
   char endpoint[TSR_MAX_ADDR_LEN], host[TSR_MAX_NAME_LEN];
   tsr_errbuf err = {{0}};
   if (data_endpoint(w, stop_fd, endpoint, sizeof endpoint, host, sizeof host) != 0) return TSR_ECLOSED;
-  if (tsr_xfer_server_open(w->zctx, endpoint, host, &w->server, &err) != 0) {
+  if (tsr_wsec_open_data(w, endpoint, host, &err) != 0) {
     TSR_ERROR("data socket: %s", err.text);
     return TSR_ECONN;
   }
   advertised_address(w);
+  tsr_wsec_tag_address(w);
   if (strcmp(w->data_address, tsr_xfer_server_address(w->server)) != 0)
     TSR_INFO("serving chunks on %s, advertised as %s", tsr_xfer_server_address(w->server), w->data_address);
   else
@@ -185,6 +186,7 @@ static int start_executor(tsr_worker *w)
     .worker_name = w->opts.name,
     .fetch_timeout_ms = w->opts.fetch_timeout_ms,
     .data_address = w->data_address,
+    .curve = w->opts.curve.on ? &w->opts.curve : NULL,
     .gpu = w->gpu,
   };
   tsr_errbuf err = {{0}};
@@ -320,6 +322,7 @@ static bool worker_teardown(tsr_worker *w)
     drain_completions(w);
     zmq_close(w->pull);
   }
+  tsr_zap_stop(&w->zap);
   tsr_xfer_server_close(&w->server);
   /* Terminating the context runs the free callbacks of bytes still queued
    * for sending, which drop their chunk references: before the store goes. */

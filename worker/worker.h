@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "devtier.h"
+#include "net/curve.h"
 #include "net/net.h"
 #include "tiers.h"
 #include "wire/wire.h"
@@ -31,6 +32,7 @@ typedef struct tsr_worker_opts {
   tsr_devtier_opts devtier;             /* device thresholds (--device-memory-target, -spill) */
   uint64_t pinned_memory_limit;         /* the pinned host tier; TSR_PINNED_DEFAULT: the device limit, <= RAM/8, <= memory_limit/4 */
   tsr_tiers_opts tiers;                 /* memory thresholds and spilling (memory_limit copied in) */
+  tsr_curve curve;                      /* --curve-secret / --scheduler-key; .on false: plaintext */
 } tsr_worker_opts;
 
 /* Runs the daemon until a byte arrives on stop_fd (a signal handler's

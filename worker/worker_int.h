@@ -24,6 +24,7 @@ typedef struct tsr_worker {
   void *sched_ctx;            /* the scheduler DEALER only: its goodbye can be
                                  flushed at exit even if an executor hangs */
   tsr_xfer_server *server;
+  tsr_zap *zap;               /* the data socket's ZAP handler with CURVE (security.c), else NULL */
   char data_address[TSR_MAX_ADDR_LEN];  /* what peers are told to fetch from: the bound address, or
                                            --contact-address */
   void *pull;                 /* completions from the executor threads */
@@ -55,6 +56,16 @@ typedef struct tsr_worker {
   bool stopping;
   int exit_code;
 } tsr_worker;
+
+/* security.c: CURVE (docs/security.md); each a no-op without keys */
+/* Opens the data socket (w->server), with CURVE and its ZAP handler. */
+int tsr_wsec_open_data(tsr_worker *w, const char *endpoint, const char *host, tsr_errbuf *err);
+/* Appends "#curve=KEY" to w->data_address. */
+void tsr_wsec_tag_address(tsr_worker *w);
+/* Makes the new scheduler DEALER a CURVE client. 0 or TSR_ECONN (logged). */
+int tsr_wsec_link(tsr_worker *w);
+/* The scheduler's `peers`: whom the data socket admits. */
+void tsr_wsec_on_peers(tsr_worker *w, const msgpack_object *map);
 
 /* session.c */
 void tsr_link_tick(tsr_worker *w, uint64_t now_ms);

@@ -63,6 +63,13 @@ typedef struct tsr_xfer_conn tsr_xfer_conn;
 
 /* Connects to a peer's data address. Returns 0 or TSR_ECONN. */
 int tsr_xfer_open(void *zctx, const char *address, tsr_xfer_conn **conn_p, tsr_errbuf *err);
+/* The same with this process's CURVE keys (NULL or off: none). An address
+ * that carries a worker's key (net/curve.h, "#curve=KEY") is connected with
+ * CURVE, which needs keys (TSR_ECONN without); a plain one in plaintext.
+ * The connection's address is the one given, tag included. */
+struct tsr_curve;
+int tsr_xfer_open_curve(void *zctx, const char *address, const struct tsr_curve *curve, tsr_xfer_conn **conn_p,
+                        tsr_errbuf *err);
 void tsr_xfer_close(tsr_xfer_conn **conn_p);            /* NULL is a no-op */
 const char *tsr_xfer_address(const tsr_xfer_conn *conn);
 
@@ -116,6 +123,11 @@ typedef int (*tsr_xfer_lookup_fn)(void *arg, const char *key, tsr_xfer_chunk *ch
 
 int tsr_xfer_server_open(void *zctx, const char *endpoint, const char *advertise_host, tsr_xfer_server **srv_p,
                          tsr_errbuf *err);
+/* The same as a CURVE server with curve's secret key (NULL or off:
+ * plaintext); ZAP domain "tessera-data": the context's ZAP handler decides
+ * who may connect. The bound address has no key tag; the caller adds it. */
+int tsr_xfer_server_open_curve(void *zctx, const char *endpoint, const char *advertise_host,
+                               const struct tsr_curve *curve, tsr_xfer_server **srv_p, tsr_errbuf *err);
 void tsr_xfer_server_close(tsr_xfer_server **srv_p);
 const char *tsr_xfer_server_address(const tsr_xfer_server *srv);
 void *tsr_xfer_server_socket(tsr_xfer_server *srv);      /* for zmq_poll */

@@ -5,6 +5,8 @@
  * the store's reference is dropped in ZeroMQ's free callback. */
 #include "net.h"
 
+#include "curve.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,25 @@ struct tsr_xfer_server {
 
 int tsr_xfer_open(void *zctx, const char *address, tsr_xfer_conn **conn_p, tsr_errbuf *err)
 {
+  return tsr_xfer_open_curve(zctx, address, NULL, conn_p, err);
+}
+
+/* An address with a worker's key ("#curve=") is a CURVE server's: connect
+ * as a CURVE client with our keys, or fail naming why. */
+static int secure_conn(void *sock, const char *address, const char *server_key, const tsr_curve *curve,
+                       tsr_errbuf *err)
+{
+  if (server_key[0] == '\0') return 0;
+  if (curve == NULL || !curve->on)
+    return tsr_fail(err, TSR_ECONN, "the worker at %s requires CURVE keys and this process has none", address);
+  return tsr_curve_client(sock, curve, server_key, err);
+}
+
+int tsr_xfer_open_curve(void *zctx, const char *address, const tsr_curve *curve, tsr_xfer_conn **conn_p,
+                        tsr_errbuf *err)
+{
+  char endpoint[TSR_MAX_ADDR_LEN], server_key[TSR_CURVE_KEY_LEN + 1];
+  tsr_curve_split_address(address, endpoint, sizeof endpoint, server_key);
   tsr_xfer_conn *conn = calloc(1, sizeof *conn);
   if (conn == NULL) return TSR_ENOMEM;
   conn->sock = zmq_socket(zctx, ZMQ_DEALER);
@@ -33,11 +54,14 @@ int tsr_xfer_open(void *zctx, const char *address, tsr_xfer_conn **conn_p, tsr_e
   tsr_net_socket_defaults(conn->sock);
   /* Queue requests only on a live connection: a dead peer then shows as
    * "not writable" within TSR_XFER_CONNECT_MS instead of a silent wait for
-   * the whole fetch timeout. */
+   * the whole fetch timeout. (With CURVE, a connection counts as live once
+   * its handshake succeeded: a refused peer is not writable either.) */
   int immediate = 1;
   zmq_setsockopt(conn->sock, ZMQ_IMMEDIATE, &immediate, sizeof immediate);
-  if (zmq_connect(conn->sock, address) != 0) {
-    int rc = tsr_fail(err, TSR_ECONN, "cannot connect to %s: %s", address, zmq_strerror(zmq_errno()));
+  int rc = secure_conn(conn->sock, address, server_key, curve, err);
+  if (rc == 0 && zmq_connect(conn->sock, endpoint) != 0)
+    rc = tsr_fail(err, TSR_ECONN, "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
+  if (rc != 0) {
     zmq_close(conn->sock);
     free(conn);
     return rc;
@@ -164,6 +188,12 @@ int tsr_xfer_get(tsr_xfer_conn *conn, const char *key, int timeout_ms, tsr_chunk
 int tsr_xfer_server_open(void *zctx, const char *endpoint, const char *advertise_host, tsr_xfer_server **srv_p,
                          tsr_errbuf *err)
 {
+  return tsr_xfer_server_open_curve(zctx, endpoint, advertise_host, NULL, srv_p, err);
+}
+
+int tsr_xfer_server_open_curve(void *zctx, const char *endpoint, const char *advertise_host, const tsr_curve *curve,
+                               tsr_xfer_server **srv_p, tsr_errbuf *err)
+{
   tsr_xfer_server *srv = calloc(1, sizeof *srv);
   if (srv == NULL) return TSR_ENOMEM;
   srv->sock = zmq_socket(zctx, ZMQ_ROUTER);
@@ -172,7 +202,8 @@ int tsr_xfer_server_open(void *zctx, const char *endpoint, const char *advertise
     return tsr_fail(err, TSR_ECONN, "zmq_socket: %s", zmq_strerror(zmq_errno()));
   }
   tsr_net_socket_defaults(srv->sock);
-  int rc = tsr_net_bind(srv->sock, endpoint, advertise_host, srv->address, sizeof srv->address, err);
+  int rc = curve != NULL && curve->on ? tsr_curve_server(srv->sock, curve, "tessera-data", err) : 0;
+  if (rc == 0) rc = tsr_net_bind(srv->sock, endpoint, advertise_host, srv->address, sizeof srv->address, err);
   if (rc != 0) {
     zmq_close(srv->sock);
     free(srv);

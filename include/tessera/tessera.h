@@ -56,9 +56,17 @@ typedef struct tsr_client_opts {
   int heartbeat_ms;         /* heartbeat period; the scheduler may override */
   tsr_log_fn log;           /* NULL: the library logs nothing */
   void *log_arg;
+  /* CURVE (docs/security.md): this client's secret-key file and the
+   * scheduler's public-key file, as `tessera keygen` writes them. NULL:
+   * the environment variables TESSERA_CURVE_SECRET / TESSERA_SCHEDULER_KEY;
+   * neither: plaintext. With keys, the scheduler connection and every
+   * gather from a worker are authenticated and encrypted; a scheduler that
+   * refuses the key shows as no answer (TSR_ETIMEDOUT) and logs why. */
+  const char *curve_secret;
+  const char *scheduler_key;
 } tsr_client_opts;
 
-#define TSR_CLIENT_OPTS_DEFAULT {NULL, 10000, 1000, NULL, NULL}
+#define TSR_CLIENT_OPTS_DEFAULT {NULL, 10000, 1000, NULL, NULL, NULL, NULL}
 
 /* Connects to the scheduler at address ("tcp://HOST:PORT"); with address
  * NULL, uses the environment variable TESSERA_SCHEDULER (else TESSERA_SCHEDULER_ADDRESS,

@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <zmq.h>
+
 #include "tessera/tessera.h"
 
 const char *cluster_bin(const char *name)
@@ -57,16 +59,66 @@ static int append_args(const char **argv, int n, int cap, const char *const *ext
   return n;
 }
 
+static int write_file(const char *path, const char *line, mode_t mode)
+{
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+  if (fd < 0) return -1;
+  size_t len = strlen(line);
+  int rc = write(fd, line, len) == (ssize_t)len && write(fd, "\n", 1) == 1 ? 0 : -1;
+  close(fd);
+  return rc;
+}
+
+int cluster_keygen(const char *dir, const char *name, char *pub_out)
+{
+  char pub[41], secret[41], path[600];
+  if (zmq_curve_keypair(pub, secret) != 0) return -1;
+  snprintf(path, sizeof path, "%s/%s.key", dir, name);
+  if (write_file(path, secret, 0600) != 0) return -1;
+  snprintf(path, sizeof path, "%s/%s.pub", dir, name);
+  if (write_file(path, pub, 0644) != 0) return -1;
+  if (pub_out != NULL) memcpy(pub_out, pub, 41);
+  return 0;
+}
+
+bool cluster_curve_wanted(void)
+{
+  const char *v = getenv("TSR_TEST_CURVE");
+  return v != NULL && strcmp(v, "1") == 0;
+}
+
+/* Keys for the scheduler, the workers and this process's clients. */
+static int curve_setup(cluster *c)
+{
+  snprintf(c->allow_dir, sizeof c->allow_dir, "%s/allow", c->dir);
+  snprintf(c->sched_secret, sizeof c->sched_secret, "%s/scheduler.key", c->dir);
+  snprintf(c->sched_public, sizeof c->sched_public, "%s/scheduler.pub", c->dir);
+  snprintf(c->worker_secret, sizeof c->worker_secret, "%s/worker.key", c->allow_dir);
+  snprintf(c->client_secret, sizeof c->client_secret, "%s/client.key", c->allow_dir);
+  if (mkdir(c->allow_dir, 0700) != 0 || cluster_keygen(c->dir, "scheduler", NULL) != 0 ||
+      cluster_keygen(c->allow_dir, "worker", NULL) != 0 || cluster_keygen(c->allow_dir, "client", NULL) != 0) {
+    fprintf(stderr, "cluster: cannot write CURVE keys in %s\n", c->dir);
+    return -1;
+  }
+  setenv("TESSERA_CURVE_SECRET", c->client_secret, 1);
+  setenv("TESSERA_SCHEDULER_KEY", c->sched_public, 1);
+  return 0;
+}
+
 int cluster_start_scheduler(cluster *c, const char *const *sched_args)
 {
   char path[512], log_path[512];
   snprintf(c->dir, sizeof c->dir, "/tmp/tsr-test-XXXXXX");
   if (mkdtemp(c->dir) == NULL) return -1;
+  c->curve = cluster_curve_wanted();
+  if (c->curve && curve_setup(c) != 0) return -1;
   snprintf(path, sizeof path, "%s/address", c->dir);
   snprintf(log_path, sizeof log_path, "%s/scheduler.log", c->dir);
   const char *argv[32] = {cluster_bin("tessera-scheduler"), "--listen", "tcp://127.0.0.1:0", "--address-file",
                           path, "--log-level", "debug"};
-  append_args(argv, 7, 32, sched_args);
+  const char *curve_args[] = {"--curve-secret", c->sched_secret, "--allow-keys", c->allow_dir, NULL};
+  int n = append_args(argv, 7, 32, c->curve ? curve_args : NULL);
+  append_args(argv, n, 32, sched_args);
   c->scheduler = spawn(argv, log_path, NULL);
   for (int i = 0; i < 1000; i++) {
     FILE *f = fopen(path, "r");
@@ -121,7 +173,9 @@ int cluster_add_worker(cluster *c, int threads, const char *const *worker_args)
   snprintf(nthreads, sizeof nthreads, "%d", threads);
   const char *argv[40] = {cluster_bin("tessera-worker"), "--scheduler", c->address, "--threads", nthreads,
                           "--name", name, "--log-level", "debug"};
-  append_args(argv, 9, 40, worker_args);
+  const char *curve_args[] = {"--curve-secret", c->worker_secret, "--scheduler-key", c->sched_public, NULL};
+  int n = append_args(argv, 9, 40, c->curve ? curve_args : NULL);
+  append_args(argv, n, 40, worker_args);
   c->workers[i] = spawn(argv, log_path, "TESSERA_TEST_OPS=1");
   if (c->workers[i] < 0) return -1;
   c->n_workers++;

@@ -20,6 +20,11 @@ typedef struct cluster {
   int n_workers;
   int threads;                         /* per worker */
   const char *sched_args[CLUSTER_MAX_ARGS];
+  /* CURVE (TSR_TEST_CURVE=1 when the scheduler started):
+   * key files in dir; the allow-list directory holds the worker's and the
+   * client's key pairs (only *.pub count). */
+  bool curve;
+  char allow_dir[300], sched_secret[320], sched_public[320], worker_secret[320], client_secret[320];
   const char *worker_args[CLUSTER_MAX_ARGS];
 } cluster;
 
@@ -27,8 +32,17 @@ typedef struct cluster {
  * $TESSERA_TEST_BIN_DIR when set, in one of 8 rotating static buffers.
  * A GPU worker is a worker with extra args {"--gpu", "N", NULL}. */
 const char *cluster_bin(const char *name);
+/* Writes a CURVE key pair dir/name.key (mode 0600) and dir/name.pub as
+ * `tessera keygen` does; pub_out (41 bytes) may be NULL. 0 or -1. */
+int cluster_keygen(const char *dir, const char *name, char *pub_out);
+/* True when TSR_TEST_CURVE=1: the test's daemons and clients use CURVE. */
+bool cluster_curve_wanted(void);
+
 /* Starts a scheduler with extra args (NULL-terminated list, may be NULL)
- * and waits for its address file. 0 or -1 (message on stderr). */
+ * and waits for its address file. 0 or -1 (message on stderr). With
+ * CURVE (TSR_TEST_CURVE=1) it generates the keys, gives the
+ * scheduler and later workers theirs, and sets TESSERA_CURVE_SECRET and
+ * TESSERA_SCHEDULER_KEY in this process for its clients. */
 int cluster_start_scheduler(cluster *c, const char *const *sched_args);
 /* Starts one more worker (extra args NULL-terminated, may be NULL); returns
  * its index or -1. Sets TESSERA_TEST_OPS=1. */
