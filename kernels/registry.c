@@ -23,6 +23,7 @@ static const tsr_op_def *const regular_ops[] = {
   &tsr_op_pack2bit,       &tsr_op_unpack2bit,    &tsr_op_matmul_2bit, &tsr_op_fillnan,
   &tsr_op_ufunc,          &tsr_op_matmul_chain,  &tsr_op_blosc_compress, &tsr_op_blosc_decompress,
   &tsr_op_zarr_read,      &tsr_op_zarr_write,     &tsr_op_read_bed,      &tsr_op_randint_packed,
+  &tsr_op_tiff_read,      &tsr_op_tile_stats,     &tsr_op_tile_filter,   &tsr_op_tile_thumb,
   &tsr_op_csr_from_dense, &tsr_op_csr_densify,
   &tsr_op_counts_synth,   &tsr_op_counts_synth_types,
   &tsr_op_tenx_h5_read,   &tsr_op_mtx_read,
