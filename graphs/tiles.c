@@ -10,6 +10,7 @@
 
 #include "graphs.h"
 #include "tessera/tiles.h"
+#include "tiles_int.h"
 
 #define TSR_API __attribute__((visibility("default")))
 
@@ -24,7 +25,7 @@ TSR_API const char *tsr_tile_stat_name(tsr_tile_stat stat)
 
 /* img cut to the tile grid (drop_partial) and chunked by tile x tile x 3.
  * *grid_p is img itself or a new array the caller frees. */
-static int tile_grid(tsr_array_ctx *ctx, const tsr_array *img, const tsr_tile_opts *o, const char *what,
+int gtile_grid(tsr_array_ctx *ctx, const tsr_array *img, const tsr_tile_opts *o, const char *what,
                      tsr_array **grid_p)
 {
   if (img->dtype != TSR_U8 || img->ndim != 3 || img->shape[2] != 3)
@@ -79,7 +80,7 @@ TSR_API int tsr_tile_stats(tsr_array_ctx *ctx, const tsr_array *img, const tsr_t
   if (ctx == NULL || img == NULL || stats_p == NULL) return client_fail(TSR_EINVAL, "tile_stats: NULL argument");
   tsr_tile_opts o = opts != NULL ? *opts : (tsr_tile_opts)TSR_TILE_OPTS_DEFAULT;
   tsr_array *grid = NULL;
-  int rc = tile_grid(ctx, img, &o, "tile_stats", &grid);
+  int rc = gtile_grid(ctx, img, &o, "tile_stats", &grid);
   int64_t tail[1] = {TSR_TILE_NSTATS};
   if (rc == 0) rc = per_tile(ctx, grid, "tilestats", "tile_stats", NULL, TSR_F64, tail, stats_p);
   tsr_array_free(ctx, &grid);
@@ -95,7 +96,7 @@ TSR_API int tsr_tile_thumb(tsr_array_ctx *ctx, const tsr_array *img, const tsr_t
     return client_fail(TSR_EINVAL, "tile_thumb: factor %lld must divide the tile (%lld)", (long long)factor,
                        (long long)o.tile);
   tsr_array *grid = NULL, *out = NULL;
-  int rc = tile_grid(ctx, img, &o, "tile_thumb", &grid);
+  int rc = gtile_grid(ctx, img, &o, "tile_thumb", &grid);
   int64_t shape[3], chunks[3] = {o.tile / factor, o.tile / factor, 3};
   if (rc == 0) {
     shape[0] = (grid->shape[0] + factor - 1) / factor, shape[1] = (grid->shape[1] + factor - 1) / factor;

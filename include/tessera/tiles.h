@@ -126,6 +126,35 @@ int tsr_tile_filter(tsr_array_ctx *ctx, const tsr_array *stats, const tsr_tile_r
 int tsr_tile_thumb(tsr_array_ctx *ctx, const tsr_array *img, const tsr_tile_opts *opts, int64_t factor,
                    tsr_array **thumb_p);
 
+/* ---------- per-tile ops and batches ---------- */
+
+/* out[i, j, :] = op(tile (i, j) of img) for every tile of the grid: op
+ * (a built-in or a plugin op, docs/plugins.md) gets the u8 [h, w, 3] tile,
+ * params plus "dim", and must give dtype [1, 1, dim]. */
+int tsr_tile_map(tsr_array_ctx *ctx, const tsr_array *img, const tsr_tile_opts *opts, const char *op,
+                 const tsr_args *params, tsr_dtype dtype, int64_t dim, tsr_array **out_p);
+
+typedef struct tsr_tiles_progress {
+  /* Called on the calling thread as arrays finish and about every
+   * interval_s while waiting: arrays gathered of n, tasks done of total. */
+  void (*fn)(void *arg, size_t arrays_done, size_t n_arrays, size_t tasks_done, size_t tasks_total);
+  void *arg;
+  double interval_s;
+} tsr_tiles_progress;
+
+typedef struct tsr_tiles_status {
+  int rc;              /* 0, or why array i could not be computed */
+  char message[512];   /* the worker's message ("tiff_read: /s/a.svs: ...") */
+} tsr_tiles_status;
+
+/* Computes n arrays (dense) in ONE graph, like tsr_compute_many, but a
+ * failed task fails only the arrays that need it: status[i] says, and
+ * every other bufs[i] is filled. Returns the number of failed arrays, or a
+ * negative error when nothing could be submitted. progress may be NULL. */
+int tsr_tiles_compute(tsr_array_ctx *ctx, const tsr_array *const *arrays, size_t n, void *const *bufs,
+                      const size_t *caps, const tsr_tiles_progress *progress, int timeout_ms,
+                      tsr_tiles_status *status);
+
 #ifdef __cplusplus
 }
 #endif

@@ -513,6 +513,62 @@ TEST(a_slide_truncated_after_the_graph_was_built_fails_its_task)
   for (int i = 0; i < c.n_workers; i++) ASSERT_TRUE(cluster_alive(c.workers[i]));
 }
 
+/* tsr-tiles over good, missing, non-TIFF and truncated slides: one graph,
+ * a row per tile of the good ones, an error row naming each bad one, a
+ * thumbnail per good slide, exit 1; the cluster still serves. */
+TEST(cli_runs_a_batch_and_reports_each_bad_slide)
+{
+  char a[300], b[300], junk[300], cut[300], out[300], thumbs[300], env[400], cmd[3000];
+  snprintf(a, sizeof a, "%s", tmp_path("one.svs"));
+  snprintf(b, sizeof b, "%s", tmp_path("two.svs"));
+  snprintf(junk, sizeof junk, "%s", tmp_path("junk.svs"));
+  snprintf(cut, sizeof cut, "%s", tmp_path("cut.tif"));
+  snprintf(out, sizeof out, "%s", tmp_path("tiles.tsv"));
+  snprintf(thumbs, sizeof thumbs, "%s", tmp_path("thumbs"));
+  snprintf(cmd, sizeof cmd, "cp %s %s && cp %s %s && echo hello > %s", svs, a, svs, b, junk);
+  ASSERT_EQ(system(cmd), 0);
+  uint8_t tiny[2048];
+  size_t n = tiny_tiff(tiny);
+  write_bytes(cut, tiny, n - 300);
+  snprintf(env, sizeof env, "TESSERA_SCHEDULER=%s", c.address);
+  const char *argv[] = {cluster_bin("tsr-tiles"), "--slides", a, junk, "/nonexistent/x.svs", cut, b,
+                        "--out-thumbs", thumbs, "--out", out, NULL};
+  char log[16384];
+  ASSERT_EQ(run_capture(argv, env, log, sizeof log, 120), 1);
+  ASSERT_CONTAINS(log, "slides 2/2 done");
+  ASSERT_CONTAINS(log, "2 of 5 slides read, 216 tiles");
+  ASSERT_CONTAINS(log, "junk.svs is not a readable TIFF");
+  FILE *f = fopen(out, "r");
+  ASSERT_TRUE(f != NULL);
+  char line[1024];
+  int rows = 0, kept = 0, errors = 0;
+  bool header = fgets(line, sizeof line, f) != NULL && strncmp(line, "slide\tlevel\tx\ty\t", 15) == 0;
+  while (fgets(line, sizeof line, f) != NULL) {
+    if (strstr(line, "\tNA\t") != NULL) {
+      errors++;
+      ASSERT_TRUE(strstr(line, "junk.svs") || strstr(line, "x.svs\t0\tNA") || strstr(line, "truncated"));
+      continue;
+    }
+    rows++;
+    char *k = line;
+    for (int col = 0; col < 17 && k; col++) k = strchr(k, '\t') ? strchr(k, '\t') + 1 : NULL;
+    kept += k != NULL && *k == '1';
+  }
+  fclose(f);
+  ASSERT_TRUE(header);
+  ASSERT_EQ(rows, 2 * 9 * 12);
+  ASSERT_EQ(errors, 3);
+  ASSERT_TRUE(kept > 0 && kept % 2 == 0); /* the same slide twice */
+  char png[400];
+  snprintf(png, sizeof png, "%s/one.svs.png", thumbs);
+  f = fopen(png, "rb");
+  uint8_t magic[8] = {0};
+  ASSERT_TRUE(f != NULL && fread(magic, 1, 8, f) == 8);
+  fclose(f);
+  ASSERT_EQ(memcmp(magic, "\x89PNG\r\n\x1a\n", 8), 0);
+  cluster_still_serves();
+}
+
 int main(void)
 {
   signal(SIGPIPE, SIG_IGN);
@@ -540,6 +596,7 @@ int main(void)
   RUN(written_tiffs_decode_to_what_was_written);
   RUN(bad_files_are_refused_naming_the_file_and_the_field);
   RUN(a_slide_truncated_after_the_graph_was_built_fails_its_task);
+  RUN(cli_runs_a_batch_and_reports_each_bad_slide);
   tsr_array_ctx_destroy(&ctx);
   tsr_client_close(client);
   cluster_stop(&c, kit_failed_tests > 0);
