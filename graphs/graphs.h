@@ -128,5 +128,9 @@ bool gdtype_is_float(tsr_dtype dtype);
 /* Submits every task that keys[0..n) need and waits; the future wants the
  * keys. */
 int grun_submit(tsr_array_ctx *ctx, char **keys, size_t n, int timeout_ms, tsr_future **future_p);
+/* The same without waiting: the future of the submitted graph. */
+int grun_submit_nowait(tsr_array_ctx *ctx, char **keys, size_t n, tsr_future **future_p);
+/* Copies gathered block `block` of a into its place in a's C-order buffer. */
+void grun_place_block(const tsr_array *a, size_t block, const void *src, char *dst);
 
 #endif

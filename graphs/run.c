@@ -44,7 +44,7 @@ static int collect(tsr_array_ctx *ctx, char **keys, size_t n, tsr_graph *g)
   return rc;
 }
 
-int grun_submit(tsr_array_ctx *ctx, char **keys, size_t n, int timeout_ms, tsr_future **future_p)
+int grun_submit_nowait(tsr_array_ctx *ctx, char **keys, size_t n, tsr_future **future_p)
 {
   tsr_graph *g = NULL;
   tsr_future *f = NULL;
@@ -57,10 +57,18 @@ int grun_submit(tsr_array_ctx *ctx, char **keys, size_t n, int timeout_ms, tsr_f
     if (rc == 0) rc = tsr_graph_want(g, keys[i]);
   }
   if (rc == 0) rc = tsr_submit(ctx->client, &g, &f);
-  if (rc == 0) rc = tsr_future_wait(f, timeout_ms);
-  if (rc == TSR_ETASK) client_fail(rc, "%s", tsr_future_error(f));
   tsr_strmap_destroy(&wanted);
   tsr_graph_destroy(&g);
+  if (rc == 0) *future_p = f;
+  return rc;
+}
+
+int grun_submit(tsr_array_ctx *ctx, char **keys, size_t n, int timeout_ms, tsr_future **future_p)
+{
+  tsr_future *f = NULL;
+  int rc = grun_submit_nowait(ctx, keys, n, &f);
+  if (rc == 0) rc = tsr_future_wait(f, timeout_ms);
+  if (rc == TSR_ETASK) client_fail(rc, "%s", tsr_future_error(f));
   if (rc != 0) {
     tsr_future_release(&f);
     return rc;
@@ -70,7 +78,7 @@ int grun_submit(tsr_array_ctx *ctx, char **keys, size_t n, int timeout_ms, tsr_f
 }
 
 /* Copies a gathered block into its place in the C-order whole array. */
-static void place_block(const tsr_array *a, size_t block, const void *src, char *dst)
+void grun_place_block(const tsr_array *a, size_t block, const void *src, char *dst)
 {
   int64_t idx[TSR_MAX_NDIM], shape[TSR_MAX_NDIM], off[TSR_MAX_NDIM];
   garray_index(a, block, idx);
@@ -115,7 +123,7 @@ static int gather_all(tsr_array_ctx *ctx, const tsr_array *a, char *dst, int tim
       return client_fail(TSR_ESHAPE, "compute: chunk '%s' has %zu bytes of %s, expected %zu of %s", a->keys[b],
                          chunk ? chunk->nbytes : 0, gdtype_name(chunk ? chunk->dtype : 0), expect, gdtype_name(a->dtype));
     }
-    place_block(a, b, chunk->data, dst);
+    grun_place_block(a, b, chunk->data, dst);
     tsr_chunk_destroy(&chunk);
   }
   return 0;

@@ -93,6 +93,11 @@ int tsr_cuda_deferred_check(tsr_errbuf *err);
  * false hides them again. The regular ops are findable even before the
  * first call. Call before other threads use the registry. */
 void tsr_ops_init(bool test_ops);
+/* Adds an op defined at run time (a worker's plugin ops, worker/plugins.c)
+ * after the built-in ones; op must live until exit. Call before other
+ * threads use the registry, after tsr_ops_init. TSR_EEXIST when the name is
+ * taken, TSR_EINVAL, TSR_ELIMIT (256 added ops). */
+int tsr_ops_add(const tsr_op_def *op, tsr_errbuf *err);
 /* NULL when no op has that name. */
 const tsr_op_def *tsr_op_find(const char *name);
 size_t tsr_op_count(void);

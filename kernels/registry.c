@@ -23,6 +23,7 @@ static const tsr_op_def *const regular_ops[] = {
   &tsr_op_pack2bit,       &tsr_op_unpack2bit,    &tsr_op_matmul_2bit, &tsr_op_fillnan,
   &tsr_op_ufunc,          &tsr_op_matmul_chain,  &tsr_op_blosc_compress, &tsr_op_blosc_decompress,
   &tsr_op_zarr_read,      &tsr_op_zarr_write,     &tsr_op_read_bed,      &tsr_op_randint_packed,
+  &tsr_op_tiff_read,      &tsr_op_tile_stats,     &tsr_op_tile_filter,   &tsr_op_tile_thumb,
   &tsr_op_csr_from_dense, &tsr_op_csr_densify,
   &tsr_op_counts_synth,   &tsr_op_counts_synth_types,
   &tsr_op_tenx_h5_read,   &tsr_op_mtx_read,
@@ -60,9 +61,26 @@ void tsr_ops_init(bool test_ops_enabled)
   with_test_ops = test_ops_enabled;
 }
 
+/* Ops added at run time (a worker's plugins): appended after the others. */
+#define MAX_EXTRA_OPS 256
+static const tsr_op_def *extra_ops[MAX_EXTRA_OPS];
+static size_t n_extra;
+
+int tsr_ops_add(const tsr_op_def *op, tsr_errbuf *err)
+{
+  if (op == NULL || op->name == NULL || op->name[0] == '\0' || op->infer == NULL || op->cpu == NULL)
+    return tsr_fail(err, TSR_EINVAL, "op without a name, infer or cpu function");
+  if (tsr_op_find(op->name) != NULL) return tsr_fail(err, TSR_EEXIST, "op '%s' exists already", op->name);
+  if (n_extra == MAX_EXTRA_OPS) return tsr_fail(err, TSR_ELIMIT, "more than %d added ops", MAX_EXTRA_OPS);
+  extra_ops[n_extra++] = op;
+  return 0;
+}
+
+static size_t n_builtin(void) { return N_REGULAR + (with_test_ops ? N_TEST : 0); }
+
 size_t tsr_op_count(void)
 {
-  return N_REGULAR + (with_test_ops ? N_TEST : 0);
+  return n_builtin() + n_extra;
 }
 
 const tsr_op_def *tsr_op_at(size_t i)
@@ -70,6 +88,7 @@ const tsr_op_def *tsr_op_at(size_t i)
   pthread_once(&with_cuda_once, merge_cuda_variants);
   if (i < N_REGULAR) return &with_cuda[i];
   if (with_test_ops && i - N_REGULAR < N_TEST) return test_ops[i - N_REGULAR];
+  if (i >= n_builtin() && i - n_builtin() < n_extra) return extra_ops[i - n_builtin()];
   return NULL;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "plugins.h"
 #include "config/config.h"
 #include "net/curve.h"
 #include "gpu.h"
@@ -332,6 +333,12 @@ int main(int argc, char **argv)
     fprintf(stderr, "tessera-worker: out of memory\n");
     return 1;
   }
+  tsr_errbuf perr = {{0}};
+  if (tsr_plugins_take_flags(&argc, argv, &perr) != 0) {
+    fprintf(stderr, "tessera-worker: %s\n", perr.text);
+    tsr_config_destroy(&cfg);
+    return 2;
+  }
   int code = configure(argc, argv, cfg, &opts);
   tsr_config_destroy(&cfg);  /* opts hold copies of every string */
   if (code >= 0) return code;
@@ -349,6 +356,10 @@ int main(int argc, char **argv)
   tsr_worker_prefer_huge_pages(argv);   /* may re-execute this process */
   const char *test_ops = getenv("TESSERA_TEST_OPS");
   tsr_ops_init(test_ops != NULL && strcmp(test_ops, "1") == 0);
+  if (tsr_plugins_load_env(&perr) != 0) {
+    fprintf(stderr, "tessera-worker: %s\n", perr.text);
+    return 1;
+  }
   if (install_signals() != 0) {
     fprintf(stderr, "tessera-worker: cannot create the signal pipe\n");
     return 1;

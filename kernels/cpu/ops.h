@@ -73,6 +73,10 @@ extern const tsr_op_def tsr_op_blosc_decompress;
 extern const tsr_op_def tsr_op_zarr_read;    /* zarr_read.c */
 extern const tsr_op_def tsr_op_zarr_write;   /* zarr_write.c */
 extern const tsr_op_def tsr_op_read_bed;     /* plink.c */
+extern const tsr_op_def tsr_op_tiff_read;    /* tiff_read.c */
+extern const tsr_op_def tsr_op_tile_stats;   /* tiles.c */
+extern const tsr_op_def tsr_op_tile_filter;  /* tiles.c */
+extern const tsr_op_def tsr_op_tile_thumb;   /* tiles.c */
 extern const tsr_op_def tsr_op_tenx_h5_read; /* tenx_h5.c */
 extern const tsr_op_def tsr_op_mtx_read;     /* mtx_read.c */
 extern const tsr_op_def tsr_op_umap_spectral; /* umap_spectral.c */
@@ -344,5 +348,17 @@ typedef struct tsr_k_bed_io {
 /* Reads s's chunk from fd (checked) into out, u8 [rows, ceil(cols/4)].
  * 0, TSR_EIO (the file is shorter than its check said) or TSR_ENOMEM. */
 int tsr_k_bed_read(int fd, const tsr_k_bed_slice *s, const tsr_k_bed_io *io, uint8_t *out, tsr_errbuf *err);
+
+/* Whole-slide tile statistics (tiles.c; docs/tiles.md). The order is the
+ * public one of tessera/tiles.h (TSR_TILE_*): keep them equal. */
+enum {
+  TSR_K_TS_MIN, TSR_K_TS_MAX, TSR_K_TS_P5, TSR_K_TS_P50,
+  TSR_K_TS_MEAN_R, TSR_K_TS_MEAN_G, TSR_K_TS_MEAN_B,
+  TSR_K_TS_MEAN_GRAY, TSR_K_TS_STD_GRAY, TSR_K_TS_MEAN_SAT, TSR_K_TS_FRAC_BG, TSR_K_TS_PIXELS,
+  TSR_K_TS_N
+};
+/* The statistics of n RGB pixels (tile_stats without the op around it);
+ * gray_scratch holds n doubles. */
+void tsr_k_tile_stats(const uint8_t *px, size_t n, double *gray_scratch, double out[TSR_K_TS_N]);
 
 #endif

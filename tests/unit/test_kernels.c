@@ -1089,7 +1089,7 @@ TEST(registry_and_test_ops)
                                 "transpose", "slice", "assemble", "view", "qr", "svd", "bmul", "signs",
                                 "matmul_random", "pack2bit", "unpack2bit", "matmul_2bit", "fillnan", "ufunc", "matmul_chain",
                                 "blosc_compress", "blosc_decompress", "zarr_read", "zarr_write",
-                                "read_bed", "randint_packed",
+                                "read_bed", "randint_packed", "tiff_read", "tile_stats", "tile_filter", "tile_thumb",
                                 "csr_from_dense", "csr_densify", "csr_sum", "csr_map", "csr_normalize_rows",
                                 "csr_gather", "mask_from_runs", "clip", "csr_matmul", "values_f64",
                                 "counts_synth", "counts_synth_types", "tenx_h5_read", "mtx_read",
