@@ -34,7 +34,11 @@ typedef struct tsr_buf {
  * worker's device pool (counted against its device memory limit). The
  * handles are void * so this header needs no CUDA header. A variant
  * launches its work on `stream`, checks the launch, and returns: it never
- * synchronizes the device and never calls cudaMalloc itself. */
+ * synchronizes the device and never calls cudaMalloc itself. It may wait
+ * for its own stream where the host must learn what only the device knows
+ * to go on (community: when a loop ends, the coarse graph's size): that
+ * blocks only the executor thread, which waits for the stream after the
+ * variant anyway. */
 typedef struct tsr_gpu_ctx {
   int device;
   void *stream;      /* cudaStream_t */

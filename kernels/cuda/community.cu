@@ -4,17 +4,19 @@
  * its plain-C emulation tests/unit/test_community_par.c (each of its loops
  * is one kernel here). docs/cluster.md, "Community detection on the GPU".
  *
- * No synchronization. The algorithm is iterative (sweeps until no gain,
- * levels until nothing merges, passes until Q stops rising), but the host
- * never reads a device value: it enqueues a fixed schedule — at most
- * CPAR_MAX_PASSES passes x CPAR_MAX_LEVELS levels x CPAR_MAX_SWEEPS
- * sweeps — and one-thread control kernels record on the device when a
- * loop has converged (struct ctl); every kernel of a finished loop returns
- * at once. Sizes the host cannot know (the number of communities, the
- * aggregate's edges) live in ctl; buffers are sized for the input graph,
- * and the aggregation sorts the input's edge count with padding keys past
- * the real edges. The CSR chunks' headers are read on the device; the
- * host only bounds nnz from the chunks' bytes.
+ * The loops' state lives on the device. The algorithm is iterative
+ * (sweeps until no gain, levels until nothing merges, passes until Q stops
+ * rising); one-thread control kernels record on the device when a loop
+ * has converged and the sizes of each coarse graph (struct ctl), and the
+ * host reads that block back (peek: a wait for this op's own stream) once
+ * per sweep, refinement round and level, so it stops each loop when it
+ * ends and sizes every grid, memset, scan and the edge sort for the
+ * current level's graph. (It used to enqueue the whole fixed schedule,
+ * CPAR_MAX_PASSES x CPAR_MAX_LEVELS x CPAR_MAX_SWEEPS, with kernels of
+ * finished loops returning at once and sorts at the input's size: on 1.3M
+ * nodes that schedule cost more than the work.) Buffers stay sized for the
+ * input graph. The CSR chunks' headers are read on the device; the host
+ * only bounds nnz from the chunks' bytes until the first peek.
  *
  * Determinism. Weights become 64-bit fixed point (community_par.h), so
  * strengths, community weights and aggregated edges are exact integer sums
@@ -675,7 +677,11 @@ struct run {
   bufs b;
   int64_t n, nnz;
   int bits;  /* 2^bits > n */
-  unsigned gv, gw;  /* grids: thread per vertex, warp per vertex */
+  /* The current level's graph, as last read from the device (peek): the
+   * grids, memsets, scans and the edge sort are sized for it. */
+  int64_t cn, cnnz;
+  int cbits;        /* 2^cbits > cn */
+  unsigned gv, gw;  /* grids for cn: thread per vertex, warp per vertex */
   tsr_errbuf *err;
   int rc = 0;
 };
@@ -687,6 +693,31 @@ struct run {
       (r).rc = TSR_CUDA_LAUNCHED(#name, (r).err);                                   \
     }                                                                               \
   } while (0)
+
+/* Sizes every launch of the level for a graph of n nodes and nnz edges. */
+static void size_for(run &r, int64_t n, int64_t nnz)
+{
+  r.cn = n, r.cnnz = nnz < 1 ? 1 : nnz;
+  r.cbits = 1;
+  while (((int64_t)1 << r.cbits) <= n) r.cbits++;
+  r.gv = tsr_grid(n, THREADS), r.gw = tsr_grid(n * 32, THREADS);
+}
+
+/* The control block, read back once the stream has reached this point:
+ * the one place the op waits for its stream. The loops' ends and the
+ * coarse graphs' sizes are only known on the device; without reading them
+ * the host would have to enqueue the whole fixed schedule (4 passes x 24
+ * levels x 40 sweeps) with grids and sorts sized for the input graph,
+ * which on 1.3M nodes cost more than the work itself. A synchronization
+ * of its own stream blocks only this executor thread, which waits for the
+ * stream right after the op anyway (kernels.h). false on a CUDA error or
+ * when the input was bad (flags: nothing more to do). */
+static bool peek(run &r, ctl *h)
+{
+  if (r.rc == 0) r.rc = TSR_CUDA_CHECK(cudaMemcpyAsync(h, r.b.s, sizeof *h, cudaMemcpyDeviceToHost, r.st), r.err);
+  if (r.rc == 0) r.rc = TSR_CUDA_CHECK(cudaStreamSynchronize(r.st), r.err);
+  return r.rc == 0 && h->flags == 0;
+}
 
 static void zero(run &r, void *p, size_t bytes)
 {
@@ -741,7 +772,7 @@ static void sweep_q(run &r, const dgraph &g, const int32_t *part, int64_t *K, in
   bufs &b = r.b;
   LAUNCH(r, k_inside, r.gv, g, part, b.s, 0);
   if (r.rc == 0) {
-    k_squares<<<SQ_BLOCKS, THREADS, 0, r.st>>>(K, b.s, r.n, b.partial, 0);
+    k_squares<<<SQ_BLOCKS, THREADS, 0, r.st>>>(K, b.s, r.cn, b.partial, 0);
     r.rc = TSR_CUDA_LAUNCHED("k_squares", r.err);
   }
   if (r.rc == 0) {
@@ -753,11 +784,12 @@ static void sweep_q(run &r, const dgraph &g, const int32_t *part, int64_t *K, in
 static void local_moving(run &r, const dgraph &g)
 {
   bufs &b = r.b;
-  size_t kb = (size_t)r.n * sizeof(int64_t);
+  size_t kb = (size_t)r.cn * sizeof(int64_t);
   zero(r, b.K, kb);
   LAUNCH(r, k_strength, r.gv, g, b.part, b.K, b.s, 0);
   sweep_q(r, g, b.part, b.K, 0);
-  for (int sw = 0; sw < CPAR_MAX_SWEEPS; sw++) {
+  ctl h;
+  for (int sw = 0; sw < CPAR_MAX_SWEEPS && peek(r, &h) && !h.lm_over; sw++) {
     zero(r, b.K, kb);
     LAUNCH(r, k_strength, r.gv, g, b.part, b.K, b.s, 0);
     LAUNCH(r, k_move, r.gw, g, b.part, b.K, b.next, b.hkey, b.hval, b.s, sw);
@@ -772,22 +804,23 @@ static void local_moving(run &r, const dgraph &g)
 static void relabel(run &r, int32_t *ids, int which)
 {
   bufs &b = r.b;
-  zero(r, b.used, (size_t)(r.n + 1) * sizeof(int32_t));
+  zero(r, b.used, (size_t)(r.cn + 1) * sizeof(int32_t));
   LAUNCH(r, k_flag, r.gv, ids, b.used, b.s);
   size_t bytes = b.cub_bytes;
-  if (r.rc == 0) r.rc = TSR_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(b.cub, bytes, b.used, b.map, (int)(r.n + 1), r.st), r.err);
+  if (r.rc == 0) r.rc = TSR_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(b.cub, bytes, b.used, b.map, (int)(r.cn + 1), r.st), r.err);
   LAUNCH(r, k_renumber, r.gv, ids, b.map, b.s, which);
 }
 
 static void refine(run &r, const dgraph &g, uint64_t seed)
 {
   bufs &b = r.b;
-  size_t kb = (size_t)r.n * sizeof(int64_t);
+  size_t kb = (size_t)r.cn * sizeof(int64_t);
   zero(r, b.K, kb);
   LAUNCH(r, k_strength, r.gv, g, b.part, b.K, b.s, 1);
   LAUNCH(r, k_ref_init, r.gv, g, b.part, b.ref, b.vext, b.s);
-  for (int k = 0; k < CPAR_REFINE_ROUNDS; k++) {
-    zero(r, b.rk, kb), zero(r, b.ext, kb), zero(r, b.rsize, (size_t)r.n * sizeof(int32_t));
+  ctl h;
+  for (int k = 0; k < CPAR_REFINE_ROUNDS && (k == 0 || (peek(r, &h) && !h.ref_over)); k++) {
+    zero(r, b.rk, kb), zero(r, b.ext, kb), zero(r, b.rsize, (size_t)r.cn * sizeof(int32_t));
     LAUNCH(r, k_ref_stats, r.gv, g, b.part, b.ref, b.rk, b.rsize, b.ext, b.s);
     LAUNCH(r, k_ref_move, r.gw, g, b.part, b.ref, b.K, b.rk, b.rsize, b.ext, b.vext, b.tgt, b.hkey, b.hval, b.s, seed, k);
     LAUNCH(r, k_ref_apply, r.gv, b.ref, b.tgt, b.s);
@@ -801,17 +834,18 @@ static void refine(run &r, const dgraph &g, uint64_t seed)
 static void aggregate(run &r, const dgraph &g, const dgraph &o)
 {
   bufs &b = r.b;
-  LAUNCH(r, k_keys, r.gv, g, b.agg, b.keys, b.vals, r.nnz, r.bits, b.s);
+  /* cap = the level's nnz: no padding keys to sort */
+  LAUNCH(r, k_keys, r.gv, g, b.agg, b.keys, b.vals, r.cnnz, r.cbits, b.s);
   size_t bytes = b.cub_bytes;
   if (r.rc == 0)
-    r.rc = TSR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(b.cub, bytes, b.keys, b.keys2, b.vals, b.vals2, (int)r.nnz, 0,
-                                                          2 * r.bits, r.st), r.err);
+    r.rc = TSR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(b.cub, bytes, b.keys, b.keys2, b.vals, b.vals2, (int)r.cnnz, 0,
+                                                          2 * r.cbits, r.st), r.err);
   bytes = b.cub_bytes;
   if (r.rc == 0)
     r.rc = TSR_CUDA_CHECK(cub::DeviceReduce::ReduceByKey(b.cub, bytes, b.keys2, b.ukeys, b.vals2, b.usum, &b.s->nruns,
-                                                         cuda::std::plus<int64_t>{}, (int)r.nnz, r.st), r.err);
-  LAUNCH(r, k_build, r.gv, b.ukeys, b.usum, o, r.bits, b.s);
-  zero(r, o.k, (size_t)r.n * sizeof(int64_t));
+                                                         cuda::std::plus<int64_t>{}, (int)r.cnnz, r.st), r.err);
+  LAUNCH(r, k_build, r.gv, b.ukeys, b.usum, o, r.cbits, b.s);
+  zero(r, o.k, (size_t)r.cn * sizeof(int64_t));
   LAUNCH(r, k_coarse_k, r.gv, g, b.agg, o, b.part, b.cpart, b.s);
   LAUNCH(r, k_node, r.gv, b.node, b.agg, b.s);
   LAUNCH(r, k_next_level, r.gv, b.part, b.cpart, b.s);
@@ -835,13 +869,16 @@ static void one_pass(run &r, bool leiden, uint64_t seed)
   }
   LAUNCH(r, k_pass_init, r.gv, b.part, b.node, b.labels, b.s);
   dgraph cur = b.g0, outs[2] = {b.ga, b.gb};
-  for (int lev = 0; lev < CPAR_MAX_LEVELS; lev++) {
+  ctl h;
+  for (int lev = 0; lev < CPAR_MAX_LEVELS && peek(r, &h) && !h.stop && !h.pass_over; lev++) {
+    size_for(r, h.n, h.nnz);
     local_moving(r, cur);
     relabel(r, b.part, 0);
     if (r.rc == 0) {
       k_level_check<<<1, 1, 0, r.st>>>(b.s, leiden);
       r.rc = TSR_CUDA_LAUNCHED("k_level_check", r.err);
     }
+    if (!peek(r, &h) || h.pass_over) break;
     if (leiden) {
       refine(r, cur, seed);
       relabel(r, b.ref, 1);
@@ -860,6 +897,7 @@ static void one_pass(run &r, bool leiden, uint64_t seed)
 static void pass_end(run &r)
 {
   bufs &b = r.b;
+  size_for(r, r.n, r.nnz);
   LAUNCH(r, k_pass_labels, r.gv, b.labels, b.part, b.node, b.s);
   if (r.rc == 0) {
     k_pass_q_setup<<<1, 1, 0, r.st>>>(b.s);
@@ -920,7 +958,7 @@ static int setup(run &r, const tsr_gpu_ctx *gpu, int64_t n, const tsr_buf *in, i
                     (long long)r.nnz);
   r.bits = 1;
   while (((int64_t)1 << r.bits) <= n) r.bits++;
-  r.gv = tsr_grid(n, THREADS), r.gw = tsr_grid(n * 32, THREADS);
+  size_for(r, n, r.nnz);
   carver c;
   size_t cub_bytes = cub_need(n, r.nnz);
   layout(c, r.b, n, r.nnz, nch, cub_bytes);
@@ -955,10 +993,12 @@ extern "C" int tsr_cuda_community(const tsr_params *p, const tsr_buf *in, int n_
   load(r, in, n_in, gamma);
   LAUNCH(r, k_identity, r.gv, r.b.labels, r.b.s);
   LAUNCH(r, k_identity, r.gv, r.b.best, r.b.s);
-  for (int ps = 0; ps < passes; ps++) {
+  ctl h;
+  for (int ps = 0; ps < passes && peek(r, &h) && !h.stop; ps++) {
     one_pass(r, leiden, cpar_pass_seed((uint64_t)seed, ps));
     pass_end(r);
   }
+  size_for(r, r.n, r.nnz);
   by_size(r, (int32_t *)out->data);
   if (r.rc == 0) r.rc = tsr_cuda_defer_flags("community", &r.b.s->flags, kFlagNames, NFLAGS, r.st, err);
   return r.rc == 0 ? 0 : tsr_cuda_fail_op("community", r.rc, err);
