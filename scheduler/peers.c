@@ -132,6 +132,20 @@ static void unset_ops(sched_state *st, const sched_worker *w)
   }
 }
 
+/* Every live worker hears that the one at address is gone: a fetch from
+ * it waiting for a reply gives up now instead of at its fetch timeout (a
+ * stopped or cut-off worker keeps its connections open). */
+static void tell_peer_gone(sched_state *st, const char *address)
+{
+  for (uint32_t i = 0; i < st->nworkers_slots; i++) {
+    const sched_worker *other = &st->workers[i];
+    if (!other->alive) continue;
+    tsr_wbuf *wb = sched_out(st, other->peer);
+    tsr_wbuf_begin(wb, "peer_gone", 1);
+    tsr_pack_kv_str(&wb->pk, "address", address);
+  }
+}
+
 static void worker_gone(sched_state *st, uint32_t w, const char *why)
 {
   sched_worker *wk = &st->workers[w];
@@ -144,6 +158,7 @@ static void worker_gone(sched_state *st, uint32_t w, const char *why)
   wk->freebuf.size = 0;
   wk->nfree = 0;
   sched_journal_worker(st, w, false);
+  tell_peer_gone(st, wk->address);
   TSR_INFO("worker '%s' (%s) left: %s; %u tasks rescheduled, %u results lost; %u workers remain", wk->name,
            wk->address, why, rescheduled, lost, st->nworkers_alive);
 }

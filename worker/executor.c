@@ -283,6 +283,11 @@ static void *thread_main(void *arg)
   return NULL;
 }
 
+void tsr_wexec_peer_gone(tsr_wexec *exec, const char *address)
+{
+  tsr_wfetch_gone(&exec->fetches, address, tsr_now_ms());
+}
+
 static void exec_free(tsr_wexec *exec)
 {
   for (int i = 0; exec->per_thread != NULL && i < exec->opts.threads; i++)

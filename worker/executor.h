@@ -44,6 +44,9 @@ int tsr_wexec_submit(tsr_wexec *exec, tsr_wtask *task);
 /* Tasks executing right now / waiting in the queue. */
 unsigned tsr_wexec_running(const tsr_wexec *exec);
 size_t tsr_wexec_queued(tsr_wexec *exec);
+/* The scheduler declared the worker at address dead: the executor
+ * threads' fetches from it end now (tsr_wfetch_gone). Any thread. */
+void tsr_wexec_peer_gone(tsr_wexec *exec, const char *address);
 /* Stops taking tasks, waits up to timeout_ms for the running ones, then
  * joins the threads and frees the pool (tasks still queued are freed
  * unreported). Returns 0, or TSR_ETIMEDOUT when some thread is still busy:

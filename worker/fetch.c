@@ -2,12 +2,16 @@
  * TSR_WFETCH_SLOTS DEALERs, one per peer address. */
 #include "fetch.h"
 
+#include <stdio.h>
 #include <string.h>
+
+#include "util/util.h"
 
 int tsr_wfetch_group_init(tsr_wfetch_group *g)
 {
   g->inflight = tsr_strmap_new(64);
   if (g->inflight == NULL) return TSR_ENOMEM;
+  g->ngone = 0;
   pthread_mutex_init(&g->lock, NULL);
   pthread_cond_init(&g->done, NULL);
   return 0;
@@ -45,6 +49,38 @@ void tsr_wfetch_release(tsr_wfetch_group *g, const char *key)
   pthread_mutex_unlock(&g->lock);
 }
 
+void tsr_wfetch_gone(tsr_wfetch_group *g, const char *address, uint64_t now_ms)
+{
+  pthread_mutex_lock(&g->lock);
+  unsigned at = g->ngone++ % TSR_WFETCH_GONE;
+  snprintf(g->gone[at].address, sizeof g->gone[at].address, "%s", address);
+  g->gone[at].at_ms = now_ms;
+  pthread_mutex_unlock(&g->lock);
+}
+
+/* True when address was declared dead at or after since_ms. */
+static bool gone_since(tsr_wfetch_group *g, const char *address, uint64_t since_ms)
+{
+  bool gone = false;
+  pthread_mutex_lock(&g->lock);
+  unsigned n = g->ngone < TSR_WFETCH_GONE ? g->ngone : TSR_WFETCH_GONE;
+  for (unsigned i = 0; i < n && !gone; i++)
+    gone = g->gone[i].at_ms >= since_ms && strcmp(g->gone[i].address, address) == 0;
+  pthread_mutex_unlock(&g->lock);
+  return gone;
+}
+
+typedef struct fetch_start {
+  tsr_wfetch_group *group;
+  uint64_t at_ms;
+} fetch_start;
+
+static bool abandon_fetch(void *ctx, const char *address)
+{
+  const fetch_start *start = ctx;
+  return gone_since(start->group, address, start->at_ms);
+}
+
 void tsr_wfetcher_init(tsr_wfetcher *f, void *zctx, int timeout_ms)
 {
   memset(f, 0, sizeof *f);
@@ -79,7 +115,9 @@ int tsr_wfetcher_get(tsr_wfetcher *f, const char *address, const char *key, tsr_
   int i = slot_for(f, address, err);
   if (i < 0) return TSR_ECONN;
   f->slot[i].used = ++f->tick;
-  int rc = tsr_xfer_get(f->slot[i].conn, key, f->timeout_ms, hdr, out, err);
+  fetch_start start = {f->group, tsr_now_ms()};
+  int rc = tsr_xfer_get_abortable(f->slot[i].conn, key, f->timeout_ms, f->group != NULL ? abandon_fetch : NULL, &start,
+                                  hdr, out, err);
   /* After a timeout the reply may still arrive; after a send/receive error
    * the socket's state is unknown. Either way, start afresh next time. */
   if (rc == TSR_ETIMEDOUT || rc == TSR_ECONN) tsr_xfer_close(&f->slot[i].conn);

@@ -18,10 +18,19 @@
 /* Keys being fetched right now, shared by the executor threads of one
  * worker: a second thread that needs a key already on its way waits for
  * that fetch instead of moving the same bytes twice. */
+#define TSR_WFETCH_GONE 32
+
 typedef struct tsr_wfetch_group {
   pthread_mutex_t lock;
   pthread_cond_t done;
   tsr_strmap *inflight;    /* key -> 1; under lock */
+  /* Data addresses the scheduler declared dead (`peer_gone`), when, in a
+   * ring of the last TSR_WFETCH_GONE; under lock. */
+  struct {
+    char address[TSR_MAX_ADDR_LEN];
+    uint64_t at_ms;
+  } gone[TSR_WFETCH_GONE];
+  unsigned ngone;
 } tsr_wfetch_group;
 
 /* 0 or TSR_ENOMEM. */
@@ -33,6 +42,11 @@ void tsr_wfetch_group_destroy(tsr_wfetch_group *g);
  * again, then claim again if it is still not there. */
 bool tsr_wfetch_claim(tsr_wfetch_group *g, const char *key);
 void tsr_wfetch_release(tsr_wfetch_group *g, const char *key);
+/* The scheduler declared the worker at address dead at now_ms: fetches
+ * from it that began before give up at once (TSR_ECONN) instead of
+ * waiting out the fetch timeout; later ones (a worker restarted on the
+ * same address) are not affected. */
+void tsr_wfetch_gone(tsr_wfetch_group *g, const char *address, uint64_t now_ms);
 
 typedef struct tsr_wfetcher {
   void *zctx;

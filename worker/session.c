@@ -312,6 +312,22 @@ static void on_free(tsr_worker *w, const msgpack_object *map)
   TSR_DEBUG("free: %zu keys, %zu chunks dropped", n, dropped);
 }
 
+/* A worker declared dead: stop waiting on fetches from it. */
+static void on_peer_gone(tsr_worker *w, const msgpack_object *map)
+{
+  const char *address;
+  size_t len;
+  tsr_errbuf err = {{0}};
+  if (tsr_wire_str(map, "address", TSR_MAX_ADDR_LEN - 1, &address, &len, &err) != 0) {
+    TSR_WARN("peer_gone: %s; ignored", err.text);
+    return;
+  }
+  char copy[TSR_MAX_ADDR_LEN];
+  snprintf(copy, sizeof copy, "%.*s", (int)len, address);
+  TSR_DEBUG("peer_gone: %s; fetches from it are abandoned", copy);
+  if (w->exec != NULL) tsr_wexec_peer_gone(w->exec, copy);
+}
+
 static void dispatch(tsr_worker *w, const char *op, const msgpack_object *map)
 {
   if (strcmp(op, "heartbeat") == 0) {
@@ -326,6 +342,8 @@ static void dispatch(tsr_worker *w, const char *op, const msgpack_object *map)
     on_error(w, map);
   } else if (strcmp(op, "peers") == 0) {
     tsr_wsec_on_peers(w, map);
+  } else if (strcmp(op, "peer_gone") == 0) {
+    on_peer_gone(w, map);
   } else {
     char message[TSR_MAX_NAME_LEN + 32];
     snprintf(message, sizeof message, "unknown op '%s'", op);

@@ -102,6 +102,17 @@ typedef struct tsr_xfer_data {
  * TSR_ENOTFOUND (the peer does not hold key), TSR_EPROTO. */
 int tsr_xfer_get(tsr_xfer_conn *conn, const char *key, int timeout_ms, tsr_chunk_header *hdr, tsr_xfer_data *out,
                  tsr_errbuf *err);
+/* Asked about every TSR_XFER_ABORT_SLICE_MS while a reply is awaited: true
+ * abandons the fetch. A peer that stopped (SIGSTOP, a hung host) keeps its
+ * connection open, so only someone else's knowledge — the scheduler
+ * declaring it dead — ends the wait before the timeout. */
+typedef bool (*tsr_xfer_abort_fn)(void *ctx, const char *address);
+#define TSR_XFER_ABORT_SLICE_MS 100
+/* tsr_xfer_get, also ending with TSR_ECONN ("abandoned") as soon as
+ * abort(ctx, address) says so; the connection is then unusable: close it.
+ * abort may be NULL. */
+int tsr_xfer_get_abortable(tsr_xfer_conn *conn, const char *key, int timeout_ms, tsr_xfer_abort_fn abort,
+                           void *ctx, tsr_chunk_header *hdr, tsr_xfer_data *out, tsr_errbuf *err);
 void tsr_xfer_data_release(tsr_xfer_data *data);        /* idempotent */
 
 /* ---------- data plane: serving ---------- */

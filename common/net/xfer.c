@@ -145,6 +145,27 @@ static int align_payload(tsr_xfer_data *out, tsr_errbuf *err)
 int tsr_xfer_get(tsr_xfer_conn *conn, const char *key, int timeout_ms, tsr_chunk_header *hdr, tsr_xfer_data *out,
                  tsr_errbuf *err)
 {
+  return tsr_xfer_get_abortable(conn, key, timeout_ms, NULL, NULL, hdr, out, err);
+}
+
+/* Waits for the reply: 1 readable, 0 timed out, -1 abandoned. */
+static int await_reply(tsr_xfer_conn *conn, int timeout_ms, tsr_xfer_abort_fn abort, void *ctx)
+{
+  zmq_pollitem_t item = {conn->sock, 0, ZMQ_POLLIN, 0};
+  if (abort == NULL) return zmq_poll(&item, 1, timeout_ms) > 0 ? 1 : 0;
+  uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : tsr_now_ms() + (uint64_t)timeout_ms;
+  for (;;) {
+    uint64_t now = tsr_now_ms();
+    if (now >= deadline) return 0;
+    long left = deadline - now > TSR_XFER_ABORT_SLICE_MS ? TSR_XFER_ABORT_SLICE_MS : (long)(deadline - now);
+    if (zmq_poll(&item, 1, left) > 0) return 1;
+    if (abort(ctx, conn->address)) return -1;
+  }
+}
+
+int tsr_xfer_get_abortable(tsr_xfer_conn *conn, const char *key, int timeout_ms, tsr_xfer_abort_fn abort,
+                           void *ctx, tsr_chunk_header *hdr, tsr_xfer_data *out, tsr_errbuf *err)
+{
   int connect_ms = timeout_ms >= 0 && timeout_ms < TSR_XFER_CONNECT_MS ? timeout_ms : TSR_XFER_CONNECT_MS;
   zmq_pollitem_t out_item = {conn->sock, 0, ZMQ_POLLOUT, 0};
   if (zmq_poll(&out_item, 1, connect_ms) <= 0)
@@ -156,9 +177,11 @@ int tsr_xfer_get(tsr_xfer_conn *conn, const char *key, int timeout_ms, tsr_chunk
   int sent = tsr_net_send(conn->sock, NULL, 0, wb.sbuf.data, wb.sbuf.size, ZMQ_DONTWAIT);
   tsr_wbuf_free(&wb);
   if (sent != 0) return tsr_fail(err, TSR_ECONN, "send to %s: %s", conn->address, zmq_strerror(zmq_errno()));
-  zmq_pollitem_t item = {conn->sock, 0, ZMQ_POLLIN, 0};
-  int ready = zmq_poll(&item, 1, timeout_ms);
-  if (ready <= 0) return tsr_fail(err, TSR_ETIMEDOUT, "fetch of '%s' from %s timed out", key, conn->address);
+  int ready = await_reply(conn, timeout_ms, abort, ctx);
+  if (ready < 0)
+    return tsr_fail(err, TSR_ECONN, "fetch of '%s' from %s abandoned: the scheduler declared that worker dead", key,
+                    conn->address);
+  if (ready == 0) return tsr_fail(err, TSR_ETIMEDOUT, "fetch of '%s' from %s timed out", key, conn->address);
   tsr_frames frames;
   if (tsr_frames_recv(conn->sock, &frames, 0) < 0)
     return tsr_fail(err, TSR_ECONN, "receive from %s: %s", conn->address, zmq_strerror(zmq_errno()));

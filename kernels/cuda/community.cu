@@ -36,6 +36,9 @@
 #include <cub/device/device_reduce.cuh>
 #include <cub/device/device_scan.cuh>
 #include <cuda/std/functional>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
 
 #include "common.cuh"
 
@@ -684,7 +687,25 @@ struct run {
   unsigned gv, gw;  /* grids for cn: thread per vertex, warp per vertex */
   tsr_errbuf *err;
   int rc = 0;
+  /* TSR_COMMUNITY_TRACE=1: one stderr line per level and pass with the
+   * time since the op began (a diagnostic for tuning; off by default) */
+  bool trace = false;
+  double t0 = 0;
 };
+
+static double wall_ms()
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static void trace(const run &r, const char *what, int at, const ctl &h)
+{
+  if (!r.trace) return;
+  fprintf(stderr, "community: %8.1f ms  %s %d: n %lld, nnz %lld, q %.6f, best %.6f\n", wall_ms() - r.t0, what, at,
+          (long long)h.n, (long long)h.nnz, h.q, h.best_q);
+}
 
 #define LAUNCH(r, name, grid, ...)                                                  \
   do {                                                                              \
@@ -789,7 +810,8 @@ static void local_moving(run &r, const dgraph &g)
   LAUNCH(r, k_strength, r.gv, g, b.part, b.K, b.s, 0);
   sweep_q(r, g, b.part, b.K, 0);
   ctl h;
-  for (int sw = 0; sw < CPAR_MAX_SWEEPS && peek(r, &h) && !h.lm_over; sw++) {
+  int sw = 0;
+  for (; sw < CPAR_MAX_SWEEPS && peek(r, &h) && !h.lm_over; sw++) {
     zero(r, b.K, kb);
     LAUNCH(r, k_strength, r.gv, g, b.part, b.K, b.s, 0);
     LAUNCH(r, k_move, r.gw, g, b.part, b.K, b.next, b.hkey, b.hval, b.s, sw);
@@ -798,6 +820,7 @@ static void local_moving(run &r, const dgraph &g)
     sweep_q(r, g, b.next, b.Kn, 1);
     LAUNCH(r, k_accept, r.gv, b.part, b.next, b.s);
   }
+  trace(r, "  local moving, sweeps", sw, h);
 }
 
 /* ids renumbered densely (which 0: nc, 1: nr). */
@@ -871,6 +894,7 @@ static void one_pass(run &r, bool leiden, uint64_t seed)
   dgraph cur = b.g0, outs[2] = {b.ga, b.gb};
   ctl h;
   for (int lev = 0; lev < CPAR_MAX_LEVELS && peek(r, &h) && !h.stop && !h.pass_over; lev++) {
+    trace(r, "level", lev, h);
     size_for(r, h.n, h.nnz);
     local_moving(r, cur);
     relabel(r, b.part, 0);
@@ -994,10 +1018,13 @@ extern "C" int tsr_cuda_community(const tsr_params *p, const tsr_buf *in, int n_
   LAUNCH(r, k_identity, r.gv, r.b.labels, r.b.s);
   LAUNCH(r, k_identity, r.gv, r.b.best, r.b.s);
   ctl h;
+  r.trace = getenv("TSR_COMMUNITY_TRACE") != NULL, r.t0 = wall_ms();
   for (int ps = 0; ps < passes && peek(r, &h) && !h.stop; ps++) {
+    trace(r, "pass", ps, h);
     one_pass(r, leiden, cpar_pass_seed((uint64_t)seed, ps));
     pass_end(r);
   }
+  if (peek(r, &h)) trace(r, "done, passes", passes, h);
   size_for(r, r.n, r.nnz);
   by_size(r, (int32_t *)out->data);
   if (r.rc == 0) r.rc = tsr_cuda_defer_flags("community", &r.b.s->flags, kFlagNames, NFLAGS, r.st, err);
