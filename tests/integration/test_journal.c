@@ -103,6 +103,30 @@ static int same_svd(const char *dir, const char *a, const char *b)
   return same;
 }
 
+/* Lines of path holding text. */
+static int count_lines(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return 0;
+  char line[2048];
+  int n = 0;
+  while (fgets(line, sizeof line, f) != NULL) n += strstr(line, text) != NULL;
+  fclose(f);
+  return n;
+}
+
+/* Waits (at most 30 s) until the scheduler's log shows a graph submitted
+ * after `before` were, then a little more: the moment is mid-graph, not
+ * mid-submit. A submit in flight when the scheduler dies fails at once
+ * (docs/journal.md, "Limits"), which is another test's matter; on a
+ * loaded machine the SVD client may take longer than a fixed sleep to
+ * send its first graph. */
+static void await_submitted(const char *slog, int before, int then_ms)
+{
+  for (int i = 0; i < 3000 && count_lines(slog, "submitted graph") <= before; i++) sleep_ms(10);
+  sleep_ms(then_ms);
+}
+
 TEST(sigkill_mid_graph_with_journal_gives_identical_results)
 {
   cluster c;
@@ -118,8 +142,9 @@ TEST(sigkill_mid_graph_with_journal_gives_identical_results)
   int run_rc[2] = {-2, -2};
   for (int k = 0; k < 2 && base_rc == 0; k++) {
     snprintf(prefix, sizeof prefix, "%s/run%d", c.dir, k);
+    int before = count_lines(slog, "submitted graph");
     pid_t client = start_svd(&c, prefix, NULL);
-    sleep_ms(300 + 200 * k);
+    await_submitted(slog, before, 150 + 200 * k);
     cluster_kill_scheduler(&c);
     sleep_ms(200);
     if (cluster_restart_scheduler(&c, sched) != 0) break;
@@ -154,8 +179,10 @@ TEST(restart_without_journal_fails_the_future_clearly)
   int rc = cluster_start(&c, 2, 1, sched, fast_worker);
   snprintf(prefix, sizeof prefix, "%s/lost", c.dir);
   snprintf(log, sizeof log, "%s.log", prefix);
+  char slog[420];
+  snprintf(slog, sizeof slog, "%s/scheduler.log", c.dir);
   pid_t client = rc == 0 ? start_svd(&c, prefix, NULL) : -1;
-  sleep_ms(300);
+  await_submitted(slog, 0, 150);
   cluster_kill_scheduler(&c);
   sleep_ms(200);
   double t0 = now_s();
@@ -179,8 +206,10 @@ TEST(scheduler_gone_for_good_fails_after_the_documented_bound)
   int rc = cluster_start(&c, 2, 1, sched, fast_worker);
   snprintf(prefix, sizeof prefix, "%s/gone", c.dir);
   snprintf(log, sizeof log, "%s.log", prefix);
+  char slog[420];
+  snprintf(slog, sizeof slog, "%s/scheduler.log", c.dir);
   pid_t client = rc == 0 ? start_svd(&c, prefix, "TESSERA_RECONNECT_TIMEOUT=3s") : -1;
-  sleep_ms(300);
+  await_submitted(slog, 0, 150);
   cluster_kill_scheduler(&c);
   double t0 = now_s();
   int client_rc = client > 0 ? wait_exit(client, 60) : -2;
