@@ -141,7 +141,7 @@ static void tell_peer_gone(sched_state *st, const char *address)
     const sched_worker *other = &st->workers[i];
     if (!other->alive) continue;
     tsr_wbuf *wb = sched_out(st, other->peer);
-    tsr_wbuf_begin(wb, "peer_gone", 1);
+    tsr_wbuf_begin(wb, "peer_gone", 2);
     tsr_pack_kv_str(&wb->pk, "address", address);
   }
 }
