@@ -432,6 +432,11 @@ void sched_handle_frame(sched_state *st, const void *identity, size_t id_len, co
   msgctx m = {.st = st, .op = "(frame)"};
   m.p = peer_for(st, identity, id_len, now_ms);
   if (m.p == SCHED_NONE) return;
+  if (len > st->cfg.limits.message_bytes) {
+    reject(&m, tsr_limit_fail(&m.err, "max-message-bytes", "frame bytes", len, st->cfg.limits.message_bytes), "%s",
+           m.err.text);
+    return;
+  }
   tsr_reader rd;
   if (tsr_reader_init(&rd, data, len, &m.err) != 0) {
     reject(&m, TSR_EPROTO, "%s", m.err.text);

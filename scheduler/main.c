@@ -30,6 +30,13 @@ static void usage(FILE *out)
           "  --recompute MODE           auto|never|always: what workers may drop rather than spill (default auto)\n"
           "  --fuse-width N             fuse chains and fan-ins of at most N branches into one task (default 1: chains)\n"
           "  --no-fuse                  never fuse tasks (same as --fuse-width 0)\n"
+          "  --max-message-bytes B      largest control frame a peer may send (default 256MiB)\n"
+          "  --max-graph-tasks N        tasks in one submitted graph (default 20000000)\n"
+          "  --max-key-bytes B          bytes of one task key (default 1024, the protocol's most)\n"
+          "  --max-params-bytes B       bytes of one task's encoded params (default 1MiB)\n"
+          "  --max-workers N            workers connected at once (default 4096)\n"
+          "  --max-clients N            clients connected at once (default 1024)\n"
+          "  --max-client-tasks N       unfinished tasks one client may have submitted (default 50000000)\n"
           "  --config FILE              read settings from FILE (key = value lines; also $TESSERA_CONFIG)\n"
           "  --print-config             print the settings given and where each came from, then exit\n"
           "  --help, --version\n"
@@ -53,6 +60,13 @@ static const tsr_config_key KEYS[] = {
   {"recompute", "TESSERA_RECOMPUTE", NULL, 0},
   {"fuse-width", "TESSERA_FUSE_WIDTH", NULL, 0},
   {"no-fuse", "TESSERA_NO_FUSE", NULL, TSR_CONFIG_SWITCH},
+  {"max-message-bytes", "TESSERA_MAX_MESSAGE_BYTES", NULL, 0},
+  {"max-graph-tasks", "TESSERA_MAX_GRAPH_TASKS", NULL, 0},
+  {"max-key-bytes", "TESSERA_MAX_KEY_BYTES", NULL, 0},
+  {"max-params-bytes", "TESSERA_MAX_PARAMS_BYTES", NULL, 0},
+  {"max-workers", "TESSERA_MAX_WORKERS", NULL, 0},
+  {"max-clients", "TESSERA_MAX_CLIENTS", NULL, 0},
+  {"max-client-tasks", "TESSERA_MAX_CLIENT_TASKS", NULL, 0},
 };
 static const tsr_config_spec SPEC = {"scheduler", KEYS, sizeof KEYS / sizeof KEYS[0]};
 
@@ -89,6 +103,8 @@ static int apply(void *ctx, const char *name, const char *v, tsr_errbuf *err)
     opts->cfg.fuse_width = (uint32_t)n;
   } else if (strcmp(name, "no-fuse") == 0 && strcmp(v, "true") == 0) {
     opts->cfg.fuse_width = 0;
+  } else if (tsr_limits_has(name)) {
+    return tsr_limits_set(&opts->cfg.limits, name, v, err);
   }
   return 0;
 }

@@ -87,6 +87,7 @@ sched_state *sched_state_new(const sched_config *cfg)
   sched_state *st = calloc(1, sizeof *st);
   if (st == NULL) return NULL;
   st->cfg = *cfg;
+  sched_limits_defaults(&st->cfg.limits);
   st->free_head = SCHED_NONE;
   st->op_index = tsr_strmap_new(64);
   st->peer_index = tsr_strmap_new(64);

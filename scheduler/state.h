@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/limits.h"
 #include "util/util.h"
 #include "wire/wire.h"
 
@@ -316,7 +317,11 @@ typedef struct sched_config {
   uint64_t timeout_ms;
   sched_recompute_mode recompute;
   uint32_t fuse_width;        /* --fuse-width (fuse.c); 0: no fusion (--no-fuse) */
+  tsr_limits limits;          /* --max-* (limits.c); a 0 field takes its default */
 } sched_config;
+
+/* Gives every 0 field of limits its default (TSR_LIMITS_DEFAULT; limits.c). */
+void sched_limits_defaults(tsr_limits *limits);
 
 typedef struct sched_state {
   sched_config cfg;
