@@ -419,8 +419,14 @@ uint32_t sched_peer_add(sched_state *st, const void *identity, size_t len, uint6
   uint32_t p = 0;
   while (p < st->npeers_slots && st->peers[p].in_use) p++;
   if (p == st->npeers_slots) {
+    sched_peer *before = st->peers;
     if (sched_grow((void **)&st->peers, &st->cap_peers, p + 1, sizeof *st->peers) != 0) return SCHED_NONE;
     st->npeers_slots++;
+    /* Each peer's packer points at its own sbuffer: when the array moved,
+     * point them at the new place (found by fuzz_sched: a write to an
+     * earlier peer after the 17th connected went to freed memory). */
+    for (uint32_t q = 0; st->peers != before && q < p; q++)
+      if (st->peers[q].in_use) st->peers[q].out.pk.data = &st->peers[q].out.sbuf;
   }
   if (tsr_strmap_put(st->peer_index, identity, len, p) != 0) return SCHED_NONE;
   sched_peer *peer = &st->peers[p];
