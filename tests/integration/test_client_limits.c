@@ -4,7 +4,8 @@
  * client's graph is admitted and completes promptly (within the bound the
  * cap gives: cap x task time / slots, plus a margin); the flooder may
  * submit again once its tasks finish; a client over --max-clients is
- * refused at connect; a bad limit setting stops the scheduler with a
+ * refused at connect; a worker refuses a task whose output would exceed
+ * --max-chunk-bytes; a bad limit setting stops the scheduler with a
  * message naming it. */
 #include <signal.h>
 #include <stdio.h>
@@ -108,6 +109,35 @@ out:
   ASSERT_TRUE(waited >= 0 && waited < BACKLOG_S + 3.0);  /* margin: a loaded CI machine, ASan */
 }
 
+TEST(a_worker_refuses_a_chunk_over_its_limit)
+{
+  static const char *worker_args[] = {"--max-chunk-bytes", "1MiB", NULL};
+  cluster c;
+  ASSERT_OK(cluster_start(&c, 1, 1, NULL, worker_args));
+  tsr_client *client = NULL;
+  tsr_graph *g = NULL;
+  tsr_future *big = NULL, *small = NULL;
+  bool ok = false;
+  char error[1024] = "";
+  if (tsr_client_open(&client, c.address, NULL) != 0 || tsr_graph_new(&g) != 0) goto out;
+  /* 200,000 f64 = 1.6 MB, over 1 MiB: refused before it is allocated */
+  if (add_uniform(g, "big", 200000, 0, 200000, 1) != 0 || tsr_submit(client, &g, &big) != 0) goto out;
+  if (tsr_future_wait(big, 30000) != TSR_ETASK) goto out;
+  snprintf(error, sizeof error, "%s", tsr_future_error(big) ? tsr_future_error(big) : "");
+  fprintf(stderr, "  big: %s\n", error);
+  if (tsr_graph_new(&g) != 0 || add_uniform(g, "small", 1000, 0, 1000, 1) != 0 || tsr_submit(client, &g, &small) != 0)
+    goto out;
+  ok = tsr_future_wait(small, 30000) == 0 && strstr(error, "--max-chunk-bytes") != NULL &&
+       strstr(error, "1600000") != NULL;
+out:
+  tsr_graph_destroy(&g);
+  tsr_future_release(&big);
+  tsr_future_release(&small);
+  tsr_client_close(client);
+  cluster_stop(&c, !ok);
+  ASSERT_TRUE(ok);
+}
+
 TEST(a_bad_limit_stops_the_scheduler_naming_it)
 {
   char out[4096];
@@ -125,6 +155,7 @@ int main(void)
 {
   signal(SIGPIPE, SIG_IGN);
   RUN(flooder_is_refused_and_another_client_completes_promptly);
+  RUN(a_worker_refuses_a_chunk_over_its_limit);
   RUN(a_bad_limit_stops_the_scheduler_naming_it);
   return kit_summary();
 }
