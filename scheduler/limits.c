@@ -72,6 +72,15 @@ int sched_limits_check_graph(const sched_state *st, uint32_t client, uint64_t gr
   return 0;
 }
 
+int sched_limits_check_pending(const sched_state *st, const sched_client *c, size_t len, tsr_errbuf *err)
+{
+  uint64_t kept = 0;
+  for (uint32_t i = 0; i < c->npending; i++) kept += c->pending[i].bytes;
+  if (kept + len <= st->cfg.limits.pending_bytes) return 0;
+  return tsr_limit_fail(err, "max-pending-bytes", "bytes of graph parts kept for this client", kept + len,
+                        st->cfg.limits.pending_bytes);
+}
+
 int sched_limits_check_task(const sched_state *st, size_t key_len, size_t params_len, tsr_errbuf *err)
 {
   const tsr_limits *l = &st->cfg.limits;

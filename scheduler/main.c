@@ -32,6 +32,7 @@ static void usage(FILE *out)
           "  --no-fuse                  never fuse tasks (same as --fuse-width 0)\n"
           "  --max-message-bytes B      largest control frame a peer may send (default 256MiB)\n"
           "  --max-graph-tasks N        tasks in one submitted graph (default 20000000)\n"
+          "  --max-pending-bytes B      parts of graphs a client is still sending, kept (default 8GiB)\n"
           "  --max-key-bytes B          bytes of one task key (default 1024, the protocol's most)\n"
           "  --max-params-bytes B       bytes of one task's encoded params (default 1MiB)\n"
           "  --max-workers N            workers connected at once (default 4096)\n"
@@ -62,6 +63,7 @@ static const tsr_config_key KEYS[] = {
   {"no-fuse", "TESSERA_NO_FUSE", NULL, TSR_CONFIG_SWITCH},
   {"max-message-bytes", "TESSERA_MAX_MESSAGE_BYTES", NULL, 0},
   {"max-graph-tasks", "TESSERA_MAX_GRAPH_TASKS", NULL, 0},
+  {"max-pending-bytes", "TESSERA_MAX_PENDING_BYTES", NULL, 0},
   {"max-key-bytes", "TESSERA_MAX_KEY_BYTES", NULL, 0},
   {"max-params-bytes", "TESSERA_MAX_PARAMS_BYTES", NULL, 0},
   {"max-workers", "TESSERA_MAX_WORKERS", NULL, 0},

@@ -140,6 +140,10 @@ bool sched_limits_refuse_hello(sched_state *st, uint32_t p, const char *role, si
  * or max-client-tasks counting the client's unfinished tasks). */
 int sched_limits_check_graph(const sched_state *st, uint32_t client, uint64_t graph_id, uint64_t ntasks,
                              tsr_errbuf *err);
+/* One more part of len bytes kept for client c (a `submit` with `more`),
+ * counting every graph it has not finished sending: 0 or TSR_ELIMIT
+ * (max-pending-bytes). */
+int sched_limits_check_pending(const sched_state *st, const sched_client *c, size_t len, tsr_errbuf *err);
 /* One task's key and encoded params: 0 or TSR_ELIMIT naming the limit. */
 int sched_limits_check_task(const sched_state *st, size_t key_len, size_t params_len, tsr_errbuf *err);
 

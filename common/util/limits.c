@@ -21,6 +21,7 @@ typedef struct limit_def {
 static const limit_def DEFS[] = {
   {"max-message-bytes", offsetof(tsr_limits, message_bytes), true, 1ull << 31},
   {"max-graph-tasks", offsetof(tsr_limits, graph_tasks), false, UINT32_MAX / 2},
+  {"max-pending-bytes", offsetof(tsr_limits, pending_bytes), true, UINT64_MAX},
   {"max-key-bytes", offsetof(tsr_limits, key_bytes), true, 1024},
   {"max-params-bytes", offsetof(tsr_limits, params_bytes), true, 1ull << 31},
   {"max-workers", offsetof(tsr_limits, workers), false, 65000},
@@ -30,9 +31,9 @@ static const limit_def DEFS[] = {
 };
 #define NDEFS (sizeof DEFS / sizeof DEFS[0])
 
-const char *const TSR_LIMIT_NAMES[] = {"max-message-bytes", "max-graph-tasks", "max-key-bytes",
-                                       "max-params-bytes",  "max-workers",     "max-clients",
-                                       "max-client-tasks",  "max-chunk-bytes", NULL};
+const char *const TSR_LIMIT_NAMES[] = {"max-message-bytes", "max-graph-tasks", "max-pending-bytes",
+                                       "max-key-bytes",     "max-params-bytes", "max-workers",
+                                       "max-clients",       "max-client-tasks", "max-chunk-bytes", NULL};
 
 static const limit_def *find(const char *name)
 {

@@ -8,6 +8,7 @@
  *   setting              bounds                                      checked by
  *   max-message-bytes    one control frame                           scheduler (ZMQ_MAXMSGSIZE, then each frame)
  *   max-graph-tasks      tasks of one submitted graph (all parts)    scheduler, before decoding the tasks
+ *   max-pending-bytes    parts a client sent before their last one   scheduler, before keeping a part
  *   max-key-bytes        one task key                                scheduler, per task
  *   max-params-bytes     one task's params map, encoded              scheduler, per task
  *   max-workers          workers connected at once                   scheduler, at hello
@@ -29,6 +30,7 @@
 typedef struct tsr_limits {
   uint64_t message_bytes;
   uint64_t graph_tasks;
+  uint64_t pending_bytes;
   uint64_t key_bytes;
   uint64_t params_bytes;
   uint64_t workers;
@@ -42,7 +44,7 @@ typedef struct tsr_limits {
  * without bound. */
 #define TSR_LIMITS_DEFAULT                                                                          \
   {                                                                                                 \
-    .message_bytes = 256ull << 20, .graph_tasks = 20000000, .key_bytes = 1024, .params_bytes = 1u << 20, \
+    .message_bytes = 256ull << 20, .graph_tasks = 20000000, .pending_bytes = 8ull << 30, .key_bytes = 1024, .params_bytes = 1u << 20, \
     .workers = 4096, .clients = 1024, .client_tasks = 50000000, .chunk_bytes = 64ull << 30,       \
   }
 

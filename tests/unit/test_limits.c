@@ -69,6 +69,26 @@ static void submit(sched_state *st, const char *client, uint64_t graph, int n, c
   feed(st, client, &wb);
 }
 
+/* One part (`more`: true) of graph, of n tasks "<prefix><i>". */
+static void submit_part(sched_state *st, const char *client, uint64_t graph, int n, const char *prefix)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "submit", 4);
+  tsr_pack_kv_uint(&wb.pk, "graph", graph);
+  tsr_pack_kv_bool(&wb.pk, "more", true);
+  tsr_pack_str(&wb.pk, "tasks");
+  msgpack_pack_array(&wb.pk, (size_t)n);
+  for (int i = 0; i < n; i++) {
+    char key[64];
+    snprintf(key, sizeof key, "%s%d", prefix, i);
+    msgpack_pack_map(&wb.pk, 2);
+    tsr_pack_kv_str(&wb.pk, "key", key);
+    tsr_pack_kv_str(&wb.pk, "op", "x");
+  }
+  feed(st, client, &wb);
+}
+
 static sched_state *limited(tsr_limits limits)
 {
   sched_config cfg = {.recompute = SCHED_RECOMPUTE_AUTO, .limits = limits};
@@ -155,6 +175,27 @@ TEST(a_flooding_client_is_refused_and_others_are_not)
   sched_state_destroy(&st);
 }
 
+TEST(parts_kept_over_all_pending_graphs_are_bounded)
+{
+  sched_state *st = limited((tsr_limits){.pending_bytes = 1000});
+  add_client(st, "c");
+  char text[TSR_MAX_TEXT_LEN];
+  /* 10 tasks a part: about 200 bytes; graphs never finished */
+  for (int g = 1; g <= 4; g++) submit_part(st, "c", (uint64_t)g, 10, "p");
+  ASSERT_TRUE(!last_reply(st, "c", "submit_error", text, sizeof text));
+  sched_client *c = &st->clients[peer_index(st, "c")];
+  ASSERT_EQ(c->npending, 4);
+  for (int g = 5; g <= 8; g++) submit_part(st, "c", (uint64_t)g, 10, "p");
+  ASSERT_TRUE(last_reply(st, "c", "submit_error", text, sizeof text));
+  ASSERT_CONTAINS(text, "bytes of graph parts kept for this client");
+  ASSERT_CONTAINS(text, "over the limit of 1000 (--max-pending-bytes, TESSERA_MAX_PENDING_BYTES)");
+  ASSERT_TRUE(c->npending >= 4 && c->npending < 8);  /* some of the last four refused */
+  size_t kept = 0;
+  for (uint32_t i = 0; i < c->npending; i++) kept += c->pending[i].bytes;
+  ASSERT_TRUE(kept <= 1000);
+  sched_state_destroy(&st);
+}
+
 TEST(workers_and_clients_over_the_limit_are_refused_at_hello)
 {
   sched_state *st = limited((tsr_limits){.workers = 2, .clients = 1});
@@ -204,6 +245,7 @@ int main(void)
   RUN(settings_parse_and_name_themselves);
   RUN(graph_tasks_key_and_params_are_refused_naming_the_limit);
   RUN(a_flooding_client_is_refused_and_others_are_not);
+  RUN(parts_kept_over_all_pending_graphs_are_bounded);
   RUN(workers_and_clients_over_the_limit_are_refused_at_hello);
   RUN(a_frame_over_the_message_limit_is_refused_unread);
   return kit_summary();
