@@ -1,9 +1,9 @@
-/* tests/fuzz/fuzz_seeds.c — writes the seed corpora of the wire and sched
- * targets: valid frames of docs/protocol.md built with tsr_wbuf, so the
- * fuzzer starts from messages that reach every handler. Run by
- * tests/fuzz/seeds.sh; its output is committed under corpus/.
+/* tests/fuzz/fuzz_seeds.c — writes the seed corpora of the wire, sched and
+ * compute targets: valid frames of docs/protocol.md built with tsr_wbuf,
+ * so the fuzzer starts from messages that reach every handler. Run as
+ * docs/fuzzing.md says; its output is committed under corpus/.
  *
- *   fuzz_seeds DIR   writes DIR/wire/<name> and DIR/sched/<name> */
+ *   fuzz_seeds DIR   writes DIR/wire/<name>, DIR/sched/<name>, DIR/compute/<name> */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,6 +205,111 @@ static void sched_seeds(tsr_wbuf *wb)
   put("sched", "second_client", s.buf, s.len);
 }
 
+/* A compute of a creation op (no inputs) with params packed by fill. */
+static void put_compute(tsr_wbuf *wb, const char *name, const char *op, void (*fill)(msgpack_packer *pk))
+{
+  tsr_wbuf_begin(wb, "compute", 7);
+  tsr_pack_kv_uint(&wb->pk, "id", 1);
+  tsr_pack_kv_str(&wb->pk, "key", name);
+  tsr_pack_kv_str(&wb->pk, "task_op", op);
+  tsr_pack_str(&wb->pk, "params");
+  fill(&wb->pk);
+  tsr_pack_str(&wb->pk, "inputs");
+  msgpack_pack_array(&wb->pk, 0);
+  tsr_pack_kv_int(&wb->pk, "priority", 0);
+  tsr_pack_kv_bool(&wb->pk, "recompute", true);
+  put_wb("compute", name, wb);
+}
+
+static void p_uniform(msgpack_packer *pk)
+{
+  msgpack_pack_map(pk, 4);
+  tsr_pack_kv_int(pk, "seed", 1);
+  pack_shape(pk, 100, 50);
+  tsr_pack_kv_str(pk, "dtype", "f32");
+  tsr_pack_str(pk, "global_shape");
+  msgpack_pack_array(pk, 2);
+  msgpack_pack_int64(pk, 1000);
+  msgpack_pack_int64(pk, 50);
+}
+
+static void p_randint(msgpack_packer *pk)
+{
+  msgpack_pack_map(pk, 5);
+  tsr_pack_kv_int(pk, "seed", 3);
+  pack_shape(pk, 8, 8);
+  tsr_pack_kv_int(pk, "low", 0);
+  tsr_pack_kv_int(pk, "high", 4);
+  tsr_pack_kv_str(pk, "dtype", "u8");
+}
+
+static void p_full(msgpack_packer *pk)
+{
+  msgpack_pack_map(pk, 3);
+  pack_shape(pk, 3, 3);
+  tsr_pack_kv_str(pk, "dtype", "f64");
+  tsr_pack_kv_float(pk, "value", 2.5);
+}
+
+static void p_bed(msgpack_packer *pk)
+{
+  msgpack_pack_map(pk, 7);
+  tsr_pack_kv_str(pk, "path", "/nonexistent.bed");
+  tsr_pack_kv_int(pk, "n_samples", 10);
+  tsr_pack_kv_int(pk, "n_variants", 10);
+  tsr_pack_kv_int(pk, "row0", 0);
+  tsr_pack_kv_int(pk, "rows", 10);
+  tsr_pack_kv_int(pk, "col0", 0);
+  tsr_pack_kv_int(pk, "cols", 10);
+}
+
+static void p_counts(msgpack_packer *pk)
+{
+  msgpack_pack_map(pk, 6);
+  tsr_pack_kv_int(pk, "seed", 5);
+  tsr_pack_kv_int(pk, "rows", 100);
+  tsr_pack_kv_int(pk, "row0", 0);
+  tsr_pack_kv_int(pk, "types", 3);
+  tsr_pack_kv_int(pk, "genes", 50);
+  tsr_pack_kv_float(pk, "density", 0.1);
+}
+
+/* A fused task: full -> scale, the parts as the scheduler packs them. */
+static void p_fused(msgpack_packer *pk)
+{
+  msgpack_pack_map(pk, 1);
+  tsr_pack_str(pk, "parts");
+  msgpack_pack_array(pk, 2);
+  msgpack_pack_map(pk, 4);
+  tsr_pack_kv_str(pk, "key", "f0");
+  tsr_pack_kv_str(pk, "op", "full");
+  tsr_pack_str(pk, "params");
+  p_full(pk);
+  tsr_pack_str(pk, "inputs");
+  msgpack_pack_array(pk, 0);
+  msgpack_pack_map(pk, 4);
+  tsr_pack_kv_str(pk, "key", "fused");  /* the last part is the task itself */
+  tsr_pack_kv_str(pk, "op", "scale");
+  tsr_pack_str(pk, "params");
+  msgpack_pack_map(pk, 1);
+  tsr_pack_kv_float(pk, "factor", 2.0);
+  tsr_pack_str(pk, "inputs");
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_uint32(pk, 0);
+}
+
+static void compute_seeds(tsr_wbuf *wb)
+{
+  put_compute(wb, "random_uniform", "random_uniform", p_uniform);
+  put_compute(wb, "randint", "randint", p_randint);
+  put_compute(wb, "full", "full", p_full);
+  put_compute(wb, "read_bed", "read_bed", p_bed);
+  put_compute(wb, "counts_synth", "counts_synth", p_counts);
+  put_compute(wb, "fused", "fused", p_fused);
+  compute(wb);
+  put_wb("compute", "add_with_input", wb);
+}
+
 int main(int argc, char **argv)
 {
   if (argc != 2) {
@@ -216,6 +321,7 @@ int main(int argc, char **argv)
   tsr_wbuf_init(&wb);
   wire_seeds(&wb);
   sched_seeds(&wb);
+  compute_seeds(&wb);
   tsr_wbuf_free(&wb);
   return 0;
 }
