@@ -19,7 +19,9 @@ int tsr_wtask_check_chunk_limit(const tsr_wtask *task, uint64_t max_chunk_bytes,
       snprintf(what, sizeof what, "input '%.200s' bytes", task->inputs[i].key);
       return tsr_limit_fail(err, "max-chunk-bytes", what, task->inputs[i].nbytes, max_chunk_bytes);
     }
-  if (task->op == NULL || task->n_inputs > 0 || task->op->infer == NULL) return 0;
+  /* only an op that takes no inputs may be inferred without them (fuzz_compute:
+   * a `clip` sent without inputs made its infer read in[0] of NULL) */
+  if (task->op == NULL || task->n_inputs > 0 || task->op->min_inputs > 0 || task->op->infer == NULL) return 0;
   tsr_meta out;
   tsr_errbuf ignored;
   /* a params error is reported by the run itself, with its own message */

@@ -7,7 +7,9 @@
  * outbound packer points at its own buffer inside st->peers; when the
  * 17th peer made the array grow, earlier peers' packers still pointed at
  * the freed block, so the next message to any of them was written into
- * freed memory (and lost). */
+ * freed memory (and lost).
+ * (The worker's regressions are in test_fuzz_regressions_worker.c: the
+ * scheduler's sched.h would shadow the system's for the worker headers.) */
 #define _GNU_SOURCE  /* memmem */
 #include <dirent.h>
 #include <string.h>
