@@ -222,11 +222,12 @@ static void drop_pending(sched_client *c, sched_pending *pd)
   *pd = c->pending[--c->npending];
 }
 
-#define SCHED_MAX_PENDING_BYTES (8ull << 30)
-
 /* A part with `more`: kept as bytes until the last part arrives. */
 static int keep_part(msgctx *m, sched_client *c, uint64_t graph)
 {
+  /* before anything is kept: over all the graphs this client is sending */
+  int rc = sched_limits_check_pending(m->st, c, m->raw_len, &m->err);
+  if (rc != 0) return rc;
   sched_pending *pd = find_pending(c, graph);
   if (pd == NULL) {
     if (sched_grow((void **)&c->pending, &c->cap_pending, c->npending + 1, sizeof *c->pending) != 0)
@@ -235,9 +236,6 @@ static int keep_part(msgctx *m, sched_client *c, uint64_t graph)
     memset(pd, 0, sizeof *pd);
     pd->graph_id = graph;
   }
-  if (pd->bytes + m->raw_len > SCHED_MAX_PENDING_BYTES)
-    return tsr_fail(&m->err, TSR_ELIMIT, "graph %llu exceeds %llu bytes over its parts", (unsigned long long)graph,
-                    SCHED_MAX_PENDING_BYTES);
   char *copy = malloc(m->raw_len ? m->raw_len : 1);
   if (copy == NULL || sched_grow((void **)&pd->parts, &pd->cap, pd->nparts + 1, sizeof *pd->parts) != 0) {
     free(copy);
@@ -436,6 +434,11 @@ void sched_handle_frame(sched_state *st, const void *identity, size_t id_len, co
   msgctx m = {.st = st, .op = "(frame)"};
   m.p = peer_for(st, identity, id_len, now_ms);
   if (m.p == SCHED_NONE) return;
+  if (len > st->cfg.limits.message_bytes) {
+    reject(&m, tsr_limit_fail(&m.err, "max-message-bytes", "frame bytes", len, st->cfg.limits.message_bytes), "%s",
+           m.err.text);
+    return;
+  }
   tsr_reader rd;
   if (tsr_reader_init(&rd, data, len, &m.err) != 0) {
     reject(&m, TSR_EPROTO, "%s", m.err.text);

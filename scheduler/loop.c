@@ -113,6 +113,12 @@ static int open_socket(void *ctx, const sched_loop_opts *opts, void **sock_p, ts
     return TSR_ECONN;
   }
   tsr_net_socket_defaults(sock);
+  /* --max-message-bytes before ZeroMQ allocates a frame: a peer sending a
+   * larger one is disconnected (limits.c checks each frame again) */
+  tsr_limits limits = opts->cfg.limits;
+  sched_limits_defaults(&limits);
+  int64_t maxsize = (int64_t)limits.message_bytes;
+  zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
   int mandatory = 0;  /* a departed peer's messages are dropped, never block */
   zmq_setsockopt(sock, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof mandatory);
   if (sched_security_open(ctx, sock, opts, zap_p) != 0) {

@@ -38,6 +38,14 @@ static void usage(FILE *out)
           "  --journal DIR              keep a write-ahead journal in DIR; a restart replays it (docs/journal.md)\n"
           "  --journal-fsync MODE       always|never: fdatasync the journal before replies (default always)\n"
           "  --journal-grace DUR        after a restart, keep a client's graphs this long for it (default 60s)\n"
+          "  --max-message-bytes B      largest control frame a peer may send (default 256MiB)\n"
+          "  --max-graph-tasks N        tasks in one submitted graph (default 20000000)\n"
+          "  --max-pending-bytes B      parts of graphs a client is still sending, kept (default 8GiB)\n"
+          "  --max-key-bytes B          bytes of one task key (default 1024, the protocol's most)\n"
+          "  --max-params-bytes B       bytes of one task's encoded params (default 1MiB)\n"
+          "  --max-workers N            workers connected at once (default 4096)\n"
+          "  --max-clients N            clients connected at once (default 1024)\n"
+          "  --max-client-tasks N       unfinished tasks one client may have submitted (default 50000000)\n"
           "  --config FILE              read settings from FILE (key = value lines; also $TESSERA_CONFIG)\n"
           "  --print-config             print the settings given and where each came from, then exit\n"
           "  --help, --version\n"
@@ -66,6 +74,14 @@ static const tsr_config_key KEYS[] = {
   {"journal", "TESSERA_JOURNAL", NULL, 0},
   {"journal-fsync", "TESSERA_JOURNAL_FSYNC", NULL, 0},
   {"journal-grace", "TESSERA_JOURNAL_GRACE", NULL, 0},
+  {"max-message-bytes", "TESSERA_MAX_MESSAGE_BYTES", NULL, 0},
+  {"max-graph-tasks", "TESSERA_MAX_GRAPH_TASKS", NULL, 0},
+  {"max-pending-bytes", "TESSERA_MAX_PENDING_BYTES", NULL, 0},
+  {"max-key-bytes", "TESSERA_MAX_KEY_BYTES", NULL, 0},
+  {"max-params-bytes", "TESSERA_MAX_PARAMS_BYTES", NULL, 0},
+  {"max-workers", "TESSERA_MAX_WORKERS", NULL, 0},
+  {"max-clients", "TESSERA_MAX_CLIENTS", NULL, 0},
+  {"max-client-tasks", "TESSERA_MAX_CLIENT_TASKS", NULL, 0},
 };
 static const tsr_config_spec SPEC = {"scheduler", KEYS, sizeof KEYS / sizeof KEYS[0]};
 
@@ -113,6 +129,8 @@ static int apply(void *ctx, const char *name, const char *v, tsr_errbuf *err)
     return parse_duration(v, &opts->journal_grace_ms, err);
   } else if (strcmp(name, "no-fuse") == 0 && strcmp(v, "true") == 0) {
     opts->cfg.fuse_width = 0;
+  } else if (tsr_limits_has(name)) {
+    return tsr_limits_set(&opts->cfg.limits, name, v, err);
   }
   return 0;
 }

@@ -319,6 +319,7 @@ void sched_peer_hello(sched_state *st, uint32_t p, const msgpack_object *map)
     return;
   }
   if (rc == 0) rc = tsr_wire_str(map, "role", 16, &role, &rlen, &err);
+  if (rc == 0 && sched_limits_refuse_hello(st, p, role, rlen)) return;
   if (rc == 0 && rlen == 6 && memcmp(role, "worker", 6) == 0) hello_worker(st, p, map);
   else if (rc == 0 && rlen == 6 && memcmp(role, "client", 6) == 0) hello_client(st, p, map);
   else {

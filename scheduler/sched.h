@@ -138,6 +138,22 @@ int sched_graph_add(sched_state *st, uint32_t client, uint64_t graph_id, const s
                     const sched_strref *wants, uint32_t nwants, tsr_errbuf *err);
 /* Decodes the `tasks` arrays of the given submit message maps into specs
  * and calls sched_graph_add. Same returns. */
+/* ---------- limits.c: the --max-* limits on what peers send (docs/limits.md) ---------- */
+/* A hello of role (not NUL-terminated) from peer p over max-workers or
+ * max-clients: answers the peer with an `error` naming the limit, logs
+ * it and returns true; false when the peer may register. */
+bool sched_limits_refuse_hello(sched_state *st, uint32_t p, const char *role, size_t role_len);
+/* A graph of ntasks more for client: 0, or TSR_ELIMIT (max-graph-tasks,
+ * or max-client-tasks counting the client's unfinished tasks). */
+int sched_limits_check_graph(const sched_state *st, uint32_t client, uint64_t graph_id, uint64_t ntasks,
+                             tsr_errbuf *err);
+/* One more part of len bytes kept for client c (a `submit` with `more`),
+ * counting every graph it has not finished sending: 0 or TSR_ELIMIT
+ * (max-pending-bytes). */
+int sched_limits_check_pending(const sched_state *st, const sched_client *c, size_t len, tsr_errbuf *err);
+/* One task's key and encoded params: 0 or TSR_ELIMIT naming the limit. */
+int sched_limits_check_task(const sched_state *st, size_t key_len, size_t params_len, tsr_errbuf *err);
+
 int sched_submit_maps(sched_state *st, uint32_t client, uint64_t graph_id, const msgpack_object *const *maps,
                       uint32_t nmaps, tsr_errbuf *err);
 

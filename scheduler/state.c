@@ -87,6 +87,7 @@ sched_state *sched_state_new(const sched_config *cfg)
   sched_state *st = calloc(1, sizeof *st);
   if (st == NULL) return NULL;
   st->cfg = *cfg;
+  sched_limits_defaults(&st->cfg.limits);
   st->free_head = SCHED_NONE;
   st->op_index = tsr_strmap_new(64);
   st->peer_index = tsr_strmap_new(64);
@@ -420,12 +421,14 @@ uint32_t sched_peer_add(sched_state *st, const void *identity, size_t len, uint6
   uint32_t p = 0;
   while (p < st->npeers_slots && st->peers[p].in_use) p++;
   if (p == st->npeers_slots) {
+    sched_peer *before = st->peers;
     if (sched_grow((void **)&st->peers, &st->cap_peers, p + 1, sizeof *st->peers) != 0) return SCHED_NONE;
     st->npeers_slots++;
-    /* An outbox's packer points at its own buffer inside the array: after
-     * the array moved, re-aim every one (else the next message queued for
-     * a peer is written through freed memory: seen with 100 workers). */
-    for (uint32_t q = 0; q < p; q++)
+    /* Each peer's packer points at its own sbuffer: when the array moved,
+     * point them at the new place (found by fuzz_sched after the 17th peer,
+     * and by bench/scale with 100 workers: writes to earlier peers went to
+     * freed memory). */
+    for (uint32_t q = 0; st->peers != before && q < p; q++)
       if (st->peers[q].in_use) st->peers[q].out.pk.data = &st->peers[q].out.sbuf;
   }
   if (tsr_strmap_put(st->peer_index, identity, len, p) != 0) return SCHED_NONE;

@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/limits.h"
 #include "util/util.h"
 #include "wire/wire.h"
 
@@ -319,7 +320,11 @@ typedef struct sched_config {
   sched_recompute_mode recompute;
   uint32_t fuse_width;        /* --fuse-width (fuse.c); 0: no fusion (--no-fuse) */
   bool curve;                 /* CURVE on: workers are told whom to admit (security.c) */
+  tsr_limits limits;          /* --max-* (limits.c); a 0 field takes its default */
 } sched_config;
+
+/* Gives every 0 field of limits its default (TSR_LIMITS_DEFAULT; limits.c). */
+void sched_limits_defaults(tsr_limits *limits);
 
 typedef struct sched_state {
   sched_config cfg;

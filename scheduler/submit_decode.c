@@ -79,6 +79,9 @@ static int decode_task(decode *d, const msgpack_object *obj, uint32_t index)
     if (msgpack_pack_object(&d->pk, *params) != 0) return tsr_fail(d->err, TSR_ENOMEM, "out of memory");
     s->params_len = (uint32_t)(d->st->scratch.size - before);
   }
+  if (sched_limits_check_task(d->st, s->key.len, s->params_len, &inner) != 0)
+    return tsr_fail(d->err, TSR_ELIMIT, "task %u ('%.*s'): %s", index, (int)(s->key.len > 64 ? 64 : s->key.len), s->key.s,
+                    inner.text);
   d->nspecs++;
   return 0;
 }
@@ -131,6 +134,7 @@ int sched_submit_maps(sched_state *st, uint32_t client, uint64_t graph_id, const
   uint64_t ntasks = 0, nrefs = 0;
   bool wants_given = false;
   int rc = count_parts(maps, nmaps, &ntasks, &nrefs, &wants_given, err);
+  if (rc == 0) rc = sched_limits_check_graph(st, client, graph_id, ntasks, err);
   if (rc != 0) return rc;
   decode d = {.st = st, .err = err};
   d.specs = malloc((size_t)(ntasks ? ntasks : 1) * sizeof *d.specs);

@@ -12,6 +12,7 @@
 #include "plugins.h"
 #include "config/config.h"
 #include "net/curve.h"
+#include "util/limits.h"
 #include "gpu.h"
 #include "kernels.h"
 #include "worker.h"
@@ -44,6 +45,7 @@ static void usage(FILE *out)
           "                             TESSERA_SCHEDULER); a scheduler not up yet is waited for\n"
           "  --threads N                executor threads (default: number of CPUs)\n"
           "  --memory-limit BYTES       memory limit, e.g. 4GiB (default 0 = none); chunks spill to disk above it\n"
+          "  --max-chunk-bytes BYTES    refuse a task whose input or created output is larger (default 64GiB)\n"
           "  --memory-target F          evict chunks when they hold more than F of the limit (default 0.6)\n"
           "  --memory-spill F           evict chunks when the process RSS exceeds F of the limit (default 0.7)\n"
           "  --memory-pause F           take no new tasks while chunks in memory exceed F of the limit (default 0.8)\n"
@@ -97,6 +99,7 @@ static const tsr_config_key KEYS[] = {
   {"name", "TESSERA_NAME", NULL, 0},
   {"threads", "TESSERA_THREADS", NULL, 0},
   {"memory-limit", "TESSERA_MEMORY_LIMIT", NULL, 0},
+  {"max-chunk-bytes", "TESSERA_MAX_CHUNK_BYTES", NULL, 0},
   {"memory-target", "TESSERA_MEMORY_TARGET", NULL, 0},
   {"memory-spill", "TESSERA_MEMORY_SPILL", NULL, 0},
   {"memory-pause", "TESSERA_MEMORY_PAUSE", NULL, 0},
@@ -194,6 +197,12 @@ static int apply_core(tsr_worker_opts *o, const char *name, const char *v, tsr_e
     return 0;
   }
   if (strcmp(name, "memory-limit") == 0) return parse_size(v, &o->memory_limit, err);
+  if (strcmp(name, "max-chunk-bytes") == 0) {
+    tsr_limits limits = TSR_LIMITS_DEFAULT;
+    int rc = tsr_limits_set(&limits, name, v, err);
+    if (rc == 0) o->max_chunk_bytes = limits.chunk_bytes;
+    return rc;
+  }
   if (strcmp(name, "device-memory-limit") == 0) return parse_size(v, &o->device_memory_limit, err);
   if (strcmp(name, "pinned-memory-limit") == 0) return parse_size(v, &o->pinned_memory_limit, err);
   if (strcmp(name, "log-level") == 0) {

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "util/limits.h"
 #include "worker_int.h"
 
 #define RETRY_PAUSE_MS 1000
@@ -274,6 +275,13 @@ static void on_compute(tsr_worker *w, const msgpack_object *map)
     snprintf(message, sizeof message, "unknown op '%s' on worker %s", task->op_name, w->opts.name);
     TSR_WARN("task %s: %s", task->key, message);
     tsr_report_task_erred(w, task->id, task->key, message);
+    tsr_wtask_free(&task);
+    return;
+  }
+  tsr_limits limits = TSR_LIMITS_DEFAULT;
+  if (tsr_wtask_check_chunk_limit(task, w->opts.max_chunk_bytes ? w->opts.max_chunk_bytes : limits.chunk_bytes, &err) != 0) {
+    TSR_WARN("task %s: %s", task->key, err.text);
+    tsr_report_task_erred(w, task->id, task->key, err.text);
     tsr_wtask_free(&task);
     return;
   }

@@ -79,6 +79,10 @@ int tsr_wtask_decode(const msgpack_object *map, tsr_wtask **task_p, tsr_errbuf *
 int tsr_wtask_ident(const msgpack_object *map, uint64_t *id_p, char key_buf[TSR_MAX_KEY_LEN + 1]);
 /* Marks the task erred with a formatted message (replacing any before). */
 void tsr_wtask_erred(tsr_wtask *task, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* --max-chunk-bytes (chunk_limit.c): 0, or TSR_ELIMIT naming the limit when
+ * an input's announced size or an input-less op's inferred output exceeds
+ * max_chunk_bytes. */
+int tsr_wtask_check_chunk_limit(const tsr_wtask *task, uint64_t max_chunk_bytes, tsr_errbuf *err);
 /* Frees a task; NULL and *NULL are no-ops. */
 void tsr_wtask_free(tsr_wtask **task_p);
 

@@ -24,6 +24,7 @@ typedef struct tsr_worker_opts {
                                               bound port; "" = the bound address */
   int threads;                          /* executor threads, >= 1 */
   uint64_t memory_limit;                /* bytes, 0 = none */
+  uint64_t max_chunk_bytes;             /* --max-chunk-bytes; 0 = the default (util/limits.h) */
   uint64_t heartbeat_interval_ms;
   uint64_t heartbeat_timeout_ms;
   int fetch_timeout_ms;
