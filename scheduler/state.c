@@ -420,6 +420,11 @@ uint32_t sched_peer_add(sched_state *st, const void *identity, size_t len, uint6
   if (p == st->npeers_slots) {
     if (sched_grow((void **)&st->peers, &st->cap_peers, p + 1, sizeof *st->peers) != 0) return SCHED_NONE;
     st->npeers_slots++;
+    /* An outbox's packer points at its own buffer inside the array: after
+     * the array moved, re-aim every one (else the next message queued for
+     * a peer is written through freed memory: seen with 100 workers). */
+    for (uint32_t q = 0; q < p; q++)
+      if (st->peers[q].in_use) st->peers[q].out.pk.data = &st->peers[q].out.sbuf;
   }
   if (tsr_strmap_put(st->peer_index, identity, len, p) != 0) return SCHED_NONE;
   sched_peer *peer = &st->peers[p];
