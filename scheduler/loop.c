@@ -54,19 +54,13 @@ static void send_outbox(void *sock, sched_peer *peer)
   }
 }
 
-/* Workers first: their `compute` is on the critical path of every task,
- * while a client's `submitted` only unblocks its caller, which then waits
- * for the result anyway; on a machine with fewer cores than busy threads
- * the first frame out gets the CPU first. */
 static void flush(void *sock, sched_state *st)
 {
-  for (int pass = 0; pass < 2; pass++) {
-    for (uint32_t i = 0; i < st->ndirty; i++) {
-      sched_peer *peer = &st->peers[st->dirty[i]];
-      if (!peer->in_use || !peer->dirty || (pass == 0) != (peer->role == PEER_WORKER)) continue;
-      peer->dirty = false;
-      if (peer->out.sbuf.size > 0) send_outbox(sock, peer);
-    }
+  for (uint32_t i = 0; i < st->ndirty; i++) {
+    sched_peer *peer = &st->peers[st->dirty[i]];
+    if (!peer->in_use || !peer->dirty) continue;
+    peer->dirty = false;
+    if (peer->out.sbuf.size > 0) send_outbox(sock, peer);
   }
   st->ndirty = 0;
 }
