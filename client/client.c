@@ -169,7 +169,7 @@ static tsr_client *client_alloc(const tsr_client_opts *opts)
     snprintf(c->name, sizeof c->name, "%s", opts->name);
   else
     snprintf(c->name, sizeof c->name, "client-%d", (int)getpid());
-  c->keys = tsr_strmap_new(1024);
+  c->keys = tsr_strmap_new_borrowed(1024);   /* borrows each entry's key */
   if (c->keys == NULL) {
     client_free(c);
     return NULL;

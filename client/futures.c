@@ -25,7 +25,7 @@ static void future_free(tsr_future *f)
  * when the session is up. Caller holds mu. */
 static void future_drop_keys_locked(tsr_client *c, tsr_future *f, bool tell_scheduler)
 {
-  char **wire = NULL;
+  key_entry **wire = NULL;
   size_t n_wire = 0, cap_wire = 0;
   bool tell = tell_scheduler && c->state == CONN_UP && f->epoch == c->epoch;
   for (size_t i = 0; i < f->n; i++)
@@ -53,37 +53,79 @@ static int new_future(const tsr_graph *graph, tsr_future **f_p, const char ***wa
   return 0;
 }
 
-/* Registers the future's keys and the pending reply, queues the parts and
- * waits for the verdict. Caller holds mu. */
-static int submit_locked(tsr_client *c, tsr_future *f, const char **wants, uint64_t graph_id, out_frame *parts)
+/* Wanted keys registered per hold of mu: the I/O thread, which needs mu
+ * to take the outbox, keeps sending the parts meanwhile. */
+#define SUBMIT_ACQUIRE_SLICE 8192
+
+/* Encodes part k outside the lock and queues it, unless the verdict came
+ * already (a rejected part, a lost session): then its error. */
+static int send_part(tsr_client *c, pending_submit *p, const tsr_graph *g, uint64_t graph_id, size_t k,
+                     const char **wants, size_t n_wants)
 {
-  size_t n = f->n;
-  f->n = 0;
-  for (size_t i = 0; i < n; i++) {
+  out_frame *part = graph_encode_part(g, graph_id, k, wants, n_wants);
+  if (part == NULL) return client_fail(TSR_ENOMEM, "tsr_submit: out of memory encoding the graph");
+  pthread_mutex_lock(&c->mu);
+  bool done = p->done;
+  if (!done) client_enqueue_locked(c, part);
+  pthread_mutex_unlock(&c->mu);
+  if (!done) return 0;
+  client_free_chain(part);
+  return client_fail(p->rc ? p->rc : TSR_EPROTO, "%s", p->message[0] ? p->message : "submit rejected");
+}
+
+/* Registers wants[first, end) as the future's keys f->entries[first..]. */
+static int acquire_slice(tsr_client *c, tsr_future *f, const char **wants, size_t first, size_t end)
+{
+  int rc = 0;
+  pthread_mutex_lock(&c->mu);
+  for (size_t i = first; i < end && rc == 0; i++) {
     f->entries[i] = keys_acquire_locked(c, wants[i]);
-    if (f->entries[i] == NULL) {
-      future_drop_keys_locked(c, f, false);
-      client_free_chain(parts);
-      return client_fail(TSR_ENOMEM, "tsr_submit: out of memory");
-    }
-    f->n = i + 1;
+    if (f->entries[i] == NULL) rc = client_fail(TSR_ENOMEM, "tsr_submit: out of memory");
+    else f->n = i + 1;
   }
-  f->epoch = c->epoch;
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+/* The submission itself, pipelined: parts leave as they are encoded (the
+ * scheduler receives part k while part k+1 is encoded), then the wanted
+ * keys are registered and only then the last part goes, so no key_done
+ * can arrive before its key is known; then waits for the verdict. On
+ * failure the future holds no key. */
+static int submit_parts(tsr_client *c, tsr_future *f, const tsr_graph *g, const char **wants, uint64_t graph_id)
+{
+  size_t n = f->n, nparts = graph_nparts(g);
   pending_submit p = {.graph = graph_id};
-  p.next = c->submits;
-  c->submits = &p;
-  client_enqueue_locked(c, parts);
-  while (!p.done) client_wait_until(c, 0);
+  f->n = 0;
+  pthread_mutex_lock(&c->mu);
+  int rc = client_check_up_locked(c);
+  if (rc == 0) {
+    f->epoch = c->epoch;
+    p.next = c->submits;
+    c->submits = &p;
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (rc != 0) return rc;
+  pthread_mutex_lock(&c->mu);
+  tsr_strmap_reserve(c->keys, n);   /* best effort: puts grow the map anyway */
+  pthread_mutex_unlock(&c->mu);
+  for (size_t k = 0; rc == 0 && k + 1 < nparts; k++) rc = send_part(c, &p, g, graph_id, k, wants, n);
+  for (size_t i = 0; rc == 0 && i < n; i += SUBMIT_ACQUIRE_SLICE)
+    rc = acquire_slice(c, f, wants, i, n - i < SUBMIT_ACQUIRE_SLICE ? n : i + SUBMIT_ACQUIRE_SLICE);
+  if (rc == 0) rc = send_part(c, &p, g, graph_id, nparts - 1, wants, n);
+  pthread_mutex_lock(&c->mu);
+  while (rc == 0 && !p.done) client_wait_until(c, 0);
   pending_submit **pp = &c->submits;
   while (*pp != &p) pp = &(*pp)->next;
   *pp = p.next;
-  if (p.rc != 0) {
-    future_drop_keys_locked(c, f, false);
-    return client_fail(p.rc, "%s", p.message[0] ? p.message : tsr_strerror(p.rc));
-  }
-  client_log(c, TSR_LOG_DEBUG, "graph %llu accepted: %llu new tasks, %zu wanted keys", (unsigned long long)graph_id,
-             (unsigned long long)p.tasks, f->n);
-  return 0;
+  if (rc == 0 && p.rc != 0) rc = client_fail(p.rc, "%s", p.message[0] ? p.message : tsr_strerror(p.rc));
+  if (rc != 0) future_drop_keys_locked(c, f, false);
+  else
+    client_log(c, TSR_LOG_DEBUG, "graph %llu accepted: %llu new tasks, %zu wanted keys", (unsigned long long)graph_id,
+               (unsigned long long)p.tasks, f->n);
+  if (rc == 0) c->handles++;
+  pthread_mutex_unlock(&c->mu);
+  return rc;
 }
 
 TSR_API int tsr_submit(tsr_client *client, tsr_graph **graph_p, tsr_future **future_p)
@@ -102,21 +144,9 @@ TSR_API int tsr_submit(tsr_client *client, tsr_graph **graph_p, tsr_future **fut
     return client_fail(TSR_EINVAL, "tsr_submit: the graph is empty and wants no key");
   }
   pthread_mutex_lock(&client->mu);
-  rc = client_check_up_locked(client);
   uint64_t graph_id = client->next_graph++;
   pthread_mutex_unlock(&client->mu);
-  out_frame *parts = NULL;
-  tsr_errbuf err = {{0}};
-  /* Encoding a big graph takes a while: do it outside the lock. */
-  if (rc == 0 && (rc = graph_encode(*graph_p, graph_id, &parts, &err)) != 0) client_fail_err(rc, &err);
-  if (rc == 0) {
-    pthread_mutex_lock(&client->mu);
-    rc = client_check_up_locked(client);
-    if (rc == 0) rc = submit_locked(client, f, wants, graph_id, parts);   /* takes parts */
-    else client_free_chain(parts);
-    if (rc == 0) client->handles++;
-    pthread_mutex_unlock(&client->mu);
-  }
+  rc = submit_parts(client, f, *graph_p, wants, graph_id);
   free(wants);
   if (rc != 0) {
     future_free(f);

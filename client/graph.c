@@ -4,11 +4,26 @@
  * → task position); params are stored already encoded (one msgpack map,
  * checked at add time); wanted keys are unique (want_index). Nothing is
  * checked against the scheduler here: cycles, unknown ops and missing
- * inputs are its job at submit time (docs/protocol.md). */
+ * inputs are its job at submit time (docs/protocol.md).
+ *
+ * A task's strings (key, op, params, inputs) are copied into the graph's
+ * own arena of large blocks and the two key indexes borrow them, so adding
+ * a task costs no malloc of its own and destroying a million-task graph
+ * frees a few hundred blocks, not millions of strings (tsr_submit destroys
+ * the graph inside the submit's time). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
+
+/* Arena blocks: strings are never freed one by one, only with the graph. */
+#define GRAPH_BLOCK_BYTES (256u << 10)
+
+typedef struct gblock {
+  struct gblock *next;
+  size_t used, cap;
+  char data[];
+} gblock;
 
 typedef struct gtask {
   char *key;
@@ -26,14 +41,48 @@ struct tsr_graph {
   char **wants;
   size_t n_wants, cap_wants;
   tsr_strmap *want_index;
+  gblock *blocks;       /* the arena; the head is the one being filled */
 };
+
+/* size bytes aligned for a pointer, from the arena; NULL on ENOMEM. */
+static void *graph_alloc(tsr_graph *g, size_t size)
+{
+  size = (size + 7u) & ~(size_t)7u;
+  gblock *b = g->blocks;
+  if (b == NULL || b->cap - b->used < size) {
+    size_t cap = size > GRAPH_BLOCK_BYTES / 4 ? size : GRAPH_BLOCK_BYTES;
+    b = malloc(sizeof *b + cap);
+    if (b == NULL) return NULL;
+    b->used = 0;
+    b->cap = cap;
+    /* an oversized block goes behind the head, which keeps filling */
+    if (g->blocks != NULL && cap != GRAPH_BLOCK_BYTES) {
+      b->next = g->blocks->next;
+      g->blocks->next = b;
+    } else {
+      b->next = g->blocks;
+      g->blocks = b;
+    }
+  }
+  void *p = b->data + b->used;
+  b->used += size;
+  return p;
+}
+
+static char *graph_strdup(tsr_graph *g, const char *s)
+{
+  size_t len = strlen(s);
+  char *copy = graph_alloc(g, len + 1);
+  if (copy != NULL) memcpy(copy, s, len + 1);
+  return copy;
+}
 
 TSR_API int tsr_graph_new(tsr_graph **graph_p)
 {
   if (graph_p == NULL) return client_fail(TSR_EINVAL, "tsr_graph_new: graph_p is NULL");
   tsr_graph *g = calloc(1, sizeof *g);
-  if (g != NULL) g->index = tsr_strmap_new(64);
-  if (g != NULL) g->want_index = tsr_strmap_new(16);
+  if (g != NULL) g->index = tsr_strmap_new_borrowed(64);
+  if (g != NULL) g->want_index = tsr_strmap_new_borrowed(16);
   if (g == NULL || g->index == NULL || g->want_index == NULL) {
     tsr_graph_destroy(&g);
     return client_fail(TSR_ENOMEM, "tsr_graph_new: out of memory");
@@ -42,23 +91,17 @@ TSR_API int tsr_graph_new(tsr_graph **graph_p)
   return 0;
 }
 
-static void gtask_free(gtask *t)
-{
-  free(t->key);
-  free(t->op);
-  free(t->params);
-  for (size_t i = 0; i < t->n_inputs; i++) free(t->inputs[i]);
-  free(t->inputs);
-}
-
 TSR_API void tsr_graph_destroy(tsr_graph **graph_p)
 {
   if (graph_p == NULL || *graph_p == NULL) return;
   tsr_graph *g = *graph_p;
-  for (size_t i = 0; i < g->n; i++) gtask_free(&g->tasks[i]);
   free(g->tasks);
-  for (size_t i = 0; i < g->n_wants; i++) free(g->wants[i]);
   free(g->wants);
+  while (g->blocks != NULL) {
+    gblock *next = g->blocks->next;
+    free(g->blocks);
+    g->blocks = next;
+  }
   tsr_strmap_destroy(&g->index);
   tsr_strmap_destroy(&g->want_index);
   free(g);
@@ -107,28 +150,27 @@ static int check_task(const char *key, const char *op, const void *params, size_
   return check_params(key, params, params_len);
 }
 
-/* Copies the task's strings; 0 or TSR_ENOMEM (t is then freed). */
-static int gtask_fill(gtask *t, const char *key, const char *op, const void *params, size_t params_len,
+/* Copies the task's strings into the arena; 0 or TSR_ENOMEM (what was
+ * copied stays in the arena until the graph goes). */
+static int gtask_fill(tsr_graph *g, gtask *t, const char *key, const char *op, const void *params, size_t params_len,
                       const char *const *inputs, size_t n_inputs)
 {
   memset(t, 0, sizeof *t);
-  t->key = strdup(key);
-  t->op = strdup(op);
-  if (params != NULL && params_len > 0) t->params = malloc(params_len);
-  t->inputs = n_inputs ? calloc(n_inputs, sizeof *t->inputs) : NULL;
+  t->key = graph_strdup(g, key);
+  t->op = graph_strdup(g, op);
+  if (params != NULL && params_len > 0) t->params = graph_alloc(g, params_len);
+  t->inputs = n_inputs ? graph_alloc(g, n_inputs * sizeof *t->inputs) : NULL;
   bool ok = t->key && t->op && (t->params || !params_len || !params) && (t->inputs || !n_inputs);
   if (ok && t->params) {
     memcpy(t->params, params, params_len);
     t->params_len = params_len;
   }
   for (size_t i = 0; ok && i < n_inputs; i++) {
-    t->inputs[i] = strdup(inputs[i]);
+    t->inputs[i] = graph_strdup(g, inputs[i]);
     t->n_inputs = i + 1;
     ok = t->inputs[i] != NULL;
   }
-  if (ok) return 0;
-  gtask_free(t);
-  return TSR_ENOMEM;
+  return ok ? 0 : TSR_ENOMEM;
 }
 
 TSR_API int tsr_graph_add(tsr_graph *graph, const char *key, const char *op, const void *params, size_t params_len,
@@ -147,12 +189,9 @@ TSR_API int tsr_graph_add(tsr_graph *graph, const char *key, const char *op, con
     graph->cap = cap;
   }
   gtask *t = &graph->tasks[graph->n];
-  if (gtask_fill(t, key, op, params, params_len, inputs, n_inputs) != 0)
+  if (gtask_fill(graph, t, key, op, params, params_len, inputs, n_inputs) != 0 ||
+      tsr_strmap_put(graph->index, t->key, strlen(t->key), graph->n) != 0)
     return client_fail(TSR_ENOMEM, "tsr_graph_add: out of memory");
-  if (tsr_strmap_put(graph->index, key, strlen(key), graph->n) != 0) {
-    gtask_free(t);
-    return client_fail(TSR_ENOMEM, "tsr_graph_add: out of memory");
-  }
   graph->n++;
   return 0;
 }
@@ -180,11 +219,9 @@ TSR_API int tsr_graph_want(tsr_graph *graph, const char *key)
     graph->wants = wants;
     graph->cap_wants = cap;
   }
-  char *copy = strdup(key);
-  if (copy == NULL || tsr_strmap_put(graph->want_index, key, len, graph->n_wants) != 0) {
-    free(copy);
+  char *copy = graph_strdup(graph, key);
+  if (copy == NULL || tsr_strmap_put(graph->want_index, copy, len, graph->n_wants) != 0)
     return client_fail(TSR_ENOMEM, "tsr_graph_want: out of memory");
-  }
   graph->wants[graph->n_wants++] = copy;
   return 0;
 }
@@ -266,28 +303,15 @@ static out_frame *encode_part(const tsr_graph *g, uint64_t graph_id, size_t firs
 }
 
 
-int graph_encode(const tsr_graph *graph, uint64_t graph_id, out_frame **chain_p, tsr_errbuf *err)
+size_t graph_nparts(const tsr_graph *graph)
 {
-  const char **wants = NULL;
-  size_t n_wants = 0;
-  if (graph_wanted(graph, &wants, &n_wants) != 0) return tsr_fail(err, TSR_ENOMEM, "submit: out of memory");
-  out_frame *head = NULL, **tail = &head;
-  size_t first = 0;
-  do {
-    size_t count = graph->n - first;
-    if (count > CLIENT_SUBMIT_PART_TASKS) count = CLIENT_SUBMIT_PART_TASKS;
-    bool last = first + count == graph->n;
-    out_frame *f = encode_part(graph, graph_id, first, count, last, wants, n_wants);
-    if (f == NULL) {
-      free(wants);
-      client_free_chain(head);
-      return tsr_fail(err, TSR_ENOMEM, "submit: out of memory encoding the graph");
-    }
-    *tail = f;
-    tail = &f->next;
-    first += count;
-  } while (first < graph->n);
-  free(wants);
-  *chain_p = head;
-  return 0;
+  size_t n = (graph->n + CLIENT_SUBMIT_PART_TASKS - 1) / CLIENT_SUBMIT_PART_TASKS;
+  return n ? n : 1;
+}
+
+out_frame *graph_encode_part(const tsr_graph *graph, uint64_t graph_id, size_t k, const char **wants, size_t n_wants)
+{
+  size_t first = k * CLIENT_SUBMIT_PART_TASKS, count = graph->n - first;
+  if (count > CLIENT_SUBMIT_PART_TASKS) count = CLIENT_SUBMIT_PART_TASKS;
+  return encode_part(graph, graph_id, first, count, k + 1 == graph_nparts(graph), wants, n_wants);
 }

@@ -212,12 +212,14 @@ void client_session_lost_locked(tsr_client *c, int rc, const char *why);
 
 /* ---------- keys.c ---------- */
 key_entry *keys_acquire_locked(tsr_client *c, const char *key);
-/* Drops one reference; when it was the last, removes the entry and, when
- * wire is non-NULL, appends the key to *wire (a release list). */
-void keys_release_locked(tsr_client *c, key_entry *e, char ***wire, size_t *n_wire, size_t *cap_wire);
+/* Drops one reference; when it was the last, removes the entry from the
+ * table and frees it, or, when wire is non-NULL, appends it to *wire (a
+ * release list, which keys_send_release_locked sends and frees). */
+void keys_release_locked(tsr_client *c, key_entry *e, key_entry ***wire, size_t *n_wire, size_t *cap_wire);
 void keys_free_entry(key_entry *e);
-/* Queues release messages for keys (the array and strings are freed). */
-void keys_send_release_locked(tsr_client *c, char **keys, size_t n);
+/* Queues release messages for the entries' keys (the array and the
+ * entries are freed). */
+void keys_send_release_locked(tsr_client *c, key_entry **entries, size_t n);
 /* Tells the scheduler that the worker at `from` does not hold `key` (it
  * dropped it under memory pressure): key_missing, answered by a
  * recomputation (key_lost, then key_done). */
@@ -228,9 +230,11 @@ int keys_on_erred_locked(tsr_client *c, const msgpack_object *map, tsr_errbuf *e
 int keys_on_lost_locked(tsr_client *c, const msgpack_object *map, tsr_errbuf *err);
 
 /* ---------- graph.c ---------- */
-/* Encodes the graph as submit parts of at most CLIENT_SUBMIT_PART_TASKS
- * tasks (a chain of frames, ownership to the caller) for graph id. */
-int graph_encode(const tsr_graph *graph, uint64_t graph_id, out_frame **chain_p, tsr_errbuf *err);
+/* A graph travels as submit parts of at most CLIENT_SUBMIT_PART_TASKS
+ * tasks: how many, and part k (0-based) as one frame for graph id (the
+ * last part carries the wanted keys); NULL on ENOMEM. */
+size_t graph_nparts(const tsr_graph *graph);
+out_frame *graph_encode_part(const tsr_graph *graph, uint64_t graph_id, size_t k, const char **wants, size_t n_wants);
 /* The wanted keys: the marked ones, or every task with no dependents. The
  * array is malloc'd; its strings are borrowed from the graph. */
 int graph_wanted(const tsr_graph *graph, const char ***keys_p, size_t *n_p);

@@ -17,8 +17,7 @@ void keys_free_entry(key_entry *e)
   for (size_t i = 0; i < e->n_where; i++) free(e->where[i]);
   free(e->where);
   free(e->error);
-  free(e->key);
-  free(e);
+  free(e);   /* the key lives in the same block */
 }
 
 static void clear_result(key_entry *e)
@@ -49,10 +48,13 @@ key_entry *keys_acquire_locked(tsr_client *c, const char *key)
     e->refs++;
     return e;
   }
-  key_entry *e = calloc(1, sizeof *e);
+  /* One allocation for the entry and its key (the map borrows the key). */
+  key_entry *e = malloc(sizeof *e + len + 1);
   if (e == NULL) return NULL;
-  e->key = strdup(key);
-  if (e->key == NULL || tsr_strmap_put(c->keys, key, len, (uint64_t)(uintptr_t)e) != 0) {
+  memset(e, 0, sizeof *e);
+  e->key = (char *)(e + 1);
+  memcpy(e->key, key, len + 1);
+  if (tsr_strmap_put(c->keys, e->key, len, (uint64_t)(uintptr_t)e) != 0) {
     keys_free_entry(e);
     return NULL;
   }
@@ -61,23 +63,23 @@ key_entry *keys_acquire_locked(tsr_client *c, const char *key)
   return e;
 }
 
-void keys_release_locked(tsr_client *c, key_entry *e, char ***wire, size_t *n_wire, size_t *cap_wire)
+void keys_release_locked(tsr_client *c, key_entry *e, key_entry ***wire, size_t *n_wire, size_t *cap_wire)
 {
   if (e == NULL || --e->refs > 0) return;
   tsr_strmap_del(c->keys, e->key, strlen(e->key));
   if (wire != NULL && *n_wire == *cap_wire) {
     size_t cap = *cap_wire ? *cap_wire * 2 : 64;
-    char **grown = realloc(*wire, cap * sizeof *grown);
+    key_entry **grown = realloc(*wire, cap * sizeof *grown);
     if (grown != NULL) *wire = grown, *cap_wire = cap;
   }
   if (wire != NULL && *n_wire < *cap_wire) {
-    (*wire)[(*n_wire)++] = e->key;   /* the list takes the key string */
-    e->key = NULL;
+    (*wire)[(*n_wire)++] = e;   /* the list takes the entry; it is freed once the key is sent */
+    return;
   }
   keys_free_entry(e);
 }
 
-void keys_send_release_locked(tsr_client *c, char **keys, size_t n)
+void keys_send_release_locked(tsr_client *c, key_entry **entries, size_t n)
 {
   for (size_t first = 0; first < n; first += CLIENT_RELEASE_PART_KEYS) {
     size_t count = n - first < CLIENT_RELEASE_PART_KEYS ? n - first : CLIENT_RELEASE_PART_KEYS;
@@ -86,12 +88,12 @@ void keys_send_release_locked(tsr_client *c, char **keys, size_t n)
     tsr_wbuf_begin(&wb, "release", 2);
     tsr_pack_str(&wb.pk, "keys");
     msgpack_pack_array(&wb.pk, count);
-    for (size_t i = first; i < first + count; i++) tsr_pack_str(&wb.pk, keys[i]);
+    for (size_t i = first; i < first + count; i++) tsr_pack_str(&wb.pk, entries[i]->key);
     client_enqueue_locked(c, client_frame_from(&wb));
     tsr_wbuf_free(&wb);
   }
-  for (size_t i = 0; i < n; i++) free(keys[i]);
-  free(keys);
+  for (size_t i = 0; i < n; i++) keys_free_entry(entries[i]);
+  free(entries);
 }
 
 void keys_send_missing_locked(tsr_client *c, const char *key, const char *from)

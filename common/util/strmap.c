@@ -1,5 +1,7 @@
 /* A string-keyed open-addressing hash map. Keys live in one malloc each
- * (length-prefixed); tombstones mark deletions and are reclaimed on growth.
+ * (length-prefixed), or, in a borrowing map, stay the caller's (no malloc
+ * per key: the client's million-key graphs and key tables use that);
+ * tombstones mark deletions and are reclaimed on growth.
  * Invariant: count + tombstones <= 70% of capacity. */
 #include "util.h"
 
@@ -21,6 +23,7 @@ struct tsr_strmap {
   size_t cap;      /* power of two */
   size_t count;
   size_t tombs;
+  bool borrowed;   /* keys are the caller's: never copied or freed */
 };
 
 uint64_t tsr_hash_bytes(const void *data, size_t len)
@@ -58,11 +61,18 @@ tsr_strmap *tsr_strmap_new(size_t expected)
   return map;
 }
 
+tsr_strmap *tsr_strmap_new_borrowed(size_t expected)
+{
+  tsr_strmap *map = tsr_strmap_new(expected);
+  if (map != NULL) map->borrowed = true;
+  return map;
+}
+
 void tsr_strmap_destroy(tsr_strmap **map_p)
 {
   if (map_p == NULL || *map_p == NULL) return;
   tsr_strmap *map = *map_p;
-  for (size_t i = 0; i < map->cap; i++)
+  for (size_t i = 0; i < map->cap && !map->borrowed; i++)
     if (map->slots[i].key > SLOT_TOMB) free(map->slots[i].key);
   free(map->slots);
   free(map);
@@ -90,9 +100,8 @@ static slot *probe(const tsr_strmap *map, const char *key, size_t key_len, uint6
   }
 }
 
-static int grow(tsr_strmap *map)
+static int grow_to(tsr_strmap *map, size_t new_cap)
 {
-  size_t new_cap = round_capacity((map->count + 1) * 2);
   slot *old = map->slots;
   size_t old_cap = map->cap;
   slot *fresh = calloc(new_cap, sizeof *fresh);
@@ -111,6 +120,14 @@ static int grow(tsr_strmap *map)
   return 0;
 }
 
+static int grow(tsr_strmap *map) { return grow_to(map, round_capacity((map->count + 1) * 2)); }
+
+int tsr_strmap_reserve(tsr_strmap *map, size_t more)
+{
+  size_t cap = round_capacity(map->count + more);
+  return cap > map->cap ? grow_to(map, cap) : 0;
+}
+
 int tsr_strmap_put(tsr_strmap *map, const char *key, size_t key_len, uint64_t value)
 {
   if (key_len > UINT32_MAX) return TSR_ELIMIT;
@@ -125,10 +142,12 @@ int tsr_strmap_put(tsr_strmap *map, const char *key, size_t key_len, uint64_t va
     found->value = value;
     return 0;
   }
-  char *copy = malloc(key_len + 1);
+  char *copy = map->borrowed ? (char *)(uintptr_t)key : malloc(key_len + 1);
   if (copy == NULL) return TSR_ENOMEM;
-  memcpy(copy, key, key_len);
-  copy[key_len] = '\0';
+  if (!map->borrowed) {
+    memcpy(copy, key, key_len);
+    copy[key_len] = '\0';
+  }
   if (dest->key == SLOT_TOMB) map->tombs--;
   dest->key = copy;
   dest->key_len = (uint32_t)key_len;
@@ -150,7 +169,7 @@ bool tsr_strmap_del(tsr_strmap *map, const char *key, size_t key_len)
 {
   slot *found = probe(map, key, key_len, tsr_hash_bytes(key, key_len), NULL);
   if (found == NULL) return false;
-  free(found->key);
+  if (!map->borrowed) free(found->key);
   found->key = SLOT_TOMB;
   map->count--;
   map->tombs++;

@@ -92,9 +92,15 @@ char *tsr_meta_format(const tsr_meta *meta, char *buf, size_t len);
 typedef struct tsr_strmap tsr_strmap;
 
 tsr_strmap *tsr_strmap_new(size_t expected);          /* NULL on ENOMEM */
+/* A map that keeps the caller's key pointers instead of copies (no malloc
+ * per key); each key must stay valid and unchanged while it is mapped. */
+tsr_strmap *tsr_strmap_new_borrowed(size_t expected);
 void tsr_strmap_destroy(tsr_strmap **map_p);          /* NULL is a no-op */
 /* Inserts or replaces. Returns 0, or TSR_ENOMEM. */
 int tsr_strmap_put(tsr_strmap *map, const char *key, size_t key_len, uint64_t value);
+/* Makes room for `more` keys beyond the present ones in one growth (a
+ * million-key insert then rehashes nothing). 0 or TSR_ENOMEM. */
+int tsr_strmap_reserve(tsr_strmap *map, size_t more);
 /* Returns true and sets *value_p when present. */
 bool tsr_strmap_get(const tsr_strmap *map, const char *key, size_t key_len, uint64_t *value_p);
 /* Returns true when the key was present and is now removed. */
