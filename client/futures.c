@@ -58,18 +58,22 @@ static int new_future(const tsr_graph *graph, tsr_future **f_p, const char ***wa
 #define SUBMIT_ACQUIRE_SLICE 8192
 
 /* Encodes part k outside the lock and queues it, unless the verdict came
- * already (a rejected part, a lost session): then its error. */
+ * already (a rejected part, a lost session): then its error. While the
+ * session is suspended the part is dropped and the submit marked
+ * interrupted: a resumed session gets the whole graph again. */
 static int send_part(tsr_client *c, pending_submit *p, const tsr_graph *g, uint64_t graph_id, size_t k,
-                     const char **wants, size_t n_wants)
+                     const char **wants, size_t n_wants, bool resend)
 {
-  out_frame *part = graph_encode_part(g, graph_id, k, wants, n_wants);
+  out_frame *part = graph_encode_part(g, graph_id, k, wants, n_wants, resend);
   if (part == NULL) return client_fail(TSR_ENOMEM, "tsr_submit: out of memory encoding the graph");
   pthread_mutex_lock(&c->mu);
-  bool done = p->done;
-  if (!done) client_enqueue_locked(c, part);
+  bool done = p->done, up = c->state == CONN_UP;
+  if (!done && up) client_enqueue_locked(c, part);
+  if (!done && !up) p->interrupted = true;
   pthread_mutex_unlock(&c->mu);
-  if (!done) return 0;
+  if (!done && up) return 0;
   client_free_chain(part);
+  if (!done) return 0;
   return client_fail(p->rc ? p->rc : TSR_EPROTO, "%s", p->message[0] ? p->message : "submit rejected");
 }
 
@@ -109,12 +113,23 @@ static int submit_parts(tsr_client *c, tsr_future *f, const tsr_graph *g, const 
   pthread_mutex_lock(&c->mu);
   tsr_strmap_reserve(c->keys, n);   /* best effort: puts grow the map anyway */
   pthread_mutex_unlock(&c->mu);
-  for (size_t k = 0; rc == 0 && k + 1 < nparts; k++) rc = send_part(c, &p, g, graph_id, k, wants, n);
+  for (size_t k = 0; rc == 0 && k + 1 < nparts; k++) rc = send_part(c, &p, g, graph_id, k, wants, n, false);
   for (size_t i = 0; rc == 0 && i < n; i += SUBMIT_ACQUIRE_SLICE)
     rc = acquire_slice(c, f, wants, i, n - i < SUBMIT_ACQUIRE_SLICE ? n : i + SUBMIT_ACQUIRE_SLICE);
-  if (rc == 0) rc = send_part(c, &p, g, graph_id, nparts - 1, wants, n);
+  if (rc == 0) rc = send_part(c, &p, g, graph_id, nparts - 1, wants, n, false);
   pthread_mutex_lock(&c->mu);
-  while (rc == 0 && !p.done) client_wait_until(c, 0);
+  while (rc == 0 && !p.done) {
+    if (p.resend) {   /* a resumed session: the graph again, every part */
+      p.resend = false;
+      client_log(c, TSR_LOG_INFO, "graph %llu: sending it again, its parts may be lost with the old connection",
+                 (unsigned long long)graph_id);
+      pthread_mutex_unlock(&c->mu);
+      for (size_t k = 0; rc == 0 && k < nparts; k++) rc = send_part(c, &p, g, graph_id, k, wants, n, true);
+      pthread_mutex_lock(&c->mu);
+      continue;
+    }
+    client_wait_until(c, 0);
+  }
   pending_submit **pp = &c->submits;
   while (*pp != &p) pp = &(*pp)->next;
   *pp = p.next;

@@ -281,11 +281,11 @@ static void pack_task(msgpack_packer *pk, const gtask *t)
  * `wants` (explicit, so the client and the scheduler agree on it; left out
  * only when empty, i.e. for a cyclic graph the scheduler will refuse). */
 static out_frame *encode_part(const tsr_graph *g, uint64_t graph_id, size_t first, size_t count, bool last,
-                              const char **wants, size_t n_wants)
+                              const char **wants, size_t n_wants, bool resend)
 {
   tsr_wbuf wb;
   tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "submit", last && n_wants == 0 ? 3 : 4);
+  tsr_wbuf_begin(&wb, "submit", (last && n_wants == 0 ? 3 : 4) + (resend ? 1 : 0));
   tsr_pack_kv_uint(&wb.pk, "graph", graph_id);
   tsr_pack_str(&wb.pk, "tasks");
   msgpack_pack_array(&wb.pk, count);
@@ -297,6 +297,7 @@ static out_frame *encode_part(const tsr_graph *g, uint64_t graph_id, size_t firs
   } else if (!last) {
     tsr_pack_kv_bool(&wb.pk, "more", true);
   }
+  if (resend) tsr_pack_kv_bool(&wb.pk, "resend", true);
   out_frame *f = client_frame_from(&wb);
   tsr_wbuf_free(&wb);
   return f;
@@ -309,9 +310,10 @@ size_t graph_nparts(const tsr_graph *graph)
   return n ? n : 1;
 }
 
-out_frame *graph_encode_part(const tsr_graph *graph, uint64_t graph_id, size_t k, const char **wants, size_t n_wants)
+out_frame *graph_encode_part(const tsr_graph *graph, uint64_t graph_id, size_t k, const char **wants, size_t n_wants,
+                             bool resend)
 {
   size_t first = k * CLIENT_SUBMIT_PART_TASKS, count = graph->n - first;
   if (count > CLIENT_SUBMIT_PART_TASKS) count = CLIENT_SUBMIT_PART_TASKS;
-  return encode_part(graph, graph_id, first, count, k + 1 == graph_nparts(graph), wants, n_wants);
+  return encode_part(graph, graph_id, first, count, k + 1 == graph_nparts(graph), wants, n_wants, resend);
 }

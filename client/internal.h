@@ -100,6 +100,8 @@ typedef struct pending_submit {
   struct pending_submit *next;
   uint64_t graph;
   bool done;
+  bool interrupted;   /* parts lost with a suspended session (reconnect.c) */
+  bool resend;        /* the session resumed: send every part again */
   int rc;
   uint64_t tasks;
   char message[TSR_ERRMSG_LEN];
@@ -234,7 +236,11 @@ int keys_on_lost_locked(tsr_client *c, const msgpack_object *map, tsr_errbuf *er
  * tasks: how many, and part k (0-based) as one frame for graph id (the
  * last part carries the wanted keys); NULL on ENOMEM. */
 size_t graph_nparts(const tsr_graph *graph);
-out_frame *graph_encode_part(const tsr_graph *graph, uint64_t graph_id, size_t k, const char **wants, size_t n_wants);
+/* resend: the same graph again after a resumed session (its parts may
+ * have been lost with the old connection); the scheduler answers a graph
+ * it already holds with `submitted` instead of an error. */
+out_frame *graph_encode_part(const tsr_graph *graph, uint64_t graph_id, size_t k, const char **wants, size_t n_wants,
+                             bool resend);
 /* The wanted keys: the marked ones, or every task with no dependents. The
  * array is malloc'd; its strings are borrowed from the graph. */
 int graph_wanted(const tsr_graph *graph, const char ***keys_p, size_t *n_p);

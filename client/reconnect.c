@@ -2,15 +2,17 @@
  *
  * A client names itself with a random 64-bit client_id in every hello.
  * When the scheduler goes quiet (heartbeat timeout) or says it does not
- * know us, the session is *suspended*, not lost: pending submits and
- * status requests fail at once (the caller may retry them), but futures
- * keep waiting while the I/O thread says hello again. The next welcome
- * decides:
+ * know us, the session is *suspended*, not lost: status requests fail at
+ * once (the caller may retry them), but futures and submits in flight keep
+ * waiting while the I/O thread says hello again. The next welcome decides:
  *
  * - `resumed: true` — the scheduler (restarted with its journal, or the
  *   same one after a blip) still holds this client's graphs: every key
  *   goes back to PENDING and the scheduler sends key_done / key_erred anew;
- *   futures complete as if nothing happened.
+ *   futures complete as if nothing happened. A submit whose parts were
+ *   lost with the old connection sends its whole graph again, marked
+ *   `resend` (the scheduler answers a graph it already holds with
+ *   `submitted`), so a tsr_submit in flight returns its future too.
  * - otherwise the graphs are gone: futures fail with TSR_ECONN and a
  *   message that says why ("scheduler restarted without a journal; graph
  *   lost" when the scheduler's incarnation changed).
@@ -47,13 +49,9 @@ int client_env_reconnect(int64_t *ms_p)
   return 0;
 }
 
-static void fail_requests_locked(tsr_client *c, const char *why)
+static void suspend_requests_locked(tsr_client *c, const char *why)
 {
-  for (pending_submit *p = c->submits; p != NULL; p = p->next) {
-    p->done = true;
-    p->rc = TSR_ECONN;
-    snprintf(p->message, sizeof p->message, "lost the scheduler at %s: %s", c->address, why);
-  }
+  for (pending_submit *p = c->submits; p != NULL; p = p->next) p->interrupted = true;
   for (pending_status *p = c->statuses; p != NULL; p = p->next) {
     p->done = true;
     p->rc = TSR_ECONN;
@@ -71,7 +69,7 @@ void client_session_suspend_locked(tsr_client *c, const char *why)
   client_free_chain(c->out_head);
   c->out_head = c->out_tail = NULL;
   snprintf(c->lost_msg, sizeof c->lost_msg, "%s", why);
-  fail_requests_locked(c, why);
+  suspend_requests_locked(c, why);
   client_log(c, TSR_LOG_WARN, "lost the scheduler at %s: %s; reconnecting (futures wait up to %lld ms)", c->address,
              why, (long long)c->reconnect_ms);
   pthread_cond_broadcast(&c->cv);
@@ -110,6 +108,8 @@ void client_welcomed_again_locked(tsr_client *c, bool resumed, uint64_t incarnat
   if (resumed) {
     tsr_strmap_each(c->keys, reset_key, c);
     c->resets++;
+    for (pending_submit *p = c->submits; p != NULL; p = p->next)
+      if (p->interrupted && !p->done) p->interrupted = false, p->resend = true;
     client_log(c, TSR_LOG_INFO, "resumed the session with %s: its graphs continue", c->address);
     return;
   }

@@ -222,19 +222,26 @@ static void drop_pending(sched_client *c, sched_pending *pd)
   *pd = c->pending[--c->npending];
 }
 
-/* A part with `more`: kept as bytes until the last part arrives. */
-static int keep_part(msgctx *m, sched_client *c, uint64_t graph)
+/* A part with `more`: kept as bytes until the last part arrives. The
+ * first part of a resend (the client's session resumed, docs/journal.md)
+ * drops what the interrupted sending left. */
+static int keep_part(msgctx *m, sched_client *c, uint64_t graph, bool resend)
 {
   /* before anything is kept: over all the graphs this client is sending */
   int rc = sched_limits_check_pending(m->st, c, m->raw_len, &m->err);
   if (rc != 0) return rc;
   sched_pending *pd = find_pending(c, graph);
+  if (pd != NULL && resend && !pd->resending) {
+    drop_pending(c, pd);
+    pd = NULL;
+  }
   if (pd == NULL) {
     if (sched_grow((void **)&c->pending, &c->cap_pending, c->npending + 1, sizeof *c->pending) != 0)
       return tsr_fail(&m->err, TSR_ENOMEM, "out of memory keeping a part of graph %llu", (unsigned long long)graph);
     pd = &c->pending[c->npending++];
     memset(pd, 0, sizeof *pd);
     pd->graph_id = graph;
+    pd->resending = resend;
   }
   char *copy = malloc(m->raw_len ? m->raw_len : 1);
   if (copy == NULL || sched_grow((void **)&pd->parts, &pd->cap, pd->nparts + 1, sizeof *pd->parts) != 0) {
@@ -276,12 +283,29 @@ static int submit_all(msgctx *m, uint32_t ci, uint64_t graph)
   return rc;
 }
 
+/* The last part of a resend of a graph this client already has (it got
+ * here before the connection broke; only the reply was lost): the graph
+ * stands, the client hears `submitted` again, and the resumed session
+ * sends the keys' states anew. */
+static void resubmitted(msgctx *m, uint32_t ci, uint64_t graph)
+{
+  sched_client *c = &m->st->clients[ci];
+  sched_pending *pd = find_pending(c, graph);
+  if (pd != NULL) drop_pending(c, pd);
+  TSR_INFO("client '%s' sent graph %llu again after its session resumed: it is already here",
+           c->name, (unsigned long long)graph);
+  tsr_wbuf *wb = sched_out(m->st, m->p);
+  tsr_wbuf_begin(wb, "submitted", 3);
+  tsr_pack_kv_uint(&wb->pk, "graph", graph);
+  tsr_pack_kv_uint(&wb->pk, "tasks", 0);
+}
+
 static void on_submit(msgctx *m)
 {
   sched_state *st = m->st;
   uint32_t ci = st->peers[m->p].index;
   uint64_t graph;
-  bool more = false;
+  bool more = false, resend = false;
   const msgpack_object *items;
   size_t n;
   int rc = tsr_wire_uint(m->map, "graph", &graph, &m->err);
@@ -290,9 +314,14 @@ static void on_submit(msgctx *m)
     return;
   }
   rc = tsr_wire_opt_bool(m->map, "more", false, &more, &m->err);
+  if (rc == 0) rc = tsr_wire_opt_bool(m->map, "resend", false, &resend, &m->err);
   if (rc == 0) rc = tsr_wire_array(m->map, "tasks", TSR_MAX_BATCH_TASKS, &items, &n, &m->err);
+  if (rc == 0 && !more && resend && sched_graph_find(st, ci, graph) != SCHED_NONE) {
+    resubmitted(m, ci, graph);
+    return;
+  }
   uint64_t t0 = tsr_now_us();
-  if (rc == 0) rc = more ? keep_part(m, &st->clients[ci], graph) : submit_all(m, ci, graph);
+  if (rc == 0) rc = more ? keep_part(m, &st->clients[ci], graph, resend) : submit_all(m, ci, graph);
   if (rc == 0 && more) return;
   if (rc >= 0) {
     /* sched_graph_add already queued `submitted` (before any key_done) */

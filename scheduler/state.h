@@ -250,6 +250,7 @@ typedef struct sched_pending {
   sched_pending_part *parts;
   uint32_t nparts, cap;
   size_t bytes;
+  bool resending;             /* parts marked `resend`: older parts were dropped */
 } sched_pending;
 
 typedef struct sched_client {

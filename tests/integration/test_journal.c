@@ -8,9 +8,14 @@
  * - without a journal: the client fails with "scheduler restarted without
  *   a journal; graph lost", well within its bound;
  * - not at all: the client fails after its heartbeat timeout plus its
- *   reconnect window, never hangs. */
+ *   reconnect window, never hangs;
+ * - with its journal while a tsr_submit is in flight (the scheduler is
+ *   stopped, then killed, so the graph never reached it): the resumed
+ *   session sends the graph again and tsr_submit returns a future that
+ *   completes with the right value. */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +25,7 @@
 #include <unistd.h>
 
 #include "cluster.h"
+#include "graphs.h"
 #include "kit.h"
 
 static const char *fast_worker[] = {"--heartbeat-interval", "250ms", "--heartbeat-timeout", "2s", NULL};
@@ -116,9 +122,8 @@ static int count_lines(const char *path, const char *text)
 }
 
 /* Waits (at most 30 s) until the scheduler's log shows a graph submitted
- * after `before` were, then a little more: the moment is mid-graph, not
- * mid-submit. A submit in flight when the scheduler dies fails at once
- * (docs/journal.md, "Limits"), which is another test's matter; on a
+ * after `before` were, then a little more: the moment is mid-graph (a
+ * submit in flight is submit_in_flight_is_sent_again's matter); on a
  * loaded machine the SVD client may take longer than a fixed sleep to
  * send its first graph. */
 static void await_submitted(const char *slog, int before, int then_ms)
@@ -225,11 +230,105 @@ TEST(scheduler_gone_for_good_fails_after_the_documented_bound)
   ASSERT_TRUE(took < 12.0);
 }
 
+/* full(4, value) -> sum, wanted: the value 4 * value. */
+static int sum_graph(tsr_graph **g_p, const char *name, double value)
+{
+  char full[64], sum[64];
+  snprintf(full, sizeof full, "%s-full", name);
+  snprintf(sum, sizeof sum, "%s-sum", name);
+  const char *in = full;
+  int rc = tsr_graph_new(g_p);
+  if (rc == 0) rc = add_full(*g_p, full, 4, value);
+  if (rc == 0) rc = add_plain(*g_p, sum, "sum", &in, 1);
+  return rc;
+}
+
+typedef struct inflight {
+  tsr_client *client;
+  int rc;
+  double value;
+  double submit_s;   /* how long tsr_submit took */
+} inflight;
+
+static void *submit_b(void *arg)
+{
+  inflight *in = arg;
+  tsr_graph *g = NULL;
+  tsr_future *f = NULL;
+  double t0 = now_s();
+  in->rc = sum_graph(&g, "b", 3.0);
+  if (in->rc == 0) in->rc = tsr_submit(in->client, &g, &f);
+  in->submit_s = now_s() - t0;
+  if (in->rc == 0) in->rc = tsr_future_wait(f, 60000);
+  if (in->rc == 0) in->rc = gather_f64(in->client, "b-sum", &in->value);
+  if (in->rc != 0) fprintf(stderr, "  graph b: %s: %s\n", tsr_err_name(in->rc), tsr_errmsg());
+  tsr_future_release(&f);
+  tsr_graph_destroy(&g);
+  return NULL;
+}
+
+TEST(submit_in_flight_is_sent_again_after_a_journaled_restart)
+{
+  cluster c;
+  char jdir[300];
+  const char *sched[] = {"--heartbeat-timeout", "2s", "--heartbeat-interval", "250ms", "--journal", NULL, NULL};
+  snprintf(jdir, sizeof jdir, "/tmp/tsr-journal-inflight-%d", (int)getpid());
+  sched[5] = jdir;
+  setenv("TESSERA_HEARTBEAT_TIMEOUT", "2s", 1);
+  int rc = cluster_start(&c, 2, 1, sched, fast_worker);
+  inflight b = {.rc = -2};
+  tsr_graph *g = NULL;
+  tsr_future *fa = NULL;
+  double a = 0;
+  /* graph a, kept: the journal knows this client, so its session resumes */
+  if (rc == 0) rc = tsr_client_open(&b.client, c.address, NULL);
+  if (rc == 0) rc = sum_graph(&g, "a", 1.0);
+  if (rc == 0) rc = tsr_submit(b.client, &g, &fa);
+  if (rc == 0) rc = tsr_future_wait(fa, 30000);
+  if (rc == 0) rc = gather_f64(b.client, "a-sum", &a);
+  pthread_t th;
+  bool started = false;
+  if (rc == 0) {
+    kill(c.scheduler, SIGSTOP);   /* graph b's parts wait in the socket, unread */
+    started = pthread_create(&th, NULL, submit_b, &b) == 0;
+    sleep_ms(500);
+    cluster_kill_scheduler(&c);
+    sleep_ms(200);
+    rc = cluster_restart_scheduler(&c, sched);
+  }
+  if (started) pthread_join(th, NULL);
+  char slog[400];
+  snprintf(slog, sizeof slog, "%s/scheduler.log", c.dir);
+  bool resumed = file_has(slog, "reconnected and resumed its graphs");
+  /* graph b reached only the restarted scheduler, once: it was sent again */
+  int admitted_b = count_lines(slog, "submitted graph 2:");
+  bool ok = rc == 0 && b.rc == 0 && b.value == 12.0 && resumed && admitted_b == 1 && b.submit_s >= 0.7;
+  tsr_future_release(&fa);
+  tsr_graph_destroy(&g);
+  tsr_client_close(b.client);
+  cluster_stop(&c, !ok);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", jdir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", jdir);
+  unsetenv("TESSERA_HEARTBEAT_TIMEOUT");
+  ASSERT_OK(rc);
+  ASSERT_TRUE(a == 4.0);
+  ASSERT_TRUE(started);
+  ASSERT_OK(b.rc);
+  ASSERT_TRUE(b.value == 12.0);
+  ASSERT_TRUE(resumed);
+  /* it waited across the restart: at least the client's heartbeat timeout */
+  ASSERT_EQ(admitted_b, 1);
+  /* it waited across the stop (0.5 s) and the restart (0.2 s) */
+  ASSERT_TRUE(b.submit_s >= 0.7);
+}
+
 int main(void)
 {
   signal(SIGPIPE, SIG_IGN);
   RUN(sigkill_mid_graph_with_journal_gives_identical_results);
   RUN(restart_without_journal_fails_the_future_clearly);
   RUN(scheduler_gone_for_good_fails_after_the_documented_bound);
+  RUN(submit_in_flight_is_sent_again_after_a_journaled_restart);
   return kit_summary();
 }
