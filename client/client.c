@@ -110,6 +110,7 @@ void client_free(tsr_client *c)
   client_free_chain(c->out_head);
   if (c->keys != NULL) tsr_strmap_each(c->keys, free_entry_cb, NULL);
   tsr_strmap_destroy(&c->keys);
+  progress_client_free(c);
   pthread_mutex_destroy(&c->mu);
   pthread_mutex_destroy(&c->xmu);
   pthread_cond_destroy(&c->cv);
@@ -181,11 +182,15 @@ out_frame *client_hello_frame(tsr_client *c)
 {
   tsr_wbuf wb;
   tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "hello", 5);
+  pthread_mutex_lock(&c->mu);
+  bool progress = c->progress_on;
+  pthread_mutex_unlock(&c->mu);
+  tsr_wbuf_begin(&wb, "hello", progress ? 6 : 5);
   tsr_pack_kv_uint(&wb.pk, "proto", TSR_PROTOCOL_VERSION);
   tsr_pack_kv_str(&wb.pk, "role", "client");
   tsr_pack_kv_str(&wb.pk, "name", c->name);
   tsr_pack_kv_uint(&wb.pk, "client_id", c->client_id);   /* resumes its graphs after a restart */
+  if (progress) tsr_pack_kv_bool(&wb.pk, "progress", true);  /* progress.c: subscribed */
   out_frame *f = client_frame_from(&wb);
   tsr_wbuf_free(&wb);
   return f;

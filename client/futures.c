@@ -18,6 +18,7 @@ static void future_free(tsr_future *f)
 {
   free(f->entries);
   free(f->error);
+  free(f->poll_groups);
   free(f);
 }
 
@@ -138,7 +139,10 @@ static int submit_parts(tsr_client *c, tsr_future *f, const tsr_graph *g, const 
   else
     client_log(c, TSR_LOG_DEBUG, "graph %llu accepted: %llu new tasks, %zu wanted keys", (unsigned long long)graph_id,
                (unsigned long long)p.tasks, f->n);
-  if (rc == 0) c->handles++;
+  if (rc == 0) {
+    c->handles++;
+    progress_graph_new_locked(c, f, graph_id, p.tasks);
+  }
   pthread_mutex_unlock(&c->mu);
   return rc;
 }
@@ -273,6 +277,7 @@ TSR_API void tsr_future_release(tsr_future **future_p)
   tsr_client *c = f->client;
   pthread_mutex_lock(&c->mu);
   future_drop_keys_locked(c, f, true);
+  progress_graph_drop_locked(c, f);
   bool last = client_unref_locked(c);
   pthread_mutex_unlock(&c->mu);
   if (last) client_free(c);

@@ -116,6 +116,21 @@ typedef struct pending_status {
   char message[TSR_ERRMSG_LEN];
 } pending_status;
 
+/* ---------- progress (progress.c) ---------- */
+/* One submitted graph's progress, kept while its future lives. Written by
+ * the I/O thread under mu; `fut_pending` / `cli_pending` mark a call due. */
+typedef struct client_pgraph {
+  struct client_pgraph *next;
+  tsr_progress p;               /* monotone counts; p.groups = groups */
+  tsr_progress_group *groups;   /* op names malloc'd, never renamed */
+  size_t cap_groups;
+  struct tsr_future *future;    /* its future */
+  tsr_progress_fn fut_fn;       /* the future's callback, or NULL */
+  void *fut_user;
+  bool fut_pending, cli_pending;
+  bool fut_final, cli_final;    /* the final call went out */
+} client_pgraph;
+
 typedef enum { CONN_CONNECTING = 0, CONN_UP, CONN_LOST, CONN_CLOSED } conn_state;
 
 struct tsr_client {
@@ -163,6 +178,18 @@ struct tsr_client {
   uint64_t suspended_ms;
   int64_t reconnect_ms;     /* TESSERA_RECONNECT_TIMEOUT */
 
+  /* progress.c (under mu) */
+  bool progress_on;         /* subscribed: hello says progress: true */
+  client_pgraph *pgraphs;
+  tsr_progress_fn cli_fn;   /* tsr_client_on_progress */
+  void *cli_user;
+  bool cb_client;           /* the I/O thread is in cli_fn now */
+  struct tsr_future *cb_future;  /* the future whose callback runs now */
+  size_t npending;          /* calls due (a hint: 0 skips the scan) */
+  /* I/O thread only: the copy a callback reads */
+  tsr_progress_group *cb_groups;
+  size_t cap_cb_groups;
+
   pthread_mutex_t xmu;      /* the idle data-plane connections */
   tsr_xfer_conn *xcache[CLIENT_XFER_CACHE];
   size_t n_xcache;
@@ -179,6 +206,9 @@ struct tsr_future {
   size_t cursor;
   uint64_t seen_resets;
   uint64_t seen_errors;
+  client_pgraph *pg;        /* its graph's progress (progress.c), NULL on ENOMEM */
+  tsr_progress_group *poll_groups;  /* tsr_future_progress_get's copy */
+  size_t cap_poll_groups;
 };
 
 /* ---------- client.c ---------- */
@@ -247,6 +277,19 @@ int graph_wanted(const tsr_graph *graph, const char ***keys_p, size_t *n_p);
 
 /* ---------- cluster.c ---------- */
 int cluster_on_status_reply_locked(tsr_client *c, const msgpack_object *map, tsr_errbuf *err);
+
+/* ---------- progress.c ---------- */
+/* A new graph's record for future f (total from `submitted`). Caller holds mu. */
+void progress_graph_new_locked(tsr_client *c, tsr_future *f, uint64_t graph, uint64_t tasks);
+/* Before f is freed: unlinks its record and waits out a callback of f in
+ * flight on the I/O thread (unless this is that thread). Caller holds mu. */
+void progress_graph_drop_locked(tsr_client *c, tsr_future *f);
+/* `progress` from the scheduler: merges the counts, marks calls due. */
+int progress_on_message_locked(tsr_client *c, const msgpack_object *map, tsr_errbuf *err);
+/* I/O thread: makes the calls due, each without mu held. Takes mu itself. */
+void progress_run_callbacks(tsr_client *c);
+/* Frees what the client holds for progress (at client_free). */
+void progress_client_free(tsr_client *c);
 
 /* ---------- gather.c ---------- */
 void gather_cache_close_all(tsr_client *c);

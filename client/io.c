@@ -204,6 +204,7 @@ static int dispatch(tsr_client *c, const char *op, const msgpack_object *map, ts
   if (strcmp(op, "key_lost") == 0) return keys_on_lost_locked(c, map, err);
   if (strcmp(op, "submitted") == 0) return on_submitted(c, map, err);
   if (strcmp(op, "submit_error") == 0) return on_submit_error(c, map, err);
+  if (strcmp(op, "progress") == 0) return progress_on_message_locked(c, map, err);
   if (strcmp(op, "status_reply") == 0) return cluster_on_status_reply_locked(c, map, err);
   return tsr_fail(err, TSR_EPROTO, "unknown op '%s'", op);
 }
@@ -335,6 +336,7 @@ void *client_io_main(void *arg)
       (void)ignored;
     }
     if (items[0].revents & ZMQ_POLLIN) receive_all(c, &clk);
+    progress_run_callbacks(c);   /* without mu: callbacks may call the API */
     keep_time(c, &clk);
   }
   /* Give a queued goodbye a moment to leave; never block long on a dead peer. */

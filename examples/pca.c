@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "progressbar.h"
 #include "tessera/linalg.h"
 #include "tessera/plink.h"
 #include "tessera/zarr.h"
@@ -29,7 +30,7 @@ typedef struct opts {
   int64_t chunk_rows, chunk_cols;  /* 0: chosen for the PCA (pca_chunks) */
   tsr_pca_opts pca;
   int missing;                     /* --missing for integer zarr/npy input, or -1 */
-  bool loadings, persist;
+  bool loadings, persist, no_progress;
 } opts;
 
 static double now_s(void)
@@ -45,6 +46,7 @@ static void usage(FILE *out)
           "usage: tsr-pca --bed PREFIX | --zarr DIR | --npy FILE [--k 10] [--power-iters 2]\n"
           "               [--oversamples 10] [--method compressed|exact] [--standardize binom2|center|none]\n"
           "               [--out PREFIX] [--loadings] [--chunks R,C] [--seed S] [--missing V] [--no-persist]\n"
+          "               [--no-progress]\n"
           "Input is samples x variants. Writes PREFIX.eigenval and PREFIX.eigenvec (PLINK 2 layout),\n"
           "and PREFIX.eigenvec.var with --loadings. --missing V marks integer value V of a Zarr or\n"
           ".npy input as missing (PLINK's missing genotypes always are). Connects to\n"
@@ -100,13 +102,14 @@ static int parse_value(opts *o, const char *a, const char *v)
 static int parse_args(int argc, char **argv, opts *o)
 {
   tsr_pca_opts defaults = TSR_PCA_OPTS_DEFAULT;
-  *o = (opts){NULL, NULL, NULL, "tsr-pca", 0, 0, defaults, -1, false, true};
+  *o = (opts){NULL, NULL, NULL, "tsr-pca", 0, 0, defaults, -1, false, true, false};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0) usage(stdout), exit(0);
     else if (strcmp(a, "--version") == 0) printf("tsr-pca %s\n", TSR_VERSION_STRING), exit(0);
     else if (strcmp(a, "--loadings") == 0) o->loadings = true;
     else if (strcmp(a, "--no-persist") == 0) o->persist = false;
+    else if (strcmp(a, "--no-progress") == 0) o->no_progress = true;
     else if (i + 1 >= argc) {
       fprintf(stderr, "tsr-pca: %s needs a value\n", a);
       return -1;
@@ -312,7 +315,9 @@ int main(int argc, char **argv)
   }
   bool gpu = print_cluster(client) > 0;
   results r = {0};
+  progressbar *bar = progressbar_start(client, "tsr-pca", !o.no_progress);
   rc = run(client, &o, info, gpu, &r);
+  progressbar_stop(&bar);
   double t1 = now_s();
   if (rc == 0) rc = write_outputs(&o, &r, info);
   if (rc == 0) {

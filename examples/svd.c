@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "progressbar.h"
 #include "tessera/linalg.h"
 
 typedef struct opts {
@@ -26,7 +27,7 @@ typedef struct opts {
   int64_t low, high;
   uint64_t seed;
   int k, power_iters, oversamples;
-  bool exact, verify, persist, qr_iter, memory_report;
+  bool exact, verify, persist, qr_iter, memory_report, no_progress;
   const char *save_input, *save;
 } opts;
 
@@ -44,7 +45,8 @@ static void usage(FILE *out)
           "               [--dist uniform|normal|randint:LOW:HIGH] [--seed S] [--k K]\n"
           "               [--power-iters Q] [--oversamples P] [--iterator power|qr]\n"
           "               [--method compressed|exact] [--persist] [--save-input X.npy]\n"
-          "               [--save PREFIX] [--verify] [--memory-report]\n"
+          "               [--save PREFIX] [--verify] [--memory-report] [--no-progress]\n"
+          "A progress bar goes to stderr (plain lines when it is not a terminal).\n"
           "Connects to $TESSERA_SCHEDULER (run it under `tessera local`).\n");
 }
 
@@ -68,7 +70,7 @@ static int parse_dist(const char *text, opts *o)
 static int parse_args(int argc, char **argv, opts *o)
 {
   *o = (opts){20000, 2000, 5000, 1000, TSR_F64, "uniform", 0, 3, 42, 10, 0, 10,
-              false, false, false, false, false, NULL, NULL};
+              false, false, false, false, false, false, NULL, NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     bool has = v != NULL;
@@ -77,6 +79,7 @@ static int parse_args(int argc, char **argv, opts *o)
     else if (strcmp(a, "--verify") == 0) o->verify = true;
     else if (strcmp(a, "--persist") == 0) o->persist = true;
     else if (strcmp(a, "--memory-report") == 0) o->memory_report = true;
+    else if (strcmp(a, "--no-progress") == 0) o->no_progress = true;
     else if (!has) { fprintf(stderr, "tsr-svd: %s needs a value\n", a); return -1; }
     else if (strcmp(a, "--rows") == 0) o->rows = atoll(argv[++i]);
     else if (strcmp(a, "--cols") == 0) o->cols = atoll(argv[++i]);
@@ -237,6 +240,7 @@ int main(int argc, char **argv)
   tsr_array_ctx *ctx = NULL;
   tsr_array *x = NULL, *u = NULL, *s = NULL, *v = NULL;
   int rc = tsr_client_open(&client, NULL, NULL);
+  progressbar *bar = rc == 0 ? progressbar_start(client, "tsr-svd", !o.no_progress) : NULL;
   if (rc == 0) rc = tsr_array_ctx_new(client, &ctx);
   if (rc == 0) rc = make_input(ctx, &o, &x);
   double t0 = now_s(), t_gen = 0;
@@ -273,6 +277,7 @@ int main(int argc, char **argv)
     free(tmp);
   }
   double t_svd = now_s() - t1;
+  progressbar_stop(&bar);   /* the results print below it */
   if (rc != 0) {
     fprintf(stderr, "tsr-svd: %s: %s\n", tsr_strerror(rc), tsr_errmsg());
     tsr_array_ctx_destroy(&ctx);

@@ -36,6 +36,7 @@
  * Everything is linear in tasks + edges (iterative, no recursion), and a
  * group that cannot be built (out of memory) is simply left unfused: the
  * graph was valid without fusion. */
+#include "progress.h"
 #include "sched.h"
 
 #include <stdlib.h>
@@ -349,6 +350,9 @@ static int fuse_group(fuser *f, uint32_t root, uint32_t *np_p)
   for (uint32_t i = 0; i < f->ext_cap; i++)
     if (f->ext[i].stamp == f->stamp) deps[f->ext[i].index] = f->ext[i].id;
   pack_parts(f, root, np, n_ext);
+  /* before root's op changes: the parts' ops name its progress groups */
+  if (sched_progress_fused(st, f->g, root, f->parts, np) != 0)
+    TSR_WARN("fused task '%s' counts in its output's progress group only: out of memory", st->tasks[root].key);
   uint8_t *params = sched_arena_alloc(arena, f->buf.size, 1);
   sched_task_ext *ext = sched_task_ext_get(st, root);  /* holds the part count */
   if (params == NULL || ext == NULL || f->buf.size > UINT32_MAX) return TSR_ENOMEM;

@@ -11,6 +11,7 @@
  * message, so each message sees a consistent state. */
 #include "journal.h"
 #include "policy_evict.h"
+#include "progress.h"
 #include "sched.h"
 
 #include <stdio.h>
@@ -382,6 +383,18 @@ static void on_key_missing(msgctx *m)
   if (id != SCHED_NONE) sched_tr_key_missing(m->st, id, from, flen);
 }
 
+/* progress {on: bool (opt, default true)}: (un)subscribe to `progress`. */
+static void on_progress(msgctx *m)
+{
+  bool on = true;
+  int rc = tsr_wire_opt_bool(m->map, "on", true, &on, &m->err);
+  if (rc != 0) {
+    reject(m, rc, "%s", m->err.text);
+    return;
+  }
+  sched_progress_subscribe(m->st, m->st->peers[m->p].index, on);
+}
+
 static void on_status(msgctx *m)
 {
   uint64_t req;
@@ -409,7 +422,7 @@ static const route routes[] = {
   {"chunks_moved", PEER_WORKER, on_chunks_moved},
   {"goodbye", PEER_WORKER, on_goodbye},       {"submit", PEER_CLIENT, on_submit},
   {"release", PEER_CLIENT, on_release},       {"status", PEER_CLIENT, on_status},
-  {"key_missing", PEER_CLIENT, on_key_missing},
+  {"key_missing", PEER_CLIENT, on_key_missing}, {"progress", PEER_CLIENT, on_progress},
   {"goodbye", PEER_CLIENT, on_goodbye},       {"heartbeat", PEER_CLIENT, NULL},
 };
 

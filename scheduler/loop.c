@@ -17,6 +17,7 @@
 #include "net/net.h"
 #include "journal.h"
 #include "policy_evict.h"
+#include "progress.h"
 #include "sched.h"
 
 #define MAX_FRAMES_PER_ITERATION 10000
@@ -151,10 +152,12 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
   uint64_t check_ms = (st->cfg.timeout_ms < hb_ms ? st->cfg.timeout_ms : hb_ms) / 4;
   if (check_ms < 10) check_ms = 10;
   uint64_t now = tsr_now_ms(), next_hb = now + hb_ms, next_check = now + check_ms;
+  uint64_t next_progress = now + SCHED_PROGRESS_MS;
   bool busy = false;
   while (!*stop) {
     now = tsr_now_ms();
     uint64_t due = next_hb < next_check ? next_hb : next_check;
+    if (next_progress < due) due = next_progress;
     long timeout = busy ? 0 : (due > now ? (long)(due - now) : 0);
     zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
     int rc = zmq_poll(&item, 1, timeout);
@@ -172,6 +175,10 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
       sched_check_timeouts(st, now);
       sched_journal_expire(st, now);
       next_check = now + check_ms;
+    }
+    if (now >= next_progress) {
+      sched_progress_tick(st);   /* throttled: changed graphs once per period */
+      next_progress = now + SCHED_PROGRESS_MS;
     }
     /* after a restart, wait for the workers that hold results (journal.h) */
     if (sched_journal_holding(st, now)) sched_flush_frees(st);

@@ -4,6 +4,7 @@
  * running and recomputes what only it held; a client's departure releases
  * everything it wanted. Connects and departures are logged at info. */
 #include "journal.h"
+#include "progress.h"
 #include "sched.h"
 
 #include <stdio.h>
@@ -269,8 +270,10 @@ static void hello_client(sched_state *st, uint32_t p, const msgpack_object *map)
   char name[TSR_MAX_NAME_LEN + 1], label[TSR_MAX_NAME_LEN + 32];
   tsr_errbuf err;
   uint64_t token = 0;
+  bool progress = false;
   int rc = tsr_wire_strcpy(map, "name", name, sizeof name, &err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "client_id", 0, &token, &err);
+  if (rc == 0) rc = tsr_wire_opt_bool(map, "progress", false, &progress, &err);
   if (rc != 0) {
     TSR_WARN("rejected 'hello' from %s: %s", sched_peer_label(st, p, label, sizeof label), err.text);
     sched_send_error(st, p, TSR_EPROTO, "hello", "%s", err.text);
@@ -298,6 +301,7 @@ static void hello_client(sched_state *st, uint32_t p, const msgpack_object *map)
   /* workers admit the client's key before it is told of results to fetch */
   sched_security_hello(st, p);
   if (resumed) resend_wanted(st, c);
+  sched_progress_subscribe(st, c, progress);
   TSR_INFO("client '%s' %s; %u clients", cl->name, resumed ? "reconnected and resumed its graphs" : "connected",
            st->nclients_alive);
 }

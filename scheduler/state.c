@@ -3,6 +3,7 @@
  * with their outboxes. No policy and no state transitions live here (those
  * are transitions.c and policy_*.c); this file only allocates, finds and
  * frees. */
+#include "progress.h"
 #include "state.h"
 
 #include <stdarg.h>
@@ -116,6 +117,7 @@ void sched_state_destroy(sched_state **st_p)
   for (uint32_t g = 0; g < st->ngraphs; g++)
     if (st->graphs[g] != NULL) {
       sched_arena_free(&st->graphs[g]->arena);
+  sched_progress_free(st->graphs[g]->progress);
       free(st->graphs[g]);
     }
   free(st->graphs);

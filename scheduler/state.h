@@ -123,6 +123,7 @@ typedef struct sched_task {
   uint8_t ndim;
   /* memory-aware eviction (policy_evict.h) */
   uint8_t evict;              /* SCHED_EV_* bits */
+  uint16_t pgroup;            /* its progress group in its graph (progress.h), set at admission */
   uint32_t cost_us;           /* recompute cost of the result, memoized when it was made (saturating) */
   uint32_t ndeferred_deps;    /* deps (with multiplicity) that are deferred drops (meaningful while WAITING) */
 } sched_task;
@@ -188,6 +189,7 @@ typedef struct sched_graph {
   char client_name[TSR_MAX_NAME_LEN + 1];
   sched_arena arena;
   bool pinned;                /* being admitted: not freed at ntasks == 0 */
+  struct sched_progress *progress;  /* per-group counts (progress.h); NULL before admission */
 } sched_graph;
 
 /* A uint32 hash set (open addressing), used for a client's wanted ids. */
@@ -262,6 +264,7 @@ typedef struct sched_client {
   sched_pending *pending;     /* multi-part submits in progress */
   uint32_t npending, cap_pending;
   uint64_t token;             /* hello's client_id (0: none); journal.h */
+  bool progress;              /* subscribed to `progress` messages (progress.h) */
 } sched_client;
 
 enum { PEER_NONE = 0, PEER_WORKER, PEER_CLIENT };

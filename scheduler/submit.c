@@ -14,6 +14,7 @@
  * is accepted, so a rejected graph leaves no trace. Everything is linear
  * in tasks + inputs: Kahn's algorithm for cycles, one map lookup per key
  * and per input, one arena per graph for keys, params and edge lists. */
+#include "progress.h"
 #include "sched.h"
 
 #include <stdlib.h>
@@ -329,8 +330,10 @@ static void commit(admit *a, uint32_t client, const uint32_t *want_ids, uint32_t
     if (st->tasks[id].state == TS_MEMORY) sched_notify_done(st, id, client);
     else if (st->tasks[id].state == TS_ERRED) sched_notify_erred(st, id, client);
   }
+  sched_progress_admit(st, a->g, a->fresh, a->nfresh);
   for (uint32_t k = 0; k < a->nfresh; k++) sched_tr_admit(st, order[k]);
   sched_settle(st);
+  sched_progress_admitted(st, a->g);
 }
 
 static void rollback(admit *a)

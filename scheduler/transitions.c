@@ -51,6 +51,7 @@
  * Events from outside (task_done, a worker's death, a client's release)
  * are the sched_tr_* functions; the handlers call sched_settle() after. */
 #include "policy_evict.h"
+#include "progress.h"
 #include "sched.h"
 
 #include <stdio.h>
@@ -152,6 +153,7 @@ static void set_state(sched_state *st, uint32_t id, int to)
     uint32_t w = sched_task_weight(t);  /* a fused task counts by its parts */
     g->ndone += w * (uint32_t)(counts_done(to) - counts_done(from));
     g->nerred += w * (uint32_t)((to == TS_ERRED) - (from == TS_ERRED));
+    sched_progress_on_state(st, id, from, to);
   }
   if (active(from) != active(to)) needed_changed(st, t, active(to));
   if ((from == TS_MEMORY) != (to == TS_MEMORY)) each_dependent(st, id, to == TS_MEMORY ? input_arrived : input_departed, NULL);

@@ -132,6 +132,60 @@ int tsr_submit(tsr_client *client, tsr_graph **graph_p, tsr_future **future_p);
 int tsr_future_wait(tsr_future *future, int timeout_ms);
 /* Keys done (in memory) and total wanted, now. */
 void tsr_future_progress(const tsr_future *future, size_t *done_p, size_t *total_p);
+/* ---------- progress (docs/progress.md) ----------
+ *
+ * Progress is per graph: the tasks a submission added to the scheduler
+ * (the `submitted` count; a fused task counts as its parts; a key shared
+ * with an earlier graph counts there, not here), by state, in total and
+ * per group (the tasks of one op). Counts are monotone: tasks_done,
+ * tasks_erred, bytes_done and tasks_total never go down, even when a lost
+ * result is recomputed or the scheduler restarts from its journal;
+ * tasks_waiting and tasks_processing are the counts now. A graph is
+ * final when tasks_done + tasks_erred == tasks_total (done == total when
+ * nothing failed). "Done" counts tasks computed and tasks the scheduler
+ * no longer needed to run. bytes_done sums the output bytes of results
+ * made (a recomputed result counts again). */
+typedef struct tsr_progress_group {
+  const char *op;              /* the op name; valid until the future is released (client callback: the call) */
+  uint64_t tasks_total, tasks_waiting, tasks_processing, tasks_done, tasks_erred, bytes_done;
+} tsr_progress_group;
+
+typedef struct tsr_progress {
+  uint64_t graph;              /* the client's number for the graph (one per tsr_submit) */
+  uint64_t tasks_total, tasks_waiting, tasks_processing, tasks_done, tasks_erred, bytes_done;
+  bool final;                  /* tasks_done + tasks_erred == tasks_total */
+  size_t ngroups;
+  const tsr_progress_group *groups;
+} tsr_progress;
+
+/* A progress callback. It runs on the client's I/O thread, without the
+ * client's lock held; it must return quickly and must not block or wait
+ * on the client (no tsr_future_wait, tsr_gather, tsr_submit,
+ * tsr_client_close); it may call tsr_future_progress_get and
+ * tsr_future_release. `progress` and its groups live only for the call.
+ * Per graph the calls are monotone (see above), happen only when a count
+ * changed, and exactly one has final set: the last one for that graph. */
+typedef void (*tsr_progress_fn)(void *user, const tsr_progress *progress);
+
+/* Fills *progress_p with the future's graph's progress now (zeros, total
+ * from the submission, until the scheduler's first report). The first
+ * call subscribes the client to reports (they follow within ~150 ms).
+ * progress_p->groups lives until the next call on this future or its
+ * release. 0 or TSR_EINVAL. */
+int tsr_future_progress_get(tsr_future *future, tsr_progress *progress_p);
+/* Calls fn(user, progress) as the future's graph progresses (see
+ * tsr_progress_fn); fn NULL stops the calls. Subscribes the client. After
+ * tsr_future_release returns (or this call with NULL returns) fn is never
+ * called again for this future, also when a call was in flight: release
+ * waits for it (unless released from inside the callback). Returns 0 or
+ * TSR_EINVAL. */
+int tsr_future_on_progress(tsr_future *future, tsr_progress_fn fn, void *user);
+/* The same for every graph this client submits (from now on, and those
+ * in flight): what CLIs use when graph builders submit for them. fn NULL
+ * stops the calls; after that call or tsr_client_close returns, fn is
+ * never called again. 0 or TSR_EINVAL. */
+int tsr_client_on_progress(tsr_client *client, tsr_progress_fn fn, void *user);
+
 /* The first failure ("key 'x': add: shapes f64[3] and f64[4] differ"), or
  * NULL. Valid until the future is released. */
 const char *tsr_future_error(const tsr_future *future);
