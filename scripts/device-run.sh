@@ -35,7 +35,7 @@ for a in "$@"; do
 done
 [ "$(uname -m)" = x86_64 ] || { echo "device-run.sh: the device machine is x86-64; build there instead" >&2; exit 1; }
 
-targets=(tessera_cli tessera-scheduler tessera-worker test_gpu test_gpu_cli test_kernels_cuda tsr-svd tsr-svd-gpu tsr-memory-svd tsr-pca tsr-gen-bed tsr-cluster test_gpu_cluster tsr-knn-time)
+targets=(tessera_cli tessera-scheduler tessera-worker test_gpu test_gpu_cli test_kernels_cuda tsr-svd tsr-svd-gpu tsr-memory-svd tsr-pca tsr-gen-bed tsr-cluster test_gpu_cluster tsr-knn-time test_tiles_cuda tsr-tiles tsr-gen-slide)
 if [ $build = 1 ]; then
   mkdir -p .deps
   log=.deps/build-device.log
@@ -44,7 +44,7 @@ if [ $build = 1 ]; then
   cmake --build build-device -j"$(nproc)" --target "${targets[@]}" >>$log 2>&1 \
     || { grep -E "error|Error" $log | head -30; exit 1; }
 fi
-bins=(tessera tessera-scheduler tessera-worker test_gpu test_gpu_cli test_kernels_cuda tsr-svd tsr-svd-gpu tsr-memory-svd tsr-pca tsr-gen-bed tsr-cluster test_gpu_cluster tsr-knn-time)
+bins=(tessera tessera-scheduler tessera-worker test_gpu test_gpu_cli test_kernels_cuda tsr-svd tsr-svd-gpu tsr-memory-svd tsr-pca tsr-gen-bed tsr-cluster test_gpu_cluster tsr-knn-time test_tiles_cuda tsr-tiles tsr-gen-slide)
 for b in "${bins[@]}"; do [ -x build-device/bin/$b ] || { echo "device-run.sh: build-device/bin/$b missing" >&2; exit 1; }; done
 if ! ldd build-device/bin/tessera-worker | grep -q libcudart; then
   echo "device-run.sh: warning: tessera-worker has no CUDA (GPU tests will skip)" >&2
@@ -91,6 +91,10 @@ hm3=../shared/data/hapmap3_1kg_genotypes
 mkdir -p "$stage/data/reference"
 cp $hm3/HM3_thinned_autosomal_overlap.{bed,bim,fam} "$stage/data/"
 cp $hm3/reference/hm3.exact_eigh_binom2.txt "$stage/data/reference/"
+# The CMU-1 slide region: test_tiles_cuda, and bench/tiles/gpu.sh's slides
+# are made from its decoded PPM.
+mkdir -p "$stage/data/wsi"
+cp ../shared/data/wsi_cmu1_small_region/CMU-1-Small-Region{.svs,_level0_rgb.ppm} "$stage/data/wsi/"
 tar -C "$stage" -cf - bin lib data | xz -T0 -6 > .deps/carry/tessera-device.tar.xz
 
 # ---- wheels for bench/svd_gpu_dask.py ----

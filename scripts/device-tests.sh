@@ -6,12 +6,13 @@
 # (CTest does not travel: the build tree's paths are this machine's) and
 # the GPU benchmark. Logs go to $OUT (or ./device-out).
 #
-#   bash scripts/device-tests.sh [all|tests|sc|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]] [BENCH ARGS...]
+#   bash scripts/device-tests.sh [all|tests|sc|tiles|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]] [BENCH ARGS...]
 # (kbench: test_kernels_cuda --bench ARGS, e.g. genotype64; memory: bench/gpu_memory.sh, the
 # device-limited SVD against an unlimited one; pca: bench/pca_gpu.sh, tsr-pca on a 25 GB .bed
 # generated on the machine's disk, ARGS: SAMPLES SNPS DIR; cluster: bench/cluster/gpu.sh, kNN, Leiden,
 # UMAP and the whole single-cell pipeline on one GPU worker, ARGS: CELLS DIR; sc: test_kernels_cuda
-# and test_gpu_cluster, the single-cell GPU = CPU checks)
+# and test_gpu_cluster, the single-cell GPU = CPU checks; tiles: the nvJPEG ABI check, test_tiles_cuda
+# and bench/tiles/gpu.sh, ARGS: SIZE SLIDES, TILES_TESTS_ONLY=1 skips the bench)
 set -uo pipefail
 what=${1:-all}
 shift || true
@@ -44,6 +45,7 @@ done
 export PATH="$t/wrap:$PATH"
 export TESSERA_TEST_BIN_DIR="$t/bin"
 export TSR_PLINK_DATA="$t/data"   # HapMap3 for test_gpu's PCA (scripts/device-run.sh packs it)
+export TSR_WSI_DATA="$t/data/wsi" # the CMU-1 slide region (test_tiles_cuda, bench/tiles/gpu.sh)
 {
   echo "== $(date -u) $(hostname)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -92,6 +94,24 @@ run_bench() {
   PYTHONUNBUFFERED=1 bash bench/svd_gpu.sh "$@" 2>&1 | tee "$out/bench.log"
   [ ${PIPESTATUS[0]} = 0 ] || rc=1
 }
+# Whole-slide images on the GPU: our nvJPEG declarations against the real
+# nvjpeg.h, the CUDA tile ops against the CPU on the CMU-1 region, then
+# bench/tiles/gpu.sh (ARGS: SIZE SLIDES).
+run_tiles() {
+  local abi=/tmp/nvjpeg-abi
+  mkdir -p $abi
+  gcc -DREAL -I/usr/local/cuda/include tests/unit/nvjpeg_abi.c -o $abi/real && \
+    gcc -Ikernels/cuda -I/usr/local/cuda/include tests/unit/nvjpeg_abi.c -o $abi/ours && \
+    $abi/real >$abi/real.txt && $abi/ours >$abi/ours.txt
+  if diff $abi/real.txt $abi/ours.txt >/dev/null; then echo "nvjpeg ABI: ours equals nvjpeg.h ($(tr '\n' ';' <$abi/real.txt))"
+  else echo "nvjpeg ABI: DIFFERENT"; diff $abi/real.txt $abi/ours.txt; rc=1; fi
+  (cd /tmp && timeout 200 "$t/wrap/test_tiles_cuda") >"$out/tiles_tests.log" 2>&1
+  local r=$?
+  echo "test_tiles_cuda exit $r"
+  grep -vE "^\[ (RUN|  OK  )" "$out/tiles_tests.log" | head -30
+  [ $r = 0 ] || rc=1
+  [ -n "${TILES_TESTS_ONLY:-}" ] || { bash bench/tiles/gpu.sh "$@" 2>&1 | tee "$out/tiles_bench.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1; }
+}
 # One test of test_gpu (KIT_ONLY=NAME) with every cluster's logs kept,
 # summarized here and packed (xz) into $OUT: a diagnosis run.
 run_one() {
@@ -116,10 +136,11 @@ case $what in
   pca) bash bench/pca_gpu.sh "$@" 2>&1 | tee "$out/pca.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
   cluster) bash bench/cluster/gpu.sh "$@" 2>&1 | tee "$out/cluster.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
   tests) run_tests ;;
+  tiles) run_tiles "$@" ;;
   sc) run_sc_tests ;;
   bench) run_bench "$@" ;;
   kbench) (cd /tmp && timeout 300 "$t/wrap/test_kernels_cuda" --bench "$@") 2>&1 | tee "$out/kbench.log" ;;
   all) run_tests; run_bench "$@" ;;
-  *) echo "device-tests.sh: all|tests|sc|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]" >&2; exit 2 ;;
+  *) echo "device-tests.sh: all|tests|sc|tiles|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]" >&2; exit 2 ;;
 esac
 exit $rc

@@ -361,4 +361,24 @@ enum {
  * gray_scratch holds n doubles. */
 void tsr_k_tile_stats(const uint8_t *px, size_t n, double *gray_scratch, double out[TSR_K_TS_N]);
 
+/* The compressed JPEG blocks (tiles or strips) a `tiff_read` region
+ * overlaps, for a GPU decoder (kernels/cuda/tiff_read.cu, nvJPEG): each
+ * a complete JPEG stream — a TIFF's shared JPEGTables (Aperio) spliced in
+ * front of the block's abbreviated stream. tsr_k_tiff_jpeg_blocks returns
+ * TSR_ENODEV when the directory is not JPEG-compressed 8-bit grey or RGB
+ * (the CPU variant decodes it then), other errors as tiff_read's. */
+typedef struct tsr_k_jpeg_blocks {
+  int64_t x0, y0, w, h;          /* the region, as the params gave it */
+  uint32_t block_w, block_h;     /* the directory's tile (strip: width x rows) */
+  int spp;                       /* 1 grey, 3 RGB */
+  int ycbcr;                     /* 1: YCbCr colour (convert); 0: RGB stored as is */
+  size_t n;                      /* blocks */
+  int64_t *bx, *by;              /* each block's top-left pixel */
+  unsigned char **data;          /* each block's JPEG stream */
+  size_t *len;
+  char path[256];                /* for messages */
+} tsr_k_jpeg_blocks;
+int tsr_k_tiff_jpeg_blocks(const tsr_params *p, tsr_k_jpeg_blocks *blocks, tsr_errbuf *err);
+void tsr_k_jpeg_blocks_free(tsr_k_jpeg_blocks *blocks);
+
 #endif

@@ -15,9 +15,10 @@
  * its alpha. libtiff's messages go to a per-handle handler (never stderr:
  * kernels never print) and become the task's error, naming the file.
  *
- * The GPU seam: a CUDA variant (nvJPEG) would read the same compressed
- * tiles on the host (TIFFReadRawTile) and decode on the device; it goes in
- * kernels/cuda/ and the registry picks it up by name like any variant. */
+ * The GPU variant (kernels/cuda/tiff_read.cu) reads the same compressed
+ * JPEG tiles on the host (tsr_k_tiff_jpeg_blocks below: TIFFReadRawTile,
+ * the shared tables spliced in) and decodes them on the device with
+ * nvJPEG. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -224,6 +225,105 @@ static int tiff_read_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf 
   if (rc == 0) rc = blocks_decode(tif, &l, &r, &msgs, out->data, err);
   TIFFClose(tif);
   return rc;
+}
+
+/* ---------- compressed blocks for a GPU decoder ---------- */
+
+/* A JPEG stream without its SOI (FF D8) or EOI (FF D9) ends, as the
+ * splice needs them: the tables' segments end before their EOI, the
+ * block's begin after its SOI. */
+static const unsigned char *jpeg_body(const unsigned char *s, size_t n, size_t *body_len, bool drop_eoi)
+{
+  size_t a = n >= 2 && s[0] == 0xFF && s[1] == 0xD8 ? 2 : 0;
+  size_t b = drop_eoi && n >= a + 2 && s[n - 2] == 0xFF && s[n - 1] == 0xD9 ? n - 2 : n;
+  *body_len = b - a;
+  return s + a;
+}
+
+/* SOI + the tables (if any) + the block's stream after its SOI. */
+static int splice_block(const unsigned char *tables, size_t ntables, const unsigned char *raw, size_t nraw,
+                        unsigned char **out, size_t *out_len)
+{
+  size_t tlen = 0, rlen = 0;
+  const unsigned char *t = tables ? jpeg_body(tables, ntables, &tlen, true) : NULL;
+  const unsigned char *r = jpeg_body(raw, nraw, &rlen, false);
+  unsigned char *s = malloc(2 + tlen + rlen);
+  if (s == NULL) return TSR_ENOMEM;
+  s[0] = 0xFF, s[1] = 0xD8;
+  if (tlen) memcpy(s + 2, t, tlen);
+  memcpy(s + 2 + tlen, r, rlen);
+  *out = s, *out_len = 2 + tlen + rlen;
+  return 0;
+}
+
+static int blocks_alloc(tsr_k_jpeg_blocks *b, size_t n)
+{
+  b->bx = calloc(n, sizeof *b->bx), b->by = calloc(n, sizeof *b->by);
+  b->data = calloc(n, sizeof *b->data), b->len = calloc(n, sizeof *b->len);
+  return b->bx && b->by && b->data && b->len ? 0 : TSR_ENOMEM;
+}
+
+/* Reads every overlapped block's raw bytes and splices the tables in. */
+static int blocks_read_raw(TIFF *tif, const tiff_layout *l, const tiff_region *r, const tiff_msgs *msgs,
+                           tsr_k_jpeg_blocks *b, tsr_errbuf *err)
+{
+  uint32_t ntables = 0;
+  const unsigned char *tables = NULL;
+  if (!TIFFGetField(tif, TIFFTAG_JPEGTABLES, &ntables, &tables)) tables = NULL, ntables = 0;
+  int64_t by0 = r->y0 / l->block_h * l->block_h, bx0 = r->x0 / l->block_w * l->block_w;
+  size_t nx = (size_t)((r->x0 + r->w - bx0 + l->block_w - 1) / l->block_w);
+  size_t ny = (size_t)((r->y0 + r->h - by0 + l->block_h - 1) / l->block_h);
+  if (blocks_alloc(b, nx * ny) != 0) return tsr_fail(err, TSR_ENOMEM, "tiff_read: %s: out of memory", r->path);
+  for (size_t k = 0; k < nx * ny; k++) {
+    int64_t bx = bx0 + (int64_t)(k % nx) * l->block_w, by = by0 + (int64_t)(k / nx) * l->block_h;
+    uint32_t index = l->tiled ? TIFFComputeTile(tif, (uint32_t)bx, (uint32_t)by, 0, 0)
+                              : TIFFComputeStrip(tif, (uint32_t)by, 0);
+    tmsize_t size = (tmsize_t)TIFFGetStrileByteCount(tif, index);
+    unsigned char *raw = size > 0 ? malloc((size_t)size) : NULL;
+    tmsize_t got = raw == NULL ? -1
+                   : l->tiled  ? TIFFReadRawTile(tif, index, raw, size)
+                               : TIFFReadRawStrip(tif, index, raw, size);
+    int rc = got > 0 ? splice_block(tables, ntables, raw, (size_t)got, &b->data[k], &b->len[k]) : TSR_EIO;
+    free(raw);
+    if (rc != 0)
+      return tsr_fail(err, rc, "tiff_read: %s: directory %lld: %s %u (at x=%lld y=%lld) cannot be read: %s", r->path,
+                      (long long)r->ifd, l->tiled ? "tile" : "strip", index, (long long)bx, (long long)by,
+                      msgs->text[0] ? msgs->text : "no bytes");
+    b->bx[k] = bx, b->by[k] = by, b->n = k + 1;
+  }
+  return 0;
+}
+
+int tsr_k_tiff_jpeg_blocks(const tsr_params *p, tsr_k_jpeg_blocks *b, tsr_errbuf *err)
+{
+  memset(b, 0, sizeof *b);
+  tiff_region r;
+  int rc = region_parse(p, &r, err);
+  if (rc != 0) return rc;
+  snprintf(b->path, sizeof b->path, "%s", r.path);
+  tiff_msgs msgs = {{0}};
+  TIFF *tif = tiff_open_dir(&r, &msgs, err);
+  if (tif == NULL) return TSR_EIO;
+  tiff_layout l;
+  rc = layout_read(tif, &r, &l, err);
+  bool jpeg = l.compression == COMPRESSION_JPEG && (l.spp == 1 || l.spp == 3);
+  if (rc == 0 && !jpeg) rc = TSR_ENODEV;
+  if (rc == 0) {
+    b->x0 = r.x0, b->y0 = r.y0, b->w = r.w, b->h = r.h;
+    b->block_w = l.block_w, b->block_h = l.block_h, b->spp = l.spp;
+    b->ycbcr = l.photometric == PHOTOMETRIC_YCBCR;
+    rc = blocks_read_raw(tif, &l, &r, &msgs, b, err);
+  }
+  TIFFClose(tif);
+  if (rc != 0) tsr_k_jpeg_blocks_free(b);
+  return rc;
+}
+
+void tsr_k_jpeg_blocks_free(tsr_k_jpeg_blocks *b)
+{
+  for (size_t k = 0; b->data != NULL && k < b->n; k++) free(b->data[k]);
+  free(b->bx), free(b->by), free(b->data), free(b->len);
+  b->bx = b->by = NULL, b->data = NULL, b->len = NULL, b->n = 0;
 }
 
 const tsr_op_def tsr_op_tiff_read = {"tiff_read", 0, 0, tiff_read_infer, tiff_read_cpu, false, NULL};

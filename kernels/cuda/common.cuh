@@ -277,5 +277,7 @@ TSR_CUDA_VARIANT(knn_tile);
 TSR_CUDA_VARIANT(knn_merge);
 TSR_CUDA_VARIANT(community);   /* community.cu */
 TSR_CUDA_VARIANT(modularity);
+TSR_CUDA_VARIANT(tiff_read);   /* tiles.cu */
+TSR_CUDA_VARIANT(tile_stats);
 
 #endif

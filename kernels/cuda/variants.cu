@@ -14,7 +14,7 @@ extern "C" const tsr_cuda_variant tsr_cuda_variants[] = {
   V(svd),            V(bmul),          V(signs),   V(pack2bit),  V(unpack2bit),    V(matmul_2bit),
   V(matmul_random),  V(matmul_chain),  V(randint_packed), V(umap_layout), V(umap_spectral),
   V(csr_map),        V(csr_normalize_rows), V(csr_sum),   V(csr_matmul),
-  V(knn_tile),       V(knn_merge),  V(community),  V(modularity),
+  V(knn_tile),       V(knn_merge),  V(community),  V(modularity),  V(tiff_read),  V(tile_stats),
 };
 
 extern "C" const size_t tsr_cuda_variant_count = sizeof tsr_cuda_variants / sizeof tsr_cuda_variants[0];
