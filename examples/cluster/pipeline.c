@@ -269,11 +269,19 @@ static int cluster(run_state *s, const tsr_array *graph)
   int rc = o->method == CL_LEIDEN    ? tsr_leiden(s->ctx, graph, &co, &labels)
            : o->method == CL_LOUVAIN ? tsr_louvain(s->ctx, graph, &co, &labels)
                                      : tsr_kmeans(s->ctx, s->x, &ko, &labels, NULL, &inertia);
+  /* The labels are read twice (gathered here, and by the modularity
+   * task): kept on the workers, else the second graph runs the whole
+   * community detection again (it did: 0.65 s of a 1.46 s tl.leiden on
+   * one H200). */
+  tsr_array *kept = NULL;
+  if (rc == 0 && graph != NULL) rc = tsr_persist(s->ctx, labels, WAIT, &kept);
+  const tsr_array *use = kept != NULL ? kept : labels;
   s->r->labels = rc == 0 ? malloc((size_t)n * sizeof(int32_t)) : NULL;
   if (rc == 0 && s->r->labels == NULL) rc = TSR_ENOMEM;
-  if (rc == 0) rc = tsr_compute(s->ctx, labels, s->r->labels, (size_t)n * sizeof(int32_t), WAIT);
+  if (rc == 0) rc = tsr_compute(s->ctx, use, s->r->labels, (size_t)n * sizeof(int32_t), WAIT);
   double q = 0;
-  if (rc == 0 && graph != NULL) rc = tsr_modularity(s->ctx, graph, labels, o->resolution, WAIT, &q);
+  if (rc == 0 && graph != NULL) rc = tsr_modularity(s->ctx, graph, use, o->resolution, WAIT, &q);
+  tsr_array_free(s->ctx, &kept);
   tsr_array_free(s->ctx, &labels);
   free(init);
   if (rc != 0) return cl_fail(step, rc);
