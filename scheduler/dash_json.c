@@ -129,13 +129,46 @@ static json_t *group_json(const sched_state *st, const dash_group *g)
                    (json_int_t)n[TS_LOST]);
 }
 
+/* Adds src's counts into dst (same graph). */
+static void group_merge(dash_group *dst, const dash_group *src)
+{
+  dst->done += src->done;
+  dst->erred += src->erred;
+  for (int s = 0; s < TS_COUNT; s++) dst->live[s] += src->live[s];
+}
+
+/* The graph's groups, one per op name: every fused task has an op id of
+ * its own (fuse.c), all named "fused", and a user thinks of them as one. */
+static json_t *graph_groups(const sched_state *st, uint32_t slot)
+{
+  const sched_dash *d = st->dash;
+  dash_group *merged = NULL;
+  size_t n = 0, cap = 0;
+  for (uint32_t i = 0; i < d->cap_groups; i++) {
+    const dash_group *g = &d->groups[i];
+    if (g->graph_slot != slot) continue;
+    size_t k = 0;
+    while (k < n && strcmp(st->ops[merged[k].op].name, st->ops[g->op].name) != 0) k++;
+    if (k == n) {
+      if (n == cap) {
+        dash_group *grown = realloc(merged, (cap = cap ? 2 * cap : 16) * sizeof *grown);
+        if (grown == NULL) break;
+        merged = grown;
+      }
+      merged[n++] = (dash_group){.graph_slot = slot, .op = g->op};
+    }
+    group_merge(&merged[k], g);
+  }
+  json_t *groups = json_array();
+  for (size_t k = 0; k < n; k++) json_array_append_new(groups, group_json(st, &merged[k]));
+  free(merged);
+  return groups;
+}
+
 static json_t *graph_json(const sched_state *st, uint32_t slot, uint64_t bytes)
 {
   const sched_graph *gr = st->graphs[slot];
-  json_t *groups = json_array();
-  const sched_dash *d = st->dash;
-  for (uint32_t i = 0; i < d->cap_groups; i++)
-    if (d->groups[i].graph_slot == slot) json_array_append_new(groups, group_json(st, &d->groups[i]));
+  json_t *groups = graph_groups(st, slot);
   double progress = gr->ntasks ? (double)gr->ndone / (double)gr->ntasks : 0.0;
   return json_pack("{s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:o, s:f, s:o}", "client", str(gr->client_name), "graph",
                    u64(gr->graph_id), "tasks_total", (json_int_t)gr->ntasks, "tasks_done", (json_int_t)gr->ndone,
