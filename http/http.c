@@ -38,7 +38,7 @@ static int resolve_host(const char *name, char host[64], tsr_errbuf *err)
   struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
   int rc = getaddrinfo(name, NULL, &hints, &res);
   if (rc != 0 || res == NULL)
-    return tsr_fail(err, TSR_EINVAL, "HTTP address: host '%s' does not resolve to IPv4: %s", name, gai_strerror(rc));
+    return tsr_fail(err, TSR_EINVAL, "host '%s' does not resolve to an IPv4 address: %s", name, gai_strerror(rc));
   const struct sockaddr_in *sin = (const struct sockaddr_in *)res->ai_addr;
   inet_ntop(AF_INET, &sin->sin_addr, host, 64);
   freeaddrinfo(res);
@@ -49,14 +49,14 @@ int tsr_http_parse_addr(const char *addr, char host[64], unsigned *port_p, tsr_e
 {
   const char *colon = addr != NULL ? strrchr(addr, ':') : NULL;
   if (colon == NULL)
-    return tsr_fail(err, TSR_EINVAL, "HTTP address '%s' is not HOST:PORT or :PORT", addr ? addr : "(null)");
+    return tsr_fail(err, TSR_EINVAL, "\"%s\" is not HOST:PORT or :PORT", addr ? addr : "(null)");
   char *end;
   unsigned long port = strtoul(colon + 1, &end, 10);
   if (colon[1] < '0' || colon[1] > '9' || *end != '\0' || port > 65535)
-    return tsr_fail(err, TSR_EINVAL, "HTTP address '%s': port '%s' is not a number from 0 to 65535", addr, colon + 1);
+    return tsr_fail(err, TSR_EINVAL, "\"%s\": port '%s' is not a number from 0 to 65535", addr, colon + 1);
   size_t hlen = (size_t)(colon - addr);
   char name[64];
-  if (hlen >= sizeof name) return tsr_fail(err, TSR_EINVAL, "HTTP address '%s': host name too long", addr);
+  if (hlen >= sizeof name) return tsr_fail(err, TSR_EINVAL, "\"%s\": host name too long", addr);
   memcpy(name, addr, hlen);
   name[hlen] = '\0';
   /* ":PORT" is loopback: a dashboard is never exposed by accident */
