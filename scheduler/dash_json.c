@@ -106,10 +106,19 @@ static void scan_tasks(sched_state *st, uint64_t *bytes_out)
 {
   sched_dash *d = st->dash;
   for (uint32_t i = 0; i < d->cap_groups; i++) memset(d->groups[i].live, 0, sizeof d->groups[i].live);
+  dash_group *g = NULL;
+  uint32_t last_graph = SCHED_NONE;
+  uint16_t last_op = 0;
   for (uint32_t id = 0; id < st->ntasks; id++) {
     const sched_task *t = &st->tasks[id];
     if (t->state == TS_FREE || t->state == TS_NEW || t->graph >= st->ngraphs) continue;
-    dash_group *g = sched_dash_group(st, t->graph, t->op);
+    /* neighbours in the table mostly share graph and op: one lookup a run
+     * (no group is created or moved between two hits of the same pair) */
+    if (g == NULL || t->graph != last_graph || t->op != last_op) {
+      g = sched_dash_group(st, t->graph, t->op);
+      last_graph = t->graph;
+      last_op = t->op;
+    }
     if (g == NULL) continue;
     bool pending = t->state >= TS_WAITING && t->state <= TS_PROCESSING;
     g->live[pending && (t->evict & SCHED_EV_RAN) ? TS_LOST : t->state] += sched_task_weight(t);

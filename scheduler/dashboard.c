@@ -25,7 +25,7 @@ static int serve_slot(void *arg, const tsr_http_request *req, tsr_http_reply *re
   (void)req;
   tsr_board *board = arg;
   /* stale after a quiet spell: wait for the loop's next publish */
-  int rc = tsr_board_copy(board, slot, 3 * SCHED_DASH_PERIOD_MS, 2000, &reply->body, &reply->len);
+  int rc = tsr_board_copy(board, slot, SCHED_DASH_IDLE_MS / 2, 2000, &reply->body, &reply->len);
   reply->content_type = type;
   return rc;
 }
@@ -104,6 +104,10 @@ void sched_dash_tick(sched_state *st, uint64_t now_ms)
   d->build_us += tsr_now_us() - t0;   /* before the metrics: they report it */
   text = sched_dash_metrics_text(st, now_ms, &len);
   publish(d, DASH_METRICS, text, len, now_ms);
+  /* A million tasks take tens of ms to count: space snapshots so that
+   * building them stays under 1/SCHED_DASH_MAX_SHARE of the loop's time. */
+  uint64_t spent_ms = (tsr_now_us() - t0) / 1000;
+  if (spent_ms * SCHED_DASH_MAX_SHARE > SCHED_DASH_PERIOD_MS) d->next_publish_ms = now_ms + spent_ms * SCHED_DASH_MAX_SHARE;
 }
 
 /* ---------- counters (the loop's thread) ---------- */

@@ -4,7 +4,8 @@
  *
  * The loop keeps only plain integers per event (task done or erred, a
  * heartbeat): no lock, no allocation on its hot path beyond a ring slot.
- * Every SCHED_DASH_PERIOD_MS, and only while someone polled within
+ * Every SCHED_DASH_PERIOD_MS (longer when building them would take more
+ * than 1/SCHED_DASH_MAX_SHARE of the loop's time), and only while someone polled within
  * SCHED_DASH_IDLE_MS, sched_dash_tick builds the JSON of /api/workers,
  * /api/tasks, /api/graphs and the /metrics text from the state and
  * publishes them (http/board.h); the HTTP thread copies the latest.
@@ -18,6 +19,7 @@
 
 #define SCHED_DASH_DEFAULT_ADDRESS "127.0.0.1:8787"
 #define SCHED_DASH_PERIOD_MS 500
+#define SCHED_DASH_MAX_SHARE 50       /* snapshots take at most 1/50 of the loop's time */
 #define SCHED_DASH_IDLE_MS 10000
 #define SCHED_DASH_STREAM_S 20        /* the task stream covers the last 20 s */
 #define SCHED_DASH_STREAM_MAX 4000    /* ... at most this many task events */
