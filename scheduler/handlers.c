@@ -9,6 +9,7 @@
  * `error` naming the problem with `ref` = its op, one log line naming the
  * peer, and nothing else changes. The state is settled after every
  * message, so each message sees a consistent state. */
+#include "dashboard.h"
 #include "journal.h"
 #include "policy_evict.h"
 #include "progress.h"
@@ -85,6 +86,7 @@ static void on_worker_heartbeat(msgctx *m)
   w->tasks_running = running;
   w->tasks_done = done;
   w->chunks = chunks;
+  sched_dash_heartbeat(m->st, m->st->peers[m->p].index, m->map);
 }
 
 /* Decodes id and key and checks the task is PROCESSING on this worker.
@@ -114,11 +116,14 @@ static uint32_t reported_task(msgctx *m)
 
 static void on_task_done(msgctx *m)
 {
-  uint64_t nbytes, duration;
+  uint64_t nbytes, duration, start_us, lane;
   tsr_meta meta;
   int rc = tsr_wire_uint(m->map, "nbytes", &nbytes, &m->err);
   if (rc == 0) rc = tsr_wire_meta(m->map, &meta, &m->err);
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "duration_us", 0, &duration, &m->err);
+  /* the task stream's optional fields (docs/protocol.md) */
+  if (rc == 0) rc = tsr_wire_opt_uint(m->map, "start_us", 0, &start_us, &m->err);
+  if (rc == 0) rc = tsr_wire_opt_uint(m->map, "lane", UINT32_MAX, &lane, &m->err);
   if (rc != 0) {
     reject(m, TSR_EPROTO, "%s", m->err.text);
     return;
@@ -129,6 +134,8 @@ static void on_task_done(msgctx *m)
   sched_worker *w = &m->st->workers[m->st->peers[m->p].index];
   w->avg_task_us = w->avg_task_us == 0 ? duration + 1 : (7 * w->avg_task_us + duration + 1) / 8;
   w->avg_out_bytes = w->avg_out_bytes == 0 ? nbytes + 1 : (7 * w->avg_out_bytes + nbytes + 1) / 8;
+  sched_dash_task_done(m->st, id, m->st->peers[m->p].index, duration, start_us,
+                       lane > UINT32_MAX ? UINT32_MAX : (uint32_t)lane);
   sched_evict_on_done(m->st, id, (uint16_t)m->st->peers[m->p].index, duration, nbytes);
   sched_tr_done(m->st, id, (uint16_t)m->st->peers[m->p].index, nbytes, &meta);
   sched_journal_done(m->st, id);
@@ -147,6 +154,7 @@ static void on_task_erred(msgctx *m)
   if (id == SCHED_NONE) return;
   TSR_INFO("task '%s' failed on worker '%s': %.*s", m->st->tasks[id].key,
            m->st->workers[m->st->peers[m->p].index].name, (int)(len > 300 ? 300 : len), msg);
+  sched_dash_task_erred(m->st, id);
   sched_tr_erred(m->st, id, msg, len);
 }
 

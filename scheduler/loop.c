@@ -15,6 +15,7 @@
 
 #include "net/curve.h"
 #include "net/net.h"
+#include "dashboard.h"
 #include "journal.h"
 #include "policy_evict.h"
 #include "progress.h"
@@ -185,6 +186,7 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
     else sched_place_pass(st);
     sched_journal_sync(st);   /* write-ahead: durable before any reply leaves */
     flush(sock, st);
+    sched_dash_tick(st, now);  /* only while someone watches (dashboard.h) */
   }
 }
 
@@ -204,10 +206,12 @@ int sched_run(const sched_loop_opts *opts, volatile sig_atomic_t *stop)
     tsr_errbuf err = {{0}};
     if ((rc = sched_journal_open(st, &jo, tsr_now_ms(), &err)) != 0) TSR_ERROR("%s", err.text);
   }
+  if (rc == 0 && opts->dashboard != NULL) rc = sched_dash_open(st, opts->dashboard);
   if (rc == 0) {
     run_loop(sock, st, stop);
     TSR_INFO("shutting down: %u workers, %u clients, %u tasks", st->nworkers_alive, st->nclients_alive, st->nlive);
   }
+  if (st != NULL) sched_dash_close(st);
   if (st != NULL) sched_journal_close(st);
   sched_state_destroy(&st);
   tsr_zap_stop(&zap);

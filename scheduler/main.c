@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "config/config.h"
+#include "dashboard.h"
+#include "http.h"
 #include "policy_evict.h"
 #include "sched.h"
 
@@ -46,6 +48,9 @@ static void usage(FILE *out)
           "  --max-workers N            workers connected at once (default 4096)\n"
           "  --max-clients N            clients connected at once (default 1024)\n"
           "  --max-client-tasks N       unfinished tasks one client may have submitted (default 50000000)\n"
+          "  --dashboard HOST:PORT      serve the dashboard, /api/... and /metrics over HTTP (default 127.0.0.1:8787;\n"
+          "                             :PORT is loopback; a taken port only warns; docs/dashboard.md)\n"
+          "  --no-dashboard             no HTTP server at all\n"
           "  --config FILE              read settings from FILE (key = value lines; also $TESSERA_CONFIG)\n"
           "  --print-config             print the settings given and where each came from, then exit\n"
           "  --help, --version\n"
@@ -82,6 +87,8 @@ static const tsr_config_key KEYS[] = {
   {"max-workers", "TESSERA_MAX_WORKERS", NULL, 0},
   {"max-clients", "TESSERA_MAX_CLIENTS", NULL, 0},
   {"max-client-tasks", "TESSERA_MAX_CLIENT_TASKS", NULL, 0},
+  {"dashboard", "TESSERA_DASHBOARD", NULL, 0},
+  {"no-dashboard", "TESSERA_NO_DASHBOARD", NULL, TSR_CONFIG_SWITCH},
 };
 static const tsr_config_spec SPEC = {"scheduler", KEYS, sizeof KEYS / sizeof KEYS[0]};
 
@@ -91,6 +98,16 @@ static int parse_duration(const char *v, uint64_t *ms_p, tsr_errbuf *err)
   if (tsr_parse_duration_ms(v, &ms) != 0 || ms == 0)
     return tsr_fail(err, TSR_EINVAL, "\"%s\" is not a duration (e.g. 500ms, 2s)", v);
   *ms_p = ms;
+  return 0;
+}
+
+/* --dashboard: checked here, so a typo exits 2 instead of a warning. */
+static int check_dashboard(sched_loop_opts *opts, const char *v, tsr_errbuf *err)
+{
+  char host[64];
+  unsigned port;
+  if (tsr_http_parse_addr(v, host, &port, err) != 0) return TSR_EINVAL;
+  opts->dashboard = v;
   return 0;
 }
 
@@ -129,6 +146,10 @@ static int apply(void *ctx, const char *name, const char *v, tsr_errbuf *err)
     return parse_duration(v, &opts->journal_grace_ms, err);
   } else if (strcmp(name, "no-fuse") == 0 && strcmp(v, "true") == 0) {
     opts->cfg.fuse_width = 0;
+  } else if (strcmp(name, "dashboard") == 0) {
+    return check_dashboard(opts, v, err);
+  } else if (strcmp(name, "no-dashboard") == 0 && strcmp(v, "true") == 0) {
+    opts->no_dashboard = true;
   } else if (tsr_limits_has(name)) {
     return tsr_limits_set(&opts->cfg.limits, name, v, err);
   }
@@ -171,7 +192,8 @@ int main(int argc, char **argv)
 {
   sched_loop_opts opts = {.listen = "tcp://127.0.0.1:8786", .reload = &reload_requested,
                          .cfg = {.heartbeat_ms = 1000, .timeout_ms = 10000, .fuse_width = 1},
-                         .journal_fsync = true, .journal_grace_ms = 60000};
+                         .journal_fsync = true, .journal_grace_ms = 60000,
+                         .dashboard = SCHED_DASH_DEFAULT_ADDRESS};
   tsr_log_set_component("scheduler");
   int code = 0;
   tsr_config *cfg = NULL;
@@ -190,6 +212,7 @@ int main(int argc, char **argv)
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
+  if (opts.no_dashboard) opts.dashboard = NULL;
   int rc = sched_run(&opts, &stop_requested);
   tsr_config_destroy(&cfg);  /* after the run: opts borrow its strings */
   return rc != 0 ? 1 : 0;

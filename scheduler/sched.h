@@ -207,6 +207,8 @@ typedef struct sched_loop_opts {
   const char *journal_dir;     /* --journal DIR; NULL: none (journal.h) */
   bool journal_fsync;          /* --journal-fsync always (true) | never */
   uint64_t journal_grace_ms;   /* --journal-grace */
+  const char *dashboard;       /* --dashboard HOST:PORT; NULL: off (dashboard.h) */
+  bool no_dashboard;           /* --no-dashboard (wins over --dashboard) */
 } sched_loop_opts;
 
 /* ---------- security.c ---------- */

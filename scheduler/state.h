@@ -330,6 +330,8 @@ typedef struct sched_config {
 /* Gives every 0 field of limits its default (TSR_LIMITS_DEFAULT; limits.c). */
 void sched_limits_defaults(tsr_limits *limits);
 
+typedef struct sched_dash sched_dash;
+
 typedef struct sched_state {
   sched_config cfg;
 
@@ -385,6 +387,7 @@ typedef struct sched_state {
    * journal, not reconnected yet) are packed here and dropped */
   tsr_wbuf discard;
   char frame_key[41];         /* CURVE key of the frame being handled, "" none (security.c) */
+  struct sched_dash *dash;    /* the dashboard's counters (dashboard.h), NULL when off */
 } sched_state;
 
 /* ---------- lifetime ---------- */

@@ -16,9 +16,11 @@ build=(build-essential cmake pkg-config
        libzmq3-dev libmsgpack-dev libblosc-dev libucx-dev
        libopenblas-dev liblapacke-dev libsodium-dev
        libzstd-dev zlib1g-dev libisal-dev libjansson-dev libhdf5-dev libcairo2-dev
-       libinih-dev libtiff-dev libjpeg62-turbo-dev libpng-dev)
+       libinih-dev libtiff-dev libjpeg62-turbo-dev libpng-dev
+       libmicrohttpd-dev libjs-chart.js)
 # clang + its runtimes (libFuzzer, ASan, UBSan): tests/fuzz/run.sh, the fuzz stage of scripts/test.sh.
-test=(python3 python3-numpy python3-venv python3-openslide clang libclang-rt-dev)
+# chromium, prometheus (promtool), python3-pil: integration.dashboard (docs/dashboard.md).
+test=(python3 python3-numpy python3-venv python3-openslide clang libclang-rt-dev chromium prometheus python3-pil)
 # Heavy and only for the deploy tests: kept out of the build's list.
 deploy=(podman buildah runc netavark aardvark-dns debootstrap podman-compose cloud-init
         slurm-wlm munge iproute2 iptables iperf3)

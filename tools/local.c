@@ -91,6 +91,8 @@ static void usage(FILE *out)
           "  --device-memory-limit B   per-GPU-worker device memory limit (default 90%% of the GPU)\n"
           "  --threads-per-worker T    executor threads per CPU worker (default: CPUs / N)\n"
           "  --memory-limit BYTES      per-worker memory limit, e.g. 4GiB (default none)\n"
+          "  --dashboard HOST:PORT     the scheduler's dashboard and /metrics (default 127.0.0.1:8787, docs/dashboard.md)\n"
+          "  --no-dashboard            no dashboard\n"
           "  --scheduler-arg ARG       extra flag for tessera-scheduler (repeatable)\n"
           "  --worker-arg ARG          extra flag for each tessera-worker (repeatable)\n"
           "Runs PROGRAM with TESSERA_SCHEDULER set and exits with its status. Without\n"
@@ -143,6 +145,8 @@ static int parse(int argc, char **argv, local_opts *o)
     {"memory-limit", required_argument, NULL, 'm'},
     {"scheduler-arg", required_argument, NULL, 's'},
     {"worker-arg", required_argument, NULL, 'w'},
+    {"dashboard", required_argument, NULL, 'D'},
+    {"no-dashboard", no_argument, NULL, 'N'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
   };
@@ -174,6 +178,12 @@ static int parse(int argc, char **argv, local_opts *o)
       break;
     case 's': code = add_extra(o->sched_args, &o->n_sched_args, "--scheduler-arg", optarg); break;
     case 'w': code = add_extra(o->worker_args, &o->n_worker_args, "--worker-arg", optarg); break;
+    /* passed through: the scheduler checks the address and reports a taken port */
+    case 'D':
+      code = add_extra(o->sched_args, &o->n_sched_args, "--dashboard", (char *)"--dashboard");
+      if (code < 0) code = add_extra(o->sched_args, &o->n_sched_args, "--dashboard", optarg);
+      break;
+    case 'N': code = add_extra(o->sched_args, &o->n_sched_args, "--no-dashboard", (char *)"--no-dashboard"); break;
     case 'h': usage(stdout); code = 0; break;
     default:
       cli_error(CLI_EXIT_USAGE, "local: bad flag '%s'", argv[optind - 1]);

@@ -83,6 +83,10 @@ void tsr_wgpu_stats_get(tsr_wgpu *gpu, tsr_wgpu_stats *stats);
 /* GPU utilization in percent over NVML's last sample period, or -1 when
  * NVML is not available (libnvidia-ml.so.1 is loaded at run time). */
 int tsr_wgpu_util(tsr_wgpu *gpu);
+/* Utilization, memory and power of the device from NVML (nvml.h), each
+ * -1 when unknown; all -1 without NVML or without a GPU. Main thread. */
+struct tsr_nvml_stats;
+void tsr_wgpu_nvml(tsr_wgpu *gpu, struct tsr_nvml_stats *out);
 /* True after a CUDA error that leaves the context unusable (an illegal
  * address in a kernel, say): the process should exit so the scheduler
  * recomputes its work elsewhere. */

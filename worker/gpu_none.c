@@ -2,6 +2,7 @@
  * `--list-gpus` fail with a message that says so; nothing else is ever
  * called, because no tsr_wgpu can exist. */
 #include "gpu.h"
+#include "nvml.h"
 
 #define NO_CUDA "this build of tessera-worker has no CUDA (configure with a CUDA compiler and toolkit to get GPU workers)"
 
@@ -25,6 +26,11 @@ const char *tsr_wgpu_name(const tsr_wgpu *gpu) { (void)gpu; return ""; }
 uint64_t tsr_wgpu_limit(const tsr_wgpu *gpu) { (void)gpu; return 0; }
 uint64_t tsr_wgpu_used(const tsr_wgpu *gpu) { (void)gpu; return 0; }
 int tsr_wgpu_util(tsr_wgpu *gpu) { (void)gpu; return -1; }
+void tsr_wgpu_nvml(tsr_wgpu *gpu, struct tsr_nvml_stats *out)
+{
+  (void)gpu;
+  tsr_nvml_sample(NULL, out);
+}
 bool tsr_wgpu_broken(const tsr_wgpu *gpu) { (void)gpu; return false; }
 
 int tsr_wgpu_slot_new(tsr_wgpu *gpu, tsr_wgpu_slot **slot_p, tsr_errbuf *err)

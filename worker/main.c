@@ -11,6 +11,7 @@
 
 #include "plugins.h"
 #include "config/config.h"
+#include "http.h"
 #include "net/curve.h"
 #include "util/limits.h"
 #include "gpu.h"
@@ -60,6 +61,8 @@ static void usage(FILE *out)
           "  --contact-address ADDR     data address to advertise to the scheduler and peers when it differs from\n"
           "                             the bound one (NAT, containers): tcp://HOST:PORT, or tcp://HOST for the\n"
           "                             bound port\n"
+          "  --metrics HOST:PORT        serve Prometheus /metrics over HTTP (:PORT is loopback; default off;\n"
+          "                             docs/metrics.md)\n"
           "  --curve-secret FILE        this worker's CURVE secret key (tessera keygen); with --scheduler-key:\n"
           "                             the scheduler link is authenticated and encrypted, and the data socket\n"
           "                             serves only peers the scheduler introduced (docs/security.md)\n"
@@ -110,6 +113,7 @@ static const tsr_config_key KEYS[] = {
   {"spill-bandwidth", "TESSERA_SPILL_BANDWIDTH", NULL, 0},
   {"listen-data", "TESSERA_LISTEN_DATA", NULL, 0},
   {"contact-address", "TESSERA_CONTACT_ADDRESS", NULL, 0},
+  {"metrics", "TESSERA_METRICS", NULL, 0},
   {"curve-secret", "TESSERA_CURVE_SECRET", NULL, 0},
   {"scheduler-key", "TESSERA_SCHEDULER_KEY", NULL, 0},
   {"log-level", "TESSERA_LOG_LEVEL", NULL, 0},
@@ -171,6 +175,15 @@ static int parse_endpoint(const char *v, char *dst, size_t cap, bool port_option
 /* --curve-secret and --scheduler-key: read by check_opts once both are known. */
 static char curve_secret[4096], scheduler_key[4096];
 
+/* --metrics: checked here, so a typo exits 2. */
+static int parse_metrics(tsr_worker_opts *o, const char *v, tsr_errbuf *err)
+{
+  char host[64];
+  unsigned port;
+  if (tsr_http_parse_addr(v, host, &port, err) != 0) return TSR_EINVAL;
+  return copy_str(o->metrics, sizeof o->metrics, v, err);
+}
+
 static int apply_core(tsr_worker_opts *o, const char *name, const char *v, tsr_errbuf *err)
 {
   int64_t n;
@@ -182,6 +195,7 @@ static int apply_core(tsr_worker_opts *o, const char *name, const char *v, tsr_e
     return parse_endpoint(v, o->listen_data, sizeof o->listen_data, false, "tcp://IP:PORT, port 0 picks one", err);
   if (strcmp(name, "contact-address") == 0)
     return parse_endpoint(v, o->contact_address, sizeof o->contact_address, true, "tcp://HOST:PORT or tcp://HOST", err);
+  if (strcmp(name, "metrics") == 0) return parse_metrics(o, v, err);
   if (strcmp(name, "curve-secret") == 0) return copy_str(curve_secret, sizeof curve_secret, v, err);
   if (strcmp(name, "scheduler-key") == 0) return copy_str(scheduler_key, sizeof scheduler_key, v, err);
   if (strcmp(name, "threads") == 0) {

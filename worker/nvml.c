@@ -15,11 +15,17 @@ typedef struct {
   unsigned int gpu;
   unsigned int memory;
 } nvml_utilization;
+typedef struct {
+  unsigned long long total, free, used;   /* nvmlMemory_t */
+} nvml_memory;
 
 struct tsr_nvml {
   void *lib;
   nvml_return (*shutdown)(void);
   nvml_return (*get_util)(nvml_device, nvml_utilization *);
+  /* optional: NULL when this NVML lacks them (the sample says -1) */
+  nvml_return (*get_memory)(nvml_device, nvml_memory *);
+  nvml_return (*get_power)(nvml_device, unsigned int *);
   nvml_device device;
 };
 
@@ -31,6 +37,8 @@ static bool load(tsr_nvml *n, nvml_return (**init)(void),
   *(void **)&n->shutdown = dlsym(n->lib, "nvmlShutdown");
   *(void **)&n->get_util = dlsym(n->lib, "nvmlDeviceGetUtilizationRates");
   *(void **)by_bus = dlsym(n->lib, "nvmlDeviceGetHandleByPciBusId_v2");
+  *(void **)&n->get_memory = dlsym(n->lib, "nvmlDeviceGetMemoryInfo");
+  *(void **)&n->get_power = dlsym(n->lib, "nvmlDeviceGetPowerUsage");
   if (*init && n->shutdown && n->get_util && *by_bus) return true;
   *why = "a symbol is missing";
   return false;
@@ -63,6 +71,20 @@ int tsr_nvml_util(tsr_nvml *nvml)
   nvml_utilization u;
   if (nvml == NULL || nvml->get_util(nvml->device, &u) != 0) return -1;
   return u.gpu > 100 ? 100 : (int)u.gpu;
+}
+
+void tsr_nvml_sample(tsr_nvml *nvml, tsr_nvml_stats *out)
+{
+  *out = (tsr_nvml_stats){-1, -1, -1, -1};
+  if (nvml == NULL) return;
+  out->util = tsr_nvml_util(nvml);
+  nvml_memory mem;
+  if (nvml->get_memory != NULL && nvml->get_memory(nvml->device, &mem) == 0) {
+    out->mem_used = (int64_t)mem.used;
+    out->mem_total = (int64_t)mem.total;
+  }
+  unsigned int mw;
+  if (nvml->get_power != NULL && nvml->get_power(nvml->device, &mw) == 0) out->power_mw = mw;
 }
 
 void tsr_nvml_close(tsr_nvml **nvml_p)

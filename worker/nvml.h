@@ -8,6 +8,8 @@
 #ifndef TSR_WORKER_NVML_H
 #define TSR_WORKER_NVML_H
 
+#include <stdint.h>
+
 typedef struct tsr_nvml tsr_nvml;
 
 /* Opens NVML for the GPU at pci_bus_id ("0000:17:00.0", as CUDA's
@@ -17,6 +19,17 @@ typedef struct tsr_nvml tsr_nvml;
 tsr_nvml *tsr_nvml_open(const char *pci_bus_id);
 /* Percent of the last sample period in which a kernel ran, or -1. */
 int tsr_nvml_util(tsr_nvml *nvml);
+
+/* One sample of the device (the dashboard's ~1 Hz GPU row, docs/metrics.md);
+ * each field -1 when NVML (or that query) is not available. */
+typedef struct tsr_nvml_stats {
+  int util;                  /* percent */
+  int64_t mem_used, mem_total;  /* bytes, every process on the device */
+  int64_t power_mw;          /* milliwatts */
+} tsr_nvml_stats;
+
+/* Fills *out (all -1 for a NULL nvml). */
+void tsr_nvml_sample(tsr_nvml *nvml, tsr_nvml_stats *out);
 /* NULL and *NULL are no-ops. */
 void tsr_nvml_close(tsr_nvml **nvml_p);
 

@@ -1,6 +1,7 @@
 /* What the worker tells the scheduler (docs/protocol.md, "Worker ->
  * scheduler"), each message appended to the iteration's outbound batch. */
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels.h"
@@ -89,11 +90,15 @@ void tsr_report_hello(tsr_worker *w)
 void tsr_report_heartbeat(tsr_worker *w)
 {
   msgpack_packer *pk = &w->out.pk;
-  int util = w->gpu ? tsr_wgpu_util(w->gpu) : -1;
+  /* one NVML sample a heartbeat (~1 Hz): the dashboard's GPU row and /metrics */
+  tsr_wgpu_nvml(w->gpu, &w->nvml);
+  int util = w->nvml.util;
+  int nvml_fields = (w->nvml.mem_total >= 0) * 2 + (w->nvml.power_mw >= 0);
   tsr_tiers_stats tiers = {0};
   if (tsr_wstore_tiers(w->store) != NULL) tsr_tiers_stats_get(tsr_wstore_tiers(w->store), &tiers);
   uint64_t write_bps = tsr_tiers_stats_write_bps(&tiers), read_bps = tsr_tiers_stats_read_bps(&tiers);
-  tsr_wbuf_begin(&w->out, "heartbeat", 9 + 3 * (w->gpu != NULL) + (util >= 0) + (write_bps > 0) + (read_bps > 0));
+  tsr_wbuf_begin(&w->out, "heartbeat",
+                 9 + 3 * (w->gpu != NULL) + (util >= 0) + nvml_fields + (write_bps > 0) + (read_bps > 0));
   tsr_pack_kv_uint(pk, "memory_used", tsr_wstore_bytes(w->store));
   tsr_pack_kv_uint(pk, "tasks_running", w->exec ? tsr_wexec_running(w->exec) : 0);
   tsr_pack_kv_uint(pk, "tasks_done", w->tasks_done);
@@ -110,6 +115,11 @@ void tsr_report_heartbeat(tsr_worker *w)
     tsr_pack_kv_uint(pk, "device_bytes_dropped", dev.bytes_dropped);
   }
   if (util >= 0) tsr_pack_kv_uint(pk, "gpu_util", (uint64_t)util);
+  if (w->nvml.mem_total >= 0) {
+    tsr_pack_kv_uint(pk, "gpu_memory_used", (uint64_t)w->nvml.mem_used);
+    tsr_pack_kv_uint(pk, "gpu_memory_total", (uint64_t)w->nvml.mem_total);
+  }
+  if (w->nvml.power_mw >= 0) tsr_pack_kv_uint(pk, "gpu_power_mw", (uint64_t)w->nvml.power_mw);
   /* measured spill throughput: the scheduler's spill cost (policy_evict.h) */
   if (write_bps > 0) tsr_pack_kv_uint(pk, "spill_write_bps", write_bps);
   if (read_bps > 0) tsr_pack_kv_uint(pk, "spill_read_bps", read_bps);
@@ -141,15 +151,27 @@ void tsr_report_moves(tsr_worker *w, const char *skip_key)
   tsr_tiers_moved_free(&moved, n);
 }
 
+static uint64_t wall_us(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 static void report_done(tsr_worker *w, const tsr_wtask *task)
 {
   msgpack_packer *pk = &w->out.pk;
-  tsr_wbuf_begin(&w->out, "task_done", 7);
+  tsr_wbuf_begin(&w->out, "task_done", 9);
   tsr_pack_kv_uint(pk, "id", task->id);
   tsr_pack_kv_str(pk, "key", task->key);
   tsr_pack_kv_uint(pk, "nbytes", task->out_nbytes);
   tsr_pack_meta(pk, &task->out_meta);
   tsr_pack_kv_uint(pk, "duration_us", task->duration_us);
+  /* the dashboard's task stream: when it ran (wall clock; reported just
+   * after it ended) and on which executor thread or stream */
+  uint64_t now = wall_us();
+  tsr_pack_kv_uint(pk, "start_us", now > task->duration_us ? now - task->duration_us : 0);
+  tsr_pack_kv_uint(pk, "lane", task->lane);
 }
 
 static void report_missing(tsr_worker *w, const tsr_wtask *task)

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "util/limits.h"
+#include "wmetrics.h"
 #include "worker_int.h"
 
 #define RETRY_PAUSE_MS 1000
@@ -340,6 +341,7 @@ static void dispatch(tsr_worker *w, const char *op, const msgpack_object *map)
 {
   if (strcmp(op, "heartbeat") == 0) {
     /* its arrival already counted as a sign of life */
+    tsr_wmetrics_heard(w->metrics, tsr_now_ms());
   } else if (strcmp(op, "compute") == 0) {
     on_compute(w, map);
   } else if (strcmp(op, "free") == 0) {
@@ -423,6 +425,7 @@ void tsr_worker_complete(tsr_worker *w, tsr_wtask *task)
     }
   }
   if (current && !atomic_load(&task->cancelled)) {
+    tsr_wmetrics_task(w->metrics, task);
     if (task->status == TSR_WTASK_DONE) {
       w->tasks_done++;
       TSR_DEBUG("task %s (id %llu): done in %llu us", task->key, (unsigned long long)task->id,

@@ -60,6 +60,7 @@ typedef struct tsr_wtask {
   tsr_meta out_meta;
   uint64_t out_nbytes;
   uint64_t duration_us;
+  uint32_t lane;                        /* the executor thread (CUDA stream) that ran it */
   size_t missing_input;
   char *message;                        /* ERRED: owned, NULL when out of memory */
   /* A fused task (op_name "fused", op NULL): its parts (worker/fused.h). */

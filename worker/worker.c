@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "wmetrics.h"
 #include "worker_int.h"
 
 #define ROUTE_LOG_EVERY_MS 10000
@@ -218,6 +219,14 @@ static int open_tiers(tsr_worker *w)
   return 0;
 }
 
+/* --metrics: a port that cannot be bound is a warning, not a failed start
+ * (as the scheduler's dashboard): the worker's work matters more. */
+static void open_metrics(tsr_worker *w)
+{
+  tsr_errbuf err = {{0}};
+  if (tsr_wmetrics_open(w->opts.metrics, &w->metrics, &err) != 0) TSR_WARN("no /metrics: %s", err.text);
+}
+
 static int worker_setup(tsr_worker *w, const tsr_worker_opts *opts, int stop_fd)
 {
   w->opts = *opts;
@@ -237,6 +246,8 @@ static int worker_setup(tsr_worker *w, const tsr_worker_opts *opts, int stop_fd)
   if (rc == 0) rc = open_completions(w);
   if (rc == 0) rc = start_executor(w);
   w->beat_ms = opts->heartbeat_interval_ms;
+  tsr_wgpu_nvml(NULL, &w->nvml);   /* "unknown" until the first heartbeat samples it */
+  if (rc == 0 && opts->metrics[0] != '\0') open_metrics(w);
   return rc;
 }
 
@@ -285,6 +296,7 @@ static void loop_once(tsr_worker *w, int stop_fd)
     if (n_items == 4 && (items[3].revents & ZMQ_POLLIN)) tsr_link_recv(w);
   }
   tsr_link_tick(w, tsr_now_ms());
+  tsr_wmetrics_tick(w, tsr_now_ms());
   tsr_link_flush(w);
 }
 
@@ -312,6 +324,7 @@ static void log_gpu_stats(tsr_worker *w)
  * then the store and the context must stay (that thread still uses them). */
 static bool worker_teardown(tsr_worker *w)
 {
+  tsr_wmetrics_close(&w->metrics);
   tsr_link_goodbye(w);
   /* Terminating the scheduler's own context waits (up to the linger) for
    * the goodbye to leave. */

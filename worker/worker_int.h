@@ -9,6 +9,7 @@
 
 #include "devtier.h"
 #include "executor.h"
+#include "nvml.h"
 #include "store.h"
 #include "task.h"
 #include "worker.h"
@@ -52,6 +53,8 @@ typedef struct tsr_worker {
   tsr_strmap *pending;        /* key -> tsr_wtask * */
   tsr_strmap *needs;          /* input key -> number of pending tasks reading it */
   uint64_t tasks_done;
+  tsr_nvml_stats nvml;        /* the last NVML sample (each heartbeat); -1s on a CPU worker */
+  struct tsr_wmetrics *metrics;  /* --metrics (wmetrics.h), NULL when off */
 
   bool stopping;
   int exit_code;
