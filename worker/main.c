@@ -60,6 +60,10 @@ static void usage(FILE *out)
           "  --contact-address ADDR     data address to advertise to the scheduler and peers when it differs from\n"
           "                             the bound one (NAT, containers): tcp://HOST:PORT, or tcp://HOST for the\n"
           "                             bound port\n"
+          "  --transport ucx|zmq|auto   data plane: serve chunks over UCX, ZeroMQ, or both (auto, the default:\n"
+          "                             UCX when it starts and CURVE is off); fetch over UCX when a peer offers\n"
+          "                             it (zmq: only from peers without ZeroMQ). UCX_TLS picks UCX's transports\n"
+          "                             (docs/transport.md)\n"
           "  --curve-secret FILE        this worker's CURVE secret key (tessera keygen); with --scheduler-key:\n"
           "                             the scheduler link is authenticated and encrypted, and the data socket\n"
           "                             serves only peers the scheduler introduced (docs/security.md)\n"
@@ -110,6 +114,7 @@ static const tsr_config_key KEYS[] = {
   {"spill-bandwidth", "TESSERA_SPILL_BANDWIDTH", NULL, 0},
   {"listen-data", "TESSERA_LISTEN_DATA", NULL, 0},
   {"contact-address", "TESSERA_CONTACT_ADDRESS", NULL, 0},
+  {"transport", "TESSERA_TRANSPORT", NULL, 0},
   {"curve-secret", "TESSERA_CURVE_SECRET", NULL, 0},
   {"scheduler-key", "TESSERA_SCHEDULER_KEY", NULL, 0},
   {"log-level", "TESSERA_LOG_LEVEL", NULL, 0},
@@ -182,6 +187,7 @@ static int apply_core(tsr_worker_opts *o, const char *name, const char *v, tsr_e
     return parse_endpoint(v, o->listen_data, sizeof o->listen_data, false, "tcp://IP:PORT, port 0 picks one", err);
   if (strcmp(name, "contact-address") == 0)
     return parse_endpoint(v, o->contact_address, sizeof o->contact_address, true, "tcp://HOST:PORT or tcp://HOST", err);
+  if (strcmp(name, "transport") == 0) return tsr_transport_parse(v, &o->transport, err);
   if (strcmp(name, "curve-secret") == 0) return copy_str(curve_secret, sizeof curve_secret, v, err);
   if (strcmp(name, "scheduler-key") == 0) return copy_str(scheduler_key, sizeof scheduler_key, v, err);
   if (strcmp(name, "threads") == 0) {
