@@ -60,7 +60,7 @@ static void usage(FILE *out)
           "  --contact-address ADDR     data address to advertise to the scheduler and peers when it differs from\n"
           "                             the bound one (NAT, containers): tcp://HOST:PORT, or tcp://HOST for the\n"
           "                             bound port\n"
-          "  --transport ucx|zmq|auto   data plane: serve chunks over UCX, ZeroMQ, or both (auto, the default:\n"
+          "  --transport ucx|zmq|auto   data plane: serve chunks over UCX, ZeroMQ (default), or both (auto:\n"
           "                             UCX when it starts and CURVE is off); fetch over UCX when a peer offers\n"
           "                             it (zmq: only from peers without ZeroMQ). UCX_TLS picks UCX's transports\n"
           "                             (docs/transport.md)\n"
@@ -247,6 +247,9 @@ static void default_opts(tsr_worker_opts *o)
   memset(o, 0, sizeof *o);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   o->threads = cpus > 0 ? (int)cpus : 1;
+  /* ZeroMQ until the UCX path has run on every deployment we test (GPU
+   * hosts, namespaces, containers): --transport auto opts in */
+  o->transport = TSR_TRANSPORT_ZMQ;
   o->heartbeat_interval_ms = 1000;
   o->heartbeat_timeout_ms = 10000;
   o->fetch_timeout_ms = DEFAULT_FETCH_TIMEOUT_MS;

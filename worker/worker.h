@@ -34,8 +34,8 @@ typedef struct tsr_worker_opts {
   uint64_t pinned_memory_limit;         /* the pinned host tier; TSR_PINNED_DEFAULT: the device limit, <= RAM/8, <= memory_limit/4 */
   tsr_tiers_opts tiers;                 /* memory thresholds and spilling (memory_limit copied in) */
   tsr_curve curve;                      /* --curve-secret / --scheduler-key; .on false: plaintext */
-  tsr_transport transport;              /* --transport: what the data plane serves, and prefers when
-                                           fetching (net.h; docs/transport.md) */
+  tsr_transport transport;              /* --transport (default zmq): what the data plane serves, and
+                                           prefers when fetching (net.h; docs/transport.md) */
 } tsr_worker_opts;
 
 /* Runs the daemon until a byte arrives on stop_fd (a signal handler's
