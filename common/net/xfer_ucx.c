@@ -278,10 +278,17 @@ typedef struct wait_ctx {
   uint64_t next_abort_check;
 } wait_ctx;
 
+/* How long a wait polls UCX busily before it sleeps on the wakeup fd: a
+ * small chunk's reply comes back within tens of microseconds, and
+ * arming + poll + wakeup costs about as much again. */
+#define SPIN_NS 200000u
+
 /* Progresses until *flag, the endpoint fails, the deadline or abort:
  * 1 done, 0 timed out, -1 abandoned, -2 endpoint failed. */
 static int wait_for(tsr_ucx_conn *conn, const bool *flag, wait_ctx *w)
 {
+  uint64_t spin_until = tsr_now_ns() + SPIN_NS;
+  while (!*flag && conn->ep_status == UCS_OK && tsr_now_ns() < spin_until) ucp_worker_progress(conn->worker);
   for (;;) {
     while (ucp_worker_progress(conn->worker) != 0) {
     }
