@@ -24,7 +24,8 @@ void tsr_ucx_context_drop(void);
 int tsr_ucx_worker_new(ucp_context_h ctx, ucs_thread_mode_t mode, ucp_worker_h *worker_p, int *efd_p,
                        tsr_errbuf *err);
 
-/* Resolves HOST (a name, an IPv4/IPv6 literal, or "*" for any) and PORT.
+/* Resolves HOST (a name or an IPv4 literal, or "*" for any) and PORT to
+ * an IPv4 address (UCX 1.13 mishandles IPv6 peers: xfer_ucx.c).
  * 0 or TSR_EINVAL naming the host. */
 int tsr_ucx_sockaddr(const char *host, int port, struct sockaddr_storage *sa, socklen_t *len_p, tsr_errbuf *err);
 

@@ -268,6 +268,8 @@ static int open_listener(const char *endpoint, const char *advertise_host, bool 
   size_t len = colon != NULL ? (size_t)(colon - start) : strlen(start);
   if (strncmp(endpoint, "tcp://", 6) != 0 || len == 0 || len >= sizeof host)
     return tsr_fail(err, TSR_EINVAL, "the UCX listener needs a tcp://HOST:PORT data endpoint, not '%s'", endpoint);
+  if (memchr(start, '[', len) != NULL)
+    return tsr_fail(err, TSR_EINVAL, "the UCX listener takes IPv4 hosts only, not '%s' (docs/transport.md)", endpoint);
   memcpy(host, start, len);
   host[len] = '\0';
   int port = own_port && colon != NULL ? atoi(colon + 1) : 0;   /* "*" is 0: any */

@@ -123,7 +123,11 @@ int tsr_ucx_split_hostport(const char *text, char *host, size_t cap, int *port_p
 
 int tsr_ucx_sockaddr(const char *host, int port, struct sockaddr_storage *sa, socklen_t *len_p, tsr_errbuf *err)
 {
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+  /* IPv4 only: UCX 1.13's tcp connection manager overflows a buffer when
+   * it prints an IPv6 peer (inet_ntop in ucp_ep_cm_server_create_connected,
+   * found with ASan), and "localhost" must not resolve to ::1 for a
+   * listener bound to 127.0.0.1. */
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
   struct addrinfo *res = NULL;
   char service[16];
   snprintf(service, sizeof service, "%d", port);

@@ -206,6 +206,18 @@ TEST(ucx_with_curve_keys_is_refused)
   ASSERT_TRUE(zmq_only);
 }
 
+/* Regression: UCX 1.13's connection manager overflowed a buffer (ASan)
+ * on an IPv6 peer; the listener refuses IPv6 hosts with the reason. */
+TEST(ucx_listener_refuses_ipv6_hosts)
+{
+  tsr_xfer_server *srv = NULL;
+  tsr_errbuf err = {{0}};
+  ASSERT_EQ(tsr_xfer_server_open_transport(zctx, "tcp://[::1]:0", NULL, NULL, TSR_TRANSPORT_UCX, &srv, &err),
+            TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "IPv4");
+  ASSERT_TRUE(srv == NULL);
+}
+
 static atomic_int abort_asked;
 static bool abort_after_three(void *ctx, const char *address)
 {
@@ -365,6 +377,7 @@ int main(int argc, char **argv)
   RUN(auto_server_offers_both_and_each_serves_the_same_bytes);
   RUN(ucx_only_server_small_chunk_and_missing_key);
   RUN(ucx_with_curve_keys_is_refused);
+  RUN(ucx_listener_refuses_ipv6_hosts);
   RUN(ucx_fetch_from_a_stalled_peer_is_abandoned_by_abort);
   RUN(ucx_peer_killed_holding_the_request_fails_fast);
   RUN(ucx_peer_killed_mid_transfer_of_256_mib_never_hangs);
