@@ -290,6 +290,20 @@ static int client_start(tsr_client *c)
   return 0;
 }
 
+/* $TESSERA_TRANSPORT (ucx|zmq|auto, default auto): which of a worker's
+ * data addresses gathers prefer (docs/transport.md). Process-wide. */
+static int env_transport(void)
+{
+  const char *text = getenv("TESSERA_TRANSPORT");
+  if (text == NULL || text[0] == '\0') return 0;
+  tsr_transport transport;
+  tsr_errbuf err = {{0}};
+  if (tsr_transport_parse(text, &transport, &err) != 0)
+    return client_fail(TSR_EINVAL, "TESSERA_TRANSPORT: %s", err.text);
+  tsr_xfer_set_fetch_transport(transport);
+  return 0;
+}
+
 TSR_API int tsr_client_open(tsr_client **client_p, const char *address, const tsr_client_opts *opts)
 {
   static const tsr_client_opts defaults = TSR_CLIENT_OPTS_DEFAULT;
@@ -300,6 +314,7 @@ TSR_API int tsr_client_open(tsr_client **client_p, const char *address, const ts
   int rc = resolve_address(address, addr, sizeof addr);
   if (rc == 0) rc = env_heartbeat_timeout(&env_timeout);
   if (rc == 0) rc = client_env_reconnect(&reconnect_ms);
+  if (rc == 0) rc = env_transport();
   if (rc != 0) return rc;
   tsr_client *c = client_alloc(opts);
   if (c == NULL) return client_fail(TSR_ENOMEM, "tsr_client_open: out of memory");

@@ -20,7 +20,8 @@ build=(build-essential cmake pkg-config
        libmicrohttpd-dev libjs-chart.js)
 # clang + its runtimes (libFuzzer, ASan, UBSan): tests/fuzz/run.sh, the fuzz stage of scripts/test.sh.
 # chromium, prometheus (promtool), python3-pil: integration.dashboard (docs/dashboard.md).
-test=(python3 python3-numpy python3-venv python3-openslide clang libclang-rt-dev chromium prometheus python3-pil)
+# ucx-utils: ucx_info -d (which UCX transports exist) and ucx_perftest, the peer of bench/transfer.sh.
+test=(python3 python3-numpy python3-venv python3-openslide clang libclang-rt-dev chromium prometheus python3-pil ucx-utils)
 # Heavy and only for the deploy tests: kept out of the build's list.
 deploy=(podman buildah runc netavark aardvark-dns debootstrap podman-compose cloud-init
         slurm-wlm munge iproute2 iptables iperf3)

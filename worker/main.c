@@ -63,6 +63,10 @@ static void usage(FILE *out)
           "                             bound port\n"
           "  --metrics HOST:PORT        serve Prometheus /metrics over HTTP (:PORT is loopback; default off;\n"
           "                             docs/metrics.md)\n"
+          "  --transport ucx|zmq|auto   data plane: serve chunks over UCX, ZeroMQ (default), or both (auto:\n"
+          "                             UCX when it starts and CURVE is off); fetch over UCX when a peer offers\n"
+          "                             it (zmq: only from peers without ZeroMQ). UCX_TLS picks UCX's transports\n"
+          "                             (docs/transport.md)\n"
           "  --curve-secret FILE        this worker's CURVE secret key (tessera keygen); with --scheduler-key:\n"
           "                             the scheduler link is authenticated and encrypted, and the data socket\n"
           "                             serves only peers the scheduler introduced (docs/security.md)\n"
@@ -114,6 +118,7 @@ static const tsr_config_key KEYS[] = {
   {"listen-data", "TESSERA_LISTEN_DATA", NULL, 0},
   {"contact-address", "TESSERA_CONTACT_ADDRESS", NULL, 0},
   {"metrics", "TESSERA_METRICS", NULL, 0},
+  {"transport", "TESSERA_TRANSPORT", NULL, 0},
   {"curve-secret", "TESSERA_CURVE_SECRET", NULL, 0},
   {"scheduler-key", "TESSERA_SCHEDULER_KEY", NULL, 0},
   {"log-level", "TESSERA_LOG_LEVEL", NULL, 0},
@@ -196,6 +201,7 @@ static int apply_core(tsr_worker_opts *o, const char *name, const char *v, tsr_e
   if (strcmp(name, "contact-address") == 0)
     return parse_endpoint(v, o->contact_address, sizeof o->contact_address, true, "tcp://HOST:PORT or tcp://HOST", err);
   if (strcmp(name, "metrics") == 0) return parse_metrics(o, v, err);
+  if (strcmp(name, "transport") == 0) return tsr_transport_parse(v, &o->transport, err);
   if (strcmp(name, "curve-secret") == 0) return copy_str(curve_secret, sizeof curve_secret, v, err);
   if (strcmp(name, "scheduler-key") == 0) return copy_str(scheduler_key, sizeof scheduler_key, v, err);
   if (strcmp(name, "threads") == 0) {
@@ -255,6 +261,9 @@ static void default_opts(tsr_worker_opts *o)
   memset(o, 0, sizeof *o);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   o->threads = cpus > 0 ? (int)cpus : 1;
+  /* ZeroMQ until the UCX path has run on every deployment we test (GPU
+   * hosts, namespaces, containers): --transport auto opts in */
+  o->transport = TSR_TRANSPORT_ZMQ;
   o->heartbeat_interval_ms = 1000;
   o->heartbeat_timeout_ms = 10000;
   o->fetch_timeout_ms = DEFAULT_FETCH_TIMEOUT_MS;

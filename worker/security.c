@@ -15,7 +15,7 @@ int tsr_wsec_open_data(tsr_worker *w, const char *endpoint, const char *host, ts
     if (rc == 0) rc = tsr_zap_allow(w->zap, curve->public_key, true);
     if (rc != 0) return rc;
   }
-  int rc = tsr_xfer_server_open_curve(w->zctx, endpoint, host, curve, &w->server, err);
+  int rc = tsr_xfer_server_open_transport(w->zctx, endpoint, host, curve, w->opts.transport, &w->server, err);
   if (rc == 0 && w->zap != NULL) rc = tsr_zap_monitor(w->zap, tsr_xfer_server_socket(w->server), err);
   return rc;
 }

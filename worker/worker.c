@@ -55,8 +55,30 @@ static int data_endpoint(const tsr_worker *w, int stop_fd, char *endpoint, size_
   return rc;
 }
 
+/* Each alternative of bound ("ucx://H:P,tcp://H:P") with its host
+ * replaced by host, its scheme and port kept. */
+static void rehost(const char *bound, const char *host, char *out, size_t cap)
+{
+  size_t used = 0;
+  out[0] = '\0';
+  for (const char *p = bound; *p != '\0' && used < cap;) {
+    size_t len = strcspn(p, ",");
+    const char *sep = strstr(p, "://");
+    const char *port = p + len;
+    while (port > p && *port != ':') port--;
+    if (sep != NULL && sep < p + len && port > sep)
+      used += (size_t)snprintf(out + used, cap - used, "%s%.*s%s%.*s", used ? "," : "", (int)(sep + 3 - p), p, host,
+                               (int)(p + len - port), port);
+    p += len;
+    if (*p == ',') p++;
+  }
+  if (used >= cap) TSR_WARN("advertised data address for %s is too long; truncated", host);
+}
+
 /* The address peers are told: the bound one, or --contact-address (with
- * the bound port when it names none). */
+ * the bound ports when it names none). A contact with a port names one
+ * forwarded port: the ZeroMQ socket's (the UCX listener's with
+ * --transport ucx), so only that transport is advertised. */
 static void advertised_address(tsr_worker *w)
 {
   const char *bound = tsr_xfer_server_address(w->server), *contact = w->opts.contact_address;
@@ -66,19 +88,23 @@ static void advertised_address(tsr_worker *w)
   }
   const char *host = strstr(contact, "://");
   host = host != NULL ? host + 3 : contact;
-  if (strchr(host, ':') != NULL) {
-    snprintf(w->data_address, sizeof w->data_address, "%s", contact);
+  if (strchr(host, ':') == NULL) {
+    rehost(bound, host, w->data_address, sizeof w->data_address);
     return;
   }
-  const char *port = strrchr(bound, ':');
-  /* both fit: --contact-address was checked to be shorter than the field, a port is 6 bytes */
-  if (snprintf(w->data_address, sizeof w->data_address, "%s%s", contact, port != NULL ? port : ":0") >=
-      (int)sizeof w->data_address)
-    TSR_WARN("--contact-address %s with port %s is too long; advertising it truncated", contact, port);
+  bool ucx_only = tsr_xfer_server_socket(w->server) == NULL;
+  int n = ucx_only ? snprintf(w->data_address, sizeof w->data_address, "ucx://%s", host)
+                   : snprintf(w->data_address, sizeof w->data_address, "%s", contact);
+  if (n >= (int)sizeof w->data_address) TSR_WARN("--contact-address %s is too long; advertised truncated", contact);
+  if (!ucx_only && tsr_xfer_server_has_ucx(w->server))
+    TSR_INFO("--contact-address %s names a port: advertising ZeroMQ only (peers cannot reach the UCX listener)",
+             contact);
 }
 
 static int open_data_plane(tsr_worker *w, int stop_fd)
 {
+  /* what this worker's fetches prefer, as it serves */
+  tsr_xfer_set_fetch_transport(w->opts.transport);
   char endpoint[TSR_MAX_ADDR_LEN], host[TSR_MAX_NAME_LEN];
   tsr_errbuf err = {{0}};
   if (data_endpoint(w, stop_fd, endpoint, sizeof endpoint, host, sizeof host) != 0) return TSR_ECLOSED;
@@ -276,13 +302,15 @@ static void loop_once(tsr_worker *w, int stop_fd)
   uint64_t now = tsr_now_ms();
   uint64_t deadline = tsr_link_next_deadline(w);
   long timeout = deadline > now ? (long)(deadline - now) : 0;
-  zmq_pollitem_t items[4] = {
+  /* stop, completions, the scheduler (slot 2, unused while down), then
+   * the data plane's one or two items (ROUTER, UCX wakeup fd) */
+  zmq_pollitem_t items[5] = {
     {NULL, stop_fd, ZMQ_POLLIN, 0},
     {w->pull, 0, ZMQ_POLLIN, 0},
-    {tsr_xfer_server_socket(w->server), 0, ZMQ_POLLIN, 0},
     {w->sched, 0, ZMQ_POLLIN, 0},
   };
-  int n_items = w->sched != NULL ? 4 : 3;
+  int first_data = w->sched != NULL ? 3 : 2;
+  int n_items = first_data + tsr_xfer_server_pollitems(w->server, items + first_data, 2);
   int ready = zmq_poll(items, n_items, timeout);
   if (ready < 0 && zmq_errno() != EINTR) TSR_WARN("zmq_poll: %s", zmq_strerror(zmq_errno()));
   if (ready > 0) {
@@ -292,8 +320,10 @@ static void loop_once(tsr_worker *w, int stop_fd)
       w->stopping = true;
     }
     if (items[1].revents & ZMQ_POLLIN) drain_completions(w);
-    if (items[2].revents & ZMQ_POLLIN) tsr_xfer_server_serve(w->server, tsr_wstore_xfer_lookup, w->store);
-    if (n_items == 4 && (items[3].revents & ZMQ_POLLIN)) tsr_link_recv(w);
+    bool data_ready = false;
+    for (int i = first_data; i < n_items; i++) data_ready |= (items[i].revents & ZMQ_POLLIN) != 0;
+    if (data_ready) tsr_xfer_server_serve(w->server, tsr_wstore_xfer_lookup, w->store);
+    if (first_data == 3 && (items[2].revents & ZMQ_POLLIN)) tsr_link_recv(w);
   }
   tsr_link_tick(w, tsr_now_ms());
   tsr_wmetrics_tick(w, tsr_now_ms());

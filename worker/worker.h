@@ -35,6 +35,8 @@ typedef struct tsr_worker_opts {
   tsr_tiers_opts tiers;                 /* memory thresholds and spilling (memory_limit copied in) */
   tsr_curve curve;                      /* --curve-secret / --scheduler-key; .on false: plaintext */
   char metrics[TSR_MAX_ADDR_LEN];       /* --metrics HOST:PORT (wmetrics.h); "" = off */
+  tsr_transport transport;              /* --transport (default zmq): what the data plane serves, and
+                                           prefers when fetching (net.h; docs/transport.md) */
 } tsr_worker_opts;
 
 /* Runs the daemon until a byte arrives on stop_fd (a signal handler's

@@ -58,10 +58,31 @@ void tsr_net_socket_defaults(void *sock);
  * TSR_ECONN. */
 int tsr_net_local_ip_for(const char *endpoint, char *out, size_t cap);
 
+/* ---------- data plane: transports ----------
+ * A data address is one endpoint or a comma-separated list of a worker's
+ * alternatives, "ucx://HOST:PORT,tcp://HOST:PORT" (net/xfer_int.h). */
+typedef enum tsr_transport {
+  TSR_TRANSPORT_AUTO = 0,   /* serve both when UCX works and CURVE is off; fetch over UCX when offered */
+  TSR_TRANSPORT_ZMQ,        /* serve ZeroMQ only; fetch over ZeroMQ unless a peer offers only UCX */
+  TSR_TRANSPORT_UCX,        /* serve UCX only (refused with CURVE); fetch over UCX when offered */
+} tsr_transport;
+
+/* "auto", "zmq" or "ucx". 0 or TSR_EINVAL naming the text. */
+int tsr_transport_parse(const char *text, tsr_transport *transport_p, tsr_errbuf *err);
+const char *tsr_transport_name(tsr_transport transport);   /* static, never NULL */
+/* True when this build has UCX (TSR_UCX on). */
+bool tsr_xfer_ucx_built(void);
+/* The transport this process prefers when a peer offers both (default
+ * auto = UCX). Process-wide: set it before fetching threads start. */
+void tsr_xfer_set_fetch_transport(tsr_transport prefer);
+tsr_transport tsr_xfer_fetch_transport(void);
+
 /* ---------- data plane: fetching ---------- */
 typedef struct tsr_xfer_conn tsr_xfer_conn;
 
-/* Connects to a peer's data address. Returns 0 or TSR_ECONN. */
+/* Connects to a peer's data address, over the alternative this process
+ * prefers (tsr_xfer_set_fetch_transport) when it offers several, else the
+ * one it offers. Returns 0 or TSR_ECONN. */
 int tsr_xfer_open(void *zctx, const char *address, tsr_xfer_conn **conn_p, tsr_errbuf *err);
 /* The same with this process's CURVE keys (NULL or off: none). An address
  * that carries a worker's key (net/curve.h, "#curve=KEY") is connected with
@@ -139,11 +160,28 @@ int tsr_xfer_server_open(void *zctx, const char *endpoint, const char *advertise
  * who may connect. The bound address has no key tag; the caller adds it. */
 int tsr_xfer_server_open_curve(void *zctx, const char *endpoint, const char *advertise_host,
                                const struct tsr_curve *curve, tsr_xfer_server **srv_p, tsr_errbuf *err);
+/* The same with a transport: ZMQ binds the ROUTER at endpoint (as above);
+ * UCX listens on endpoint's host and port instead (tcp://HOST:PORT only);
+ * AUTO binds the ROUTER and a UCX listener on the same host, any port,
+ * unless CURVE is on (UCX has no CURVE: ZeroMQ only) or UCX cannot start
+ * (logged; ZeroMQ only). The address is then "ucx://...,tcp://...".
+ * UCX with CURVE keys, or UCX that cannot start: TSR_EINVAL / TSR_ECONN
+ * with the reason. The lookup's release callback runs on the serving
+ * thread for UCX sends, on ZeroMQ's I/O thread for ZeroMQ ones. */
+int tsr_xfer_server_open_transport(void *zctx, const char *endpoint, const char *advertise_host,
+                                   const struct tsr_curve *curve, tsr_transport transport, tsr_xfer_server **srv_p,
+                                   tsr_errbuf *err);
 void tsr_xfer_server_close(tsr_xfer_server **srv_p);
+/* Every alternative, most preferred first. */
 const char *tsr_xfer_server_address(const tsr_xfer_server *srv);
-void *tsr_xfer_server_socket(tsr_xfer_server *srv);      /* for zmq_poll */
-/* Serves every request waiting on the socket without blocking. Returns the
- * number served. Malformed requests get an error reply and are counted. */
+void *tsr_xfer_server_socket(tsr_xfer_server *srv);      /* the ROUTER, NULL when UCX only */
+bool tsr_xfer_server_has_ucx(const tsr_xfer_server *srv);
+/* What the serving thread polls: the ROUTER and/or the UCX wakeup fd,
+ * written to items (cap >= 2). Returns how many. */
+int tsr_xfer_server_pollitems(tsr_xfer_server *srv, zmq_pollitem_t *items, int cap);
+/* Serves every request waiting, on either transport, without blocking.
+ * Call it when any poll item fired. Returns the number served. Malformed
+ * requests get an error reply and are counted. */
 int tsr_xfer_server_serve(tsr_xfer_server *srv, tsr_xfer_lookup_fn lookup, void *arg);
 /* Bytes and chunks served since open (for metrics). */
 uint64_t tsr_xfer_server_bytes(const tsr_xfer_server *srv);

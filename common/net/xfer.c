@@ -1,11 +1,20 @@
-/* The ZeroMQ data plane. A worker binds one ROUTER ("data socket"); a peer
- * or client connects a DEALER per worker and sends {"op":"get","key":K}.
- * The reply is [chunk header][bytes] or [{"op":"error",...}]. The bytes go
- * out with zmq_msg_init_data, so the store's buffer is sent without a copy;
- * the store's reference is dropped in ZeroMQ's free callback. */
+/* The data plane behind tsr_xfer_*: the ZeroMQ transport, and the choice
+ * of transport per peer (the UCX one is in xfer_ucx*.c; docs/transport.md).
+ *
+ * ZeroMQ: a worker binds one ROUTER ("data socket"); a peer or client
+ * connects a DEALER per worker and sends {"op":"get","key":K}. The reply
+ * is [chunk header][bytes] or [{"op":"error",...}]. The bytes go out with
+ * zmq_msg_init_data, so the store's buffer is sent without a copy; the
+ * store's reference is dropped in ZeroMQ's free callback.
+ *
+ * A conn holds either a DEALER or a UCX conn, picked from the peer's
+ * address (xfer_int.h) and this process's preference; a server holds a
+ * ROUTER, a UCX listener, or both (--transport auto). */
 #include "net.h"
 
 #include "curve.h"
+#include "ucx.h"
+#include "xfer_int.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -13,15 +22,40 @@
 #include <string.h>
 
 struct tsr_xfer_conn {
-  void *sock;
+  void *sock;             /* ZeroMQ DEALER, or NULL */
+  tsr_ucx_conn *ucx;      /* or UCX */
   char address[TSR_MAX_ADDR_LEN];
 };
 
 struct tsr_xfer_server {
-  void *sock;
+  void *sock;             /* ZeroMQ ROUTER, or NULL (--transport ucx) */
+  tsr_ucx_server *ucx;    /* UCX listener, or NULL */
   char address[TSR_MAX_ADDR_LEN];
   uint64_t bytes_served;
 };
+
+/* The process's fetch preference (tsr_xfer_set_fetch_transport). */
+static volatile int fetch_prefer = TSR_TRANSPORT_AUTO;
+
+int tsr_transport_parse(const char *text, tsr_transport *transport_p, tsr_errbuf *err)
+{
+  static const char *const names[] = {"auto", "zmq", "ucx"};
+  for (int i = 0; i < 3; i++)
+    if (strcmp(text, names[i]) == 0) {
+      *transport_p = (tsr_transport)i;
+      return 0;
+    }
+  return tsr_fail(err, TSR_EINVAL, "transport '%s' is not one of ucx, zmq, auto", text);
+}
+
+const char *tsr_transport_name(tsr_transport transport)
+{
+  return transport == TSR_TRANSPORT_ZMQ ? "zmq" : transport == TSR_TRANSPORT_UCX ? "ucx" : "auto";
+}
+
+bool tsr_xfer_ucx_built(void) { return tsr_ucx_built(); }
+void tsr_xfer_set_fetch_transport(tsr_transport prefer) { fetch_prefer = (int)prefer; }
+tsr_transport tsr_xfer_fetch_transport(void) { return (tsr_transport)fetch_prefer; }
 
 int tsr_xfer_open(void *zctx, const char *address, tsr_xfer_conn **conn_p, tsr_errbuf *err)
 {
@@ -39,18 +73,13 @@ static int secure_conn(void *sock, const char *address, const char *server_key, 
   return tsr_curve_client(sock, curve, server_key, err);
 }
 
-int tsr_xfer_open_curve(void *zctx, const char *address, const tsr_curve *curve, tsr_xfer_conn **conn_p,
-                        tsr_errbuf *err)
+/* A DEALER to the ZeroMQ alternative (its CURVE tag included). */
+static int open_zmq(void *zctx, const char *address, const tsr_curve *curve, tsr_xfer_conn *conn, tsr_errbuf *err)
 {
   char endpoint[TSR_MAX_ADDR_LEN], server_key[TSR_CURVE_KEY_LEN + 1];
   tsr_curve_split_address(address, endpoint, sizeof endpoint, server_key);
-  tsr_xfer_conn *conn = calloc(1, sizeof *conn);
-  if (conn == NULL) return TSR_ENOMEM;
   conn->sock = zmq_socket(zctx, ZMQ_DEALER);
-  if (conn->sock == NULL) {
-    free(conn);
-    return tsr_fail(err, TSR_ECONN, "zmq_socket: %s", zmq_strerror(zmq_errno()));
-  }
+  if (conn->sock == NULL) return tsr_fail(err, TSR_ECONN, "zmq_socket: %s", zmq_strerror(zmq_errno()));
   tsr_net_socket_defaults(conn->sock);
   /* Queue requests only on a live connection: a dead peer then shows as
    * "not writable" within TSR_XFER_CONNECT_MS instead of a silent wait for
@@ -63,9 +92,26 @@ int tsr_xfer_open_curve(void *zctx, const char *address, const tsr_curve *curve,
     rc = tsr_fail(err, TSR_ECONN, "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
   if (rc != 0) {
     zmq_close(conn->sock);
+    conn->sock = NULL;
+  }
+  return rc;
+}
+
+int tsr_xfer_open_curve(void *zctx, const char *address, const tsr_curve *curve, tsr_xfer_conn **conn_p,
+                        tsr_errbuf *err)
+{
+  char endpoint[TSR_MAX_ADDR_LEN];
+  bool ucx = false;
+  int rc = tsr_xfer_pick(address, tsr_xfer_fetch_transport(), tsr_ucx_built(), endpoint, sizeof endpoint, &ucx, err);
+  if (rc != 0) return rc;
+  tsr_xfer_conn *conn = calloc(1, sizeof *conn);
+  if (conn == NULL) return TSR_ENOMEM;
+  rc = ucx ? tsr_ucx_conn_open(endpoint, &conn->ucx, err) : open_zmq(zctx, endpoint, curve, conn, err);
+  if (rc != 0) {
     free(conn);
     return rc;
   }
+  /* the whole address: callers match it against the scheduler's word */
   snprintf(conn->address, sizeof conn->address, "%s", address);
   *conn_p = conn;
   return 0;
@@ -74,7 +120,8 @@ int tsr_xfer_open_curve(void *zctx, const char *address, const tsr_curve *curve,
 void tsr_xfer_close(tsr_xfer_conn **conn_p)
 {
   if (conn_p == NULL || *conn_p == NULL) return;
-  zmq_close((*conn_p)->sock);
+  if ((*conn_p)->sock != NULL) zmq_close((*conn_p)->sock);
+  tsr_ucx_conn_close(&(*conn_p)->ucx);
   free(*conn_p);
   *conn_p = NULL;
 }
@@ -92,36 +139,6 @@ void tsr_xfer_data_release(tsr_xfer_data *data)
   data->copy = NULL;
   data->data = NULL;
   data->nbytes = 0;
-}
-
-/* Decodes the error reply of a peer into err; returns its code. */
-static int reply_error(const msgpack_object *map, const char *key, tsr_errbuf *err)
-{
-  int64_t code = TSR_EPROTO;
-  const char *text = "";
-  size_t text_len = 0;
-  tsr_wire_opt_int(map, "code", TSR_EPROTO, &code, NULL);
-  tsr_wire_str(map, "message", TSR_MAX_TEXT_LEN, &text, &text_len, NULL);
-  if (code >= 0 || code < -1000) code = TSR_EPROTO;
-  return tsr_fail(err, (int)code, "fetch of '%s': %.*s", key, (int)text_len, text);
-}
-
-static int decode_reply(tsr_frames *frames, const char *key, tsr_chunk_header *hdr, tsr_errbuf *err)
-{
-  tsr_reader rd;
-  const msgpack_object *map;
-  char op[TSR_MAX_NAME_LEN + 1];
-  int rc = tsr_reader_init(&rd, tsr_frame_data(frames, 0), tsr_frame_size(frames, 0), err);
-  if (rc == 0) rc = tsr_reader_next(&rd, &map, op, err);
-  if (rc == 1) {
-    if (strcmp(op, "error") == 0) rc = reply_error(map, key, err);
-    else if (strcmp(op, "chunk") != 0) rc = tsr_fail(err, TSR_EPROTO, "fetch of '%s': unexpected reply '%s'", key, op);
-    else rc = tsr_chunk_header_decode(map, hdr, err);
-  } else if (rc == 0) {
-    rc = tsr_fail(err, TSR_EPROTO, "fetch of '%s': empty reply", key);
-  }
-  tsr_reader_done(&rd);
-  return rc;
 }
 
 /* ZeroMQ's decoder places a small frame anywhere in its receive buffer;
@@ -163,8 +180,8 @@ static int await_reply(tsr_xfer_conn *conn, int timeout_ms, tsr_xfer_abort_fn ab
   }
 }
 
-int tsr_xfer_get_abortable(tsr_xfer_conn *conn, const char *key, int timeout_ms, tsr_xfer_abort_fn abort,
-                           void *ctx, tsr_chunk_header *hdr, tsr_xfer_data *out, tsr_errbuf *err)
+static int get_zmq(tsr_xfer_conn *conn, const char *key, int timeout_ms, tsr_xfer_abort_fn abort, void *ctx,
+                   tsr_chunk_header *hdr, tsr_xfer_data *out, tsr_errbuf *err)
 {
   int connect_ms = timeout_ms >= 0 && timeout_ms < TSR_XFER_CONNECT_MS ? timeout_ms : TSR_XFER_CONNECT_MS;
   zmq_pollitem_t out_item = {conn->sock, 0, ZMQ_POLLOUT, 0};
@@ -172,8 +189,7 @@ int tsr_xfer_get_abortable(tsr_xfer_conn *conn, const char *key, int timeout_ms,
     return tsr_fail(err, TSR_ECONN, "fetch of '%s': cannot reach %s within %d ms", key, conn->address, connect_ms);
   tsr_wbuf wb;
   tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "get", 2);
-  tsr_pack_kv_str(&wb.pk, "key", key);
+  tsr_xfer_pack_get(&wb, key);
   int sent = tsr_net_send(conn->sock, NULL, 0, wb.sbuf.data, wb.sbuf.size, ZMQ_DONTWAIT);
   tsr_wbuf_free(&wb);
   if (sent != 0) return tsr_fail(err, TSR_ECONN, "send to %s: %s", conn->address, zmq_strerror(zmq_errno()));
@@ -185,9 +201,9 @@ int tsr_xfer_get_abortable(tsr_xfer_conn *conn, const char *key, int timeout_ms,
   tsr_frames frames;
   if (tsr_frames_recv(conn->sock, &frames, 0) < 0)
     return tsr_fail(err, TSR_ECONN, "receive from %s: %s", conn->address, zmq_strerror(zmq_errno()));
-  int rc = frames.count >= 1 ? decode_reply(&frames, key, hdr, err) : TSR_EPROTO;
-  if (rc == 0 && strcmp(hdr->key, key) != 0)
-    rc = tsr_fail(err, TSR_EPROTO, "asked %s for '%s', got '%s'", conn->address, key, hdr->key);
+  int rc = frames.count >= 1 ? tsr_xfer_decode_reply(tsr_frame_data(&frames, 0), tsr_frame_size(&frames, 0), key,
+                                                     hdr, err)
+                              : TSR_EPROTO;
   if (rc == 0 && (frames.count != 2 || tsr_frame_size(&frames, 1) != hdr->nbytes))
     rc = tsr_fail(err, TSR_EPROTO, "chunk '%s' from %s: payload does not match its header", key, conn->address);
   if (rc == 0) {
@@ -208,6 +224,14 @@ int tsr_xfer_get_abortable(tsr_xfer_conn *conn, const char *key, int timeout_ms,
   return rc;
 }
 
+int tsr_xfer_get_abortable(tsr_xfer_conn *conn, const char *key, int timeout_ms, tsr_xfer_abort_fn abort,
+                           void *ctx, tsr_chunk_header *hdr, tsr_xfer_data *out, tsr_errbuf *err)
+{
+  if (conn->ucx != NULL)
+    return tsr_ucx_get(conn->ucx, conn->address, key, timeout_ms, abort, ctx, hdr, out, err);
+  return get_zmq(conn, key, timeout_ms, abort, ctx, hdr, out, err);
+}
+
 int tsr_xfer_server_open(void *zctx, const char *endpoint, const char *advertise_host, tsr_xfer_server **srv_p,
                          tsr_errbuf *err)
 {
@@ -217,19 +241,75 @@ int tsr_xfer_server_open(void *zctx, const char *endpoint, const char *advertise
 int tsr_xfer_server_open_curve(void *zctx, const char *endpoint, const char *advertise_host, const tsr_curve *curve,
                                tsr_xfer_server **srv_p, tsr_errbuf *err)
 {
-  tsr_xfer_server *srv = calloc(1, sizeof *srv);
-  if (srv == NULL) return TSR_ENOMEM;
+  return tsr_xfer_server_open_transport(zctx, endpoint, advertise_host, curve, TSR_TRANSPORT_ZMQ, srv_p, err);
+}
+
+/* Binds the ROUTER (a CURVE server when curve is on); its address to bound. */
+static int open_router(void *zctx, const char *endpoint, const char *advertise_host, const tsr_curve *curve,
+                       tsr_xfer_server *srv, char *bound, size_t cap, tsr_errbuf *err)
+{
   srv->sock = zmq_socket(zctx, ZMQ_ROUTER);
-  if (srv->sock == NULL) {
-    free(srv);
-    return tsr_fail(err, TSR_ECONN, "zmq_socket: %s", zmq_strerror(zmq_errno()));
-  }
+  if (srv->sock == NULL) return tsr_fail(err, TSR_ECONN, "zmq_socket: %s", zmq_strerror(zmq_errno()));
   tsr_net_socket_defaults(srv->sock);
   int rc = curve != NULL && curve->on ? tsr_curve_server(srv->sock, curve, "tessera-data", err) : 0;
-  if (rc == 0) rc = tsr_net_bind(srv->sock, endpoint, advertise_host, srv->address, sizeof srv->address, err);
+  if (rc == 0) rc = tsr_net_bind(srv->sock, endpoint, advertise_host, bound, cap, err);
+  return rc;
+}
+
+/* The UCX listener on the endpoint's host: on its port when UCX is the
+ * only transport, else on a port of its own (the ROUTER has that one). */
+static int open_listener(const char *endpoint, const char *advertise_host, bool own_port, tsr_xfer_server *srv,
+                         char *bound, size_t cap, tsr_errbuf *err)
+{
+  char host[TSR_MAX_ADDR_LEN];
+  const char *start = strstr(endpoint, "://");
+  start = start != NULL ? start + 3 : endpoint;
+  const char *colon = strrchr(start, ':');
+  size_t len = colon != NULL ? (size_t)(colon - start) : strlen(start);
+  if (strncmp(endpoint, "tcp://", 6) != 0 || len == 0 || len >= sizeof host)
+    return tsr_fail(err, TSR_EINVAL, "the UCX listener needs a tcp://HOST:PORT data endpoint, not '%s'", endpoint);
+  if (memchr(start, '[', len) != NULL)
+    return tsr_fail(err, TSR_EINVAL, "the UCX listener takes IPv4 hosts only, not '%s' (docs/transport.md)", endpoint);
+  memcpy(host, start, len);
+  host[len] = '\0';
+  int port = own_port && colon != NULL ? atoi(colon + 1) : 0;   /* "*" is 0: any */
+  return tsr_ucx_server_open(host, port, advertise_host, &srv->ucx, bound, cap, err);
+}
+
+/* Opens the UCX listener where the transport asks for one. */
+static int open_ucx_part(const char *endpoint, const char *advertise_host, tsr_transport transport, bool curve_on,
+                         tsr_xfer_server *srv, char *bound, size_t cap, tsr_errbuf *err)
+{
+  if (transport == TSR_TRANSPORT_ZMQ || curve_on) return 0;   /* auto under CURVE: ZeroMQ only */
+  tsr_errbuf uerr = {{0}};
+  int rc = open_listener(endpoint, advertise_host, transport == TSR_TRANSPORT_UCX, srv, bound, cap, &uerr);
+  if (rc == 0) return 0;
+  if (transport == TSR_TRANSPORT_UCX) return tsr_fail(err, rc, "%s", uerr.text);
+  TSR_WARN("serving chunks over ZeroMQ only: no UCX listener (%s)", uerr.text);
+  bound[0] = '\0';
+  return 0;
+}
+
+int tsr_xfer_server_open_transport(void *zctx, const char *endpoint, const char *advertise_host,
+                                   const tsr_curve *curve, tsr_transport transport, tsr_xfer_server **srv_p,
+                                   tsr_errbuf *err)
+{
+  bool curve_on = curve != NULL && curve->on;
+  if (transport == TSR_TRANSPORT_UCX && curve_on)
+    return tsr_fail(err, TSR_EINVAL,
+                    "--transport ucx cannot be used with CURVE keys: UCX has no CURVE, so its data plane would admit "
+                    "any peer (use auto or zmq; docs/security.md)");
+  tsr_xfer_server *srv = calloc(1, sizeof *srv);
+  if (srv == NULL) return TSR_ENOMEM;
+  char zaddr[TSR_MAX_ADDR_LEN] = "", uaddr[TSR_MAX_ADDR_LEN] = "";
+  int rc = transport != TSR_TRANSPORT_UCX ? open_router(zctx, endpoint, advertise_host, curve, srv, zaddr, sizeof zaddr, err) : 0;
+  if (rc == 0) rc = open_ucx_part(endpoint, advertise_host, transport, curve_on, srv, uaddr, sizeof uaddr, err);
+  /* most preferred first: a fetcher that speaks UCX takes it */
+  if (rc == 0 && snprintf(srv->address, sizeof srv->address, "%s%s%s", uaddr, uaddr[0] && zaddr[0] ? "," : "",
+                          zaddr) >= (int)sizeof srv->address)
+    rc = tsr_fail(err, TSR_ECONN, "data addresses %s and %s are too long together", uaddr, zaddr);
   if (rc != 0) {
-    zmq_close(srv->sock);
-    free(srv);
+    tsr_xfer_server_close(&srv);
     return rc;
   }
   *srv_p = srv;
@@ -239,7 +319,8 @@ int tsr_xfer_server_open_curve(void *zctx, const char *endpoint, const char *adv
 void tsr_xfer_server_close(tsr_xfer_server **srv_p)
 {
   if (srv_p == NULL || *srv_p == NULL) return;
-  zmq_close((*srv_p)->sock);
+  if ((*srv_p)->sock != NULL) zmq_close((*srv_p)->sock);
+  tsr_ucx_server_close(&(*srv_p)->ucx);
   free(*srv_p);
   *srv_p = NULL;
 }
@@ -247,29 +328,30 @@ void tsr_xfer_server_close(tsr_xfer_server **srv_p)
 const char *tsr_xfer_server_address(const tsr_xfer_server *srv) { return srv->address; }
 void *tsr_xfer_server_socket(tsr_xfer_server *srv) { return srv->sock; }
 uint64_t tsr_xfer_server_bytes(const tsr_xfer_server *srv) { return srv->bytes_served; }
+bool tsr_xfer_server_has_ucx(const tsr_xfer_server *srv) { return srv->ucx != NULL; }
+
+int tsr_xfer_server_pollitems(tsr_xfer_server *srv, zmq_pollitem_t *items, int cap)
+{
+  int n = 0;
+  if (srv->sock != NULL && n < cap) items[n++] = (zmq_pollitem_t){srv->sock, 0, ZMQ_POLLIN, 0};
+  if (srv->ucx != NULL && n < cap) items[n++] = (zmq_pollitem_t){NULL, tsr_ucx_server_fd(srv->ucx), ZMQ_POLLIN, 0};
+  return n;
+}
 
 static void send_error(tsr_xfer_server *srv, zmq_msg_t *identity, const char *key, int code, const char *message)
 {
   tsr_wbuf wb;
   tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "error", 4);
-  tsr_pack_kv_str(&wb.pk, "key", key);
-  tsr_pack_kv_int(&wb.pk, "code", code);
-  tsr_pack_kv_str(&wb.pk, "message", message);
+  tsr_xfer_pack_error(&wb, key, code, message);
   tsr_net_send(srv->sock, zmq_msg_data(identity), zmq_msg_size(identity), wb.sbuf.data, wb.sbuf.size, 0);
   tsr_wbuf_free(&wb);
 }
 
 static void send_chunk(tsr_xfer_server *srv, zmq_msg_t *identity, const char *key, tsr_xfer_chunk *chunk)
 {
-  tsr_chunk_header hdr = {0};
-  snprintf(hdr.key, sizeof hdr.key, "%s", key);
-  hdr.meta = chunk->meta;
-  hdr.nbytes = chunk->nbytes;
-  snprintf(hdr.codec, sizeof hdr.codec, "raw");
   tsr_wbuf wb;
   tsr_wbuf_init(&wb);
-  tsr_chunk_header_pack(&wb, &hdr);
+  tsr_xfer_pack_chunk(&wb, key, chunk);
   zmq_msg_t payload;
   /* ZeroMQ calls release when the bytes have left; it owns them until then. */
   zmq_msg_init_data(&payload, (void *)chunk->data, chunk->nbytes, chunk->release, chunk->hint);
@@ -291,16 +373,8 @@ static int serve_one(tsr_xfer_server *srv, tsr_frames *frames, tsr_xfer_lookup_f
     if (frames->count >= 1) send_error(srv, &frames->part[0], "", TSR_EPROTO, "request must be one frame");
     return TSR_EPROTO;
   }
-  tsr_reader rd;
-  const msgpack_object *map;
-  char op[TSR_MAX_NAME_LEN + 1];
-  int rc = tsr_reader_init(&rd, tsr_frame_data(frames, 1), tsr_frame_size(frames, 1), &err);
-  if (rc == 0) rc = tsr_reader_next(&rd, &map, op, &err);
-  if (rc == 1 && strcmp(op, "get") != 0) rc = tsr_fail(&err, TSR_EPROTO, "unknown data-plane op '%s'", op);
-  else if (rc == 1) rc = tsr_wire_strcpy(map, "key", key, sizeof key, &err);
-  tsr_reader_done(&rd);
-  if (rc != 0) {
-    send_error(srv, &frames->part[0], key, TSR_EPROTO, rc == 0 ? "empty request" : err.text);
+  if (tsr_xfer_decode_get(tsr_frame_data(frames, 1), tsr_frame_size(frames, 1), key, sizeof key, &err) != 0) {
+    send_error(srv, &frames->part[0], key, TSR_EPROTO, err.text);
     return TSR_EPROTO;
   }
   tsr_xfer_chunk chunk;
@@ -316,10 +390,11 @@ int tsr_xfer_server_serve(tsr_xfer_server *srv, tsr_xfer_lookup_fn lookup, void 
 {
   int served = 0;
   tsr_frames frames;
-  while (tsr_frames_recv(srv->sock, &frames, ZMQ_DONTWAIT) >= 0) {
+  while (srv->sock != NULL && tsr_frames_recv(srv->sock, &frames, ZMQ_DONTWAIT) >= 0) {
     serve_one(srv, &frames, lookup, arg);
     tsr_frames_close(&frames);
     served++;
   }
+  if (srv->ucx != NULL) served += tsr_ucx_server_serve(srv->ucx, lookup, arg, &srv->bytes_served);
   return served;
 }

@@ -81,6 +81,16 @@ int cluster_keygen(const char *dir, const char *name, char *pub_out)
   return 0;
 }
 
+/* TSR_TEST_TRANSPORT=ucx|zmq|auto: every worker gets --transport T and
+ * this process's clients TESSERA_TRANSPORT=T (the suites re-run over UCX). */
+static const char *test_transport(void)
+{
+  const char *v = getenv("TSR_TEST_TRANSPORT");
+  if (v == NULL || v[0] == '\0') return NULL;
+  setenv("TESSERA_TRANSPORT", v, 1);
+  return v;
+}
+
 bool cluster_curve_wanted(void)
 {
   const char *v = getenv("TSR_TEST_CURVE");
@@ -175,6 +185,9 @@ int cluster_add_worker(cluster *c, int threads, const char *const *worker_args)
                           "--name", name, "--log-level", "debug"};
   const char *curve_args[] = {"--curve-secret", c->worker_secret, "--scheduler-key", c->sched_public, NULL};
   int n = append_args(argv, 9, 40, c->curve ? curve_args : NULL);
+  const char *transport = test_transport();
+  const char *transport_args[] = {"--transport", transport, NULL};
+  n = append_args(argv, n, 40, transport != NULL ? transport_args : NULL);
   append_args(argv, n, 40, worker_args);
   c->workers[i] = spawn(argv, log_path, "TESSERA_TEST_OPS=1");
   if (c->workers[i] < 0) return -1;

@@ -1,0 +1,72 @@
+/* common/net/ucx — the UCX transport under tsr_xfer_* (private to net/).
+ *
+ * xfer.c picks a transport per peer from its data address and calls these;
+ * nothing outside common/net includes this header. The wire is the ZeroMQ
+ * data plane's, carried in UCP active messages (docs/transport.md):
+ *
+ *   fetcher -> server   AM id TSR_UCX_AM_GET,   header = {"op":"get","key":K}
+ *   server  -> fetcher  AM id TSR_UCX_AM_REPLY, header = chunk header map or
+ *                       {"op":"error",...}, data = the chunk's bytes
+ *
+ * UCX picks eager or rendezvous by size: a large chunk is sent from the
+ * store's buffer and received straight into the fetcher's buffer, no copy
+ * of ours on either side (UCX's transports may copy through their own
+ * bounce buffers: tcp does, cma and cuda_ipc do not).
+ *
+ * Built from xfer_ucx.c (fetching) and xfer_ucx_serve.c (serving) when
+ * TSR_UCX is on, from xfer_ucx_none.c otherwise: then every open fails
+ * with TSR_ECONN ("this build has no UCX").
+ *
+ * Threading: one process-wide ucp_context (refcounted, shared by every
+ * ucp_worker, created on first use). A conn owns a ucp_worker of its own,
+ * used by one thread at a time; a server owns one, used by its serving
+ * thread only. */
+#ifndef TSR_COMMON_NET_UCX_H
+#define TSR_COMMON_NET_UCX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "net.h"
+
+#define TSR_UCX_SCHEME "ucx://"
+#define TSR_UCX_AM_GET 0x7e01
+#define TSR_UCX_AM_REPLY 0x7e02
+
+typedef struct tsr_ucx_conn tsr_ucx_conn;
+typedef struct tsr_ucx_server tsr_ucx_server;
+
+/* True when this build has UCX (it may still fail to initialize). */
+bool tsr_ucx_built(void);
+
+/* Connects to "ucx://HOST:PORT" (a server's listener). The connection is
+ * established in the background: a refused or dead peer shows in
+ * tsr_ucx_get as TSR_ECONN. 0, TSR_EINVAL (bad address) or
+ * TSR_ECONN. */
+int tsr_ucx_conn_open(const char *endpoint, tsr_ucx_conn **conn_p, tsr_errbuf *err);
+void tsr_ucx_conn_close(tsr_ucx_conn **conn_p);   /* NULL is a no-op */
+
+/* tsr_xfer_get_abortable over UCX; `address` names the peer in messages
+ * and for abort. On success out->copy owns the bytes (64-byte aligned).
+ * After TSR_ETIMEDOUT or TSR_ECONN the conn is unusable: close it. */
+int tsr_ucx_get(tsr_ucx_conn *conn, const char *address, const char *key, int timeout_ms, tsr_xfer_abort_fn abort,
+                void *ctx, tsr_chunk_header *hdr, tsr_xfer_data *out, tsr_errbuf *err);
+
+/* Listens on HOST:PORT (host "*" or "0.0.0.0": every interface; port 0
+ * picks one) and writes "ucx://ADVERTISED:PORT" to address (a wildcard is
+ * advertised as advertise_host). 0 or TSR_ECONN. */
+int tsr_ucx_server_open(const char *host, int port, const char *advertise_host, tsr_ucx_server **srv_p,
+                        char *address, size_t cap, tsr_errbuf *err);
+/* Closes every connection (sends in flight are cancelled: their release
+ * callbacks run before this returns) and the listener. NULL is a no-op. */
+void tsr_ucx_server_close(tsr_ucx_server **srv_p);
+/* A file descriptor that becomes readable when the server has work: put it
+ * in the serving thread's poll set, then call tsr_ucx_server_serve. */
+int tsr_ucx_server_fd(const tsr_ucx_server *srv);
+/* Progresses UCX, answers every request received, re-arms the fd. Never
+ * blocks. Returns the number of requests answered; *bytes grows by the
+ * chunk bytes handed to UCX. */
+int tsr_ucx_server_serve(tsr_ucx_server *srv, tsr_xfer_lookup_fn lookup, void *arg, uint64_t *bytes);
+
+#endif

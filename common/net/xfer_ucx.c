@@ -1,0 +1,440 @@
+/* The UCX data plane, fetching side, plus what both sides share: the
+ * process's UCP context, workers with a wakeup fd, addresses.
+ *
+ * A conn is one ucp_worker and one client-server endpoint to a worker's
+ * listener. A get sends the request as an active message and waits for
+ * the reply AM, polling the worker's wakeup fd in slices of
+ * TSR_XFER_ABORT_SLICE_MS so that abort() is asked as on the ZeroMQ path.
+ * An eager reply's bytes are copied once out of UCX's buffer (they are
+ * small); a rendezvous reply is received straight into a 64-byte aligned
+ * buffer that becomes the caller's (out->copy).
+ *
+ * Invariant: anything UCX may still write into or read from (the request
+ * bytes, a rendezvous buffer whose receive did not complete) stays owned
+ * by the conn until tsr_ucx_conn_close has closed the endpoint and
+ * destroyed the worker. */
+#define _GNU_SOURCE
+#include "ucx_int.h"
+
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xfer_int.h"
+
+/* ---------- the process's context ---------- */
+
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static ucp_context_h ctx_shared;
+static unsigned ctx_users;
+
+bool tsr_ucx_built(void) { return true; }
+
+/* Shared-memory transports (posix, sysv) grow their receive buffers 512
+ * at a time: 4 MiB per transport and ucp_worker, and a fetcher has a
+ * worker per peer connection (4.4 MiB a connection, measured; 0.3 MiB
+ * with tcp only). 64 at a time (MM_: the table both share) keeps a
+ * connection near 1.4 MiB; they still grow on demand. A UCX_*
+ * variable for it in the environment wins. */
+static void shrink_defaults(ucp_config_t *config)
+{
+  if (getenv("UCX_MM_RX_BUFS_GROW") == NULL && getenv("UCX_POSIX_RX_BUFS_GROW") == NULL &&
+      getenv("UCX_SYSV_RX_BUFS_GROW") == NULL)
+    ucp_config_modify(config, "MM_RX_BUFS_GROW", "64");
+}
+
+static int context_create(ucp_context_h *ctx_p, tsr_errbuf *err)
+{
+  ucp_config_t *config = NULL;
+  ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+  if (st != UCS_OK) return tsr_fail(err, TSR_ECONN, "UCX configuration: %s", ucs_status_string(st));
+  shrink_defaults(config);
+  ucp_params_t params = {
+    .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+    .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+    /* executor threads create and use their own workers concurrently */
+    .mt_workers_shared = 1,
+  };
+  st = ucp_init(&params, config, ctx_p);
+  ucp_config_release(config);
+  if (st != UCS_OK) return tsr_fail(err, TSR_ECONN, "UCX initialization (ucp_init): %s", ucs_status_string(st));
+  return 0;
+}
+
+int tsr_ucx_context_take(ucp_context_h *ctx_p, tsr_errbuf *err)
+{
+  int rc = 0;
+  pthread_mutex_lock(&ctx_lock);
+  if (ctx_users == 0) rc = context_create(&ctx_shared, err);
+  if (rc == 0) {
+    ctx_users++;
+    *ctx_p = ctx_shared;
+  }
+  pthread_mutex_unlock(&ctx_lock);
+  return rc;
+}
+
+void tsr_ucx_context_drop(void)
+{
+  pthread_mutex_lock(&ctx_lock);
+  if (ctx_users > 0 && --ctx_users == 0) {
+    ucp_cleanup(ctx_shared);
+    ctx_shared = NULL;
+  }
+  pthread_mutex_unlock(&ctx_lock);
+}
+
+int tsr_ucx_worker_new(ucp_context_h ctx, ucs_thread_mode_t mode, ucp_worker_h *worker_p, int *efd_p,
+                       tsr_errbuf *err)
+{
+  ucp_worker_params_t params = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE, .thread_mode = mode};
+  ucs_status_t st = ucp_worker_create(ctx, &params, worker_p);
+  if (st != UCS_OK) return tsr_fail(err, TSR_ECONN, "UCX worker: %s", ucs_status_string(st));
+  st = ucp_worker_get_efd(*worker_p, efd_p);
+  if (st != UCS_OK) {
+    ucp_worker_destroy(*worker_p);
+    return tsr_fail(err, TSR_ECONN, "UCX worker event fd: %s", ucs_status_string(st));
+  }
+  return 0;
+}
+
+int tsr_ucx_split_hostport(const char *text, char *host, size_t cap, int *port_p, tsr_errbuf *err)
+{
+  const char *colon = strrchr(text, ':');
+  char *end = NULL;
+  long port = colon != NULL ? strtol(colon + 1, &end, 10) : -1;
+  if (colon == NULL || end == colon + 1 || *end != '\0' || port < 0 || port > 65535)
+    return tsr_fail(err, TSR_EINVAL, "'%s' is not HOST:PORT", text);
+  const char *start = text;
+  size_t len = (size_t)(colon - text);
+  if (len >= 2 && text[0] == '[' && colon[-1] == ']') {
+    start++;
+    len -= 2;
+  }
+  if (len == 0 || len >= cap) return tsr_fail(err, TSR_EINVAL, "'%s': bad host", text);
+  memcpy(host, start, len);
+  host[len] = '\0';
+  *port_p = (int)port;
+  return 0;
+}
+
+int tsr_ucx_sockaddr(const char *host, int port, struct sockaddr_storage *sa, socklen_t *len_p, tsr_errbuf *err)
+{
+  /* IPv4 only: UCX 1.13's tcp connection manager overflows a buffer when
+   * it prints an IPv6 peer (inet_ntop in ucp_ep_cm_server_create_connected,
+   * found with ASan), and "localhost" must not resolve to ::1 for a
+   * listener bound to 127.0.0.1. */
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+  struct addrinfo *res = NULL;
+  char service[16];
+  snprintf(service, sizeof service, "%d", port);
+  bool any = strcmp(host, "*") == 0;
+  if (any) hints.ai_flags |= AI_PASSIVE;
+  int gai = getaddrinfo(any ? NULL : host, service, &hints, &res);
+  if (gai != 0 || res == NULL)
+    return tsr_fail(err, TSR_EINVAL, "cannot resolve host '%s': %s", host, gai != 0 ? gai_strerror(gai) : "no address");
+  memcpy(sa, res->ai_addr, res->ai_addrlen);
+  *len_p = res->ai_addrlen;
+  freeaddrinfo(res);
+  return 0;
+}
+
+void tsr_ucx_ep_close(ucp_worker_h worker, ucp_ep_h ep)
+{
+  ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
+  ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &param);
+  if (req == NULL || UCS_PTR_IS_ERR(req)) return;
+  uint64_t until = tsr_now_ms() + 1000;
+  while (ucp_request_check_status(req) == UCS_INPROGRESS && tsr_now_ms() < until) ucp_worker_progress(worker);
+  ucp_request_free(req);
+}
+
+/* ---------- fetching ---------- */
+
+struct tsr_ucx_conn {
+  ucp_worker_h worker;
+  ucp_ep_h ep;
+  int efd;
+  ucs_status_t ep_status;   /* UCS_OK until the endpoint failed */
+  char *request;            /* the last get's bytes: UCX may still read them */
+  /* the reply of the get in flight */
+  bool awaiting, replied;
+  char *reply_hdr;          /* malloc'd copy of the reply's header */
+  size_t reply_hdr_len;
+  void *rndv_desc;          /* a rendezvous reply's data descriptor, not yet received */
+  void *eager;              /* an eager reply's bytes, copied (aligned) */
+  size_t data_len;
+  /* a rendezvous receive in flight */
+  void *recv_req;
+  void *recv_buf;           /* owned here until the receive completed */
+  bool recv_done;
+  ucs_status_t recv_status;
+};
+
+static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+  (void)ep;
+  tsr_ucx_conn *conn = arg;
+  conn->ep_status = status;
+}
+
+/* Keeps the reply for tsr_ucx_get; a reply nobody awaits is dropped. */
+static ucs_status_t on_reply(void *arg, const void *header, size_t header_len, void *data, size_t len,
+                             const ucp_am_recv_param_t *param)
+{
+  tsr_ucx_conn *conn = arg;
+  if (!conn->awaiting || conn->replied || header_len > TSR_UCX_MAX_HEADER || len > TSR_MAX_FRAME_BYTES) return UCS_OK;
+  conn->reply_hdr = malloc(header_len ? header_len : 1);
+  if (conn->reply_hdr == NULL) return UCS_OK;
+  memcpy(conn->reply_hdr, header, header_len);
+  conn->reply_hdr_len = header_len;
+  conn->data_len = len;
+  conn->replied = true;
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    conn->rndv_desc = data;
+    return UCS_INPROGRESS;   /* the descriptor lives until ucp_am_recv_data_nbx */
+  }
+  if (len > 0 && posix_memalign(&conn->eager, 64, len) == 0) memcpy(conn->eager, data, len);
+  return UCS_OK;
+}
+
+static int register_reply(tsr_ucx_conn *conn, tsr_errbuf *err)
+{
+  ucp_am_handler_param_t p = {
+    .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                  UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
+    .id = TSR_UCX_AM_REPLY,
+    .flags = UCP_AM_FLAG_WHOLE_MSG,
+    .cb = on_reply,
+    .arg = conn,
+  };
+  ucs_status_t st = ucp_worker_set_am_recv_handler(conn->worker, &p);
+  return st == UCS_OK ? 0 : tsr_fail(err, TSR_ECONN, "UCX AM handler: %s", ucs_status_string(st));
+}
+
+static int connect_ep(tsr_ucx_conn *conn, const char *endpoint, tsr_errbuf *err)
+{
+  char host[TSR_MAX_ADDR_LEN];
+  int port;
+  struct sockaddr_storage sa;
+  socklen_t sa_len;
+  int rc = tsr_ucx_split_hostport(endpoint + strlen(TSR_UCX_SCHEME), host, sizeof host, &port, err);
+  if (rc == 0) rc = tsr_ucx_sockaddr(host, port, &sa, &sa_len, err);
+  if (rc != 0) return rc;
+  ucp_ep_params_t p = {
+    .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER,
+    .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
+    .sockaddr = {.addr = (const struct sockaddr *)&sa, .addrlen = sa_len},
+    .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+    .err_handler = {.cb = on_ep_error, .arg = conn},
+  };
+  ucs_status_t st = ucp_ep_create(conn->worker, &p, &conn->ep);
+  return st == UCS_OK ? 0 : tsr_fail(err, TSR_ECONN, "UCX connect to %s: %s", endpoint, ucs_status_string(st));
+}
+
+int tsr_ucx_conn_open(const char *endpoint, tsr_ucx_conn **conn_p, tsr_errbuf *err)
+{
+  if (strncmp(endpoint, TSR_UCX_SCHEME, strlen(TSR_UCX_SCHEME)) != 0)
+    return tsr_fail(err, TSR_EINVAL, "'%s' is not a ucx:// address", endpoint);
+  tsr_ucx_conn *conn = calloc(1, sizeof *conn);
+  if (conn == NULL) return TSR_ENOMEM;
+  ucp_context_h ctx;
+  int rc = tsr_ucx_context_take(&ctx, err);
+  if (rc != 0) {
+    free(conn);
+    return rc;
+  }
+  /* one thread at a time, not always the same one (the client's cache) */
+  rc = tsr_ucx_worker_new(ctx, UCS_THREAD_MODE_SERIALIZED, &conn->worker, &conn->efd, err);
+  if (rc == 0) rc = register_reply(conn, err);
+  if (rc == 0) rc = connect_ep(conn, endpoint, err);
+  if (rc != 0) {
+    tsr_ucx_conn_close(&conn);
+    return rc;
+  }
+  *conn_p = conn;
+  return 0;
+}
+
+static void forget_reply(tsr_ucx_conn *conn)
+{
+  if (conn->rndv_desc != NULL) ucp_am_data_release(conn->worker, conn->rndv_desc);
+  free(conn->reply_hdr);
+  free(conn->eager);
+  conn->rndv_desc = conn->reply_hdr = conn->eager = NULL;
+  conn->replied = conn->awaiting = false;
+  conn->reply_hdr_len = conn->data_len = 0;
+}
+
+void tsr_ucx_conn_close(tsr_ucx_conn **conn_p)
+{
+  if (conn_p == NULL || *conn_p == NULL) return;
+  tsr_ucx_conn *conn = *conn_p;
+  if (conn->worker != NULL) {
+    forget_reply(conn);
+    if (conn->recv_req != NULL) ucp_request_cancel(conn->worker, conn->recv_req);
+    if (conn->ep != NULL) tsr_ucx_ep_close(conn->worker, conn->ep);
+    if (conn->recv_req != NULL) ucp_request_free(conn->recv_req);
+    ucp_worker_destroy(conn->worker);
+    tsr_ucx_context_drop();
+  }
+  free(conn->recv_buf);
+  free(conn->request);
+  free(conn);
+  *conn_p = NULL;
+}
+
+typedef struct wait_ctx {
+  uint64_t deadline;
+  tsr_xfer_abort_fn abort;
+  void *abort_ctx;
+  const char *address;
+  uint64_t next_abort_check;
+} wait_ctx;
+
+/* How long a wait polls UCX busily before it sleeps on the wakeup fd: a
+ * small chunk's reply comes back within tens of microseconds, and
+ * arming + poll + wakeup costs about as much again. */
+#define SPIN_NS 200000u
+
+/* Progresses until *flag, the endpoint fails, the deadline or abort:
+ * 1 done, 0 timed out, -1 abandoned, -2 endpoint failed. */
+static int wait_for(tsr_ucx_conn *conn, const bool *flag, wait_ctx *w)
+{
+  uint64_t spin_until = tsr_now_ns() + SPIN_NS;
+  while (!*flag && conn->ep_status == UCS_OK && tsr_now_ns() < spin_until) ucp_worker_progress(conn->worker);
+  for (;;) {
+    while (ucp_worker_progress(conn->worker) != 0) {
+    }
+    if (*flag) return 1;
+    if (conn->ep_status != UCS_OK) return -2;
+    uint64_t now = tsr_now_ms();
+    if (now >= w->deadline) return 0;
+    if (w->abort != NULL && now >= w->next_abort_check) {
+      if (w->abort(w->abort_ctx, w->address)) return -1;
+      w->next_abort_check = now + TSR_XFER_ABORT_SLICE_MS;
+    }
+    uint64_t left = w->deadline - now;
+    int slice = left > TSR_XFER_ABORT_SLICE_MS ? TSR_XFER_ABORT_SLICE_MS : (int)left;
+    if (ucp_worker_arm(conn->worker) == UCS_ERR_BUSY) continue;
+    struct pollfd pfd = {.fd = conn->efd, .events = POLLIN};
+    poll(&pfd, 1, slice);
+  }
+}
+
+static int wait_fail(tsr_ucx_conn *conn, int waited, const char *what, const char *key, const char *address,
+                     tsr_errbuf *err)
+{
+  if (waited == 0) return tsr_fail(err, TSR_ETIMEDOUT, "fetch of '%s' from %s timed out (%s)", key, address, what);
+  if (waited == -1)
+    return tsr_fail(err, TSR_ECONN, "fetch of '%s' from %s abandoned: the scheduler declared that worker dead", key,
+                    address);
+  return tsr_fail(err, TSR_ECONN, "fetch of '%s' from %s: connection lost (%s) %s", key, address,
+                  ucs_status_string(conn->ep_status), what);
+}
+
+static int send_get(tsr_ucx_conn *conn, const char *key, const char *address, tsr_errbuf *err)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_xfer_pack_get(&wb, key);
+  free(conn->request);
+  conn->request = malloc(wb.sbuf.size);
+  size_t len = wb.sbuf.size;
+  if (conn->request != NULL) memcpy(conn->request, wb.sbuf.data, len);
+  tsr_wbuf_free(&wb);
+  if (conn->request == NULL) return TSR_ENOMEM;
+  ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_AM_SEND_FLAG_REPLY};
+  ucs_status_ptr_t req = ucp_am_send_nbx(conn->ep, TSR_UCX_AM_GET, conn->request, len, NULL, 0, &p);
+  if (UCS_PTR_IS_ERR(req))
+    return tsr_fail(err, TSR_ECONN, "send to %s: %s", address, ucs_status_string(UCS_PTR_STATUS(req)));
+  if (req != NULL) ucp_request_free(req);   /* completes on its own; conn->request outlives it */
+  return 0;
+}
+
+static void on_recv_data(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+  (void)request;
+  (void)length;
+  tsr_ucx_conn *conn = user_data;
+  conn->recv_status = status;
+  conn->recv_done = true;
+}
+
+/* Receives the rendezvous data into a fresh aligned buffer (the GPU seam:
+ * a device buffer with UCS_MEMORY_TYPE_CUDA would go here). */
+static int receive_rndv(tsr_ucx_conn *conn, wait_ctx *w, const char *key, tsr_errbuf *err)
+{
+  size_t len = conn->data_len;
+  if (posix_memalign(&conn->recv_buf, 64, len ? len : 1) != 0)
+    return tsr_fail(err, TSR_ENOMEM, "cannot allocate %zu bytes for chunk '%s'", len, key);
+  ucp_request_param_t p = {
+    .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE,
+    .cb.recv_am = on_recv_data,
+    .user_data = conn,
+    .memory_type = UCS_MEMORY_TYPE_HOST,
+  };
+  conn->recv_done = false;
+  void *desc = conn->rndv_desc;
+  conn->rndv_desc = NULL;   /* UCX owns it from here */
+  ucs_status_ptr_t req = ucp_am_recv_data_nbx(conn->worker, desc, conn->recv_buf, len, &p);
+  if (UCS_PTR_IS_ERR(req))
+    return tsr_fail(err, TSR_ECONN, "receive of '%s' from %s: %s", key, w->address,
+                    ucs_status_string(UCS_PTR_STATUS(req)));
+  if (req == NULL) return 0;
+  conn->recv_req = req;
+  int waited = wait_for(conn, &conn->recv_done, w);
+  if (waited != 1) return wait_fail(conn, waited, "receiving the chunk", key, w->address, err);
+  ucp_request_free(req);
+  conn->recv_req = NULL;
+  if (conn->recv_status != UCS_OK)
+    return tsr_fail(err, TSR_ECONN, "receive of '%s' from %s: %s", key, w->address,
+                    ucs_status_string(conn->recv_status));
+  return 0;
+}
+
+/* Moves the reply's bytes into out. */
+static int take_data(tsr_ucx_conn *conn, wait_ctx *w, const char *key, tsr_xfer_data *out, tsr_errbuf *err)
+{
+  if (conn->rndv_desc != NULL) {
+    int rc = receive_rndv(conn, w, key, err);
+    if (rc != 0) return rc;
+    out->copy = conn->recv_buf;
+    conn->recv_buf = NULL;
+  } else if (conn->data_len > 0) {
+    if (conn->eager == NULL) return tsr_fail(err, TSR_ENOMEM, "no memory for chunk '%s' (%zu bytes)", key, conn->data_len);
+    out->copy = conn->eager;
+    conn->eager = NULL;
+  } else if (posix_memalign(&out->copy, 64, 1) != 0) {
+    return TSR_ENOMEM;
+  }
+  out->data = out->copy;
+  out->nbytes = conn->data_len;
+  out->owner = NULL;
+  return 0;
+}
+
+int tsr_ucx_get(tsr_ucx_conn *conn, const char *address, const char *key, int timeout_ms, tsr_xfer_abort_fn abort,
+                void *ctx, tsr_chunk_header *hdr, tsr_xfer_data *out, tsr_errbuf *err)
+{
+  if (conn->ep_status != UCS_OK)
+    return tsr_fail(err, TSR_ECONN, "fetch of '%s': connection to %s lost (%s)", key, address,
+                    ucs_status_string(conn->ep_status));
+  wait_ctx w = {timeout_ms < 0 ? UINT64_MAX : tsr_now_ms() + (uint64_t)timeout_ms, abort, ctx, address, 0};
+  forget_reply(conn);
+  conn->awaiting = true;
+  int rc = send_get(conn, key, address, err);
+  int waited = rc == 0 ? wait_for(conn, &conn->replied, &w) : 1;
+  if (rc == 0 && waited != 1) rc = wait_fail(conn, waited, "awaiting the reply", key, address, err);
+  if (rc == 0) rc = tsr_xfer_decode_reply(conn->reply_hdr, conn->reply_hdr_len, key, hdr, err);
+  if (rc == 0 && hdr->nbytes != conn->data_len)
+    rc = tsr_fail(err, TSR_EPROTO, "chunk '%s' from %s: payload does not match its header", key, address);
+  if (rc == 0) rc = take_data(conn, &w, key, out, err);
+  /* a failed rendezvous receive keeps its buffer in the conn until close */
+  if (rc == 0 || conn->recv_req == NULL) forget_reply(conn);
+  return rc;
+}

@@ -1,0 +1,44 @@
+/* The UCX transport of a build without UCX (TSR_UCX off): nothing opens,
+ * each open says why, and a fetcher falls back to ZeroMQ where the peer
+ * offers it (xfer.c asks tsr_ucx_built first). */
+#include "ucx.h"
+
+struct tsr_ucx_conn {
+  int unused;
+};
+struct tsr_ucx_server {
+  int unused;
+};
+
+bool tsr_ucx_built(void) { return false; }
+
+int tsr_ucx_conn_open(const char *endpoint, tsr_ucx_conn **conn_p, tsr_errbuf *err)
+{
+  (void)conn_p;
+  return tsr_fail(err, TSR_ECONN, "cannot fetch from %s: this build has no UCX (TSR_UCX off)", endpoint);
+}
+
+void tsr_ucx_conn_close(tsr_ucx_conn **conn_p) { (void)conn_p; }
+
+int tsr_ucx_get(tsr_ucx_conn *conn, const char *address, const char *key, int timeout_ms, tsr_xfer_abort_fn abort,
+                void *ctx, tsr_chunk_header *hdr, tsr_xfer_data *out, tsr_errbuf *err)
+{
+  (void)conn, (void)timeout_ms, (void)abort, (void)ctx, (void)hdr, (void)out;
+  return tsr_fail(err, TSR_ECONN, "fetch of '%s' from %s: this build has no UCX", key, address);
+}
+
+int tsr_ucx_server_open(const char *host, int port, const char *advertise_host, tsr_ucx_server **srv_p,
+                        char *address, size_t cap, tsr_errbuf *err)
+{
+  (void)host, (void)port, (void)advertise_host, (void)srv_p, (void)address, (void)cap;
+  return tsr_fail(err, TSR_ECONN, "--transport ucx: this build has no UCX (rebuild with libucx-dev and TSR_UCX=ON)");
+}
+
+void tsr_ucx_server_close(tsr_ucx_server **srv_p) { (void)srv_p; }
+int tsr_ucx_server_fd(const tsr_ucx_server *srv) { (void)srv; return -1; }
+
+int tsr_ucx_server_serve(tsr_ucx_server *srv, tsr_xfer_lookup_fn lookup, void *arg, uint64_t *bytes)
+{
+  (void)srv, (void)lookup, (void)arg, (void)bytes;
+  return 0;
+}
