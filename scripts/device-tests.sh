@@ -112,6 +112,29 @@ run_tiles() {
   [ $r = 0 ] || rc=1
   [ -n "${TILES_TESTS_ONLY:-}" ] || { bash bench/tiles/gpu.sh "$@" 2>&1 | tee "$out/tiles_bench.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1; }
 }
+# The dashboard and /metrics of a GPU worker while an SVD runs: the NVML
+# samples (utilization, memory, power) must reach the worker's /metrics and
+# the scheduler's /api/workers (docs/dashboard.md, docs/metrics.md).
+run_watch() {
+  tessera local --gpus 0 --dashboard 127.0.0.1:8787 --worker-arg --metrics --worker-arg 127.0.0.1:9400 -- \
+    tsr-svd --rows 4000000 --cols 2000 --chunks 250000,2000 --k 10 --power-iters 6 >"$out/watch_svd.log" 2>&1 &
+  local pid=$!
+  sleep 8
+  python3 - <<'PY' 2>&1 | tee "$out/watch.log"
+import json, urllib.request
+get = lambda u: urllib.request.urlopen(u, timeout=5).read().decode()
+m = [l for l in get("http://127.0.0.1:9400/metrics").splitlines() if "gpu" in l and not l.startswith("#")]
+print("worker /metrics gpu lines:", len(m)); print("\n".join(m[:8]))
+w = json.loads(get("http://127.0.0.1:8787/api/workers"))
+ws = w["workers"] if isinstance(w, dict) else w
+for x in ws:
+    print("api/workers:", {k: v for k, v in x.items() if k.startswith("gpu")})
+ok = len(m) >= 3 and all(x.get("gpu_memory_total") for x in ws)
+print("watch: NVML values reach /metrics and /api/workers" if ok else "watch: MISSING NVML values")
+PY
+  wait $pid
+  tail -3 "$out/watch_svd.log"
+}
 # One test of test_gpu (KIT_ONLY=NAME) with every cluster's logs kept,
 # summarized here and packed (xz) into $OUT: a diagnosis run.
 run_one() {
@@ -137,10 +160,11 @@ case $what in
   cluster) bash bench/cluster/gpu.sh "$@" 2>&1 | tee "$out/cluster.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
   tests) run_tests ;;
   tiles) run_tiles "$@" ;;
+  watch) run_watch ;;
   sc) run_sc_tests ;;
   bench) run_bench "$@" ;;
   kbench) (cd /tmp && timeout 300 "$t/wrap/test_kernels_cuda" --bench "$@") 2>&1 | tee "$out/kbench.log" ;;
   all) run_tests; run_bench "$@" ;;
-  *) echo "device-tests.sh: all|tests|sc|tiles|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]" >&2; exit 2 ;;
+  *) echo "device-tests.sh: all|tests|sc|tiles|watch|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]" >&2; exit 2 ;;
 esac
 exit $rc

@@ -8,7 +8,9 @@
 #   tessera local --gpus 0 --worker-arg --threads --worker-arg 8 -- tsr-tiles --slides S... --drop-edges --out gpu.tsv
 #   tessera local --cpu-workers $(nproc) --threads-per-worker 1 -- tsr-tiles --slides S... --drop-edges --out cpu.tsv
 #
-# Prints both times, decoded MB/s and the ratio, and compares the kept
+# GPU_THREADS (8) sets the GPU worker's executor threads; the GPU run is
+# made twice, nvJPEG's hardware backend (the default) and, with
+# TSR_NVJPEG_BACKEND=default, its default backend. Prints the times, decoded MB/s and the ratio, and compares the kept
 # decisions of the two runs (nvJPEG's IDCT is not libjpeg-turbo's: a tile
 # near a threshold may flip; the count of differing rows is printed).
 set -uo pipefail
@@ -29,9 +31,12 @@ run() {
   timeout 500 tessera local "$@" -- tsr-tiles --slides "${slides[@]}" --drop-edges --out "$dir/$what.tsv" 2>&1 | grep -E "slides read|error" | tail -2
   python3 -c "print($(date +%s.%N) - $t0)"
 }
-t_gpu=$(run gpu --gpus 0 --worker-arg --threads --worker-arg 8 | tail -1)
+gt=${GPU_THREADS:-8}
+t_gpu=$(run gpu --gpus 0 --worker-arg --threads --worker-arg "$gt" | tail -1)
+t_gpu_sw=$(TSR_NVJPEG_BACKEND=default run gpu_sw --gpus 0 --worker-arg --threads --worker-arg "$gt" | tail -1)
 t_cpu=$(run cpu --cpu-workers "$(nproc)" --threads-per-worker 1 | tail -1)
-printf "tsr-tiles, 1 GPU worker (nvJPEG)    %8.2f s  %8.1f MB/s decoded\n" "$t_gpu" "$(python3 -c "print($mp / $t_gpu)")"
+printf "tsr-tiles, 1 GPU worker, %s threads, nvJPEG hardware   %8.2f s  %8.1f MB/s decoded\n" "$gt" "$t_gpu" "$(python3 -c "print($mp / $t_gpu)")"
+printf "tsr-tiles, 1 GPU worker, %s threads, nvJPEG default    %8.2f s  %8.1f MB/s decoded\n" "$gt" "$t_gpu_sw" "$(python3 -c "print($mp / $t_gpu_sw)")"
 printf "tsr-tiles, %d CPU workers          %8.2f s  %8.1f MB/s decoded\n" "$(nproc)" "$t_cpu" "$(python3 -c "print($mp / $t_cpu)")"
 python3 -c "print(f'ratio: the GPU worker is {$t_cpu/$t_gpu:.2f}x the $(nproc) CPU workers')"
 python3 - "$dir/gpu.tsv" "$dir/cpu.tsv" <<'PY'

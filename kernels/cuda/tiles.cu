@@ -81,7 +81,11 @@ static int decoder_get(const tsr_nvjpeg_api *api, int device, jpeg_decoder **dec
     if (d->sw) api->Destroy(d->sw);
     if (d->hw) api->Destroy(d->hw);
     *d = jpeg_decoder();
-    if (api->CreateEx(TSR_NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &d->hw) != 0 ||
+    /* TSR_NVJPEG_BACKEND=default leaves the JPEG engines alone (a
+     * diagnostic: bench/tiles/gpu.sh times both) */
+    const char *want = getenv("TSR_NVJPEG_BACKEND");
+    bool try_hw = want == NULL || strcmp(want, "default") != 0;
+    if (!try_hw || api->CreateEx(TSR_NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &d->hw) != 0 ||
         api->JpegStateCreate(d->hw, &d->hw_state) != 0)
       d->hw = nullptr, d->hw_state = nullptr;   /* no JPEG engines: the default backend */
     int s = api->CreateEx(TSR_NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &d->sw);
