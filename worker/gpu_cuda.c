@@ -225,7 +225,8 @@ int tsr_wgpu_device(const tsr_wgpu *gpu) { return gpu->device; }
 const char *tsr_wgpu_name(const tsr_wgpu *gpu) { return gpu->name; }
 uint64_t tsr_wgpu_limit(const tsr_wgpu *gpu) { return gpu->limit; }
 int tsr_wgpu_util(tsr_wgpu *gpu) { return tsr_nvml_util(gpu->nvml); }
-void tsr_wgpu_nvml(tsr_wgpu *gpu, tsr_nvml_stats *out) { tsr_nvml_sample(gpu->nvml, out); }
+/* NULL gpu (a CPU worker of a CUDA build): "unknown", as gpu_none.c */
+void tsr_wgpu_nvml(tsr_wgpu *gpu, tsr_nvml_stats *out) { tsr_nvml_sample(gpu != NULL ? gpu->nvml : NULL, out); }
 bool tsr_wgpu_broken(const tsr_wgpu *gpu) { return gpu->broken; }
 
 uint64_t tsr_wgpu_used(const tsr_wgpu *gpu)
