@@ -117,9 +117,9 @@ run_tiles() {
 # the scheduler's /api/workers (docs/dashboard.md, docs/metrics.md).
 run_watch() {
   tessera local --gpus 0 --dashboard 127.0.0.1:8787 --worker-arg --metrics --worker-arg 127.0.0.1:9400 -- \
-    tsr-svd --rows 4000000 --cols 2000 --chunks 250000,2000 --k 10 --power-iters 6 >"$out/watch_svd.log" 2>&1 &
+    tsr-svd --rows 4000000 --cols 2000 --chunks 250000,2000 --k 10 --power-iters 60 >"$out/watch_svd.log" 2>&1 &
   local pid=$!
-  sleep 8
+  sleep 4
   python3 - <<'PY' 2>&1 | tee "$out/watch.log"
 import json, urllib.request
 get = lambda u: urllib.request.urlopen(u, timeout=5).read().decode()
