@@ -1,0 +1,430 @@
+/* kernels/cpu/kmeans_step.c — Lloyd iterations with Hamerly's bounds, the
+ * state of each row chunk carried from iteration to iteration as a chunk
+ * (graphs/kmeans.c chains them; docs/cluster.md, "k-means").
+ *
+ * The model (f64 [KM_MODEL_LEN(k, d)]): a header of KM_HDR values (below),
+ * the centers k·d, each center's last move δ[k] (an upper bound of the
+ * Euclidean distance it moved) and half[k] (a lower bound of half the
+ * distance to the nearest other center).
+ *
+ * A chunk's state (f64 [KM_STATE_LEN(k, d, rows)]): a partial (kmeans.h:
+ * sums and counts of the rows by label, the exact inertia when the model
+ * has converged, the farthest points after a full pass), the chunk's
+ * column sums and sums of squares (d each, for sklearn's tol), then per
+ * row (label, u, l): u an upper bound of the distance to its center, l a
+ * lower bound of the distance to every other center.
+ *
+ * Invariant: the labels are plain Lloyd's (exact f64 squared distances,
+ * ties to the smaller index). A row keeps its label without a distance
+ * only when u·(1 + KM_SLACK) < max(l, half[label]): the bounds are kept
+ * conservative of rounding (KM_UP / KM_DOWN), and the relative slack is
+ * far above the rounding of a computed distance, so the computed argmin
+ * cannot differ. Otherwise the distance to the center is recomputed, and
+ * then, if still needed, the distances to all centers as plain Lloyd. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kmeans.h"
+
+#define KM_HDR 8
+enum { M_IT, M_PHASE, M_NEED_FAR, M_INERTIA, M_TOL, M_TOL_ABS, M_MAX_ITER, M_ROWS };
+enum { PH_RUN = 0, PH_CONVERGED = 1, PH_DONE = 2 };
+#define KM_MODEL_LEN(k, d) (KM_HDR + (k) * (d) + 2 * (k))
+#define KM_STATE_HEAD(k, d) (KM_LEN(k, d) + 2 * (d))
+#define KM_STATE_LEN(k, d, r) (KM_STATE_HEAD(k, d) + 3 * (r))
+#define KM_SLACK 1e-9
+#define KM_UP(v) ((v) * (1 + 1e-12))
+#define KM_DOWN(v) ((v) * (1 - 1e-12))
+
+static int km_int(const char *op, const tsr_params *p, const char *name, int64_t *v, tsr_errbuf *err)
+{
+  int rc = tsr_params_get_int(p, name, v, err);
+  return rc == 0 ? 0 : tsr_k_param_fail(op, rc, err);
+}
+
+static double exact_d2(const double *row, const double *c, int64_t d)
+{
+  double s = 0;
+  for (int64_t j = 0; j < d; j++) {
+    double t = row[j] - c[j];
+    s += t * t;
+  }
+  return s;
+}
+
+/* half[c] = a lower bound of half the distance from c to its nearest
+ * other center (infinite for k = 1). */
+static void half_dists(const double *centers, int64_t k, int64_t d, double *half)
+{
+  for (int64_t c = 0; c < k; c++) half[c] = INFINITY;
+  for (int64_t c = 0; c < k; c++)
+    for (int64_t o = c + 1; o < k; o++) {
+      double h = KM_DOWN(sqrt(exact_d2(centers + c * d, centers + o * d, d)) / 2);
+      if (h < half[c]) half[c] = h;
+      if (h < half[o]) half[o] = h;
+    }
+}
+
+/* ---------- kmeans_init: the first model ---------- */
+
+static int init_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  (void)in, (void)n;
+  int64_t k, max_iter;
+  double tol = 0;
+  const tsr_param *v = tsr_params_find(p, "values");
+  int rc = km_int("kmeans_init", p, "k", &k, err);
+  if (rc == 0) rc = km_int("kmeans_init", p, "max_iter", &max_iter, err);
+  if (rc == 0) rc = tsr_params_get_float(p, "tol", &tol, err);
+  if (rc != 0) return tsr_k_param_fail("kmeans_init", rc, err);
+  if (v == NULL || v->type != TSR_PARAM_FLOATS || k < 1 || v->n % (size_t)k != 0)
+    return tsr_fail(err, TSR_EINVAL, "kmeans_init: needs 'values', k = %lld rows of floats", (long long)k);
+  if (max_iter < 1 || !(tol >= 0))
+    return tsr_fail(err, TSR_EINVAL, "kmeans_init: max_iter %lld must be >= 1 and tol %g >= 0", (long long)max_iter, tol);
+  int64_t len = KM_MODEL_LEN(k, (int64_t)v->n / k);
+  tsr_k_meta_set(out, TSR_F64, 1, &len);
+  return 0;
+}
+
+static int init_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  (void)in, (void)n, (void)err;
+  int64_t k = 0, max_iter = 0;
+  double tol = 0, *m = out->data;
+  const tsr_param *v = tsr_params_find(p, "values");
+  tsr_params_get_int(p, "k", &k, NULL);
+  tsr_params_get_int(p, "max_iter", &max_iter, NULL);
+  tsr_params_get_float(p, "tol", &tol, NULL);
+  int64_t d = (int64_t)v->n / k;
+  memset(m, 0, out->nbytes);
+  m[M_TOL] = tol, m[M_TOL_ABS] = -1, m[M_MAX_ITER] = (double)max_iter;
+  memcpy(m + KM_HDR, v->floats, v->n * sizeof *m);
+  half_dists(m + KM_HDR, k, d, m + KM_HDR + k * d + k);
+  return 0;
+}
+
+/* ---------- kmeans_step ---------- */
+
+static int step_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  int64_t k, row0;
+  int rc = km_int("kmeans_step", p, "k", &k, err);
+  if (rc == 0) rc = km_int("kmeans_step", p, "row0", &row0, err);
+  if (rc != 0) return rc;
+  if (in[0].ndim != 2 || !tsr_k_is_float(in[0].dtype))
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_step: input 0 is %s, not an f32/f64 2-D chunk", tsr_k_str(&in[0]).s);
+  int64_t rows = in[0].shape[0], d = in[0].shape[1], len = KM_STATE_LEN(k, d, rows);
+  if (k < 1 || in[1].ndim != 1 || in[1].dtype != TSR_F64 || in[1].shape[0] != KM_MODEL_LEN(k, d))
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_step: input 1 is %s, not a model of k = %lld x %lld", tsr_k_str(&in[1]).s,
+                    (long long)k, (long long)d);
+  if (n == 3 && (in[2].ndim != 1 || in[2].dtype != TSR_F64 || in[2].shape[0] != len))
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_step: input 2 is %s, not the state of %lld rows", tsr_k_str(&in[2]).s,
+                    (long long)rows);
+  tsr_k_meta_set(out, TSR_F64, 1, &len);
+  return 0;
+}
+
+typedef struct km_step {
+  int64_t k, d, kp, rows, row0;
+  const tsr_buf *x;
+  const double *centers, *shift, *half;
+  const double *prev;     /* the previous state, or NULL */
+  bool full, converged;   /* every distance (no usable bounds); the final E-step */
+  double top1, top2;      /* the largest center move and the largest of the others */
+  int64_t top1_at;
+  double *ct, *row, *dist;
+  double *part, *colsum, *colsq, *state;  /* out */
+} km_step;
+
+static void load_row(const km_step *s, int64_t r)
+{
+  if (s->x->meta.dtype == TSR_F32)
+    for (int64_t j = 0; j < s->d; j++) s->row[j] = ((const float *)s->x->data)[r * s->d + j];
+  else memcpy(s->row, (const double *)s->x->data + r * s->d, (size_t)s->d * sizeof *s->row);
+}
+
+/* Plain Lloyd's nearest center of s->row (ties to the smaller index),
+ * its squared distance and the second smallest. */
+static int64_t nearest(const km_step *s, double *bd_p, double *second_p)
+{
+  tsr_km_row_dists(s->row, s->ct, s->d, s->kp, s->dist);
+  int64_t best = 0;
+  double bd = INFINITY, second = INFINITY;
+  for (int64_t q = 0; q < s->k; q++) {
+    double v = s->dist[q];
+    if (v < bd) second = bd, bd = v, best = q;
+    else if (v < second) second = v;
+  }
+  *bd_p = bd, *second_p = second;
+  return best;
+}
+
+static void move_row(const km_step *s, int64_t from, int64_t to)
+{
+  double *sums = s->part, *counts = sums + s->k * s->d;
+  for (int64_t j = 0; j < s->d; j++) sums[from * s->d + j] -= s->row[j], sums[to * s->d + j] += s->row[j];
+  counts[from] -= 1, counts[to] += 1;
+}
+
+/* A row without usable bounds: every distance, sums, farthest points. */
+static int full_row(km_step *s, int64_t r, double *inertia)
+{
+  double bd, second;
+  load_row(s, r);
+  int64_t lab = nearest(s, &bd, &second);
+  if (!isfinite(bd)) return -1;
+  double *sums = s->part, *counts = sums + s->k * s->d, *far = counts + s->k + 1;
+  for (int64_t j = 0; j < s->d; j++) sums[lab * s->d + j] += s->row[j];
+  counts[lab] += 1;
+  tsr_km_far_insert(far, far + 3 * s->k, s->k, s->d, bd, s->row0 + r, lab, s->row);
+  if (s->prev == NULL)
+    for (int64_t j = 0; j < s->d; j++) s->colsum[j] += s->row[j], s->colsq[j] += s->row[j] * s->row[j];
+  if (s->converged) *inertia += bd;
+  double *st = s->state + 3 * r;
+  st[0] = (double)lab, st[1] = KM_UP(sqrt(bd)), st[2] = KM_DOWN(sqrt(second));
+  return 0;
+}
+
+/* A row with bounds from the previous state: Hamerly's tests. */
+static void bounded_row(km_step *s, int64_t r, double *inertia)
+{
+  const double *pv = s->prev + KM_STATE_HEAD(s->k, s->d) + 3 * r;
+  int64_t a = (int64_t)pv[0], lab = a;
+  double u = KM_UP(pv[1] + s->shift[a]), l = pv[2] - (a == s->top1_at ? s->top2 : s->top1);
+  l = l > 0 ? KM_DOWN(l) : 0;
+  double z = l > s->half[a] ? l : s->half[a];
+  bool loaded = false;
+  if (!(u * (1 + KM_SLACK) < z)) {
+    load_row(s, r), loaded = true;
+    u = KM_UP(sqrt(exact_d2(s->row, s->centers + a * s->d, s->d)));
+    if (!(u * (1 + KM_SLACK) < z)) {
+      double bd, second;
+      lab = nearest(s, &bd, &second);
+      u = KM_UP(sqrt(bd)), l = KM_DOWN(sqrt(second));
+      if (lab != a) move_row(s, a, lab);
+    }
+  }
+  if (s->converged) {
+    if (!loaded) load_row(s, r);
+    *inertia += exact_d2(s->row, s->centers + lab * s->d, s->d);
+  }
+  double *st = s->state + 3 * r;
+  st[0] = (double)lab, st[1] = u, st[2] = l;
+}
+
+/* The two largest center moves (a row's other centers moved at most the
+ * largest one that is not its own). */
+static void top_shifts(km_step *s)
+{
+  s->top1 = 0, s->top2 = 0, s->top1_at = -1;
+  for (int64_t c = 0; c < s->k; c++) {
+    double v = s->shift[c];
+    if (v > s->top1) s->top2 = s->top1, s->top1 = v, s->top1_at = c;
+    else if (v > s->top2) s->top2 = v;
+  }
+}
+
+/* Fills s's output header: from scratch for a full pass, else the
+ * previous sums and counts, which the moved rows then update. */
+static void start_state(km_step *s)
+{
+  int64_t k = s->k, d = s->d;
+  memset(s->part, 0, (size_t)KM_STATE_HEAD(k, d) * sizeof *s->part);
+  double *far = s->part + k * d + k + 1;
+  for (int64_t j = 0; j < k; j++) far[3 * j + 1] = -1;
+  if (s->prev != NULL) memcpy(s->colsum, s->prev + KM_LEN(k, d), (size_t)(2 * d) * sizeof *s->colsum);
+  if (s->prev != NULL && !s->full) memcpy(s->part, s->prev, (size_t)(k * d + k) * sizeof *s->part);
+}
+
+static int step_run(km_step *s, tsr_errbuf *err)
+{
+  double inertia = 0;
+  start_state(s);
+  top_shifts(s);
+  for (int64_t r = 0; r < s->rows; r++) {
+    if (!s->full) bounded_row(s, r, &inertia);
+    else if (full_row(s, r, &inertia) != 0)
+      return tsr_fail(err, TSR_EINVAL, "kmeans_step: row %lld holds a NaN or infinity", (long long)(s->row0 + r));
+  }
+  s->part[s->k * s->d + s->k] = inertia;
+  return 0;
+}
+
+static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  int64_t k = 0, row0 = 0, rows = in[0].meta.shape[0], d = in[0].meta.shape[1];
+  tsr_params_get_int(p, "k", &k, NULL);
+  tsr_params_get_int(p, "row0", &row0, NULL);
+  const double *m = in[1].data, *prev = n == 3 ? in[2].data : NULL;
+  if (m[M_PHASE] == PH_DONE) {
+    if (prev == NULL) return tsr_fail(err, TSR_EINVAL, "kmeans_step: the model is done but no state came with it");
+    memcpy(out->data, prev, out->nbytes);  /* converged earlier in this graph: nothing moves */
+    return 0;
+  }
+  km_step s = {k, d, (k + 7) / 8 * 8, rows, row0, &in[0], m + KM_HDR, m + KM_HDR + k * d, m + KM_HDR + k * d + k,
+               prev, prev == NULL || m[M_NEED_FAR] != 0, m[M_PHASE] == PH_CONVERGED, 0, 0, -1, NULL, NULL, NULL,
+               out->data, NULL, NULL, NULL};
+  s.colsum = s.part + KM_LEN(k, d), s.colsq = s.colsum + d, s.state = s.part + KM_STATE_HEAD(k, d);
+  s.ct = calloc((size_t)(s.kp * d + 1), sizeof *s.ct);
+  s.row = malloc((size_t)(d + 1) * sizeof *s.row), s.dist = malloc((size_t)s.kp * sizeof *s.dist);
+  int rc = s.ct && s.row && s.dist ? 0 : tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory");
+  /* transposed, so that row_dists advances all k distances together */
+  for (int64_t q = 0; rc == 0 && q < k; q++)
+    for (int64_t j = 0; j < d; j++) s.ct[j * s.kp + q] = s.centers[q * d + j];
+  if (rc == 0) rc = step_run(&s, err);
+  free(s.ct), free(s.row), free(s.dist);
+  return rc;
+}
+
+/* ---------- kmeans_update: new centers from every chunk's state ---------- */
+
+static int update_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  int64_t k, d;
+  int rc = km_int("kmeans_update", p, "k", &k, err);
+  if (rc == 0) rc = km_int("kmeans_update", p, "d", &d, err);
+  if (rc != 0) return rc;
+  int64_t len = KM_MODEL_LEN(k, d), head = KM_STATE_HEAD(k, d);
+  if (in[0].ndim != 1 || in[0].dtype != TSR_F64 || in[0].shape[0] != len)
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_update: input 0 is %s, not a model of k = %lld x %lld", tsr_k_str(&in[0]).s,
+                    (long long)k, (long long)d);
+  for (int i = 1; i < n; i++)
+    if (in[i].ndim != 1 || in[i].dtype != TSR_F64 || in[i].shape[0] < head || (in[i].shape[0] - head) % 3 != 0)
+      return tsr_fail(err, TSR_ESHAPE, "kmeans_update: input %d is %s, not a chunk's state", i, tsr_k_str(&in[i]).s);
+  tsr_k_meta_set(out, TSR_F64, 1, &len);
+  return 0;
+}
+
+/* sklearn's tol: tol × the mean of the columns' variances. */
+static void update_tol(double *m, const tsr_buf *in, int n, int64_t k, int64_t d)
+{
+  double rows = 0, v = 0;
+  for (int i = 1; i < n; i++) rows += (double)((in[i].meta.shape[0] - KM_STATE_HEAD(k, d)) / 3);
+  for (int64_t j = 0; j < d; j++) {
+    double s = 0, sq = 0;
+    for (int i = 1; i < n; i++) {
+      const double *c = (const double *)in[i].data + KM_LEN(k, d);
+      s += c[j], sq += c[d + j];
+    }
+    v += sq / rows - (s / rows) * (s / rows);
+  }
+  m[M_TOL_ABS] = m[M_TOL] * v / (double)d, m[M_ROWS] = rows;
+}
+
+/* Moves empty clusters to the farthest points (sklearn's
+ * _relocate_empty_clusters_dense) in part; false when a state lacks the
+ * farthest points (not a full pass): the step must then be redone. */
+static bool relocate(double *part, const tsr_buf *in, int n, int64_t k, int64_t d)
+{
+  double *sums = part, *counts = part + k * d, *far = counts + k + 1, *fx = far + 3 * k;
+  for (int64_t j = 0; j < k; j++) far[3 * j + 1] = -1;
+  for (int i = 1; i < n; i++) {
+    const double *sf = (const double *)in[i].data + k * d + k + 1, *sx = sf + 3 * k;
+    if (sf[1] < 0) return false;
+    for (int64_t j = 0; j < k && sf[3 * j + 1] >= 0; j++)
+      tsr_km_far_insert(far, fx, k, d, sf[3 * j], (int64_t)sf[3 * j + 1], (int64_t)sf[3 * j + 2], sx + j * d);
+  }
+  int64_t next_far = 0;
+  for (int64_t c = 0; c < k; c++) {
+    if (counts[c] > 0 || next_far >= k || far[3 * next_far + 1] < 0) continue;
+    int64_t from = (int64_t)far[3 * next_far + 2];
+    const double *p = fx + next_far * d;
+    for (int64_t j = 0; j < d; j++) sums[from * d + j] -= p[j], sums[c * d + j] = p[j];
+    counts[from] -= 1, counts[c] = 1;
+    next_far++;
+  }
+  return true;
+}
+
+/* The centers from part (sums, counts); returns Σ |new − old|² and
+ * writes each center's move (rounded up) to shift. */
+static double new_centers(const double *part, int64_t k, int64_t d, double *centers, double *shift)
+{
+  const double *sums = part, *counts = part + k * d;
+  double total = 0;
+  for (int64_t c = 0; c < k; c++) {
+    double moved = 0;
+    for (int64_t j = 0; j < d; j++) {
+      double old = centers[c * d + j], now = counts[c] > 0 ? sums[c * d + j] / counts[c] : old;
+      moved += (now - old) * (now - old);
+      centers[c * d + j] = now;
+    }
+    total += moved, shift[c] = KM_UP(sqrt(moved));
+  }
+  return total;
+}
+
+static int update_step(double *m, const tsr_buf *in, int n, int64_t k, int64_t d, tsr_errbuf *err)
+{
+  double *part = calloc((size_t)KM_LEN(k, d), sizeof *part), *counts = part ? part + k * d : NULL;
+  if (part == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_update: out of memory");
+  for (int i = 1; i < n; i++)
+    for (int64_t j = 0; j < k * d + k; j++) part[j] += ((const double *)in[i].data)[j];
+  bool empty = false;
+  for (int64_t c = 0; c < k; c++) empty |= counts[c] == 0;
+  double *centers = m + KM_HDR, *shift = centers + k * d;
+  if (empty && !relocate(part, in, n, k, d)) {
+    m[M_NEED_FAR] = 1;  /* the same centers again, with a full pass that finds the farthest points */
+    memset(shift, 0, (size_t)k * sizeof *shift);
+    free(part);
+    return 0;
+  }
+  double total = new_centers(part, k, d, centers, shift);
+  half_dists(centers, k, d, shift + k);
+  m[M_NEED_FAR] = 0, m[M_IT] += 1;
+  if (total <= m[M_TOL_ABS] || m[M_IT] >= m[M_MAX_ITER]) m[M_PHASE] = PH_CONVERGED;
+  free(part);
+  return 0;
+}
+
+static int update_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  int64_t k = 0, d = 0;
+  tsr_params_get_int(p, "k", &k, NULL);
+  tsr_params_get_int(p, "d", &d, NULL);
+  double *m = out->data;
+  memcpy(m, in[0].data, out->nbytes);
+  if (m[M_PHASE] == PH_DONE) return 0;
+  if (m[M_PHASE] == PH_CONVERGED) {  /* the steps computed the final labels and inertia */
+    double inertia = 0;
+    for (int i = 1; i < n; i++) inertia += ((const double *)in[i].data)[k * d + k];
+    m[M_INERTIA] = inertia, m[M_PHASE] = PH_DONE;
+    return 0;
+  }
+  if (m[M_TOL_ABS] < 0) update_tol(m, in, n, k, d);
+  return update_step(m, in, n, k, d, err);
+}
+
+/* ---------- kmeans_labels: a state's labels ---------- */
+
+static int labels_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  (void)n;
+  int64_t k, d;
+  int rc = km_int("kmeans_labels", p, "k", &k, err);
+  if (rc == 0) rc = km_int("kmeans_labels", p, "d", &d, err);
+  if (rc != 0) return rc;
+  int64_t head = KM_STATE_HEAD(k, d);
+  if (in[0].ndim != 1 || in[0].dtype != TSR_F64 || in[0].shape[0] < head || (in[0].shape[0] - head) % 3 != 0)
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_labels: input is %s, not a chunk's state", tsr_k_str(&in[0]).s);
+  int64_t rows = (in[0].shape[0] - head) / 3;
+  tsr_k_meta_set(out, TSR_I32, 1, &rows);
+  return 0;
+}
+
+static int labels_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  (void)n, (void)err;
+  int64_t k = 0, d = 0;
+  tsr_params_get_int(p, "k", &k, NULL);
+  tsr_params_get_int(p, "d", &d, NULL);
+  const double *st = (const double *)in[0].data + KM_STATE_HEAD(k, d);
+  for (int64_t r = 0; r < out->meta.shape[0]; r++) ((int32_t *)out->data)[r] = (int32_t)st[3 * r];
+  return 0;
+}
+
+const tsr_op_def tsr_op_kmeans_init = {"kmeans_init", 0, 0, init_infer, init_cpu, false, NULL};
+const tsr_op_def tsr_op_kmeans_step = {"kmeans_step", 2, 3, step_infer, step_cpu, false, NULL};
+const tsr_op_def tsr_op_kmeans_update = {"kmeans_update", 2, -1, update_infer, update_cpu, false, NULL};
+const tsr_op_def tsr_op_kmeans_labels = {"kmeans_labels", 1, 1, labels_infer, labels_cpu, false, NULL};
