@@ -125,30 +125,62 @@ static int step_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *
   return 0;
 }
 
+#define KM_BATCH 4  /* rows a pass of the f32 dot kernel */
+
 typedef struct km_step {
   int64_t k, d, kp, rows, row0;
   const tsr_buf *x;
   const double *centers, *shift, *half;
-  const double *prev;     /* the previous state, or NULL */
-  bool full, converged;   /* every distance (no usable bounds); the final E-step */
-  double top1, top2;      /* the largest center move and the largest of the others */
+  const double *prev;       /* the previous state, or NULL */
+  bool full, far, converged;  /* no usable bounds; find the farthest points; the final E-step */
+  double top1, top2;        /* the largest center move and the largest of the others */
   int64_t top1_at;
-  double *ct, *row, *dist;
+  double *ct;               /* f64 centers transposed [d][kp] (the exact distances) */
+  float *ct32;              /* f32 centers transposed [d][kp32] (the screening dots) */
+  int64_t kp32;
+  double *cn, cmax;         /* |c|² of each center (f64), the largest |c| */
+  double *row, *dist;       /* KM_BATCH rows of d (f64), kp distances */
+  float *row32, *dots;      /* KM_BATCH rows of d (f32), KM_BATCH × kp32 dots */
+  int64_t *todo;            /* rows whose bounds failed */
   double *part, *colsum, *colsq, *state;  /* out */
 } km_step;
 
-static void load_row(const km_step *s, int64_t r)
+static void load_row(const km_step *s, int64_t r, double *row)
 {
   if (s->x->meta.dtype == TSR_F32)
-    for (int64_t j = 0; j < s->d; j++) s->row[j] = ((const float *)s->x->data)[r * s->d + j];
-  else memcpy(s->row, (const double *)s->x->data + r * s->d, (size_t)s->d * sizeof *s->row);
+    for (int64_t j = 0; j < s->d; j++) row[j] = ((const float *)s->x->data)[r * s->d + j];
+  else memcpy(row, (const double *)s->x->data + r * s->d, (size_t)s->d * sizeof *row);
 }
 
-/* Plain Lloyd's nearest center of s->row (ties to the smaller index),
- * its squared distance and the second smallest. */
-static int64_t nearest(const km_step *s, double *bd_p, double *second_p)
+/* dots[i·kp32 + q] = Σ_j rows[i·d + j]·ct32[j·kp32 + q] in f32 for
+ * KM_BATCH rows (kp32 a multiple of 32). FMA where the CPU has it: these
+ * only screen (kmeans_step's error bound covers either rounding); the
+ * labels come from exact f64 distances or a certified gap. */
+typedef float km_f16 __attribute__((vector_size(64)));
+__attribute__((target_clones("avx512f", "arch=haswell", "default"), optimize("fp-contract=fast")))
+static void dots_batch(const float *rows, const float *ct32, int64_t d, int64_t kp32, float *dots)
 {
-  tsr_km_row_dists(s->row, s->ct, s->d, s->kp, s->dist);
+  for (int64_t q0 = 0; q0 < kp32; q0 += 32) {
+    km_f16 acc[KM_BATCH][2];
+    memset(acc, 0, sizeof acc);
+    for (int64_t j = 0; j < d; j++) {
+      km_f16 c0, c1;
+      memcpy(&c0, ct32 + j * kp32 + q0, sizeof c0);
+      memcpy(&c1, ct32 + j * kp32 + q0 + 16, sizeof c1);
+      for (int i = 0; i < KM_BATCH; i++) {
+        float v = rows[i * d + j];
+        acc[i][0] += v * c0, acc[i][1] += v * c1;
+      }
+    }
+    for (int i = 0; i < KM_BATCH; i++) memcpy(dots + i * kp32 + q0, acc[i], sizeof acc[i]);
+  }
+}
+
+/* Plain Lloyd's nearest center of row (exact f64 squared distances, ties
+ * to the smaller index), its squared distance and the second smallest. */
+static int64_t nearest_exact(const km_step *s, const double *row, double *bd_p, double *second_p)
+{
+  tsr_km_row_dists(row, s->ct, s->d, s->kp, s->dist);
   int64_t best = 0;
   double bd = INFINITY, second = INFINITY;
   for (int64_t q = 0; q < s->k; q++) {
@@ -160,57 +192,100 @@ static int64_t nearest(const km_step *s, double *bd_p, double *second_p)
   return best;
 }
 
-static void move_row(const km_step *s, int64_t from, int64_t to)
+/* The nearest center from the f32 dots when their gap certifies it: the
+ * screened |x|² + |c|² − 2x·c is within e of the exact squared distance
+ * (e from the f32 dot's rounding, (d + 3)·2⁻²⁴·|x|·|c|, doubled), so a
+ * second best more than 2e (and a relative KM_SLACK) above the best
+ * cannot be below it. Returns −1 when the gap is too small; else sets the
+ * bounds u (above the best's distance) and l (below every other's). */
+static int64_t nearest_screened(const km_step *s, const float *dots, double xn, double *u_p, double *l_p)
 {
-  double *sums = s->part, *counts = sums + s->k * s->d;
-  for (int64_t j = 0; j < s->d; j++) sums[from * s->d + j] -= s->row[j], sums[to * s->d + j] += s->row[j];
-  counts[from] -= 1, counts[to] += 1;
+  int64_t best = 0;
+  double bd = INFINITY, second = INFINITY;
+  for (int64_t q = 0; q < s->k; q++) {
+    double v = xn + s->cn[q] - 2 * (double)dots[q];
+    if (v < bd) second = bd, bd = v, best = q;
+    else if (v < second) second = v;
+  }
+  double e = 2 * ((double)(s->d + 3) * 0x1p-24 * 1.01 * sqrt(xn) * s->cmax) + 1e-13 * (xn + s->cmax * s->cmax);
+  if (!(second - bd > 2 * e + KM_SLACK * second)) return -1;
+  double lo = second - e;
+  *u_p = KM_UP(sqrt(bd + e)), *l_p = lo > 0 ? KM_DOWN(sqrt(lo)) : 0;
+  return best;
 }
 
-/* A row without usable bounds: every distance, sums, farthest points. */
-static int full_row(km_step *s, int64_t r, double *inertia)
+static void add_row(const km_step *s, const double *row, int64_t from, int64_t to)
 {
-  double bd, second;
-  load_row(s, r);
-  int64_t lab = nearest(s, &bd, &second);
-  if (!isfinite(bd)) return -1;
-  double *sums = s->part, *counts = sums + s->k * s->d, *far = counts + s->k + 1;
-  for (int64_t j = 0; j < s->d; j++) sums[lab * s->d + j] += s->row[j];
-  counts[lab] += 1;
-  tsr_km_far_insert(far, far + 3 * s->k, s->k, s->d, bd, s->row0 + r, lab, s->row);
-  if (s->prev == NULL)
-    for (int64_t j = 0; j < s->d; j++) s->colsum[j] += s->row[j], s->colsq[j] += s->row[j] * s->row[j];
-  if (s->converged) *inertia += bd;
+  double *sums = s->part, *counts = sums + s->k * s->d;
+  for (int64_t j = 0; j < s->d; j++) sums[to * s->d + j] += row[j];
+  counts[to] += 1;
+  if (from < 0) return;
+  for (int64_t j = 0; j < s->d; j++) sums[from * s->d + j] -= row[j];
+  counts[from] -= 1;
+}
+
+/* Labels one row of a batch anew and accounts for it: sums (from scratch
+ * in a full pass, else moved from its old label), farthest points, the
+ * column sums of the first pass. */
+static int place_row(km_step *s, int64_t r, const double *row, const float *dots, double xn)
+{
+  double u, l, bd, second;
+  int64_t lab = isfinite(xn) ? nearest_screened(s, dots, xn, &u, &l) : -1;
+  if (lab < 0) {
+    lab = nearest_exact(s, row, &bd, &second);
+    if (!isfinite(bd)) return -1;
+    u = KM_UP(sqrt(bd)), l = KM_DOWN(sqrt(second));
+  }
   double *st = s->state + 3 * r;
-  st[0] = (double)lab, st[1] = KM_UP(sqrt(bd)), st[2] = KM_DOWN(sqrt(second));
+  if (s->full) add_row(s, row, -1, lab);
+  else if ((int64_t)st[0] != lab) add_row(s, row, (int64_t)st[0], lab);
+  if (s->far) {
+    double *far = s->part + s->k * s->d + s->k + 1;
+    tsr_km_far_insert(far, far + 3 * s->k, s->k, s->d, exact_d2(row, s->centers + lab * s->d, s->d), s->row0 + r, lab, row);
+  }
+  if (s->prev == NULL)
+    for (int64_t j = 0; j < s->d; j++) s->colsum[j] += row[j], s->colsq[j] += row[j] * row[j];
+  st[0] = (double)lab, st[1] = u, st[2] = l;
   return 0;
 }
 
-/* A row with bounds from the previous state: Hamerly's tests. */
-static void bounded_row(km_step *s, int64_t r, double *inertia)
+/* Labels the n (<= KM_BATCH) rows at idx: one pass of the dot kernel,
+ * the exact distances for the rows it cannot certify. */
+static int place_rows(km_step *s, const int64_t *idx, int n, tsr_errbuf *err)
+{
+  double xn[KM_BATCH];
+  memset(s->row32, 0, (size_t)(KM_BATCH * s->d) * sizeof *s->row32);
+  for (int i = 0; i < n; i++) {
+    double *row = s->row + i * s->d;
+    load_row(s, idx[i], row);
+    xn[i] = 0;
+    for (int64_t j = 0; j < s->d; j++) s->row32[i * s->d + j] = (float)row[j], xn[i] += row[j] * row[j];
+  }
+  dots_batch(s->row32, s->ct32, s->d, s->kp32, s->dots);
+  for (int i = 0; i < n; i++)
+    if (place_row(s, idx[i], s->row + i * s->d, s->dots + i * s->kp32, xn[i]) != 0)
+      return tsr_fail(err, TSR_EINVAL, "kmeans_step: row %lld holds a NaN or infinity", (long long)(s->row0 + idx[i]));
+  return 0;
+}
+
+/* Hamerly's tests for a row with bounds from the previous state: true
+ * (the state written) when it keeps its label, false when every distance
+ * is needed (the old label left in the state for place_row). */
+static bool bounded_row(km_step *s, int64_t r)
 {
   const double *pv = s->prev + KM_STATE_HEAD(s->k, s->d) + 3 * r;
-  int64_t a = (int64_t)pv[0], lab = a;
+  int64_t a = (int64_t)pv[0];
   double u = KM_UP(pv[1] + s->shift[a]), l = pv[2] - (a == s->top1_at ? s->top2 : s->top1);
   l = l > 0 ? KM_DOWN(l) : 0;
-  double z = l > s->half[a] ? l : s->half[a];
-  bool loaded = false;
+  double z = l > s->half[a] ? l : s->half[a], *st = s->state + 3 * r;
+  st[0] = (double)a;
   if (!(u * (1 + KM_SLACK) < z)) {
-    load_row(s, r), loaded = true;
+    load_row(s, r, s->row);
     u = KM_UP(sqrt(exact_d2(s->row, s->centers + a * s->d, s->d)));
-    if (!(u * (1 + KM_SLACK) < z)) {
-      double bd, second;
-      lab = nearest(s, &bd, &second);
-      u = KM_UP(sqrt(bd)), l = KM_DOWN(sqrt(second));
-      if (lab != a) move_row(s, a, lab);
-    }
+    if (!(u * (1 + KM_SLACK) < z)) return false;
   }
-  if (s->converged) {
-    if (!loaded) load_row(s, r);
-    *inertia += exact_d2(s->row, s->centers + lab * s->d, s->d);
-  }
-  double *st = s->state + 3 * r;
-  st[0] = (double)lab, st[1] = u, st[2] = l;
+  st[1] = u, st[2] = l;
+  return true;
 }
 
 /* The two largest center moves (a row's other centers moved at most the
@@ -239,16 +314,48 @@ static void start_state(km_step *s)
 
 static int step_run(km_step *s, tsr_errbuf *err)
 {
-  double inertia = 0;
+  int64_t n_todo = 0;
+  int rc = 0;
   start_state(s);
   top_shifts(s);
-  for (int64_t r = 0; r < s->rows; r++) {
-    if (!s->full) bounded_row(s, r, &inertia);
-    else if (full_row(s, r, &inertia) != 0)
-      return tsr_fail(err, TSR_EINVAL, "kmeans_step: row %lld holds a NaN or infinity", (long long)(s->row0 + r));
+  for (int64_t r = 0; r < s->rows; r++)
+    if (s->full || !bounded_row(s, r)) s->todo[n_todo++] = r;
+  for (int64_t i = 0; rc == 0 && i < n_todo; i += KM_BATCH)
+    rc = place_rows(s, s->todo + i, n_todo - i < KM_BATCH ? (int)(n_todo - i) : KM_BATCH, err);
+  double inertia = 0;
+  for (int64_t r = 0; rc == 0 && s->converged && r < s->rows; r++) {
+    load_row(s, r, s->row);
+    inertia += exact_d2(s->row, s->centers + (int64_t)s->state[3 * r] * s->d, s->d);
   }
   s->part[s->k * s->d + s->k] = inertia;
+  return rc;
+}
+
+/* The centers in the layouts the distance passes read. */
+static int step_prepare(km_step *s, tsr_errbuf *err)
+{
+  int64_t k = s->k, d = s->d;
+  s->ct = calloc((size_t)(s->kp * d + 1), sizeof *s->ct);
+  s->ct32 = calloc((size_t)(s->kp32 * d + 1), sizeof *s->ct32);
+  s->cn = malloc((size_t)k * sizeof *s->cn), s->dist = malloc((size_t)s->kp * sizeof *s->dist);
+  s->row = malloc((size_t)(KM_BATCH * d) * sizeof *s->row), s->row32 = malloc((size_t)(KM_BATCH * d) * sizeof *s->row32);
+  s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->todo = malloc((size_t)(s->rows + 1) * sizeof *s->todo);
+  if (!s->ct || !s->ct32 || !s->cn || !s->dist || !s->row || !s->row32 || !s->dots || !s->todo)
+    return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory for %lld rows", (long long)s->rows);
+  s->cmax = 0;
+  for (int64_t q = 0; q < k; q++) {
+    const double *c = s->centers + q * d;
+    s->cn[q] = 0;
+    for (int64_t j = 0; j < d; j++) s->cn[q] += c[j] * c[j];
+    if (sqrt(s->cn[q]) > s->cmax) s->cmax = sqrt(s->cn[q]);
+    for (int64_t j = 0; j < d; j++) s->ct[j * s->kp + q] = c[j], s->ct32[j * s->kp32 + q] = (float)c[j];
+  }
   return 0;
+}
+
+static void step_free(km_step *s)
+{
+  free(s->ct), free(s->ct32), free(s->cn), free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->todo);
 }
 
 static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
@@ -262,18 +369,14 @@ static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
     memcpy(out->data, prev, out->nbytes);  /* converged earlier in this graph: nothing moves */
     return 0;
   }
-  km_step s = {k, d, (k + 7) / 8 * 8, rows, row0, &in[0], m + KM_HDR, m + KM_HDR + k * d, m + KM_HDR + k * d + k,
-               prev, prev == NULL || m[M_NEED_FAR] != 0, m[M_PHASE] == PH_CONVERGED, 0, 0, -1, NULL, NULL, NULL,
-               out->data, NULL, NULL, NULL};
-  s.colsum = s.part + KM_LEN(k, d), s.colsq = s.colsum + d, s.state = s.part + KM_STATE_HEAD(k, d);
-  s.ct = calloc((size_t)(s.kp * d + 1), sizeof *s.ct);
-  s.row = malloc((size_t)(d + 1) * sizeof *s.row), s.dist = malloc((size_t)s.kp * sizeof *s.dist);
-  int rc = s.ct && s.row && s.dist ? 0 : tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory");
-  /* transposed, so that row_dists advances all k distances together */
-  for (int64_t q = 0; rc == 0 && q < k; q++)
-    for (int64_t j = 0; j < d; j++) s.ct[j * s.kp + q] = s.centers[q * d + j];
+  km_step s = {0};
+  s.k = k, s.d = d, s.kp = (k + 7) / 8 * 8, s.kp32 = (k + 31) / 32 * 32, s.rows = rows, s.row0 = row0, s.x = &in[0];
+  s.centers = m + KM_HDR, s.shift = s.centers + k * d, s.half = s.shift + k, s.prev = prev;
+  s.full = prev == NULL || m[M_NEED_FAR] != 0, s.far = m[M_NEED_FAR] != 0, s.converged = m[M_PHASE] == PH_CONVERGED;
+  s.part = out->data, s.colsum = s.part + KM_LEN(k, d), s.colsq = s.colsum + d, s.state = s.part + KM_STATE_HEAD(k, d);
+  int rc = step_prepare(&s, err);
   if (rc == 0) rc = step_run(&s, err);
-  free(s.ct), free(s.row), free(s.dist);
+  step_free(&s);
   return rc;
 }
 
