@@ -21,6 +21,8 @@ typedef struct km_run {
   const tsr_array *x;
   int64_t k, d;
   int timeout_ms;
+  int64_t groups;      /* step tasks an iteration: runs of x's chunks */
+  int64_t *first;      /* groups + 1: group g holds chunks [first[g], first[g + 1]) */
 } km_run;
 
 /* The model chunk's layout (kernels/cpu/kmeans_step.c): a header, then
@@ -59,33 +61,38 @@ static int km_init_model(const km_run *r, const tsr_kmeans_opts *o, const double
   return rc;
 }
 
-/* Records one iteration: a kmeans_step per chunk (x, model, its last
- * state), then kmeans_update of the model from every state. */
+/* Records one iteration: a kmeans_step per group of chunks (its x
+ * chunks, the model, its last state), then kmeans_update of the model
+ * from every state. */
 static int km_iteration(const km_run *r, km_chain *ch)
 {
-  int64_t nb = r->x->nchunks[0];
+  int64_t ng = r->groups, most = 0;
+  for (int64_t g = 0; g < ng; g++) most = r->first[g + 1] - r->first[g] > most ? r->first[g + 1] - r->first[g] : most;
   tsr_args *a = NULL, *u = NULL;
-  int rc = tsr_args_new(&u);
+  const char **in = malloc((size_t)(ng + most + 2) * sizeof *in);
+  int rc = in != NULL ? tsr_args_new(&u) : client_fail(TSR_ENOMEM, "kmeans: out of memory");
   if (rc == 0) rc = tsr_args_int(u, "k", r->k);
   if (rc == 0) rc = tsr_args_int(u, "d", r->d);
-  for (int64_t i = 0; rc == 0 && i < nb; i++) {
-    const char *in[3] = {r->x->keys[i], ch->model, ch->states[i]};
+  for (int64_t g = 0; rc == 0 && g < ng; g++) {
+    int64_t parts = r->first[g + 1] - r->first[g];
+    for (int64_t i = 0; i < parts; i++) in[i] = r->x->keys[r->first[g] + i];
+    in[parts] = ch->model, in[parts + 1] = ch->states[g];
     rc = tsr_args_new(&a);
     if (rc == 0) rc = tsr_args_int(a, "k", r->k);
-    if (rc == 0) rc = tsr_args_int(a, "row0", i * r->x->chunk[0]);
-    char key[256];  /* not straight into states[i]: it is an input */
-    if (rc == 0) rc = gtask_add_tmp(r->ctx, "kmeans-step", "kmeans_step", a, in, ch->have_states ? 3 : 2, key, sizeof key);
-    if (rc == 0) memcpy(ch->states[i], key, sizeof key);
+    if (rc == 0) rc = tsr_args_int(a, "row0", r->first[g] * r->x->chunk[0]);
+    if (rc == 0) rc = tsr_args_int(a, "parts", parts);
+    char key[256];  /* not straight into states[g]: it is an input */
+    size_t n_in = (size_t)parts + (ch->have_states ? 2 : 1);
+    if (rc == 0) rc = gtask_add_tmp(r->ctx, "kmeans-step", "kmeans_step", a, in, n_in, key, sizeof key);
+    if (rc == 0) memcpy(ch->states[g], key, sizeof key);
     tsr_args_destroy(&a);
   }
   ch->have_states = true;
-  const char **in = malloc((size_t)(nb + 1) * sizeof *in);
-  if (rc == 0 && in == NULL) rc = client_fail(TSR_ENOMEM, "kmeans: out of memory");
   if (rc == 0) {
     in[0] = ch->model;
-    for (int64_t i = 0; i < nb; i++) in[i + 1] = ch->states[i];
+    for (int64_t g = 0; g < ng; g++) in[g + 1] = ch->states[g];
     char model[256];
-    rc = gtask_add_tmp(r->ctx, "kmeans-model", "kmeans_update", u, in, (size_t)nb + 1, model, sizeof model);
+    rc = gtask_add_tmp(r->ctx, "kmeans-model", "kmeans_update", u, in, (size_t)ng + 1, model, sizeof model);
     memcpy(ch->model, model, sizeof model);
   }
   free(in);
@@ -98,7 +105,7 @@ static int km_iteration(const km_run *r, km_chain *ch)
  * the next block's graph has its own. The model comes back into m. */
 static int km_run_block(const km_run *r, km_chain *ch, double *m)
 {
-  int64_t nb = r->x->nchunks[0], len = KM_MODEL_LEN(r->k, r->d);
+  int64_t nb = r->groups, len = KM_MODEL_LEN(r->k, r->d);
   char **keys = malloc((size_t)(nb + 1) * sizeof *keys);
   if (keys == NULL) return client_fail(TSR_ENOMEM, "kmeans: out of memory");
   keys[0] = ch->model;
@@ -126,7 +133,7 @@ static int km_lloyd(const km_run *r, const tsr_kmeans_opts *o, double *centers, 
 {
   int64_t len = KM_MODEL_LEN(r->k, r->d);
   double *m = malloc((size_t)len * sizeof *m);
-  ch->states = calloc((size_t)r->x->nchunks[0], sizeof *ch->states);
+  ch->states = calloc((size_t)r->groups, sizeof *ch->states);
   int rc = m && ch->states ? km_init_model(r, o, centers, ch) : client_fail(TSR_ENOMEM, "kmeans: out of memory");
   bool done = false;
   while (rc == 0 && !done) {
@@ -179,6 +186,26 @@ static int km_pp(const km_run *r, uint64_t seed, double *centers)
   return rc;
 }
 
+/* Splits x's row chunks into runs, one step task each an iteration: as
+ * many as the cluster has threads (fewer tasks than chunks: each task and
+ * each level of the graph costs a scheduler round trip), contiguous, so a
+ * state covers a run of rows. One chunk a run when the scheduler cannot
+ * say. */
+static int km_groups(km_run *r)
+{
+  int64_t nb = r->x->nchunks[0], threads = 0;
+  tsr_cluster_info *info = NULL;
+  if (r->ctx->client != NULL && tsr_cluster_info_get(r->ctx->client, 10000, &info) == 0) {
+    for (size_t i = 0; i < info->n_workers; i++) threads += info->workers[i].threads > 0 ? info->workers[i].threads : 1;
+    tsr_cluster_info_destroy(&info);
+  }
+  r->groups = threads > 0 && threads < nb ? threads : nb;
+  r->first = malloc((size_t)(r->groups + 1) * sizeof *r->first);
+  if (r->first == NULL) return client_fail(TSR_ENOMEM, "kmeans: out of memory");
+  for (int64_t g = 0; g <= r->groups; g++) r->first[g] = g * nb / r->groups;
+  return 0;
+}
+
 /* Keeps the chain's last graph (its states) for as long as the context:
  * the labels array reads them. */
 static int km_keep(tsr_array_ctx *ctx, km_chain *ch)
@@ -202,18 +229,21 @@ static int km_outputs(const km_run *r, km_chain *ch, const double *centers, tsr_
   int rc = 0;
   if (labels_p != NULL) {
     tsr_array *l = NULL;
-    tsr_args *a = NULL;
     int64_t n = r->x->shape[0], chunk = r->x->chunk[0];
     rc = km_keep(r->ctx, ch);
-    if (rc == 0) rc = tsr_args_new(&a);
-    if (rc == 0) rc = tsr_args_int(a, "k", r->k);
-    if (rc == 0) rc = tsr_args_int(a, "d", r->d);
     if (rc == 0) rc = garray_new(r->ctx, "kmeans-labels", TSR_I32, 1, &n, &chunk, &l);
-    for (int64_t i = 0; rc == 0 && i < r->x->nchunks[0]; i++) {
-      const char *in = ch->states[i];
-      rc = gtask_add(r->ctx, l->keys[i], "kmeans_labels", a, &in, 1);
-    }
-    tsr_args_destroy(&a);
+    for (int64_t g = 0; rc == 0 && g < r->groups; g++)
+      for (int64_t i = r->first[g]; rc == 0 && i < r->first[g + 1]; i++) {
+        const char *in = ch->states[g];
+        tsr_args *b = NULL;
+        rc = tsr_args_new(&b);
+        if (rc == 0) rc = tsr_args_int(b, "k", r->k);
+        if (rc == 0) rc = tsr_args_int(b, "d", r->d);
+        if (rc == 0) rc = tsr_args_int(b, "start", (i - r->first[g]) * chunk);
+        if (rc == 0) rc = tsr_args_int(b, "rows", garray_chunk_len(r->x, 0, i));
+        if (rc == 0) rc = gtask_add(r->ctx, l->keys[i], "kmeans_labels", b, &in, 1);
+        tsr_args_destroy(&b);
+      }
     if (rc == 0) *labels_p = l;
     else tsr_array_free(r->ctx, &l);
   }
@@ -246,11 +276,12 @@ TSR_API int tsr_kmeans(tsr_array_ctx *ctx, const tsr_array *x, const tsr_kmeans_
     x = rx;
   }
   if (rc != 0) return rc;
-  km_run r = {ctx, x, o.k, x->shape[1], o.timeout_ms};
+  km_run r = {ctx, x, o.k, x->shape[1], o.timeout_ms, 0, NULL};
   size_t kd = (size_t)(r.k * r.d);
   double *best = malloc(kd * sizeof *best), *cur = malloc(kd * sizeof *cur), best_in = INFINITY;
   km_chain kept = {0}, run_chain = {0};
   if (best == NULL || cur == NULL) rc = client_fail(TSR_ENOMEM, "kmeans: out of memory");
+  if (rc == 0) rc = km_groups(&r);
   int runs = o.init != NULL ? 1 : o.n_init;
   for (int run = 0; rc == 0 && run < runs; run++) {
     double inertia = 0;
@@ -267,6 +298,6 @@ TSR_API int tsr_kmeans(tsr_array_ctx *ctx, const tsr_array *x, const tsr_kmeans_
   if (rc == 0) rc = km_outputs(&r, &kept, best, labels_p, centers_p);
   if (rc == 0 && inertia_p != NULL) *inertia_p = best_in;
   km_chain_clear(&kept), km_chain_clear(&run_chain);
-  free(best), free(cur);
+  free(best), free(cur), free(r.first);
   return rc;
 }

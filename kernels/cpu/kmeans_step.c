@@ -53,6 +53,33 @@ static double exact_d2(const double *row, const double *c, int64_t d)
   return s;
 }
 
+/* Σ_j (a[j] − b[j])² (b NULL: Σ_j a[j]²) in eight interleaved partial
+ * sums joined pairwise: a fixed order, so the same bits on every ISA, and
+ * no chain of d dependent adds. Not plain Lloyd's order (exact_d2 and
+ * tsr_km_row_dists): for bounds, screening and the inertia only. */
+typedef double km_v8 __attribute__((vector_size(64)));
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static double fast_d2(const double *a, const double *b, int64_t d)
+{
+  km_v8 acc = {0};
+  int64_t j = 0;
+  for (; j + 8 <= d; j += 8) {
+    km_v8 x, y = {0};
+    memcpy(&x, a + j, sizeof x);
+    if (b != NULL) memcpy(&y, b + j, sizeof y);
+    x -= y;
+    acc += x * x;
+  }
+  double t[8];
+  memcpy(t, &acc, sizeof t);
+  double s = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+  for (; j < d; j++) {
+    double v = a[j] - (b != NULL ? b[j] : 0);
+    s += v * v;
+  }
+  return s;
+}
+
 /* half[c] = a lower bound of half the distance from c to its nearest
  * other center (infinite for k = 1). */
 static void half_dists(const double *centers, int64_t k, int64_t d, double *half)
@@ -106,21 +133,39 @@ static int init_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
 
 /* ---------- kmeans_step ---------- */
 
+/* The step's x chunks: params parts (default 1) inputs, then the model
+ * and the previous state. */
+static int step_parts(const char *op, const tsr_params *p, int n, int64_t *parts_p, tsr_errbuf *err)
+{
+  int64_t parts = 1;
+  if (tsr_params_find(p, "parts") != NULL && km_int(op, p, "parts", &parts, err) != 0) return TSR_EINVAL;
+  if (parts < 1 || (n != parts + 1 && n != parts + 2))
+    return tsr_fail(err, TSR_EINVAL, "%s: %d inputs for parts = %lld (the x chunks, the model, a state)", op, n, (long long)parts);
+  *parts_p = parts;
+  return 0;
+}
+
 static int step_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
 {
-  int64_t k, row0;
+  int64_t k, row0, parts, rows = 0;
   int rc = km_int("kmeans_step", p, "k", &k, err);
   if (rc == 0) rc = km_int("kmeans_step", p, "row0", &row0, err);
+  if (rc == 0) rc = step_parts("kmeans_step", p, n, &parts, err);
   if (rc != 0) return rc;
-  if (in[0].ndim != 2 || !tsr_k_is_float(in[0].dtype))
-    return tsr_fail(err, TSR_ESHAPE, "kmeans_step: input 0 is %s, not an f32/f64 2-D chunk", tsr_k_str(&in[0]).s);
-  int64_t rows = in[0].shape[0], d = in[0].shape[1], len = KM_STATE_LEN(k, d, rows);
-  if (k < 1 || in[1].ndim != 1 || in[1].dtype != TSR_F64 || in[1].shape[0] != KM_MODEL_LEN(k, d))
-    return tsr_fail(err, TSR_ESHAPE, "kmeans_step: input 1 is %s, not a model of k = %lld x %lld", tsr_k_str(&in[1]).s,
-                    (long long)k, (long long)d);
-  if (n == 3 && (in[2].ndim != 1 || in[2].dtype != TSR_F64 || in[2].shape[0] != len))
-    return tsr_fail(err, TSR_ESHAPE, "kmeans_step: input 2 is %s, not the state of %lld rows", tsr_k_str(&in[2]).s,
-                    (long long)rows);
+  for (int i = 0; i < parts; i++) {
+    if (in[i].ndim != 2 || !tsr_k_is_float(in[i].dtype) || in[i].dtype != in[0].dtype || in[i].shape[1] != in[0].shape[1])
+      return tsr_fail(err, TSR_ESHAPE, "kmeans_step: input %d is %s, not an f32/f64 2-D chunk like input 0 (%s)", i,
+                      tsr_k_str(&in[i]).s, tsr_k_str(&in[0]).s);
+    rows += in[i].shape[0];
+  }
+  int64_t d = in[0].shape[1], len = KM_STATE_LEN(k, d, rows);
+  const tsr_meta *m = &in[parts], *st = n == parts + 2 ? &in[parts + 1] : NULL;
+  if (k < 1 || m->ndim != 1 || m->dtype != TSR_F64 || m->shape[0] != KM_MODEL_LEN(k, d))
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_step: input %lld is %s, not a model of k = %lld x %lld", (long long)parts,
+                    tsr_k_str(m).s, (long long)k, (long long)d);
+  if (st != NULL && (st->ndim != 1 || st->dtype != TSR_F64 || st->shape[0] != len))
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_step: input %lld is %s, not the state of %lld rows", (long long)parts + 1,
+                    tsr_k_str(st).s, (long long)rows);
   tsr_k_meta_set(out, TSR_F64, 1, &len);
   return 0;
 }
@@ -129,7 +174,8 @@ static int step_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *
 
 typedef struct km_step {
   int64_t k, d, kp, rows, row0;
-  const tsr_buf *x;
+  const tsr_buf *xs;        /* the x chunks, parts of them, rows in order */
+  int64_t parts, *starts;   /* starts[p]: part p's first row (parts + 1) */
   const double *centers, *shift, *half;
   const double *prev;       /* the previous state, or NULL */
   bool full, far, converged;  /* no usable bounds; find the farthest points; the final E-step */
@@ -147,9 +193,13 @@ typedef struct km_step {
 
 static void load_row(const km_step *s, int64_t r, double *row)
 {
-  if (s->x->meta.dtype == TSR_F32)
-    for (int64_t j = 0; j < s->d; j++) row[j] = ((const float *)s->x->data)[r * s->d + j];
-  else memcpy(row, (const double *)s->x->data + r * s->d, (size_t)s->d * sizeof *row);
+  int64_t p = 0;
+  while (r >= s->starts[p + 1]) p++;
+  const tsr_buf *x = &s->xs[p];
+  r -= s->starts[p];
+  if (x->meta.dtype == TSR_F32)
+    for (int64_t j = 0; j < s->d; j++) row[j] = ((const float *)x->data)[r * s->d + j];
+  else memcpy(row, (const double *)x->data + r * s->d, (size_t)s->d * sizeof *row);
 }
 
 /* dots[i·kp32 + q] = Σ_j rows[i·d + j]·ct32[j·kp32 + q] in f32 for
@@ -258,8 +308,8 @@ static int place_rows(km_step *s, const int64_t *idx, int n, tsr_errbuf *err)
   for (int i = 0; i < n; i++) {
     double *row = s->row + i * s->d;
     load_row(s, idx[i], row);
-    xn[i] = 0;
-    for (int64_t j = 0; j < s->d; j++) s->row32[i * s->d + j] = (float)row[j], xn[i] += row[j] * row[j];
+    for (int64_t j = 0; j < s->d; j++) s->row32[i * s->d + j] = (float)row[j];
+    xn[i] = fast_d2(row, NULL, s->d);
   }
   dots_batch(s->row32, s->ct32, s->d, s->kp32, s->dots);
   for (int i = 0; i < n; i++)
@@ -281,7 +331,7 @@ static bool bounded_row(km_step *s, int64_t r)
   st[0] = (double)a;
   if (!(u * (1 + KM_SLACK) < z)) {
     load_row(s, r, s->row);
-    u = KM_UP(sqrt(exact_d2(s->row, s->centers + a * s->d, s->d)));
+    u = KM_UP(sqrt(fast_d2(s->row, s->centers + a * s->d, s->d)));
     if (!(u * (1 + KM_SLACK) < z)) return false;
   }
   st[1] = u, st[2] = l;
@@ -325,7 +375,7 @@ static int step_run(km_step *s, tsr_errbuf *err)
   double inertia = 0;
   for (int64_t r = 0; rc == 0 && s->converged && r < s->rows; r++) {
     load_row(s, r, s->row);
-    inertia += exact_d2(s->row, s->centers + (int64_t)s->state[3 * r] * s->d, s->d);
+    inertia += fast_d2(s->row, s->centers + (int64_t)s->state[3 * r] * s->d, s->d);
   }
   s->part[s->k * s->d + s->k] = inertia;
   return rc;
@@ -360,23 +410,30 @@ static void step_free(km_step *s)
 
 static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
 {
-  int64_t k = 0, row0 = 0, rows = in[0].meta.shape[0], d = in[0].meta.shape[1];
+  int64_t k = 0, row0 = 0, parts = 1, d = in[0].meta.shape[1];
   tsr_params_get_int(p, "k", &k, NULL);
   tsr_params_get_int(p, "row0", &row0, NULL);
-  const double *m = in[1].data, *prev = n == 3 ? in[2].data : NULL;
+  step_parts("kmeans_step", p, n, &parts, NULL);
+  const double *m = in[parts].data, *prev = n == parts + 2 ? in[parts + 1].data : NULL;
   if (m[M_PHASE] == PH_DONE) {
     if (prev == NULL) return tsr_fail(err, TSR_EINVAL, "kmeans_step: the model is done but no state came with it");
     memcpy(out->data, prev, out->nbytes);  /* converged earlier in this graph: nothing moves */
     return 0;
   }
   km_step s = {0};
-  s.k = k, s.d = d, s.kp = (k + 7) / 8 * 8, s.kp32 = (k + 31) / 32 * 32, s.rows = rows, s.row0 = row0, s.x = &in[0];
+  s.starts = malloc((size_t)(parts + 1) * sizeof *s.starts);
+  if (s.starts == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory");
+  s.starts[0] = 0;
+  for (int64_t i = 0; i < parts; i++) s.starts[i + 1] = s.starts[i] + in[i].meta.shape[0];
+  s.k = k, s.d = d, s.kp = (k + 7) / 8 * 8, s.kp32 = (k + 31) / 32 * 32, s.rows = s.starts[parts], s.row0 = row0;
+  s.xs = in, s.parts = parts;
   s.centers = m + KM_HDR, s.shift = s.centers + k * d, s.half = s.shift + k, s.prev = prev;
   s.full = prev == NULL || m[M_NEED_FAR] != 0, s.far = m[M_NEED_FAR] != 0, s.converged = m[M_PHASE] == PH_CONVERGED;
   s.part = out->data, s.colsum = s.part + KM_LEN(k, d), s.colsq = s.colsum + d, s.state = s.part + KM_STATE_HEAD(k, d);
   int rc = step_prepare(&s, err);
   if (rc == 0) rc = step_run(&s, err);
   step_free(&s);
+  free(s.starts);
   return rc;
 }
 
@@ -501,17 +558,25 @@ static int update_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *ou
 
 /* ---------- kmeans_labels: a state's labels ---------- */
 
+/* Rows [start, start + rows) of the state (params start, rows; default
+ * all of them). */
 static int labels_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
 {
   (void)n;
-  int64_t k, d;
+  int64_t k, d, start = 0, rows = -1;
   int rc = km_int("kmeans_labels", p, "k", &k, err);
   if (rc == 0) rc = km_int("kmeans_labels", p, "d", &d, err);
+  if (rc == 0 && tsr_params_find(p, "start") != NULL) rc = km_int("kmeans_labels", p, "start", &start, err);
+  if (rc == 0 && tsr_params_find(p, "rows") != NULL) rc = km_int("kmeans_labels", p, "rows", &rows, err);
   if (rc != 0) return rc;
   int64_t head = KM_STATE_HEAD(k, d);
   if (in[0].ndim != 1 || in[0].dtype != TSR_F64 || in[0].shape[0] < head || (in[0].shape[0] - head) % 3 != 0)
     return tsr_fail(err, TSR_ESHAPE, "kmeans_labels: input is %s, not a chunk's state", tsr_k_str(&in[0]).s);
-  int64_t rows = (in[0].shape[0] - head) / 3;
+  int64_t all = (in[0].shape[0] - head) / 3;
+  if (rows < 0) rows = all - start;
+  if (start < 0 || rows < 0 || start + rows > all)
+    return tsr_fail(err, TSR_EINVAL, "kmeans_labels: rows [%lld, %lld) outside the state's %lld", (long long)start,
+                    (long long)(start + rows), (long long)all);
   tsr_k_meta_set(out, TSR_I32, 1, &rows);
   return 0;
 }
@@ -519,15 +584,16 @@ static int labels_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta
 static int labels_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
 {
   (void)n, (void)err;
-  int64_t k = 0, d = 0;
+  int64_t k = 0, d = 0, start = 0;
   tsr_params_get_int(p, "k", &k, NULL);
   tsr_params_get_int(p, "d", &d, NULL);
-  const double *st = (const double *)in[0].data + KM_STATE_HEAD(k, d);
+  if (tsr_params_find(p, "start") != NULL) tsr_params_get_int(p, "start", &start, NULL);
+  const double *st = (const double *)in[0].data + KM_STATE_HEAD(k, d) + 3 * start;
   for (int64_t r = 0; r < out->meta.shape[0]; r++) ((int32_t *)out->data)[r] = (int32_t)st[3 * r];
   return 0;
 }
 
 const tsr_op_def tsr_op_kmeans_init = {"kmeans_init", 0, 0, init_infer, init_cpu, false, NULL};
-const tsr_op_def tsr_op_kmeans_step = {"kmeans_step", 2, 3, step_infer, step_cpu, false, NULL};
+const tsr_op_def tsr_op_kmeans_step = {"kmeans_step", 2, -1, step_infer, step_cpu, false, NULL};
 const tsr_op_def tsr_op_kmeans_update = {"kmeans_update", 2, -1, update_infer, update_cpu, false, NULL};
 const tsr_op_def tsr_op_kmeans_labels = {"kmeans_labels", 1, 1, labels_infer, labels_cpu, false, NULL};
