@@ -11,8 +11,9 @@
  * sums and counts of the rows by label, the exact inertia when the model
  * has converged, the farthest points after a full pass), the chunk's
  * column sums and sums of squares (d each, for sklearn's tol), then per
- * row (label, u, l): u an upper bound of the distance to its center, l a
- * lower bound of the distance to every other center.
+ * row a km_row (label i32, u and l f32) packed into the f64 tail: u an
+ * upper bound of the distance to its center, l a lower bound of the
+ * distance to every other center.
  *
  * Invariant: the labels are plain Lloyd's (exact f64 squared distances,
  * ties to the smaller index). A row keeps its label without a distance
@@ -32,7 +33,20 @@ enum { M_IT, M_PHASE, M_NEED_FAR, M_INERTIA, M_TOL, M_TOL_ABS, M_MAX_ITER, M_ROW
 enum { PH_RUN = 0, PH_CONVERGED = 1, PH_DONE = 2 };
 #define KM_MODEL_LEN(k, d) (KM_HDR + (k) * (d) + 2 * (k))
 #define KM_STATE_HEAD(k, d) (KM_LEN(k, d) + 2 * (d))
-#define KM_STATE_LEN(k, d, r) (KM_STATE_HEAD(k, d) + 3 * (r))
+#define KM_STATE_LEN(k, d, r) (KM_STATE_HEAD(k, d) + (3 * (r) + 1) / 2)
+#define KM_STATE_ROWS(k, d, len) (2 * ((len) - KM_STATE_HEAD(k, d)) / 3)
+/* A row of a state: 12 bytes (the states stream through memory every
+ * iteration), the bounds rounded outward to f32. */
+typedef struct km_row {
+  int32_t label;
+  float u, l;
+} km_row;
+
+/* v >= 0 rounded to f32 above / below v: a relative nudge of 1e-7 is
+ * more than the half-ulp of rounding to nearest (at most 6e-8 relative
+ * for normal floats); tiny values are clamped out of the subnormals. */
+static float f32_up(double v) { return v < 1e-30 ? 1e-30f : (float)(v * (1 + 1e-7)); }
+static float f32_down(double v) { return v < 1e-30 ? 0 : (float)(v * (1 - 1e-7)); }
 #define KM_SLACK 1e-9
 #define KM_UP(v) ((v) * (1 + 1e-12))
 #define KM_DOWN(v) ((v) * (1 - 1e-12))
@@ -188,7 +202,8 @@ typedef struct km_step {
   double *row, *dist;       /* KM_BATCH rows of d (f64), kp distances */
   float *row32, *dots;      /* KM_BATCH rows of d (f32), KM_BATCH × kp32 dots */
   int64_t *todo;            /* rows whose bounds failed */
-  double *part, *colsum, *colsq, *state;  /* out */
+  double *part, *colsum, *colsq;  /* out */
+  km_row *state;
 } km_step;
 
 static void load_row(const km_step *s, int64_t r, double *row)
@@ -200,6 +215,18 @@ static void load_row(const km_step *s, int64_t r, double *row)
   if (x->meta.dtype == TSR_F32)
     for (int64_t j = 0; j < s->d; j++) row[j] = ((const float *)x->data)[r * s->d + j];
   else memcpy(row, (const double *)x->data + r * s->d, (size_t)s->d * sizeof *row);
+}
+
+/* Asks for row r of x ahead of its use: the passes are bound by the
+ * latency of x's rows, which the hardware prefetcher does not hide. */
+static void prefetch_row(const km_step *s, int64_t r)
+{
+  if (r >= s->rows) return;
+  int64_t p = 0;
+  while (r >= s->starts[p + 1]) p++;
+  size_t es = s->xs[p].meta.dtype == TSR_F32 ? 4 : 8, bytes = (size_t)s->d * es;
+  const char *row = (const char *)s->xs[p].data + (size_t)(r - s->starts[p]) * bytes;
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off);
 }
 
 /* dots[i·kp32 + q] = Σ_j rows[i·d + j]·ct32[j·kp32 + q] in f32 for
@@ -252,10 +279,12 @@ static int64_t nearest_screened(const km_step *s, const float *dots, double xn, 
 {
   int64_t best = 0;
   double bd = INFINITY, second = INFINITY;
-  for (int64_t q = 0; q < s->k; q++) {
+  for (int64_t q = 0; q < s->k; q++) {  /* branch-free: which center wins is data, not pattern */
     double v = xn + s->cn[q] - 2 * (double)dots[q];
-    if (v < bd) second = bd, bd = v, best = q;
-    else if (v < second) second = v;
+    bool below = v < bd;
+    second = below ? bd : (v < second ? v : second);
+    best = below ? q : best;
+    bd = below ? v : bd;
   }
   double e = 2 * ((double)(s->d + 3) * 0x1p-24 * 1.01 * sqrt(xn) * s->cmax) + 1e-13 * (xn + s->cmax * s->cmax);
   if (!(second - bd > 2 * e + KM_SLACK * second)) return -1;
@@ -286,16 +315,16 @@ static int place_row(km_step *s, int64_t r, const double *row, const float *dots
     if (!isfinite(bd)) return -1;
     u = KM_UP(sqrt(bd)), l = KM_DOWN(sqrt(second));
   }
-  double *st = s->state + 3 * r;
+  km_row *st = s->state + r;
   if (s->full) add_row(s, row, -1, lab);
-  else if ((int64_t)st[0] != lab) add_row(s, row, (int64_t)st[0], lab);
+  else if (st->label != lab) add_row(s, row, st->label, lab);
   if (s->far) {
     double *far = s->part + s->k * s->d + s->k + 1;
     tsr_km_far_insert(far, far + 3 * s->k, s->k, s->d, exact_d2(row, s->centers + lab * s->d, s->d), s->row0 + r, lab, row);
   }
   if (s->prev == NULL)
     for (int64_t j = 0; j < s->d; j++) s->colsum[j] += row[j], s->colsq[j] += row[j] * row[j];
-  st[0] = (double)lab, st[1] = u, st[2] = l;
+  st->label = (int32_t)lab, st->u = f32_up(u), st->l = f32_down(l);
   return 0;
 }
 
@@ -323,18 +352,19 @@ static int place_rows(km_step *s, const int64_t *idx, int n, tsr_errbuf *err)
  * is needed (the old label left in the state for place_row). */
 static bool bounded_row(km_step *s, int64_t r)
 {
-  const double *pv = s->prev + KM_STATE_HEAD(s->k, s->d) + 3 * r;
-  int64_t a = (int64_t)pv[0];
-  double u = KM_UP(pv[1] + s->shift[a]), l = pv[2] - (a == s->top1_at ? s->top2 : s->top1);
+  const km_row *pv = (const km_row *)(s->prev + KM_STATE_HEAD(s->k, s->d)) + r;
+  int64_t a = pv->label;
+  double u = KM_UP(pv->u + s->shift[a]), l = pv->l - (a == s->top1_at ? s->top2 : s->top1);
   l = l > 0 ? KM_DOWN(l) : 0;
-  double z = l > s->half[a] ? l : s->half[a], *st = s->state + 3 * r;
-  st[0] = (double)a;
+  double z = l > s->half[a] ? l : s->half[a];
+  km_row *st = s->state + r;
+  st->label = (int32_t)a;
   if (!(u * (1 + KM_SLACK) < z)) {
     load_row(s, r, s->row);
     u = KM_UP(sqrt(fast_d2(s->row, s->centers + a * s->d, s->d)));
     if (!(u * (1 + KM_SLACK) < z)) return false;
   }
-  st[1] = u, st[2] = l;
+  st->u = f32_up(u), st->l = f32_down(l);
   return true;
 }
 
@@ -362,20 +392,29 @@ static void start_state(km_step *s)
   if (s->prev != NULL && !s->full) memcpy(s->part, s->prev, (size_t)(k * d + k) * sizeof *s->part);
 }
 
+/* Rows in blocks of KM_BLOCK_ROWS: the bounds, then the rows they could
+ * not keep, then (final E-step) the inertia, while the block's rows are
+ * still in cache. */
+#define KM_BLOCK_ROWS 256
+#define KM_PREFETCH 12  /* rows ahead */
 static int step_run(km_step *s, tsr_errbuf *err)
 {
-  int64_t n_todo = 0;
   int rc = 0;
+  double inertia = 0;
   start_state(s);
   top_shifts(s);
-  for (int64_t r = 0; r < s->rows; r++)
-    if (s->full || !bounded_row(s, r)) s->todo[n_todo++] = r;
-  for (int64_t i = 0; rc == 0 && i < n_todo; i += KM_BATCH)
-    rc = place_rows(s, s->todo + i, n_todo - i < KM_BATCH ? (int)(n_todo - i) : KM_BATCH, err);
-  double inertia = 0;
-  for (int64_t r = 0; rc == 0 && s->converged && r < s->rows; r++) {
-    load_row(s, r, s->row);
-    inertia += fast_d2(s->row, s->centers + (int64_t)s->state[3 * r] * s->d, s->d);
+  for (int64_t b0 = 0; rc == 0 && b0 < s->rows; b0 += KM_BLOCK_ROWS) {
+    int64_t b1 = b0 + KM_BLOCK_ROWS < s->rows ? b0 + KM_BLOCK_ROWS : s->rows, n_todo = 0;
+    for (int64_t r = b0; r < b1; r++) {
+      if (s->full || s->converged) prefetch_row(s, r + KM_PREFETCH);  /* every row is read */
+      if (s->full || !bounded_row(s, r)) s->todo[n_todo++] = r;
+    }
+    for (int64_t i = 0; rc == 0 && i < n_todo; i += KM_BATCH)
+      rc = place_rows(s, s->todo + i, n_todo - i < KM_BATCH ? (int)(n_todo - i) : KM_BATCH, err);
+    for (int64_t r = b0; rc == 0 && s->converged && r < b1; r++) {
+      load_row(s, r, s->row);
+      inertia += fast_d2(s->row, s->centers + s->state[r].label * s->d, s->d);
+    }
   }
   s->part[s->k * s->d + s->k] = inertia;
   return rc;
@@ -389,7 +428,7 @@ static int step_prepare(km_step *s, tsr_errbuf *err)
   s->ct32 = calloc((size_t)(s->kp32 * d + 1), sizeof *s->ct32);
   s->cn = malloc((size_t)k * sizeof *s->cn), s->dist = malloc((size_t)s->kp * sizeof *s->dist);
   s->row = malloc((size_t)(KM_BATCH * d) * sizeof *s->row), s->row32 = malloc((size_t)(KM_BATCH * d) * sizeof *s->row32);
-  s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->todo = malloc((size_t)(s->rows + 1) * sizeof *s->todo);
+  s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->todo = malloc(KM_BLOCK_ROWS * sizeof *s->todo);
   if (!s->ct || !s->ct32 || !s->cn || !s->dist || !s->row || !s->row32 || !s->dots || !s->todo)
     return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory for %lld rows", (long long)s->rows);
   s->cmax = 0;
@@ -429,7 +468,7 @@ static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
   s.xs = in, s.parts = parts;
   s.centers = m + KM_HDR, s.shift = s.centers + k * d, s.half = s.shift + k, s.prev = prev;
   s.full = prev == NULL || m[M_NEED_FAR] != 0, s.far = m[M_NEED_FAR] != 0, s.converged = m[M_PHASE] == PH_CONVERGED;
-  s.part = out->data, s.colsum = s.part + KM_LEN(k, d), s.colsq = s.colsum + d, s.state = s.part + KM_STATE_HEAD(k, d);
+  s.part = out->data, s.colsum = s.part + KM_LEN(k, d), s.colsq = s.colsum + d, s.state = (km_row *)(s.part + KM_STATE_HEAD(k, d));
   int rc = step_prepare(&s, err);
   if (rc == 0) rc = step_run(&s, err);
   step_free(&s);
@@ -450,7 +489,7 @@ static int update_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta
     return tsr_fail(err, TSR_ESHAPE, "kmeans_update: input 0 is %s, not a model of k = %lld x %lld", tsr_k_str(&in[0]).s,
                     (long long)k, (long long)d);
   for (int i = 1; i < n; i++)
-    if (in[i].ndim != 1 || in[i].dtype != TSR_F64 || in[i].shape[0] < head || (in[i].shape[0] - head) % 3 != 0)
+    if (in[i].ndim != 1 || in[i].dtype != TSR_F64 || in[i].shape[0] < head || KM_STATE_LEN(k, d, KM_STATE_ROWS(k, d, in[i].shape[0])) != in[i].shape[0])
       return tsr_fail(err, TSR_ESHAPE, "kmeans_update: input %d is %s, not a chunk's state", i, tsr_k_str(&in[i]).s);
   tsr_k_meta_set(out, TSR_F64, 1, &len);
   return 0;
@@ -460,7 +499,7 @@ static int update_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta
 static void update_tol(double *m, const tsr_buf *in, int n, int64_t k, int64_t d)
 {
   double rows = 0, v = 0;
-  for (int i = 1; i < n; i++) rows += (double)((in[i].meta.shape[0] - KM_STATE_HEAD(k, d)) / 3);
+  for (int i = 1; i < n; i++) rows += (double)KM_STATE_ROWS(k, d, in[i].meta.shape[0]);
   for (int64_t j = 0; j < d; j++) {
     double s = 0, sq = 0;
     for (int i = 1; i < n; i++) {
@@ -570,9 +609,10 @@ static int labels_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta
   if (rc == 0 && tsr_params_find(p, "rows") != NULL) rc = km_int("kmeans_labels", p, "rows", &rows, err);
   if (rc != 0) return rc;
   int64_t head = KM_STATE_HEAD(k, d);
-  if (in[0].ndim != 1 || in[0].dtype != TSR_F64 || in[0].shape[0] < head || (in[0].shape[0] - head) % 3 != 0)
+  if (in[0].ndim != 1 || in[0].dtype != TSR_F64 || in[0].shape[0] < head ||
+      KM_STATE_LEN(k, d, KM_STATE_ROWS(k, d, in[0].shape[0])) != in[0].shape[0])
     return tsr_fail(err, TSR_ESHAPE, "kmeans_labels: input is %s, not a chunk's state", tsr_k_str(&in[0]).s);
-  int64_t all = (in[0].shape[0] - head) / 3;
+  int64_t all = KM_STATE_ROWS(k, d, in[0].shape[0]);
   if (rows < 0) rows = all - start;
   if (start < 0 || rows < 0 || start + rows > all)
     return tsr_fail(err, TSR_EINVAL, "kmeans_labels: rows [%lld, %lld) outside the state's %lld", (long long)start,
@@ -588,8 +628,8 @@ static int labels_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *ou
   tsr_params_get_int(p, "k", &k, NULL);
   tsr_params_get_int(p, "d", &d, NULL);
   if (tsr_params_find(p, "start") != NULL) tsr_params_get_int(p, "start", &start, NULL);
-  const double *st = (const double *)in[0].data + KM_STATE_HEAD(k, d) + 3 * start;
-  for (int64_t r = 0; r < out->meta.shape[0]; r++) ((int32_t *)out->data)[r] = (int32_t)st[3 * r];
+  const km_row *st = (const km_row *)((const double *)in[0].data + KM_STATE_HEAD(k, d)) + start;
+  for (int64_t r = 0; r < out->meta.shape[0]; r++) ((int32_t *)out->data)[r] = st[r].label;
   return 0;
 }
 

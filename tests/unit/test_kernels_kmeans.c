@@ -111,6 +111,14 @@ static int lloyd_start(lloyd *l, const double *init, int max_iter, double tol, t
   return rc;
 }
 
+/* Row r's label in a state (kmeans_step.c's km_row: label i32, u, l f32). */
+static int32_t state_label(const lloyd *l, const tsr_buf *state, int64_t r)
+{
+  int32_t label;
+  memcpy(&label, (const char *)state->data + STATE_HEAD(l->k, l->d) * 8 + 12 * r, sizeof label);
+  return label;
+}
+
 /* Plain Lloyd's labels of chunk b under centers: kmeans_partial. */
 static int32_t *reference_labels(const lloyd *l, int64_t b, const double *centers, tsr_errbuf *err)
 {
@@ -145,8 +153,7 @@ static int64_t lloyd_iteration(lloyd *l, bool check, tsr_errbuf *err)
     rc = run("kmeans_step", &p, in, l->states[b].data ? 3 : 2, &out, err);
     if (rc != 0) break;
     int32_t *ref = check && m[1] != 2 ? reference_labels(l, b, m + KM_HDR, err) : NULL;
-    const double *st = (const double *)out.data + STATE_HEAD(l->k, l->d);
-    for (int64_t r = 0; ref != NULL && r < in[0].meta.shape[0]; r++) wrong += (int32_t)st[3 * r] != ref[r];
+    for (int64_t r = 0; ref != NULL && r < in[0].meta.shape[0]; r++) wrong += state_label(l, &out, r) != ref[r];
     free(ref), free(l->states[b].data);
     l->states[b] = out;
     ins[b + 1] = out;
@@ -243,8 +250,7 @@ TEST(an_emptied_cluster_takes_the_farthest_point)
   ASSERT_EQ(m[KM_HDR + 4], 30);  /* the third center is the point (30, 30) */
   ASSERT_EQ(m[KM_HDR + 5], 30);
   ASSERT_EQ(lloyd_check_all(&l, &err), 0);
-  const double *st = (const double *)l.states[2].data + STATE_HEAD(3, 2);
-  ASSERT_EQ(st[3 * 1], 2);  /* row 11 = chunk 2's row 1 */
+  ASSERT_EQ(state_label(&l, &l.states[2], 1), 2);  /* row 11 = chunk 2's row 1 */
   lloyd_free(&l);
 }
 
