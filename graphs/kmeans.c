@@ -26,13 +26,15 @@ typedef struct km_run {
 } km_run;
 
 /* The model chunk's layout (kernels/cpu/kmeans_step.c): a header, then
- * the centers k·d, each center's move k and half its nearest distance k. */
+ * the centers k·d, each center's move k and half its nearest distance k,
+ * the cumulative moves of the last KM_EPOCHS iterations. */
 #define KM_HDR 8
 #define KM_M_IT 0
 #define KM_M_PHASE 1
 #define KM_M_INERTIA 3
 #define KM_PHASE_DONE 2
-#define KM_MODEL_LEN(k, d) (KM_HDR + (k) * (d) + 2 * (k))
+#define KM_EPOCHS 32
+#define KM_MODEL_LEN(k, d) (KM_HDR + (k) * (d) + 2 * (k) + KM_EPOCHS * ((k) + 1))
 /* Lloyd iterations a graph: the client learns of convergence once a
  * graph, and the iterations after it in the same graph pass their inputs
  * through (cheap), so a block trades round trips against wasted levels. */

@@ -31,14 +31,20 @@
 #define KM_HDR 8
 enum { M_IT, M_PHASE, M_NEED_FAR, M_INERTIA, M_TOL, M_TOL_ABS, M_MAX_ITER, M_ROWS };
 enum { PH_RUN = 0, PH_CONVERGED = 1, PH_DONE = 2 };
-#define KM_MODEL_LEN(k, d) (KM_HDR + (k) * (d) + 2 * (k))
+/* Drift epochs kept: a row's bounds are relative to the epoch (model
+ * iteration) it was last written in, moved by the centers' cumulative
+ * drift since; rows are rewritten at least every KM_EPOCHS / 2. */
+#define KM_EPOCHS 32
+#define KM_MODEL_LEN(k, d) (KM_HDR + (k) * (d) + 2 * (k) + KM_EPOCHS * ((k) + 1))
 #define KM_STATE_HEAD(k, d) (KM_LEN(k, d) + 2 * (d))
-#define KM_STATE_LEN(k, d, r) (KM_STATE_HEAD(k, d) + (3 * (r) + 1) / 2)
-#define KM_STATE_ROWS(k, d, len) (2 * ((len) - KM_STATE_HEAD(k, d)) / 3)
-/* A row of a state: 12 bytes (the states stream through memory every
- * iteration), the bounds rounded outward to f32. */
+#define KM_STATE_LEN(k, d, r) (KM_STATE_HEAD(k, d) + 2 * (r))
+#define KM_STATE_ROWS(k, d, len) (((len) - KM_STATE_HEAD(k, d)) / 2)
+/* A row of a state: 16 bytes, the bounds rounded outward to f32, valid
+ * for the centers of model iteration `epoch`. A row that keeps its label
+ * is not rewritten (the state is copied whole), so an iteration costs a
+ * read of the bounds, not a write. */
 typedef struct km_row {
-  int32_t label;
+  int32_t label, epoch;
   float u, l;
 } km_row;
 
@@ -184,7 +190,9 @@ static int step_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *
   return 0;
 }
 
-#define KM_BATCH 4  /* rows a pass of the f32 dot kernel */
+#define KM_BATCH 4         /* rows a pass of the f32 dot kernel */
+#define KM_BLOCK_ROWS 256  /* rows whose bounds are tested before their distances */
+#define KM_PREFETCH 16     /* rows ahead */
 
 typedef struct km_step {
   int64_t k, d, kp, rows, row0;
@@ -193,15 +201,16 @@ typedef struct km_step {
   const double *centers, *shift, *half;
   const double *prev;       /* the previous state, or NULL */
   bool full, far, converged;  /* no usable bounds; find the farthest points; the final E-step */
-  double top1, top2;        /* the largest center move and the largest of the others */
-  int64_t top1_at;
+  int64_t epoch;            /* the model's iteration */
+  const double *drift, *mdrift; /* [KM_EPOCHS][k] cumulative moves of each center, [KM_EPOCHS] of the largest */
   double *ct;               /* f64 centers transposed [d][kp] (the exact distances) */
   float *ct32;              /* f32 centers transposed [d][kp32] (the screening dots) */
   int64_t kp32;
   double *cn, cmax;         /* |c|² of each center (f64), the largest |c| */
   double *row, *dist;       /* KM_BATCH rows of d (f64), kp distances */
   float *row32, *dots;      /* KM_BATCH rows of d (f32), KM_BATCH × kp32 dots */
-  int64_t *todo;            /* rows whose bounds failed */
+  int64_t *todo, *tight;    /* a block's rows needing every distance / the distance to their center */
+  double *bounds;           /* (l, z, -) of each tight row */
   double *part, *colsum, *colsq;  /* out */
   km_row *state;
 } km_step;
@@ -324,7 +333,7 @@ static int place_row(km_step *s, int64_t r, const double *row, const float *dots
   }
   if (s->prev == NULL)
     for (int64_t j = 0; j < s->d; j++) s->colsum[j] += row[j], s->colsq[j] += row[j] * row[j];
-  st->label = (int32_t)lab, st->u = f32_up(u), st->l = f32_down(l);
+  st->label = (int32_t)lab, st->epoch = (int32_t)s->epoch, st->u = f32_up(u), st->l = f32_down(l);
   return 0;
 }
 
@@ -334,6 +343,7 @@ static int place_rows(km_step *s, const int64_t *idx, int n, tsr_errbuf *err)
 {
   double xn[KM_BATCH];
   memset(s->row32, 0, (size_t)(KM_BATCH * s->d) * sizeof *s->row32);
+  for (int i = 0; i < n && (s->full || s->converged); i++) prefetch_row(s, idx[i] + KM_PREFETCH);  /* rows in order */
   for (int i = 0; i < n; i++) {
     double *row = s->row + i * s->d;
     load_row(s, idx[i], row);
@@ -347,37 +357,54 @@ static int place_rows(km_step *s, const int64_t *idx, int n, tsr_errbuf *err)
   return 0;
 }
 
-/* Hamerly's tests for a row with bounds from the previous state: true
- * (the state written) when it keeps its label, false when every distance
- * is needed (the old label left in the state for place_row). */
-static bool bounded_row(km_step *s, int64_t r)
+/* Hamerly's test for a row with bounds from the previous state (copied
+ * into the output): true when it keeps its label without a distance (the
+ * row rewritten only when its epoch grows old); else the moved bounds in
+ * *u_p and *z_p (the larger of l and half its center's nearest distance)
+ * and *l_p. Since epoch t0 the row's center moved at most D_a(t) − D_a(t0)
+ * and every other at most M(t) − M(t0) (cumulative sums: their rounding,
+ * relative to the sums, is the margin). */
+static bool bounds_keep(km_step *s, int64_t r, double *u_p, double *l_p, double *z_p)
 {
-  const km_row *pv = (const km_row *)(s->prev + KM_STATE_HEAD(s->k, s->d)) + r;
-  int64_t a = pv->label;
-  double u = KM_UP(pv->u + s->shift[a]), l = pv->l - (a == s->top1_at ? s->top2 : s->top1);
+  km_row *st = s->state + r;
+  int64_t a = st->label, t = s->epoch, t0 = st->epoch, k = s->k;
+  if (t - t0 >= KM_EPOCHS || t0 > t) {
+    *u_p = INFINITY, *l_p = 0, *z_p = 0;
+    return false;
+  }
+  const double *dt = s->drift + (t % KM_EPOCHS) * k, *d0 = s->drift + (t0 % KM_EPOCHS) * k;
+  double mt = s->mdrift[t % KM_EPOCHS], margin = 1e-12 * (dt[a] + mt);
+  double u = KM_UP(st->u + (dt[a] - d0[a]) + margin), l = st->l - (mt - s->mdrift[t0 % KM_EPOCHS]) - margin;
   l = l > 0 ? KM_DOWN(l) : 0;
   double z = l > s->half[a] ? l : s->half[a];
-  km_row *st = s->state + r;
-  st->label = (int32_t)a;
-  if (!(u * (1 + KM_SLACK) < z)) {
-    load_row(s, r, s->row);
-    u = KM_UP(sqrt(fast_d2(s->row, s->centers + a * s->d, s->d)));
-    if (!(u * (1 + KM_SLACK) < z)) return false;
+  if (u * (1 + KM_SLACK) < z) {
+    if (t - t0 >= KM_EPOCHS / 2) st->epoch = (int32_t)t, st->u = f32_up(u), st->l = f32_down(l);
+    return true;
   }
-  st->u = f32_up(u), st->l = f32_down(l);
-  return true;
+  *u_p = u, *l_p = l, *z_p = z;
+  return false;
 }
 
-/* The two largest center moves (a row's other centers moved at most the
- * largest one that is not its own). */
-static void top_shifts(km_step *s)
+/* The rows of a block that failed bounds_keep (their rows prefetched):
+ * the exact distance to their center, then, if still needed, into todo
+ * for every distance. Returns the todo count. */
+static int64_t tighten_rows(km_step *s, const int64_t *rows, int64_t n, const double *bounds, int64_t *todo)
 {
-  s->top1 = 0, s->top2 = 0, s->top1_at = -1;
-  for (int64_t c = 0; c < s->k; c++) {
-    double v = s->shift[c];
-    if (v > s->top1) s->top2 = s->top1, s->top1 = v, s->top1_at = c;
-    else if (v > s->top2) s->top2 = v;
+  int64_t n_todo = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t r = rows[i];
+    km_row *st = s->state + r;
+    const double *b = bounds + 3 * i;  /* l, z */
+    if (b[1] <= 0) {  /* no usable bounds */
+      todo[n_todo++] = r;
+      continue;
+    }
+    load_row(s, r, s->row);
+    double u = KM_UP(sqrt(fast_d2(s->row, s->centers + st->label * s->d, s->d)));
+    if (!(u * (1 + KM_SLACK) < b[1])) todo[n_todo++] = r;
+    else st->epoch = (int32_t)s->epoch, st->u = f32_up(u), st->l = f32_down(b[0]);
   }
+  return n_todo;
 }
 
 /* Fills s's output header: from scratch for a full pass, else the
@@ -389,29 +416,45 @@ static void start_state(km_step *s)
   double *far = s->part + k * d + k + 1;
   for (int64_t j = 0; j < k; j++) far[3 * j + 1] = -1;
   if (s->prev != NULL) memcpy(s->colsum, s->prev + KM_LEN(k, d), (size_t)(2 * d) * sizeof *s->colsum);
-  if (s->prev != NULL && !s->full) memcpy(s->part, s->prev, (size_t)(k * d + k) * sizeof *s->part);
+  if (s->prev != NULL && !s->full) {
+    memcpy(s->part, s->prev, (size_t)(k * d + k) * sizeof *s->part);
+    memcpy(s->state, s->prev + KM_STATE_HEAD(k, d), (size_t)s->rows * sizeof *s->state);
+  }
 }
 
 /* Rows in blocks of KM_BLOCK_ROWS: the bounds, then the rows they could
  * not keep, then (final E-step) the inertia, while the block's rows are
  * still in cache. */
-#define KM_BLOCK_ROWS 256
-#define KM_PREFETCH 12  /* rows ahead */
+/* One block's rows that need distances (all of them in a full pass),
+ * into s->todo; returns their count. */
+static int64_t block_todo(km_step *s, int64_t b0, int64_t b1)
+{
+  int64_t n = 0;
+  if (s->full) {
+    for (int64_t r = b0; r < b1; r++) s->todo[n++] = r;
+    return n;
+  }
+  for (int64_t r = b0; r < b1; r++) {
+    double u, l, z;
+    if (bounds_keep(s, r, &u, &l, &z)) continue;
+    s->bounds[3 * n] = l, s->bounds[3 * n + 1] = z, s->tight[n++] = r;
+    prefetch_row(s, r);  /* the loads of the rows to tighten overlap */
+  }
+  return tighten_rows(s, s->tight, n, s->bounds, s->todo);
+}
+
 static int step_run(km_step *s, tsr_errbuf *err)
 {
   int rc = 0;
   double inertia = 0;
   start_state(s);
-  top_shifts(s);
   for (int64_t b0 = 0; rc == 0 && b0 < s->rows; b0 += KM_BLOCK_ROWS) {
-    int64_t b1 = b0 + KM_BLOCK_ROWS < s->rows ? b0 + KM_BLOCK_ROWS : s->rows, n_todo = 0;
-    for (int64_t r = b0; r < b1; r++) {
-      if (s->full || s->converged) prefetch_row(s, r + KM_PREFETCH);  /* every row is read */
-      if (s->full || !bounded_row(s, r)) s->todo[n_todo++] = r;
-    }
+    int64_t b1 = b0 + KM_BLOCK_ROWS < s->rows ? b0 + KM_BLOCK_ROWS : s->rows;
+    int64_t n_todo = block_todo(s, b0, b1);
     for (int64_t i = 0; rc == 0 && i < n_todo; i += KM_BATCH)
       rc = place_rows(s, s->todo + i, n_todo - i < KM_BATCH ? (int)(n_todo - i) : KM_BATCH, err);
     for (int64_t r = b0; rc == 0 && s->converged && r < b1; r++) {
+      prefetch_row(s, r + KM_PREFETCH);
       load_row(s, r, s->row);
       inertia += fast_d2(s->row, s->centers + s->state[r].label * s->d, s->d);
     }
@@ -429,7 +472,8 @@ static int step_prepare(km_step *s, tsr_errbuf *err)
   s->cn = malloc((size_t)k * sizeof *s->cn), s->dist = malloc((size_t)s->kp * sizeof *s->dist);
   s->row = malloc((size_t)(KM_BATCH * d) * sizeof *s->row), s->row32 = malloc((size_t)(KM_BATCH * d) * sizeof *s->row32);
   s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->todo = malloc(KM_BLOCK_ROWS * sizeof *s->todo);
-  if (!s->ct || !s->ct32 || !s->cn || !s->dist || !s->row || !s->row32 || !s->dots || !s->todo)
+  s->tight = malloc(KM_BLOCK_ROWS * sizeof *s->tight), s->bounds = malloc(3 * KM_BLOCK_ROWS * sizeof *s->bounds);
+  if (!s->ct || !s->ct32 || !s->cn || !s->dist || !s->row || !s->row32 || !s->dots || !s->todo || !s->tight || !s->bounds)
     return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory for %lld rows", (long long)s->rows);
   s->cmax = 0;
   for (int64_t q = 0; q < k; q++) {
@@ -444,7 +488,7 @@ static int step_prepare(km_step *s, tsr_errbuf *err)
 
 static void step_free(km_step *s)
 {
-  free(s->ct), free(s->ct32), free(s->cn), free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->todo);
+  free(s->ct), free(s->ct32), free(s->cn), free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->todo), free(s->tight), free(s->bounds);
 }
 
 static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
@@ -467,6 +511,7 @@ static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
   s.k = k, s.d = d, s.kp = (k + 7) / 8 * 8, s.kp32 = (k + 31) / 32 * 32, s.rows = s.starts[parts], s.row0 = row0;
   s.xs = in, s.parts = parts;
   s.centers = m + KM_HDR, s.shift = s.centers + k * d, s.half = s.shift + k, s.prev = prev;
+  s.drift = s.half + k, s.mdrift = s.drift + KM_EPOCHS * k, s.epoch = (int64_t)m[M_IT];
   s.full = prev == NULL || m[M_NEED_FAR] != 0, s.far = m[M_NEED_FAR] != 0, s.converged = m[M_PHASE] == PH_CONVERGED;
   s.part = out->data, s.colsum = s.part + KM_LEN(k, d), s.colsq = s.colsum + d, s.state = (km_row *)(s.part + KM_STATE_HEAD(k, d));
   int rc = step_prepare(&s, err);
@@ -571,6 +616,12 @@ static int update_step(double *m, const tsr_buf *in, int n, int64_t k, int64_t d
   }
   double total = new_centers(part, k, d, centers, shift);
   half_dists(centers, k, d, shift + k);
+  /* the cumulative drifts of the new epoch */
+  int64_t t = (int64_t)m[M_IT];
+  double *drift = shift + 2 * k, *mdrift = drift + KM_EPOCHS * k, *now = drift + ((t + 1) % KM_EPOCHS) * k, top = 0;
+  const double *was = drift + (t % KM_EPOCHS) * k;
+  for (int64_t c = 0; c < k; c++) now[c] = was[c] + shift[c], top = shift[c] > top ? shift[c] : top;
+  mdrift[(t + 1) % KM_EPOCHS] = mdrift[t % KM_EPOCHS] + top;
   m[M_NEED_FAR] = 0, m[M_IT] += 1;
   if (total <= m[M_TOL_ABS] || m[M_IT] >= m[M_MAX_ITER]) m[M_PHASE] = PH_CONVERGED;
   free(part);

@@ -20,7 +20,6 @@
 
 #define KM_HDR 8
 #define KM_LEN(k, d) ((k) * (d) + (k) + 1 + (k) * (3 + (d)))
-#define MODEL_LEN(k, d) (KM_HDR + (k) * (d) + 2 * (k))
 #define STATE_HEAD(k, d) (KM_LEN(k, d) + 2 * (d))
 
 static uint64_t rng_state = 42;
@@ -111,11 +110,11 @@ static int lloyd_start(lloyd *l, const double *init, int max_iter, double tol, t
   return rc;
 }
 
-/* Row r's label in a state (kmeans_step.c's km_row: label i32, u, l f32). */
+/* Row r's label in a state (kmeans_step.c's km_row: label, epoch i32, u, l f32). */
 static int32_t state_label(const lloyd *l, const tsr_buf *state, int64_t r)
 {
   int32_t label;
-  memcpy(&label, (const char *)state->data + STATE_HEAD(l->k, l->d) * 8 + 12 * r, sizeof label);
+  memcpy(&label, (const char *)state->data + STATE_HEAD(l->k, l->d) * 8 + 16 * r, sizeof label);
   return label;
 }
 
