@@ -12,7 +12,8 @@
 #     build-cpu/bin/tessera local --cpu-workers 1 --threads-per-worker $(nproc) -- \
 #       build-cpu/bin/tsr-cluster --npy DIR/X.npy --n-pcs 0 --method kmeans --kmeans-k 30 \
 #       --kmeans-init DIR/init.npy --truth DIR/labels.npy --out DIR/tsr-km
-#     python bench/cluster/kmeans_peers.py DIR --rounds 1     (KMeans lloyd and elkan, warm)
+#     python bench/cluster/kmeans_peers.py DIR --rounds 1     (KMeans lloyd and elkan, warm,
+#                                                             all cores and one thread)
 # Tessera's time is tsr-cluster's "kmeans" line (the Lloyd loop and the
 # labels gathered to the client, x already in worker memory); sklearn's is
 # KMeans.fit (labels included). Both get the machine's cores.
@@ -52,7 +53,7 @@ done
 "$py" bench/cluster/kmeans_peers.py "$dir" --rounds 0 --tsr-labels "$dir/tsr-km.clusters.tsv" >> "$log"
 "$py" - "$log" <<'PY'
 import re, statistics, sys
-t = {"tessera": [], "sklearn-lloyd": [], "sklearn-elkan": []}
+t = {"tessera": [], "sklearn-lloyd": [], "sklearn-elkan": [], "sklearn-lloyd-1t": [], "sklearn-elkan-1t": []}
 q = {}
 for line in open(sys.argv[1]):
     m = re.match(r"kmeans\s+([0-9.]+) s\s+k \d+: inertia (\S+)", line)
@@ -63,7 +64,7 @@ for line in open(sys.argv[1]):
     if line.startswith("labels equal"): print(line.strip())
 med = {k: statistics.median(v) for k, v in t.items() if v}
 for k, v in t.items():
-    print(f"{k:14s} median {med[k]:.4f} s  (rounds: {' '.join(f'{x:.3f}' for x in v)})  {q.get(k, '')}")
-best = min(("sklearn-lloyd", "sklearn-elkan"), key=lambda k: med[k])
+    print(f"{k:16s} median {med[k]:.4f} s  (rounds: {' '.join(f'{x:.3f}' for x in v)})  {q.get(k, '')}")
+best = min((k for k in med if k != "tessera"), key=lambda k: med[k])
 print(f"ratio, fastest peer ({best}) / Tessera: {med[best] / med['tessera']:.2f}x")
 PY

@@ -5,9 +5,11 @@ bench/cluster/kmeans.sh.
 
 DIR holds X.npy, labels.npy (the true labels) and init.npy. Each round
 times KMeans(init=init, n_init=1, algorithm=A, max_iter=300, tol=1e-4).fit
-for A = lloyd and elkan (warm: an untimed fit first) and prints one line
-each: "peer sklearn-<A> kmeans <seconds> inertia=<x> iterations=<n>
-ari=<x>". With --tsr-labels (Tessera's clusters.tsv) it also prints how
+for A = lloyd and elkan (warm: an untimed fit first), with the machine's
+cores and with one thread (threadpoolctl: on a loaded machine OpenMP's
+threads can cost more than they give, and the fastest peer counts), and
+prints one line each: "peer sklearn-<A>[-1t] kmeans <seconds>
+inertia=<x> iterations=<n> ari=<x>". With --tsr-labels (Tessera's clusters.tsv) it also prints how
 many of Tessera's labels equal sklearn's lloyd labels.
 """
 import argparse
@@ -17,6 +19,7 @@ import time
 import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
+from threadpoolctl import threadpool_limits
 
 
 def fit(X, init, algorithm):
@@ -37,11 +40,10 @@ def main():
     init = np.load(os.path.join(a.dir, "init.npy")).astype(X.dtype)
     _, km = fit(X, init, "lloyd")  # warm: threadpool, first-touch of X
     for _ in range(a.rounds):
-        for algorithm in ("lloyd", "elkan"):
-            t, m = fit(X, init, algorithm)
-            if algorithm == "lloyd":
-                km = m
-            print(f"peer sklearn-{algorithm} kmeans {t:.4f} inertia={m.inertia_:.9g} "
+        for algorithm, one in (("lloyd", False), ("elkan", False), ("lloyd", True), ("elkan", True)):
+            with threadpool_limits(limits=1 if one else None):
+                t, m = fit(X, init, algorithm)
+            print(f"peer sklearn-{algorithm}{'-1t' if one else ''} kmeans {t:.4f} inertia={m.inertia_:.9g} "
                   f"iterations={m.n_iter_} ari={adjusted_rand_score(truth, m.labels_):.4f}", flush=True)
     if a.tsr_labels:
         tsr = np.loadtxt(a.tsr_labels, skiprows=1, usecols=1, dtype=np.int64)
