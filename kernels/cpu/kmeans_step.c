@@ -100,6 +100,32 @@ static double fast_d2(const double *a, const double *b, int64_t d)
   return s;
 }
 
+/* fast_d2 of an f32 row: the same order and the same bits as fast_d2 of
+ * the row converted to f64 (the conversion is exact), without the copy. */
+typedef float km_f8 __attribute__((vector_size(32)));
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static double fast_d2_f32(const float *a, const double *b, int64_t d)
+{
+  km_v8 acc = {0};
+  int64_t j = 0;
+  for (; j + 8 <= d; j += 8) {
+    km_f8 xf;
+    km_v8 y;
+    memcpy(&xf, a + j, sizeof xf);
+    memcpy(&y, b + j, sizeof y);
+    km_v8 x = __builtin_convertvector(xf, km_v8) - y;
+    acc += x * x;
+  }
+  double t[8];
+  memcpy(t, &acc, sizeof t);
+  double s = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+  for (; j < d; j++) {
+    double v = (double)a[j] - b[j];
+    s += v * v;
+  }
+  return s;
+}
+
 /* half[c] = a lower bound of half the distance from c to its nearest
  * other center (infinite for k = 1). */
 static void half_dists(const double *centers, int64_t k, int64_t d, double *half)
@@ -224,6 +250,17 @@ static void load_row(const km_step *s, int64_t r, double *row)
   if (x->meta.dtype == TSR_F32)
     for (int64_t j = 0; j < s->d; j++) row[j] = ((const float *)x->data)[r * s->d + j];
   else memcpy(row, (const double *)x->data + r * s->d, (size_t)s->d * sizeof *row);
+}
+
+/* fast_d2 of row r of x and c, read where x holds it. */
+static double row_d2(const km_step *s, int64_t r, const double *c)
+{
+  int64_t p = 0;
+  while (r >= s->starts[p + 1]) p++;
+  const tsr_buf *x = &s->xs[p];
+  r -= s->starts[p];
+  if (x->meta.dtype == TSR_F32) return fast_d2_f32((const float *)x->data + r * s->d, c, s->d);
+  return fast_d2((const double *)x->data + r * s->d, c, s->d);
 }
 
 /* Asks for row r of x ahead of its use: the passes are bound by the
@@ -399,8 +436,7 @@ static int64_t tighten_rows(km_step *s, const int64_t *rows, int64_t n, const do
       todo[n_todo++] = r;
       continue;
     }
-    load_row(s, r, s->row);
-    double u = KM_UP(sqrt(fast_d2(s->row, s->centers + st->label * s->d, s->d)));
+    double u = KM_UP(sqrt(row_d2(s, r, s->centers + st->label * s->d)));
     if (!(u * (1 + KM_SLACK) < b[1])) todo[n_todo++] = r;
     else st->epoch = (int32_t)s->epoch, st->u = f32_up(u), st->l = f32_down(b[0]);
   }
@@ -455,8 +491,7 @@ static int step_run(km_step *s, tsr_errbuf *err)
       rc = place_rows(s, s->todo + i, n_todo - i < KM_BATCH ? (int)(n_todo - i) : KM_BATCH, err);
     for (int64_t r = b0; rc == 0 && s->converged && r < b1; r++) {
       prefetch_row(s, r + KM_PREFETCH);
-      load_row(s, r, s->row);
-      inertia += fast_d2(s->row, s->centers + s->state[r].label * s->d, s->d);
+      inertia += row_d2(s, r, s->centers + s->state[r].label * s->d);
     }
   }
   s->part[s->k * s->d + s->k] = inertia;
