@@ -226,6 +226,61 @@ TEST(steps_give_plain_lloyds_labels_f32) { check_mixture(TSR_F32, 3000, 7, 12, 7
 TEST(steps_give_plain_lloyds_labels_f64_overlapping) { check_mixture(TSR_F64, 2000, 3, 25, 512, 6.0); }
 TEST(steps_give_plain_lloyds_labels_wide) { check_mixture(TSR_F32, 1500, 64, 40, 400, 12.0); }
 
+TEST(max_iter_stops_the_loop_then_the_final_e_step)
+{
+  double *x = mixture(900, 5, 9, 4.0);
+  lloyd l = lloyd_of(900, 5, 9, 250, 0, TSR_F64, x);
+  tsr_errbuf err;
+  ASSERT_OK(lloyd_start(&l, x, 2, 0, &err));
+  ASSERT_EQ(lloyd_check_all(&l, &err), 0);
+  const double *m = l.model.data;
+  ASSERT_EQ(m[0], 2);          /* two updates counted */
+  ASSERT_EQ(l.iterations, 3);  /* and the final E-step's pass */
+  ASSERT_EQ(m[1], 2);
+  /* past done, steps and updates pass their inputs through */
+  double before = m[3];
+  ASSERT_EQ(lloyd_iteration(&l, false, &err), 0);
+  ASSERT_EQ(((const double *)l.model.data)[3], before);
+  lloyd_free(&l);
+  free(x);
+}
+
+TEST(a_step_over_several_chunks_labels_each_row)
+{
+  /* one kmeans_step over three x chunks (parts = 3), as graphs/kmeans.c
+   * runs a thread's run of chunks: its rows in order, each chunk's rows
+   * labelled as plain Lloyd labels that chunk */
+  double *x = mixture(1000, 6, 8, 3.0);
+  lloyd l = lloyd_of(1000, 6, 8, 300, 0, TSR_F64, x);
+  tsr_errbuf err;
+  ASSERT_OK(lloyd_start(&l, x, 300, 1e-4, &err));
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_params_add_int(&p, "k", 8);
+  tsr_params_add_int(&p, "row0", 0);
+  tsr_params_add_int(&p, "parts", 3);
+  tsr_buf in[4] = {chunk_of(&l, 0), chunk_of(&l, 1), chunk_of(&l, 2), l.model}, out;
+  ASSERT_OK(run("kmeans_step", &p, in, 4, &out, &err));
+  for (int64_t b = 0; b < 3; b++) {
+    int32_t *ref = reference_labels(&l, b, (const double *)l.model.data + KM_HDR, &err);
+    ASSERT_TRUE(ref != NULL);
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < 300; r++) wrong += state_label(&l, &out, b * 300 + r) != ref[r];
+    free(ref);
+    ASSERT_EQ(wrong, 0);
+  }
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "k", 8);
+  tsr_params_add_int(&p, "row0", 0);
+  tsr_params_add_int(&p, "parts", 5);
+  tsr_buf bad;
+  ASSERT_EQ(run("kmeans_step", &p, in, 4, &bad, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "parts = 5");
+  tsr_params_clear(&p);
+  free(out.data);
+  lloyd_free(&l);
+  free(x);
+}
+
 TEST(an_emptied_cluster_takes_the_farthest_point)
 {
   /* two groups; the third center far from every point gets nothing in the
@@ -337,6 +392,8 @@ int main(int argc, char **argv)
   RUN(steps_give_plain_lloyds_labels_f32);
   RUN(steps_give_plain_lloyds_labels_f64_overlapping);
   RUN(steps_give_plain_lloyds_labels_wide);
+  RUN(max_iter_stops_the_loop_then_the_final_e_step);
+  RUN(a_step_over_several_chunks_labels_each_row);
   RUN(an_emptied_cluster_takes_the_farthest_point);
   RUN(bad_input_is_named);
   return kit_summary();
