@@ -37,11 +37,8 @@ enum { PH_RUN = 0, PH_CONVERGED = 1, PH_DONE = 2 };
 #define KM_EPOCHS 32
 #define KM_MODEL_LEN(k, d) (KM_HDR + (k) * (d) + 2 * (k) + KM_EPOCHS * ((k) + 1))
 #define KM_STATE_HEAD(k, d) (KM_LEN(k, d) + 2 * (d))
-/* then the rows, then a copy of the model the step ran with (a folded
- * step reads the last model there) */
-#define KM_STATE_LEN(k, d, r) (KM_STATE_HEAD(k, d) + 2 * (r) + KM_MODEL_LEN(k, d))
-#define KM_STATE_ROWS(k, d, len) (((len) - KM_STATE_HEAD(k, d) - KM_MODEL_LEN(k, d)) / 2)
-#define KM_STATE_MODEL(k, d, st, len) ((st) + (len) - KM_MODEL_LEN(k, d))
+#define KM_STATE_LEN(k, d, r) (KM_STATE_HEAD(k, d) + 2 * (r))
+#define KM_STATE_ROWS(k, d, len) (((len) - KM_STATE_HEAD(k, d)) / 2)
 /* A row of a state: 16 bytes, the bounds rounded outward to f32, valid
  * for the centers of model iteration `epoch`. A row that keeps its label
  * is not rewritten (the state is copied whole), so an iteration costs a
@@ -184,39 +181,22 @@ static int init_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
 
 /* The step's x chunks: params parts (default 1) inputs, then the model
  * and the previous state. */
-/* Folded (params fold, group): the x chunks, then every run's state of
- * the last iteration (this run's is number `group`): the step computes
- * the model itself, as kmeans_update would, so an iteration is one level
- * of the graph. Sets *group_p to -1 when not folded. */
-static int step_parts(const char *op, const tsr_params *p, int n, int64_t *parts_p, int64_t *group_p, tsr_errbuf *err)
+static int step_parts(const char *op, const tsr_params *p, int n, int64_t *parts_p, tsr_errbuf *err)
 {
-  int64_t parts = 1, group = -1;
-  bool fold = false;
+  int64_t parts = 1;
   if (tsr_params_find(p, "parts") != NULL && km_int(op, p, "parts", &parts, err) != 0) return TSR_EINVAL;
-  if (tsr_params_find(p, "fold") != NULL && tsr_params_get_bool(p, "fold", &fold, err) != 0)
-    return tsr_k_param_fail(op, TSR_EINVAL, err);
-  if (fold && km_int(op, p, "group", &group, err) != 0) return TSR_EINVAL;
-  if (fold && (parts < 1 || group < 0 || group >= n - parts))
-    return tsr_fail(err, TSR_EINVAL, "%s: group %lld outside the %lld states after parts = %lld x chunks", op, (long long)group,
-                    (long long)(n - parts), (long long)parts);
-  if (!fold && (parts < 1 || (n != parts + 1 && n != parts + 2)))
+  if (parts < 1 || (n != parts + 1 && n != parts + 2))
     return tsr_fail(err, TSR_EINVAL, "%s: %d inputs for parts = %lld (the x chunks, the model, a state)", op, n, (long long)parts);
-  *parts_p = parts, *group_p = group;
+  *parts_p = parts;
   return 0;
-}
-
-static bool is_state(const tsr_meta *m, int64_t k, int64_t d)
-{
-  return m->ndim == 1 && m->dtype == TSR_F64 && m->shape[0] >= KM_STATE_LEN(k, d, 0) &&
-         KM_STATE_LEN(k, d, KM_STATE_ROWS(k, d, m->shape[0])) == m->shape[0];
 }
 
 static int step_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
 {
-  int64_t k, row0, parts, group, rows = 0;
+  int64_t k, row0, parts, rows = 0;
   int rc = km_int("kmeans_step", p, "k", &k, err);
   if (rc == 0) rc = km_int("kmeans_step", p, "row0", &row0, err);
-  if (rc == 0) rc = step_parts("kmeans_step", p, n, &parts, &group, err);
+  if (rc == 0) rc = step_parts("kmeans_step", p, n, &parts, err);
   if (rc != 0) return rc;
   for (int i = 0; i < parts; i++) {
     if (in[i].ndim != 2 || !tsr_k_is_float(in[i].dtype) || in[i].dtype != in[0].dtype || in[i].shape[1] != in[0].shape[1])
@@ -225,14 +205,6 @@ static int step_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *
     rows += in[i].shape[0];
   }
   int64_t d = in[0].shape[1], len = KM_STATE_LEN(k, d, rows);
-  for (int i = (int)parts; group >= 0 && i < n; i++)
-    if (k < 1 || !is_state(&in[i], k, d) || (i == parts + group && in[i].shape[0] != len))
-      return tsr_fail(err, TSR_ESHAPE, "kmeans_step: input %d is %s, not a state%s", i, tsr_k_str(&in[i]).s,
-                      i == parts + group ? " of this run's rows" : "");
-  if (group >= 0) {
-    tsr_k_meta_set(out, TSR_F64, 1, &len);
-    return 0;
-  }
   const tsr_meta *m = &in[parts], *st = n == parts + 2 ? &in[parts + 1] : NULL;
   if (k < 1 || m->ndim != 1 || m->dtype != TSR_F64 || m->shape[0] != KM_MODEL_LEN(k, d))
     return tsr_fail(err, TSR_ESHAPE, "kmeans_step: input %lld is %s, not a model of k = %lld x %lld", (long long)parts,
@@ -554,32 +526,13 @@ static void step_free(km_step *s)
   free(s->ct), free(s->ct32), free(s->cn), free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->todo), free(s->tight), free(s->bounds);
 }
 
-static int model_next(double *m, const tsr_buf *states, int n, int64_t k, int64_t d, tsr_errbuf *err);
-
-/* The model this step runs with: its input, or (folded) the next one
- * after the last, computed into *own_p (free it). */
-static int step_model(const tsr_buf *in, int n, int64_t parts, int64_t group, int64_t k, int64_t d, const double **m_p,
-                      double **own_p, tsr_errbuf *err)
+static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
 {
-  *own_p = NULL;
-  if (group < 0) {
-    *m_p = in[parts].data;
-    return 0;
-  }
-  size_t bytes = (size_t)KM_MODEL_LEN(k, d) * sizeof(double);
-  double *m = malloc(bytes);
-  if (m == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory");
-  memcpy(m, KM_STATE_MODEL(k, d, (const double *)in[parts].data, in[parts].meta.shape[0]), bytes);
-  int rc = model_next(m, in + parts, n - (int)parts, k, d, err);
-  if (rc != 0) free(m);
-  else *m_p = m, *own_p = m;
-  return rc;
-}
-
-static int step_with(const tsr_buf *in, int64_t parts, const double *m, const double *prev, int64_t k, int64_t row0,
-                     tsr_buf *out, tsr_errbuf *err)
-{
-  int64_t d = in[0].meta.shape[1];
+  int64_t k = 0, row0 = 0, parts = 1, d = in[0].meta.shape[1];
+  tsr_params_get_int(p, "k", &k, NULL);
+  tsr_params_get_int(p, "row0", &row0, NULL);
+  step_parts("kmeans_step", p, n, &parts, NULL);
+  const double *m = in[parts].data, *prev = n == parts + 2 ? in[parts + 1].data : NULL;
   if (m[M_PHASE] == PH_DONE) {
     if (prev == NULL) return tsr_fail(err, TSR_EINVAL, "kmeans_step: the model is done but no state came with it");
     memcpy(out->data, prev, out->nbytes);  /* converged earlier in this graph: nothing moves */
@@ -603,22 +556,6 @@ static int step_with(const tsr_buf *in, int64_t parts, const double *m, const do
   return rc;
 }
 
-static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
-{
-  int64_t k = 0, row0 = 0, parts = 1, group = -1, d = in[0].meta.shape[1];
-  tsr_params_get_int(p, "k", &k, NULL);
-  tsr_params_get_int(p, "row0", &row0, NULL);
-  step_parts("kmeans_step", p, n, &parts, &group, NULL);
-  const double *m = NULL, *prev = group >= 0 ? in[parts + group].data : n == parts + 2 ? in[parts + 1].data : NULL;
-  double *own = NULL;
-  int rc = step_model(in, n, parts, group, k, d, &m, &own, err);
-  if (rc == 0) rc = step_with(in, parts, m, prev, k, row0, out, err);
-  /* the model this step ran with, for the next folded step */
-  if (rc == 0) memcpy(KM_STATE_MODEL(k, d, (double *)out->data, out->meta.shape[0]), m, (size_t)KM_MODEL_LEN(k, d) * sizeof *m);
-  free(own);
-  return rc;
-}
-
 /* ---------- kmeans_update: new centers from every chunk's state ---------- */
 
 static int update_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
@@ -628,13 +565,10 @@ static int update_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta
   if (rc == 0) rc = km_int("kmeans_update", p, "d", &d, err);
   if (rc != 0) return rc;
   int64_t len = KM_MODEL_LEN(k, d), head = KM_STATE_HEAD(k, d);
-  bool fold = false;
-  if (tsr_params_find(p, "fold") != NULL && tsr_params_get_bool(p, "fold", &fold, err) != 0)
-    return tsr_k_param_fail("kmeans_update", TSR_EINVAL, err);
-  if (!fold && (in[0].ndim != 1 || in[0].dtype != TSR_F64 || in[0].shape[0] != len))
+  if (in[0].ndim != 1 || in[0].dtype != TSR_F64 || in[0].shape[0] != len)
     return tsr_fail(err, TSR_ESHAPE, "kmeans_update: input 0 is %s, not a model of k = %lld x %lld", tsr_k_str(&in[0]).s,
                     (long long)k, (long long)d);
-  for (int i = fold ? 0 : 1; i < n; i++)
+  for (int i = 1; i < n; i++)
     if (in[i].ndim != 1 || in[i].dtype != TSR_F64 || in[i].shape[0] < head || KM_STATE_LEN(k, d, KM_STATE_ROWS(k, d, in[i].shape[0])) != in[i].shape[0])
       return tsr_fail(err, TSR_ESHAPE, "kmeans_update: input %d is %s, not a chunk's state", i, tsr_k_str(&in[i]).s);
   tsr_k_meta_set(out, TSR_F64, 1, &len);
@@ -645,10 +579,10 @@ static int update_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta
 static void update_tol(double *m, const tsr_buf *in, int n, int64_t k, int64_t d)
 {
   double rows = 0, v = 0;
-  for (int i = 0; i < n; i++) rows += (double)KM_STATE_ROWS(k, d, in[i].meta.shape[0]);
+  for (int i = 1; i < n; i++) rows += (double)KM_STATE_ROWS(k, d, in[i].meta.shape[0]);
   for (int64_t j = 0; j < d; j++) {
     double s = 0, sq = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 1; i < n; i++) {
       const double *c = (const double *)in[i].data + KM_LEN(k, d);
       s += c[j], sq += c[d + j];
     }
@@ -664,7 +598,7 @@ static bool relocate(double *part, const tsr_buf *in, int n, int64_t k, int64_t 
 {
   double *sums = part, *counts = part + k * d, *far = counts + k + 1, *fx = far + 3 * k;
   for (int64_t j = 0; j < k; j++) far[3 * j + 1] = -1;
-  for (int i = 0; i < n; i++) {
+  for (int i = 1; i < n; i++) {
     const double *sf = (const double *)in[i].data + k * d + k + 1, *sx = sf + 3 * k;
     if (sf[1] < 0) return false;
     for (int64_t j = 0; j < k && sf[3 * j + 1] >= 0; j++)
@@ -704,7 +638,7 @@ static int update_step(double *m, const tsr_buf *in, int n, int64_t k, int64_t d
 {
   double *part = calloc((size_t)KM_LEN(k, d), sizeof *part), *counts = part ? part + k * d : NULL;
   if (part == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_update: out of memory");
-  for (int i = 0; i < n; i++)
+  for (int i = 1; i < n; i++)
     for (int64_t j = 0; j < k * d + k; j++) part[j] += ((const double *)in[i].data)[j];
   bool empty = false;
   for (int64_t c = 0; c < k; c++) empty |= counts[c] == 0;
@@ -729,34 +663,22 @@ static int update_step(double *m, const tsr_buf *in, int n, int64_t k, int64_t d
   return 0;
 }
 
-/* The model after m (updated in place) from the n states its steps
- * wrote: the final inertia after the final E-step, else new centers. */
-static int model_next(double *m, const tsr_buf *states, int n, int64_t k, int64_t d, tsr_errbuf *err)
-{
-  if (m[M_PHASE] == PH_DONE) return 0;
-  if (m[M_PHASE] == PH_CONVERGED) {  /* the steps computed the final labels and inertia */
-    double inertia = 0;
-    for (int i = 0; i < n; i++) inertia += ((const double *)states[i].data)[k * d + k];
-    m[M_INERTIA] = inertia, m[M_PHASE] = PH_DONE;
-    return 0;
-  }
-  if (m[M_TOL_ABS] < 0) update_tol(m, states, n, k, d);
-  return update_step(m, states, n, k, d, err);
-}
-
-/* Params fold: the inputs are the states alone, the last model read from
- * the first one's tail (kmeans_step's folded chain); else the model, then
- * the states. */
 static int update_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
 {
   int64_t k = 0, d = 0;
-  bool fold = false;
   tsr_params_get_int(p, "k", &k, NULL);
   tsr_params_get_int(p, "d", &d, NULL);
-  if (tsr_params_find(p, "fold") != NULL) tsr_params_get_bool(p, "fold", &fold, NULL);
-  const double *last = fold ? KM_STATE_MODEL(k, d, (const double *)in[0].data, in[0].meta.shape[0]) : in[0].data;
-  memcpy(out->data, last, out->nbytes);
-  return fold ? model_next(out->data, in, n, k, d, err) : model_next(out->data, in + 1, n - 1, k, d, err);
+  double *m = out->data;
+  memcpy(m, in[0].data, out->nbytes);
+  if (m[M_PHASE] == PH_DONE) return 0;
+  if (m[M_PHASE] == PH_CONVERGED) {  /* the steps computed the final labels and inertia */
+    double inertia = 0;
+    for (int i = 1; i < n; i++) inertia += ((const double *)in[i].data)[k * d + k];
+    m[M_INERTIA] = inertia, m[M_PHASE] = PH_DONE;
+    return 0;
+  }
+  if (m[M_TOL_ABS] < 0) update_tol(m, in, n, k, d);
+  return update_step(m, in, n, k, d, err);
 }
 
 /* ---------- kmeans_labels: a state's labels ---------- */
@@ -799,5 +721,5 @@ static int labels_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *ou
 
 const tsr_op_def tsr_op_kmeans_init = {"kmeans_init", 0, 0, init_infer, init_cpu, false, NULL};
 const tsr_op_def tsr_op_kmeans_step = {"kmeans_step", 2, -1, step_infer, step_cpu, false, NULL};
-const tsr_op_def tsr_op_kmeans_update = {"kmeans_update", 1, -1, update_infer, update_cpu, false, NULL};
+const tsr_op_def tsr_op_kmeans_update = {"kmeans_update", 2, -1, update_infer, update_cpu, false, NULL};
 const tsr_op_def tsr_op_kmeans_labels = {"kmeans_labels", 1, 1, labels_infer, labels_cpu, false, NULL};

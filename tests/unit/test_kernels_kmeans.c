@@ -281,74 +281,6 @@ TEST(a_step_over_several_chunks_labels_each_row)
   free(x);
 }
 
-/* One folded iteration (graphs/kmeans.c on one worker): each run's step
- * takes every run's last state and computes the model itself; the model
- * it ran with is at its state's tail. Labels checked as lloyd_iteration. */
-static int64_t folded_iteration(lloyd *l, tsr_buf *model_p, tsr_errbuf *err)
-{
-  tsr_buf *next = calloc((size_t)l->nb, sizeof *next), *ins = calloc((size_t)l->nb + 1, sizeof *ins);
-  int64_t wrong = 0, mlen = KM_HDR + l->k * l->d + 2 * l->k + 32 * (l->k + 1);
-  int rc = 0;
-  for (int64_t b = 0; rc == 0 && b < l->nb; b++) {
-    tsr_params p = TSR_PARAMS_INIT;
-    tsr_params_add_int(&p, "k", l->k);
-    tsr_params_add_int(&p, "row0", b * l->chunk);
-    tsr_params_add_bool(&p, "fold", true);
-    tsr_params_add_int(&p, "group", b);
-    ins[0] = chunk_of(l, b);
-    for (int64_t g = 0; g < l->nb; g++) ins[g + 1] = l->states[g];
-    rc = run("kmeans_step", &p, ins, (int)l->nb + 1, &next[b], err);
-    tsr_params_clear(&p);
-    if (rc != 0) break;
-    const double *m = (const double *)next[b].data + next[b].meta.shape[0] - mlen;
-    int32_t *ref = m[1] != 2 ? reference_labels(l, b, m + KM_HDR, err) : NULL;
-    for (int64_t r = 0; ref != NULL && r < ins[0].meta.shape[0]; r++) wrong += state_label(l, &next[b], r) != ref[r];
-    free(ref);
-    if (b == 0) free(model_p->data), *model_p = buf_of(TSR_F64, 1, mlen, 0, memcpy(malloc((size_t)mlen * 8), m, (size_t)mlen * 8));
-  }
-  for (int64_t b = 0; b < l->nb; b++) free(l->states[b].data), l->states[b] = next[b];
-  free(next), free(ins);
-  l->iterations++;
-  return rc != 0 ? rc : wrong;
-}
-
-TEST(folded_steps_give_the_same_model_as_steps_and_updates)
-{
-  double *x = mixture(2400, 5, 14, 3.0);
-  lloyd a = lloyd_of(2400, 5, 14, 500, 0, TSR_F32, as_dtype(x, 2400 * 5, TSR_F32));
-  lloyd f = lloyd_of(2400, 5, 14, 500, 0, TSR_F32, as_dtype(x, 2400 * 5, TSR_F32));
-  tsr_errbuf err;
-  ASSERT_OK(lloyd_start(&a, x, 300, 1e-4, &err));
-  ASSERT_OK(lloyd_start(&f, x, 300, 1e-4, &err));
-  ASSERT_EQ(lloyd_check_all(&a, &err), 0);
-  ASSERT_EQ(lloyd_iteration(&f, true, &err), 0);  /* the first iteration has no states to fold */
-  tsr_buf m = {0};
-  int64_t wrong = 0;
-  while ((m.data == NULL || ((const double *)m.data)[1] != 2) && f.iterations < 400) {
-    int64_t w = folded_iteration(&f, &m, &err);
-    ASSERT_TRUE(w >= 0);
-    wrong += w;
-  }
-  ASSERT_EQ(wrong, 0);
-  const double *ma = a.model.data, *mf = m.data;
-  fprintf(stderr, "  %d iterations with updates, %d folded; inertia %.9g / %.9g\n", a.iterations, f.iterations, ma[3], mf[3]);
-  /* the done model is the one the step after the last update runs with */
-  ASSERT_EQ(f.iterations, a.iterations + 1);
-  ASSERT_TRUE(memcmp(ma, mf, a.model.nbytes) == 0);  /* the same bytes: the same update code */
-  /* kmeans_update folded reads the model from the first state's tail */
-  tsr_params p = TSR_PARAMS_INIT;
-  tsr_params_add_int(&p, "k", 14);
-  tsr_params_add_int(&p, "d", 5);
-  tsr_params_add_bool(&p, "fold", true);
-  tsr_buf out;
-  ASSERT_OK(run("kmeans_update", &p, f.states, (int)f.nb, &out, &err));
-  ASSERT_TRUE(memcmp(out.data, ma, a.model.nbytes) == 0);
-  tsr_params_clear(&p);
-  free(out.data), free(m.data);
-  lloyd_free(&a), lloyd_free(&f);
-  free(a.x), free(f.x), free(x);
-}
-
 TEST(an_emptied_cluster_takes_the_farthest_point)
 {
   /* two groups; the third center far from every point gets nothing in the
@@ -462,7 +394,6 @@ int main(int argc, char **argv)
   RUN(steps_give_plain_lloyds_labels_wide);
   RUN(max_iter_stops_the_loop_then_the_final_e_step);
   RUN(a_step_over_several_chunks_labels_each_row);
-  RUN(folded_steps_give_the_same_model_as_steps_and_updates);
   RUN(an_emptied_cluster_takes_the_farthest_point);
   RUN(bad_input_is_named);
   return kit_summary();
