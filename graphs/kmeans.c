@@ -1,11 +1,12 @@
-/* k-means (tessera/cluster.h, tsr_kmeans) as scikit-learn's Lloyd loop.
- * Each iteration is one small graph: a kmeans_partial task per row chunk
- * (assignment, sums, counts, inertia, farthest points) and a tree of
- * kmeans_combine tasks (fan-in 8); the root comes back here, where the
- * centers are updated (empty clusters relocated to the farthest points,
- * as sklearn's _relocate_empty_clusters_dense) and the shift checked
- * against tol × the mean column variance. Then a last pass assigns the
- * labels and the inertia with the final centers (sklearn's final E-step).
+/* k-means (tessera/cluster.h, tsr_kmeans) as scikit-learn's Lloyd loop,
+ * with Hamerly's bounds (kernels/cpu/kmeans_step.c; docs/cluster.md).
+ * x's row chunks are split into runs, one per thread of the cluster; an
+ * iteration is a kmeans_step task per run (its x chunks, the model, its
+ * last state) and a kmeans_update of the model from every state. The
+ * client records KM_BLOCK iterations a graph, gathers only the model and
+ * keeps the states held on the workers for the next graph, until the
+ * model says done (converged, the final E-step run, the inertia summed).
+ * Labels: a kmeans_labels task per x chunk over the final states.
  * k-means++ is one kmeans_pp task per init (kernels/cpu/kmeans.c). */
 #include <math.h>
 #include <stdlib.h>

@@ -4,16 +4,19 @@
  *
  * The model (f64 [KM_MODEL_LEN(k, d)]): a header of KM_HDR values (below),
  * the centers k·d, each center's last move δ[k] (an upper bound of the
- * Euclidean distance it moved) and half[k] (a lower bound of half the
- * distance to the nearest other center).
+ * Euclidean distance it moved), half[k] (a lower bound of half the
+ * distance to the nearest other center), and the cumulative moves of
+ * each center and of the largest over the last KM_EPOCHS iterations.
  *
  * A chunk's state (f64 [KM_STATE_LEN(k, d, rows)]): a partial (kmeans.h:
  * sums and counts of the rows by label, the exact inertia when the model
  * has converged, the farthest points after a full pass), the chunk's
  * column sums and sums of squares (d each, for sklearn's tol), then per
- * row a km_row (label i32, u and l f32) packed into the f64 tail: u an
- * upper bound of the distance to its center, l a lower bound of the
- * distance to every other center.
+ * row a km_row (label, epoch i32, u and l f32) packed into the f64 tail:
+ * u an upper bound of the distance to its center, l a lower bound of the
+ * distance to every other center, both for the centers of iteration
+ * `epoch` (moved by the cumulative drifts since when read). A step's
+ * x input may be several chunks (params parts): a run of rows.
  *
  * Invariant: the labels are plain Lloyd's (exact f64 squared distances,
  * ties to the smaller index). A row keeps its label without a distance
