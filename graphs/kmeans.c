@@ -1,11 +1,12 @@
-/* k-means (tessera/cluster.h, tsr_kmeans) as scikit-learn's Lloyd loop.
- * Each iteration is one small graph: a kmeans_partial task per row chunk
- * (assignment, sums, counts, inertia, farthest points) and a tree of
- * kmeans_combine tasks (fan-in 8); the root comes back here, where the
- * centers are updated (empty clusters relocated to the farthest points,
- * as sklearn's _relocate_empty_clusters_dense) and the shift checked
- * against tol × the mean column variance. Then a last pass assigns the
- * labels and the inertia with the final centers (sklearn's final E-step).
+/* k-means (tessera/cluster.h, tsr_kmeans) as scikit-learn's Lloyd loop,
+ * with Hamerly's bounds (kernels/cpu/kmeans_step.c; docs/cluster.md).
+ * x's row chunks are split into runs, one per thread of the cluster; an
+ * iteration is a kmeans_step task per run (its x chunks, the model, its
+ * last state) and a kmeans_update of the model from every state. The
+ * client records KM_BLOCK iterations a graph, gathers only the model and
+ * keeps the states held on the workers for the next graph, until the
+ * model says done (converged, the final E-step run, the inertia summed).
+ * Labels: a kmeans_labels task per x chunk over the final states.
  * k-means++ is one kmeans_pp task per init (kernels/cpu/kmeans.c). */
 #include <math.h>
 #include <stdlib.h>
@@ -15,134 +16,147 @@
 #include "tessera/cluster.h"
 
 #define TSR_API __attribute__((visibility("default")))
-#define KM_LEN(k, d) ((k) * (d) + (k) + 1 + (k) * (3 + (d)))
-#define KM_FAN_IN 8
 
 typedef struct km_run {
   tsr_array_ctx *ctx;
   const tsr_array *x;
   int64_t k, d;
   int timeout_ms;
+  int64_t groups;      /* step tasks an iteration: runs of x's chunks */
+  int64_t *first;      /* groups + 1: group g holds chunks [first[g], first[g + 1]) */
 } km_run;
 
-static int centers_args(const km_run *r, const double *centers, int64_t row0, bool labels, tsr_args **a)
+/* The model chunk's layout (kernels/cpu/kmeans_step.c): a header, then
+ * the centers k·d, each center's move k and half its nearest distance k,
+ * the cumulative moves of the last KM_EPOCHS iterations. */
+#define KM_HDR 8
+#define KM_M_IT 0
+#define KM_M_PHASE 1
+#define KM_M_INERTIA 3
+#define KM_PHASE_DONE 2
+#define KM_EPOCHS 32
+#define KM_MODEL_LEN(k, d) (KM_HDR + (k) * (d) + 2 * (k) + KM_EPOCHS * ((k) + 1))
+/* Lloyd iterations a graph: the client learns of convergence once a
+ * graph, and the iterations after it in the same graph pass their inputs
+ * through (cheap), so a block trades round trips against wasted levels. */
+#define KM_BLOCK 8
+
+/* One run's chain of iterations: the last model and the chunks' states,
+ * kept on the cluster by `held` between graphs. */
+typedef struct km_chain {
+  char model[256];
+  char (*states)[256];
+  bool have_states;
+  tsr_future *held;
+  int iterations;
+} km_chain;
+
+static int km_init_model(const km_run *r, const tsr_kmeans_opts *o, const double *centers, km_chain *ch)
 {
-  int rc = tsr_args_new(a);
-  if (rc == 0) rc = tsr_args_int(*a, "k", r->k);
-  if (rc == 0) rc = tsr_args_floats(*a, "centers", centers, (size_t)(r->k * r->d));
-  if (rc == 0) rc = tsr_args_int(*a, "row0", row0);
-  if (rc == 0) rc = tsr_args_bool(*a, "labels", labels);
+  tsr_args *a = NULL;
+  int rc = tsr_args_new(&a);
+  if (rc == 0) rc = tsr_args_int(a, "k", r->k);
+  if (rc == 0) rc = tsr_args_int(a, "max_iter", o->max_iter);
+  if (rc == 0) rc = tsr_args_float(a, "tol", o->tol);
+  if (rc == 0) rc = tsr_args_floats(a, "values", centers, (size_t)(r->k * r->d));
+  if (rc == 0) rc = gtask_add_tmp(r->ctx, "kmeans-init", "kmeans_init", a, NULL, 0, ch->model, sizeof ch->model);
+  tsr_args_destroy(&a);
   return rc;
 }
 
-/* Computes the combined partial of all chunks under centers into out. */
-static int km_partial(const km_run *r, const double *centers, double *out)
+/* Records one iteration: a kmeans_step per group of chunks (its x
+ * chunks, the model, its last state), then kmeans_update of the model
+ * from every state. */
+static int km_iteration(const km_run *r, km_chain *ch)
 {
-  int64_t nb = r->x->nchunks[0], len = KM_LEN(r->k, r->d);
-  char(*keys)[256] = malloc((size_t)nb * sizeof *keys);
-  if (keys == NULL) return client_fail(TSR_ENOMEM, "kmeans: out of memory");
-  int rc = 0;
-  for (int64_t i = 0; rc == 0 && i < nb; i++) {
-    tsr_args *a = NULL;
-    const char *in = r->x->keys[i];
-    rc = centers_args(r, centers, i * r->x->chunk[0], false, &a);
-    if (rc == 0) rc = gtask_add_tmp(r->ctx, "kmeans-partial", "kmeans_partial", a, &in, 1, keys[i], 256);
+  int64_t ng = r->groups, most = 0;
+  for (int64_t g = 0; g < ng; g++) most = r->first[g + 1] - r->first[g] > most ? r->first[g + 1] - r->first[g] : most;
+  tsr_args *a = NULL, *u = NULL;
+  const char **in = malloc((size_t)(ng + most + 2) * sizeof *in);
+  int rc = in != NULL ? tsr_args_new(&u) : client_fail(TSR_ENOMEM, "kmeans: out of memory");
+  if (rc == 0) rc = tsr_args_int(u, "k", r->k);
+  if (rc == 0) rc = tsr_args_int(u, "d", r->d);
+  for (int64_t g = 0; rc == 0 && g < ng; g++) {
+    int64_t parts = r->first[g + 1] - r->first[g];
+    for (int64_t i = 0; i < parts; i++) in[i] = r->x->keys[r->first[g] + i];
+    in[parts] = ch->model, in[parts + 1] = ch->states[g];
+    rc = tsr_args_new(&a);
+    if (rc == 0) rc = tsr_args_int(a, "k", r->k);
+    if (rc == 0) rc = tsr_args_int(a, "row0", r->first[g] * r->x->chunk[0]);
+    if (rc == 0) rc = tsr_args_int(a, "parts", parts);
+    char key[256];  /* not straight into states[g]: it is an input */
+    size_t n_in = (size_t)parts + (ch->have_states ? 2 : 1);
+    if (rc == 0) rc = gtask_add_tmp(r->ctx, "kmeans-step", "kmeans_step", a, in, n_in, key, sizeof key);
+    if (rc == 0) memcpy(ch->states[g], key, sizeof key);
     tsr_args_destroy(&a);
   }
-  tsr_args *ca = NULL;
-  tsr_array *root = NULL;
-  if (rc == 0) rc = tsr_args_new(&ca);
-  if (rc == 0) rc = tsr_args_int(ca, "k", r->k);
-  if (rc == 0) rc = tsr_args_int(ca, "d", r->d);
-  /* a tree: combine KM_FAN_IN at a time until one is left, that one the root array's */
-  int64_t level = nb;
-  while (rc == 0 && level > KM_FAN_IN) {
-    int64_t next = 0;
-    for (int64_t lo = 0; rc == 0 && lo < level; lo += KM_FAN_IN, next++) {
-      int64_t hi = lo + KM_FAN_IN < level ? lo + KM_FAN_IN : level;
-      const char *in[KM_FAN_IN];
-      for (int64_t j = lo; j < hi; j++) in[j - lo] = keys[j];
-      char key[256];
-      rc = gtask_add_tmp(r->ctx, "kmeans-combine", "kmeans_combine", ca, in, (size_t)(hi - lo), key, sizeof key);
-      memcpy(keys[next], key, sizeof key);
-    }
-    level = next;
-  }
-  if (rc == 0) rc = garray_new(r->ctx, "kmeans-sums", TSR_F64, 1, &len, &len, &root);
-  const char *in[KM_FAN_IN];
-  for (int64_t j = 0; rc == 0 && j < level; j++) in[j] = keys[j];
-  if (rc == 0) rc = gtask_add(r->ctx, root->keys[0], "kmeans_combine", ca, in, (size_t)level);
-  if (rc == 0) rc = tsr_compute(r->ctx, root, out, (size_t)len * sizeof *out, r->timeout_ms);
-  tsr_args_destroy(&ca);
-  tsr_array_free(r->ctx, &root);
-  free(keys);
-  return rc;
-}
-
-/* New centers from a combined partial (sums, counts), relocating empty
- * clusters to the farthest points first; returns Σ |new − old|². */
-static double km_update(const km_run *r, double *part, const double *old, double *centers)
-{
-  int64_t k = r->k, d = r->d;
-  double *sums = part, *counts = part + k * d, *far = counts + k + 1, *fx = far + 3 * k;
-  int64_t next_far = 0;
-  for (int64_t c = 0; c < k; c++) {
-    if (counts[c] > 0 || next_far >= k || far[3 * next_far + 1] < 0) continue;
-    int64_t from = (int64_t)far[3 * next_far + 2];
-    const double *p = fx + next_far * d;
-    for (int64_t j = 0; j < d; j++) sums[from * d + j] -= p[j], sums[c * d + j] = p[j];
-    counts[from] -= 1, counts[c] = 1;
-    next_far++;
-  }
-  double shift = 0;
-  for (int64_t c = 0; c < k; c++)
-    for (int64_t j = 0; j < d; j++) {
-      centers[c * d + j] = counts[c] > 0 ? sums[c * d + j] / counts[c] : old[c * d + j];
-      shift += (centers[c * d + j] - old[c * d + j]) * (centers[c * d + j] - old[c * d + j]);
-    }
-  return shift;
-}
-
-/* One Lloyd run from centers (updated in place); *inertia_p afterwards. */
-static int km_lloyd(const km_run *r, const tsr_kmeans_opts *o, double tol, double *centers, double *inertia_p)
-{
-  int64_t len = KM_LEN(r->k, r->d);
-  double *part = malloc((size_t)len * sizeof *part), *old = malloc((size_t)(r->k * r->d) * sizeof *old);
-  int rc = part && old ? 0 : client_fail(TSR_ENOMEM, "kmeans: out of memory");
-  for (int it = 0; rc == 0 && it < o->max_iter; it++) {
-    memcpy(old, centers, (size_t)(r->k * r->d) * sizeof *old);
-    rc = km_partial(r, old, part);
-    if (rc == 0 && km_update(r, part, old, centers) <= tol) break;
-  }
-  if (rc == 0) rc = km_partial(r, centers, part);
-  if (rc == 0) *inertia_p = part[r->k * r->d + r->k];
-  free(part), free(old);
-  return rc;
-}
-
-/* tol × the mean of the columns' variances (sklearn's _tolerance). */
-static int km_tol(const km_run *r, double tol, double *out)
-{
-  tsr_array *mean = NULL, *sq = NULL, *msq = NULL;
-  double *m = malloc((size_t)r->d * sizeof *m), *m2 = malloc((size_t)r->d * sizeof *m2);
-  int rc = m && m2 ? 0 : client_fail(TSR_ENOMEM, "kmeans: out of memory");
-  const tsr_array *x64 = r->x;
-  tsr_array *conv = NULL;
-  if (rc == 0 && r->x->dtype != TSR_F64) rc = tsr_astype(r->ctx, r->x, TSR_F64, &conv), x64 = conv;
-  if (rc == 0) rc = tsr_mean(r->ctx, x64, 0, 0, &mean);
-  if (rc == 0) rc = tsr_ufunc(r->ctx, x64, "square", &sq);
-  if (rc == 0) rc = tsr_mean(r->ctx, sq, 0, 0, &msq);
+  ch->have_states = true;
   if (rc == 0) {
-    const tsr_array *both[2] = {mean, msq};
-    void *bufs[2] = {m, m2};
-    size_t caps[2] = {(size_t)r->d * sizeof *m, (size_t)r->d * sizeof *m2};
-    rc = tsr_compute_many(r->ctx, both, 2, bufs, caps, r->timeout_ms);
+    in[0] = ch->model;
+    for (int64_t g = 0; g < ng; g++) in[g + 1] = ch->states[g];
+    char model[256];
+    rc = gtask_add_tmp(r->ctx, "kmeans-model", "kmeans_update", u, in, (size_t)ng + 1, model, sizeof model);
+    memcpy(ch->model, model, sizeof model);
   }
-  double v = 0;
-  for (int64_t j = 0; rc == 0 && j < r->d; j++) v += m2[j] - m[j] * m[j];
-  if (rc == 0) *out = tol * v / (double)r->d;
-  free(m), free(m2);
+  free(in);
+  tsr_args_destroy(&u);
   return rc;
+}
+
+/* Runs the recorded iterations: one graph wanting the model and the
+ * states, which stay held (ctx->held: later graphs start from them) until
+ * the next block's graph has its own. The model comes back into m. */
+static int km_run_block(const km_run *r, km_chain *ch, double *m)
+{
+  int64_t nb = r->groups, len = KM_MODEL_LEN(r->k, r->d);
+  char **keys = malloc((size_t)(nb + 1) * sizeof *keys);
+  if (keys == NULL) return client_fail(TSR_ENOMEM, "kmeans: out of memory");
+  keys[0] = ch->model;
+  for (int64_t i = 0; i < nb; i++) keys[i + 1] = ch->states[i];
+  tsr_future *f = NULL;
+  tsr_chunk *c = NULL;
+  int rc = grun_submit(r->ctx, keys, (size_t)nb + 1, r->timeout_ms, &f);
+  if (rc == 0) rc = tsr_gather(r->ctx->client, ch->model, r->timeout_ms, &c);
+  if (rc == 0 && (c->dtype != TSR_F64 || c->nbytes != (size_t)len * sizeof *m))
+    rc = client_fail(TSR_ESHAPE, "kmeans: the model '%s' came back with %zu bytes, not %lld", ch->model, c->nbytes, (long long)len * 8);
+  if (rc == 0) memcpy(m, c->data, (size_t)len * sizeof *m);
+  for (int64_t i = 0; rc == 0 && i <= nb; i++)
+    if (tsr_strmap_put(r->ctx->held, keys[i], strlen(keys[i]), 1) != 0) rc = client_fail(TSR_ENOMEM, "kmeans: out of memory");
+  tsr_chunk_destroy(&c);
+  free(keys);
+  tsr_future_release(&ch->held);  /* the previous block's chunks: nothing reads them any more */
+  ch->held = f;
+  return rc;
+}
+
+/* One Lloyd run from centers (updated in place), KM_BLOCK iterations a
+ * graph until the model says done (converged and the final E-step run);
+ * *inertia_p afterwards. ch keeps the final states for the labels. */
+static int km_lloyd(const km_run *r, const tsr_kmeans_opts *o, double *centers, double *inertia_p, km_chain *ch)
+{
+  int64_t len = KM_MODEL_LEN(r->k, r->d);
+  double *m = malloc((size_t)len * sizeof *m);
+  ch->states = calloc((size_t)r->groups, sizeof *ch->states);
+  int rc = m && ch->states ? km_init_model(r, o, centers, ch) : client_fail(TSR_ENOMEM, "kmeans: out of memory");
+  bool done = false;
+  while (rc == 0 && !done) {
+    for (int it = 0; rc == 0 && it < KM_BLOCK; it++) rc = km_iteration(r, ch);
+    if (rc == 0) rc = km_run_block(r, ch, m);
+    done = rc == 0 && m[KM_M_PHASE] == KM_PHASE_DONE;
+  }
+  if (rc == 0) {
+    memcpy(centers, m + KM_HDR, (size_t)(r->k * r->d) * sizeof *centers);
+    *inertia_p = m[KM_M_INERTIA], ch->iterations = (int)m[KM_M_IT];
+  }
+  free(m);
+  return rc;
+}
+
+static void km_chain_clear(km_chain *ch)
+{
+  tsr_future_release(&ch->held);
+  free(ch->states);
+  memset(ch, 0, sizeof *ch);
 }
 
 static int km_check(const tsr_array *x, const tsr_kmeans_opts *o)
@@ -175,23 +189,66 @@ static int km_pp(const km_run *r, uint64_t seed, double *centers)
   return rc;
 }
 
-/* The output arrays: labels by a kmeans_partial(labels) task per chunk,
- * centers by a kmeans_centers task holding the values in its params. */
-static int km_outputs(const km_run *r, const double *centers, tsr_array **labels_p, tsr_array **centers_p)
+/* Splits x's row chunks into runs, one step task each an iteration: as
+ * many as the cluster has threads (fewer tasks than chunks: each task and
+ * each level of the graph costs a scheduler round trip), contiguous, so a
+ * state covers a run of rows. One chunk a run when the scheduler cannot
+ * say. */
+static int km_groups(km_run *r)
+{
+  int64_t nb = r->x->nchunks[0], threads = 0;
+  tsr_cluster_info *info = NULL;
+  if (r->ctx->client != NULL && tsr_cluster_info_get(r->ctx->client, 10000, &info) == 0) {
+    for (size_t i = 0; i < info->n_workers; i++) threads += info->workers[i].threads > 0 ? info->workers[i].threads : 1;
+    tsr_cluster_info_destroy(&info);
+  }
+  r->groups = threads > 0 && threads < nb ? threads : nb;
+  r->first = malloc((size_t)(r->groups + 1) * sizeof *r->first);
+  if (r->first == NULL) return client_fail(TSR_ENOMEM, "kmeans: out of memory");
+  for (int64_t g = 0; g <= r->groups; g++) r->first[g] = g * nb / r->groups;
+  return 0;
+}
+
+/* Keeps the chain's last graph (its states) for as long as the context:
+ * the labels array reads them. */
+static int km_keep(tsr_array_ctx *ctx, km_chain *ch)
+{
+  if (ctx->n_persisted == ctx->cap_persisted) {
+    size_t cap = ctx->cap_persisted ? 2 * ctx->cap_persisted : 8;
+    tsr_future **bigger = realloc(ctx->persisted, cap * sizeof *bigger);
+    if (bigger == NULL) return client_fail(TSR_ENOMEM, "kmeans: out of memory");
+    ctx->persisted = bigger, ctx->cap_persisted = cap;
+  }
+  ctx->persisted[ctx->n_persisted++] = ch->held;
+  ch->held = NULL;
+  return 0;
+}
+
+/* The output arrays: labels by a kmeans_labels task per chunk over the
+ * final states, centers by a kmeans_centers task holding the values in
+ * its params. */
+static int km_outputs(const km_run *r, km_chain *ch, const double *centers, tsr_array **labels_p, tsr_array **centers_p)
 {
   int rc = 0;
   if (labels_p != NULL) {
     tsr_array *l = NULL;
-    int64_t n = r->x->shape[0], ch = r->x->chunk[0];
-    rc = garray_new(r->ctx, "kmeans-labels", TSR_I32, 1, &n, &ch, &l);
-    for (int64_t i = 0; rc == 0 && i < r->x->nchunks[0]; i++) {
-      tsr_args *a = NULL;
-      const char *in = r->x->keys[i];
-      rc = centers_args(r, centers, i * ch, true, &a);
-      if (rc == 0) rc = gtask_add(r->ctx, l->keys[i], "kmeans_partial", a, &in, 1);
-      tsr_args_destroy(&a);
-    }
+    int64_t n = r->x->shape[0], chunk = r->x->chunk[0];
+    rc = km_keep(r->ctx, ch);
+    if (rc == 0) rc = garray_new(r->ctx, "kmeans-labels", TSR_I32, 1, &n, &chunk, &l);
+    for (int64_t g = 0; rc == 0 && g < r->groups; g++)
+      for (int64_t i = r->first[g]; rc == 0 && i < r->first[g + 1]; i++) {
+        const char *in = ch->states[g];
+        tsr_args *b = NULL;
+        rc = tsr_args_new(&b);
+        if (rc == 0) rc = tsr_args_int(b, "k", r->k);
+        if (rc == 0) rc = tsr_args_int(b, "d", r->d);
+        if (rc == 0) rc = tsr_args_int(b, "start", (i - r->first[g]) * chunk);
+        if (rc == 0) rc = tsr_args_int(b, "rows", garray_chunk_len(r->x, 0, i));
+        if (rc == 0) rc = gtask_add(r->ctx, l->keys[i], "kmeans_labels", b, &in, 1);
+        tsr_args_destroy(&b);
+      }
     if (rc == 0) *labels_p = l;
+    else tsr_array_free(r->ctx, &l);
   }
   if (rc == 0 && centers_p != NULL) {
     tsr_args *a = NULL;
@@ -222,21 +279,28 @@ TSR_API int tsr_kmeans(tsr_array_ctx *ctx, const tsr_array *x, const tsr_kmeans_
     x = rx;
   }
   if (rc != 0) return rc;
-  km_run r = {ctx, x, o.k, x->shape[1], o.timeout_ms};
+  km_run r = {ctx, x, o.k, x->shape[1], o.timeout_ms, 0, NULL};
   size_t kd = (size_t)(r.k * r.d);
-  double *best = malloc(kd * sizeof *best), *cur = malloc(kd * sizeof *cur), best_in = INFINITY, tol = 0;
+  double *best = malloc(kd * sizeof *best), *cur = malloc(kd * sizeof *cur), best_in = INFINITY;
+  km_chain kept = {0}, run_chain = {0};
   if (best == NULL || cur == NULL) rc = client_fail(TSR_ENOMEM, "kmeans: out of memory");
-  if (rc == 0) rc = km_tol(&r, o.tol, &tol);
+  if (rc == 0) rc = km_groups(&r);
   int runs = o.init != NULL ? 1 : o.n_init;
   for (int run = 0; rc == 0 && run < runs; run++) {
     double inertia = 0;
     if (o.init != NULL) memcpy(cur, o.init, kd * sizeof *cur);
     else rc = km_pp(&r, o.seed + (uint64_t)run, cur);
-    if (rc == 0) rc = km_lloyd(&r, &o, tol, cur, &inertia);
-    if (rc == 0 && inertia < best_in) best_in = inertia, memcpy(best, cur, kd * sizeof *best);
+    if (rc == 0) rc = km_lloyd(&r, &o, cur, &inertia, &run_chain);
+    if (rc == 0 && inertia < best_in) {  /* keep this run's states (the labels) and drop the last best's */
+      best_in = inertia, memcpy(best, cur, kd * sizeof *best);
+      km_chain_clear(&kept);
+      kept = run_chain, memset(&run_chain, 0, sizeof run_chain);
+    }
+    km_chain_clear(&run_chain);
   }
-  if (rc == 0) rc = km_outputs(&r, best, labels_p, centers_p);
+  if (rc == 0) rc = km_outputs(&r, &kept, best, labels_p, centers_p);
   if (rc == 0 && inertia_p != NULL) *inertia_p = best_in;
-  free(best), free(cur);
+  km_chain_clear(&kept), km_chain_clear(&run_chain);
+  free(best), free(cur), free(r.first);
   return rc;
 }

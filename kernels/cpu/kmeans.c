@@ -19,9 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops.h"
-
-#define KM_LEN(k, d) ((k) * (d) + (k) + 1 + (k) * (3 + (d)))
+#include "kmeans.h"
 
 static double xval(const tsr_buf *b, int64_t i) { return b->meta.dtype == TSR_F32 ? ((const float *)b->data)[i] : ((const double *)b->data)[i]; }
 
@@ -67,7 +65,7 @@ static int partial_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_met
 
 /* Keeps the k farthest (dist desc, index asc) in far (k slots of 3) and
  * their rows in fx. */
-static void far_insert(double *far, double *fx, int64_t k, int64_t d, double dist, int64_t idx, int64_t lab, const double *row)
+void tsr_km_far_insert(double *far, double *fx, int64_t k, int64_t d, double dist, int64_t idx, int64_t lab, const double *row)
 {
   int64_t p = k - 1;
   if (far[3 * p + 1] >= 0 && (far[3 * p] > dist || (far[3 * p] == dist && far[3 * p + 1] < (double)idx))) return;
@@ -102,7 +100,7 @@ typedef double km_v8 __attribute__((vector_size(64)));
   }
 
 __attribute__((target_clones("avx512f", "avx2", "default")))
-static void row_dists(const double *row, const double *ct, int64_t d, int64_t kp, double *dist)
+void tsr_km_row_dists(const double *row, const double *ct, int64_t d, int64_t kp, double *dist)
 {
   for (int64_t q0 = 0; q0 < kp;) {
     km_v8 acc[4] = {{0}, {0}, {0}, {0}};
@@ -156,7 +154,7 @@ static int partial_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *o
     for (int64_t j = 0; j < d; j++) row[j] = xval(&in[0], r * d + j);
     int64_t best = 0;
     double bd = INFINITY;
-    row_dists(row, ct, d, kp, dist);
+    tsr_km_row_dists(row, ct, d, kp, dist);
     for (int64_t q = 0; q < k; q++)
       if (dist[q] < bd) bd = dist[q], best = q;
     if (!isfinite(bd)) {
@@ -169,7 +167,7 @@ static int partial_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *o
     }
     for (int64_t j = 0; j < d; j++) sums[best * d + j] += row[j];
     counts[best] += 1, *inertia += bd;
-    far_insert(far, fx, k, d, bd, row0 + r, best, row);
+    tsr_km_far_insert(far, fx, k, d, bd, row0 + r, best, row);
   }
   free(row), free(ct), free(dist);
   return 0;
@@ -204,7 +202,7 @@ static int combine_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *o
     const double *s = in[i].data, *sf = s + k * d + k + 1, *sx = sf + 3 * k;
     for (int64_t j = 0; j < k * d + k + 1; j++) o[j] += s[j];
     for (int64_t j = 0; j < k && sf[3 * j + 1] >= 0; j++)
-      far_insert(far, fx, k, d, sf[3 * j], (int64_t)sf[3 * j + 1], (int64_t)sf[3 * j + 2], sx + j * d);
+      tsr_km_far_insert(far, fx, k, d, sf[3 * j], (int64_t)sf[3 * j + 1], (int64_t)sf[3 * j + 2], sx + j * d);
   }
   return 0;
 }

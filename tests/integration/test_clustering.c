@@ -344,6 +344,36 @@ TEST(kmeans_relocates_an_empty_cluster)
   tsr_array_ctx_destroy(&ctx);
 }
 
+TEST(kmeans_on_two_workers_gives_the_same_labels)
+{
+  /* A second worker (3 threads in all): the runs of chunks and the held
+   * states now span two workers, and the states' chunks move between
+   * them; the labels and inertia must not change. */
+  static km_ref ref;
+  ASSERT_OK(read_km_ref(&ref));
+  ASSERT_EQ(cluster_add_worker(&c, 1, NULL), 1);
+  ASSERT_OK(tsr_wait_for_workers(client, 2, 20000));
+  double *x = read_optdigits();
+  ASSERT_TRUE(x != NULL);
+  tsr_array_ctx *ctx = NULL;
+  ASSERT_OK(tsr_array_ctx_new(client, &ctx));
+  tsr_array *a = array_of(ctx, "optdigits2", "<f8", 8, OPT_N, OPT_D, x, 150), *lab = NULL;
+  ASSERT_TRUE(a != NULL);
+  tsr_kmeans_opts o = TSR_KMEANS_OPTS_DEFAULT;
+  o.k = 10, o.init = ref.init;
+  double inertia = 0;
+  ASSERT_OK(tsr_kmeans(ctx, a, &o, &lab, NULL, &inertia));
+  int32_t *l = fetch(ctx, lab);
+  ASSERT_TRUE(l != NULL);
+  int same = 0;
+  for (int i = 0; i < OPT_N; i++) same += l[i] == ref.labels[i];
+  fprintf(stderr, "  two workers: %d of %d labels equal, inertia %.6f\n", same, OPT_N, inertia);
+  ASSERT_EQ(same, OPT_N);
+  ASSERT_TRUE(fabs(inertia - ref.inertia) <= 1e-6 * ref.inertia);
+  free(l), free(x);
+  tsr_array_ctx_destroy(&ctx);
+}
+
 /* ---------- MNIST: PCA 50 → 15-NN → Leiden ---------- */
 
 #define MN_N 10000
@@ -450,6 +480,7 @@ int main(void)
   RUN(optdigits_kmeans_equals_scikit_learn);
   RUN(kmeans_relocates_an_empty_cluster);
   RUN(mnist_pca_knn_leiden_finds_the_digits);
+  RUN(kmeans_on_two_workers_gives_the_same_labels);  /* last: it adds a worker */
   tsr_client_close(client);
   cluster_stop(&c, kit_failed_tests > 0);
   char cmd[256];

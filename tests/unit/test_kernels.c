@@ -1095,7 +1095,8 @@ TEST(registry_and_test_ops)
                                 "counts_synth", "counts_synth_types", "tenx_h5_read", "mtx_read",
                                 "knn_tile", "knn_merge", "umap_membership", "umap_union", "knn_distances_csr",
                                 "community", "modularity", "umap_spectral", "umap_prepare", "umap_layout",
-                                "kmeans_partial", "kmeans_combine", "kmeans_pp", "kmeans_centers"};
+                                "kmeans_partial", "kmeans_combine", "kmeans_pp", "kmeans_centers",
+                                "kmeans_init", "kmeans_step", "kmeans_update", "kmeans_labels"};
   tsr_params p = TSR_PARAMS_INIT;
   tsr_errbuf err;
   tsr_buf out;

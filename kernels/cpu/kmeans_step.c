@@ -1,0 +1,728 @@
+/* kernels/cpu/kmeans_step.c — Lloyd iterations with Hamerly's bounds, the
+ * state of each row chunk carried from iteration to iteration as a chunk
+ * (graphs/kmeans.c chains them; docs/cluster.md, "k-means").
+ *
+ * The model (f64 [KM_MODEL_LEN(k, d)]): a header of KM_HDR values (below),
+ * the centers k·d, each center's last move δ[k] (an upper bound of the
+ * Euclidean distance it moved), half[k] (a lower bound of half the
+ * distance to the nearest other center), and the cumulative moves of
+ * each center and of the largest over the last KM_EPOCHS iterations.
+ *
+ * A chunk's state (f64 [KM_STATE_LEN(k, d, rows)]): a partial (kmeans.h:
+ * sums and counts of the rows by label, the exact inertia when the model
+ * has converged, the farthest points after a full pass), the chunk's
+ * column sums and sums of squares (d each, for sklearn's tol), then per
+ * row a km_row (label, epoch i32, u and l f32) packed into the f64 tail:
+ * u an upper bound of the distance to its center, l a lower bound of the
+ * distance to every other center, both for the centers of iteration
+ * `epoch` (moved by the cumulative drifts since when read). A step's
+ * x input may be several chunks (params parts): a run of rows.
+ *
+ * Invariant: the labels are plain Lloyd's (exact f64 squared distances,
+ * ties to the smaller index). A row keeps its label without a distance
+ * only when u·(1 + KM_SLACK) < max(l, half[label]): the bounds are kept
+ * conservative of rounding (KM_UP / KM_DOWN), and the relative slack is
+ * far above the rounding of a computed distance, so the computed argmin
+ * cannot differ. Otherwise the distance to the center is recomputed, and
+ * then, if still needed, the distances to all centers as plain Lloyd. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kmeans.h"
+
+#define KM_HDR 8
+enum { M_IT, M_PHASE, M_NEED_FAR, M_INERTIA, M_TOL, M_TOL_ABS, M_MAX_ITER, M_ROWS };
+enum { PH_RUN = 0, PH_CONVERGED = 1, PH_DONE = 2 };
+/* Drift epochs kept: a row's bounds are relative to the epoch (model
+ * iteration) it was last written in, moved by the centers' cumulative
+ * drift since; rows are rewritten at least every KM_EPOCHS / 2. */
+#define KM_EPOCHS 32
+#define KM_MODEL_LEN(k, d) (KM_HDR + (k) * (d) + 2 * (k) + KM_EPOCHS * ((k) + 1))
+#define KM_STATE_HEAD(k, d) (KM_LEN(k, d) + 2 * (d))
+#define KM_STATE_LEN(k, d, r) (KM_STATE_HEAD(k, d) + 2 * (r))
+#define KM_STATE_ROWS(k, d, len) (((len) - KM_STATE_HEAD(k, d)) / 2)
+/* A row of a state: 16 bytes, the bounds rounded outward to f32, valid
+ * for the centers of model iteration `epoch`. A row that keeps its label
+ * is not rewritten (the state is copied whole), so an iteration costs a
+ * read of the bounds, not a write. */
+typedef struct km_row {
+  int32_t label, epoch;
+  float u, l;
+} km_row;
+
+/* v >= 0 rounded to f32 above / below v: a relative nudge of 1e-7 is
+ * more than the half-ulp of rounding to nearest (at most 6e-8 relative
+ * for normal floats); tiny values are clamped out of the subnormals. */
+static float f32_up(double v) { return v < 1e-30 ? 1e-30f : (float)(v * (1 + 1e-7)); }
+static float f32_down(double v) { return v < 1e-30 ? 0 : (float)(v * (1 - 1e-7)); }
+#define KM_SLACK 1e-9
+#define KM_UP(v) ((v) * (1 + 1e-12))
+#define KM_DOWN(v) ((v) * (1 - 1e-12))
+
+static int km_int(const char *op, const tsr_params *p, const char *name, int64_t *v, tsr_errbuf *err)
+{
+  int rc = tsr_params_get_int(p, name, v, err);
+  return rc == 0 ? 0 : tsr_k_param_fail(op, rc, err);
+}
+
+static double exact_d2(const double *row, const double *c, int64_t d)
+{
+  double s = 0;
+  for (int64_t j = 0; j < d; j++) {
+    double t = row[j] - c[j];
+    s += t * t;
+  }
+  return s;
+}
+
+/* Σ_j (a[j] − b[j])² (b NULL: Σ_j a[j]²) in eight interleaved partial
+ * sums joined pairwise: a fixed order, so the same bits on every ISA, and
+ * no chain of d dependent adds. Not plain Lloyd's order (exact_d2 and
+ * tsr_km_row_dists): for bounds, screening and the inertia only. */
+typedef double km_v8 __attribute__((vector_size(64)));
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static double fast_d2(const double *a, const double *b, int64_t d)
+{
+  km_v8 acc = {0};
+  int64_t j = 0;
+  for (; j + 8 <= d; j += 8) {
+    km_v8 x, y = {0};
+    memcpy(&x, a + j, sizeof x);
+    if (b != NULL) memcpy(&y, b + j, sizeof y);
+    x -= y;
+    acc += x * x;
+  }
+  double t[8];
+  memcpy(t, &acc, sizeof t);
+  double s = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+  for (; j < d; j++) {
+    double v = a[j] - (b != NULL ? b[j] : 0);
+    s += v * v;
+  }
+  return s;
+}
+
+/* fast_d2 of an f32 row: the same order and the same bits as fast_d2 of
+ * the row converted to f64 (the conversion is exact), without the copy. */
+typedef float km_f8 __attribute__((vector_size(32)));
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static double fast_d2_f32(const float *a, const double *b, int64_t d)
+{
+  km_v8 acc = {0};
+  int64_t j = 0;
+  for (; j + 8 <= d; j += 8) {
+    km_f8 xf;
+    km_v8 y;
+    memcpy(&xf, a + j, sizeof xf);
+    memcpy(&y, b + j, sizeof y);
+    km_v8 x = __builtin_convertvector(xf, km_v8) - y;
+    acc += x * x;
+  }
+  double t[8];
+  memcpy(t, &acc, sizeof t);
+  double s = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+  for (; j < d; j++) {
+    double v = (double)a[j] - b[j];
+    s += v * v;
+  }
+  return s;
+}
+
+/* half[c] = a lower bound of half the distance from c to its nearest
+ * other center (infinite for k = 1). */
+static void half_dists(const double *centers, int64_t k, int64_t d, double *half)
+{
+  for (int64_t c = 0; c < k; c++) half[c] = INFINITY;
+  for (int64_t c = 0; c < k; c++)
+    for (int64_t o = c + 1; o < k; o++) {
+      double h = KM_DOWN(sqrt(exact_d2(centers + c * d, centers + o * d, d)) / 2);
+      if (h < half[c]) half[c] = h;
+      if (h < half[o]) half[o] = h;
+    }
+}
+
+/* ---------- kmeans_init: the first model ---------- */
+
+static int init_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  (void)in, (void)n;
+  int64_t k, max_iter;
+  double tol = 0;
+  const tsr_param *v = tsr_params_find(p, "values");
+  int rc = km_int("kmeans_init", p, "k", &k, err);
+  if (rc == 0) rc = km_int("kmeans_init", p, "max_iter", &max_iter, err);
+  if (rc == 0) rc = tsr_params_get_float(p, "tol", &tol, err);
+  if (rc != 0) return tsr_k_param_fail("kmeans_init", rc, err);
+  if (v == NULL || v->type != TSR_PARAM_FLOATS || k < 1 || v->n % (size_t)k != 0)
+    return tsr_fail(err, TSR_EINVAL, "kmeans_init: needs 'values', k = %lld rows of floats", (long long)k);
+  if (max_iter < 1 || !(tol >= 0))
+    return tsr_fail(err, TSR_EINVAL, "kmeans_init: max_iter %lld must be >= 1 and tol %g >= 0", (long long)max_iter, tol);
+  int64_t len = KM_MODEL_LEN(k, (int64_t)v->n / k);
+  tsr_k_meta_set(out, TSR_F64, 1, &len);
+  return 0;
+}
+
+static int init_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  (void)in, (void)n, (void)err;
+  int64_t k = 0, max_iter = 0;
+  double tol = 0, *m = out->data;
+  const tsr_param *v = tsr_params_find(p, "values");
+  tsr_params_get_int(p, "k", &k, NULL);
+  tsr_params_get_int(p, "max_iter", &max_iter, NULL);
+  tsr_params_get_float(p, "tol", &tol, NULL);
+  int64_t d = (int64_t)v->n / k;
+  memset(m, 0, out->nbytes);
+  m[M_TOL] = tol, m[M_TOL_ABS] = -1, m[M_MAX_ITER] = (double)max_iter;
+  memcpy(m + KM_HDR, v->floats, v->n * sizeof *m);
+  half_dists(m + KM_HDR, k, d, m + KM_HDR + k * d + k);
+  return 0;
+}
+
+/* ---------- kmeans_step ---------- */
+
+/* The step's x chunks: params parts (default 1) inputs, then the model
+ * and the previous state. */
+static int step_parts(const char *op, const tsr_params *p, int n, int64_t *parts_p, tsr_errbuf *err)
+{
+  int64_t parts = 1;
+  if (tsr_params_find(p, "parts") != NULL && km_int(op, p, "parts", &parts, err) != 0) return TSR_EINVAL;
+  if (parts < 1 || (n != parts + 1 && n != parts + 2))
+    return tsr_fail(err, TSR_EINVAL, "%s: %d inputs for parts = %lld (the x chunks, the model, a state)", op, n, (long long)parts);
+  *parts_p = parts;
+  return 0;
+}
+
+static int step_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  int64_t k, row0, parts, rows = 0;
+  int rc = km_int("kmeans_step", p, "k", &k, err);
+  if (rc == 0) rc = km_int("kmeans_step", p, "row0", &row0, err);
+  if (rc == 0) rc = step_parts("kmeans_step", p, n, &parts, err);
+  if (rc != 0) return rc;
+  for (int i = 0; i < parts; i++) {
+    if (in[i].ndim != 2 || !tsr_k_is_float(in[i].dtype) || in[i].dtype != in[0].dtype || in[i].shape[1] != in[0].shape[1])
+      return tsr_fail(err, TSR_ESHAPE, "kmeans_step: input %d is %s, not an f32/f64 2-D chunk like input 0 (%s)", i,
+                      tsr_k_str(&in[i]).s, tsr_k_str(&in[0]).s);
+    rows += in[i].shape[0];
+  }
+  int64_t d = in[0].shape[1], len = KM_STATE_LEN(k, d, rows);
+  const tsr_meta *m = &in[parts], *st = n == parts + 2 ? &in[parts + 1] : NULL;
+  if (k < 1 || m->ndim != 1 || m->dtype != TSR_F64 || m->shape[0] != KM_MODEL_LEN(k, d))
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_step: input %lld is %s, not a model of k = %lld x %lld", (long long)parts,
+                    tsr_k_str(m).s, (long long)k, (long long)d);
+  if (st != NULL && (st->ndim != 1 || st->dtype != TSR_F64 || st->shape[0] != len))
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_step: input %lld is %s, not the state of %lld rows", (long long)parts + 1,
+                    tsr_k_str(st).s, (long long)rows);
+  tsr_k_meta_set(out, TSR_F64, 1, &len);
+  return 0;
+}
+
+#define KM_BATCH 4         /* rows a pass of the f32 dot kernel */
+#define KM_BLOCK_ROWS 256  /* rows whose bounds are tested before their distances */
+#define KM_PREFETCH 16     /* rows ahead */
+
+typedef struct km_step {
+  int64_t k, d, kp, rows, row0;
+  const tsr_buf *xs;        /* the x chunks, parts of them, rows in order */
+  int64_t parts, *starts;   /* starts[p]: part p's first row (parts + 1) */
+  const double *centers, *shift, *half;
+  const double *prev;       /* the previous state, or NULL */
+  bool full, far, converged;  /* no usable bounds; find the farthest points; the final E-step */
+  int64_t epoch;            /* the model's iteration */
+  const double *drift, *mdrift; /* [KM_EPOCHS][k] cumulative moves of each center, [KM_EPOCHS] of the largest */
+  double *ct;               /* f64 centers transposed [d][kp] (the exact distances) */
+  float *ct32;              /* f32 centers transposed [d][kp32] (the screening dots) */
+  int64_t kp32;
+  double *cn, cmax;         /* |c|² of each center (f64), the largest |c| */
+  double *row, *dist;       /* KM_BATCH rows of d (f64), kp distances */
+  float *row32, *dots;      /* KM_BATCH rows of d (f32), KM_BATCH × kp32 dots */
+  int64_t *todo, *tight;    /* a block's rows needing every distance / the distance to their center */
+  double *bounds;           /* (l, z, -) of each tight row */
+  double *part, *colsum, *colsq;  /* out */
+  km_row *state;
+} km_step;
+
+static void load_row(const km_step *s, int64_t r, double *row)
+{
+  int64_t p = 0;
+  while (r >= s->starts[p + 1]) p++;
+  const tsr_buf *x = &s->xs[p];
+  r -= s->starts[p];
+  if (x->meta.dtype == TSR_F32)
+    for (int64_t j = 0; j < s->d; j++) row[j] = ((const float *)x->data)[r * s->d + j];
+  else memcpy(row, (const double *)x->data + r * s->d, (size_t)s->d * sizeof *row);
+}
+
+/* fast_d2 of row r of x and c, read where x holds it. */
+static double row_d2(const km_step *s, int64_t r, const double *c)
+{
+  int64_t p = 0;
+  while (r >= s->starts[p + 1]) p++;
+  const tsr_buf *x = &s->xs[p];
+  r -= s->starts[p];
+  if (x->meta.dtype == TSR_F32) return fast_d2_f32((const float *)x->data + r * s->d, c, s->d);
+  return fast_d2((const double *)x->data + r * s->d, c, s->d);
+}
+
+/* Asks for row r of x ahead of its use: the passes are bound by the
+ * latency of x's rows, which the hardware prefetcher does not hide. */
+static void prefetch_row(const km_step *s, int64_t r)
+{
+  if (r >= s->rows) return;
+  int64_t p = 0;
+  while (r >= s->starts[p + 1]) p++;
+  size_t es = s->xs[p].meta.dtype == TSR_F32 ? 4 : 8, bytes = (size_t)s->d * es;
+  const char *row = (const char *)s->xs[p].data + (size_t)(r - s->starts[p]) * bytes;
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off);
+}
+
+/* dots[i·kp32 + q] = Σ_j rows[i·d + j]·ct32[j·kp32 + q] in f32 for
+ * KM_BATCH rows (kp32 a multiple of 32). FMA where the CPU has it: these
+ * only screen (kmeans_step's error bound covers either rounding); the
+ * labels come from exact f64 distances or a certified gap. */
+typedef float km_f16 __attribute__((vector_size(64)));
+__attribute__((target_clones("avx512f", "arch=haswell", "default"), optimize("fp-contract=fast")))
+static void dots_batch(const float *rows, const float *ct32, int64_t d, int64_t kp32, float *dots)
+{
+  for (int64_t q0 = 0; q0 < kp32; q0 += 32) {
+    km_f16 acc[KM_BATCH][2];
+    memset(acc, 0, sizeof acc);
+    for (int64_t j = 0; j < d; j++) {
+      km_f16 c0, c1;
+      memcpy(&c0, ct32 + j * kp32 + q0, sizeof c0);
+      memcpy(&c1, ct32 + j * kp32 + q0 + 16, sizeof c1);
+      for (int i = 0; i < KM_BATCH; i++) {
+        float v = rows[i * d + j];
+        acc[i][0] += v * c0, acc[i][1] += v * c1;
+      }
+    }
+    for (int i = 0; i < KM_BATCH; i++) memcpy(dots + i * kp32 + q0, acc[i], sizeof acc[i]);
+  }
+}
+
+/* Plain Lloyd's nearest center of row (exact f64 squared distances, ties
+ * to the smaller index), its squared distance and the second smallest. */
+static int64_t nearest_exact(const km_step *s, const double *row, double *bd_p, double *second_p)
+{
+  tsr_km_row_dists(row, s->ct, s->d, s->kp, s->dist);
+  int64_t best = 0;
+  double bd = INFINITY, second = INFINITY;
+  for (int64_t q = 0; q < s->k; q++) {
+    double v = s->dist[q];
+    if (v < bd) second = bd, bd = v, best = q;
+    else if (v < second) second = v;
+  }
+  *bd_p = bd, *second_p = second;
+  return best;
+}
+
+/* The nearest center from the f32 dots when their gap certifies it: the
+ * screened |x|² + |c|² − 2x·c is within e of the exact squared distance
+ * (e from the f32 dot's rounding, (d + 3)·2⁻²⁴·|x|·|c|, doubled), so a
+ * second best more than 2e (and a relative KM_SLACK) above the best
+ * cannot be below it. Returns −1 when the gap is too small; else sets the
+ * bounds u (above the best's distance) and l (below every other's). */
+static int64_t nearest_screened(const km_step *s, const float *dots, double xn, double *u_p, double *l_p)
+{
+  int64_t best = 0;
+  double bd = INFINITY, second = INFINITY;
+  for (int64_t q = 0; q < s->k; q++) {  /* branch-free: which center wins is data, not pattern */
+    double v = xn + s->cn[q] - 2 * (double)dots[q];
+    bool below = v < bd;
+    second = below ? bd : (v < second ? v : second);
+    best = below ? q : best;
+    bd = below ? v : bd;
+  }
+  double e = 2 * ((double)(s->d + 3) * 0x1p-24 * 1.01 * sqrt(xn) * s->cmax) + 1e-13 * (xn + s->cmax * s->cmax);
+  if (!(second - bd > 2 * e + KM_SLACK * second)) return -1;
+  double lo = second - e;
+  *u_p = KM_UP(sqrt(bd + e)), *l_p = lo > 0 ? KM_DOWN(sqrt(lo)) : 0;
+  return best;
+}
+
+static void add_row(const km_step *s, const double *row, int64_t from, int64_t to)
+{
+  double *sums = s->part, *counts = sums + s->k * s->d;
+  for (int64_t j = 0; j < s->d; j++) sums[to * s->d + j] += row[j];
+  counts[to] += 1;
+  if (from < 0) return;
+  for (int64_t j = 0; j < s->d; j++) sums[from * s->d + j] -= row[j];
+  counts[from] -= 1;
+}
+
+/* Labels one row of a batch anew and accounts for it: sums (from scratch
+ * in a full pass, else moved from its old label), farthest points, the
+ * column sums of the first pass. */
+static int place_row(km_step *s, int64_t r, const double *row, const float *dots, double xn)
+{
+  double u, l, bd, second;
+  int64_t lab = isfinite(xn) ? nearest_screened(s, dots, xn, &u, &l) : -1;
+  if (lab < 0) {
+    lab = nearest_exact(s, row, &bd, &second);
+    if (!isfinite(bd)) return -1;
+    u = KM_UP(sqrt(bd)), l = KM_DOWN(sqrt(second));
+  }
+  km_row *st = s->state + r;
+  if (s->full) add_row(s, row, -1, lab);
+  else if (st->label != lab) add_row(s, row, st->label, lab);
+  if (s->far) {
+    double *far = s->part + s->k * s->d + s->k + 1;
+    tsr_km_far_insert(far, far + 3 * s->k, s->k, s->d, exact_d2(row, s->centers + lab * s->d, s->d), s->row0 + r, lab, row);
+  }
+  if (s->prev == NULL)
+    for (int64_t j = 0; j < s->d; j++) s->colsum[j] += row[j], s->colsq[j] += row[j] * row[j];
+  st->label = (int32_t)lab, st->epoch = (int32_t)s->epoch, st->u = f32_up(u), st->l = f32_down(l);
+  return 0;
+}
+
+/* Labels the n (<= KM_BATCH) rows at idx: one pass of the dot kernel,
+ * the exact distances for the rows it cannot certify. */
+static int place_rows(km_step *s, const int64_t *idx, int n, tsr_errbuf *err)
+{
+  double xn[KM_BATCH];
+  memset(s->row32, 0, (size_t)(KM_BATCH * s->d) * sizeof *s->row32);
+  for (int i = 0; i < n && (s->full || s->converged); i++) prefetch_row(s, idx[i] + KM_PREFETCH);  /* rows in order */
+  for (int i = 0; i < n; i++) {
+    double *row = s->row + i * s->d;
+    load_row(s, idx[i], row);
+    for (int64_t j = 0; j < s->d; j++) s->row32[i * s->d + j] = (float)row[j];
+    xn[i] = fast_d2(row, NULL, s->d);
+  }
+  dots_batch(s->row32, s->ct32, s->d, s->kp32, s->dots);
+  for (int i = 0; i < n; i++)
+    if (place_row(s, idx[i], s->row + i * s->d, s->dots + i * s->kp32, xn[i]) != 0)
+      return tsr_fail(err, TSR_EINVAL, "kmeans_step: row %lld holds a NaN or infinity", (long long)(s->row0 + idx[i]));
+  return 0;
+}
+
+/* Hamerly's test for a row with bounds from the previous state (copied
+ * into the output): true when it keeps its label without a distance (the
+ * row rewritten only when its epoch grows old); else the moved bounds in
+ * *u_p and *z_p (the larger of l and half its center's nearest distance)
+ * and *l_p. Since epoch t0 the row's center moved at most D_a(t) − D_a(t0)
+ * and every other at most M(t) − M(t0) (cumulative sums: their rounding,
+ * relative to the sums, is the margin). */
+static bool bounds_keep(km_step *s, int64_t r, double *u_p, double *l_p, double *z_p)
+{
+  km_row *st = s->state + r;
+  int64_t a = st->label, t = s->epoch, t0 = st->epoch, k = s->k;
+  if (t - t0 >= KM_EPOCHS || t0 > t) {
+    *u_p = INFINITY, *l_p = 0, *z_p = 0;
+    return false;
+  }
+  const double *dt = s->drift + (t % KM_EPOCHS) * k, *d0 = s->drift + (t0 % KM_EPOCHS) * k;
+  double mt = s->mdrift[t % KM_EPOCHS], margin = 1e-12 * (dt[a] + mt);
+  double u = KM_UP(st->u + (dt[a] - d0[a]) + margin), l = st->l - (mt - s->mdrift[t0 % KM_EPOCHS]) - margin;
+  l = l > 0 ? KM_DOWN(l) : 0;
+  double z = l > s->half[a] ? l : s->half[a];
+  if (u * (1 + KM_SLACK) < z) {
+    if (t - t0 >= KM_EPOCHS / 2) st->epoch = (int32_t)t, st->u = f32_up(u), st->l = f32_down(l);
+    return true;
+  }
+  *u_p = u, *l_p = l, *z_p = z;
+  return false;
+}
+
+/* The rows of a block that failed bounds_keep (their rows prefetched):
+ * the exact distance to their center, then, if still needed, into todo
+ * for every distance. Returns the todo count. */
+static int64_t tighten_rows(km_step *s, const int64_t *rows, int64_t n, const double *bounds, int64_t *todo)
+{
+  int64_t n_todo = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t r = rows[i];
+    km_row *st = s->state + r;
+    const double *b = bounds + 3 * i;  /* l, z */
+    if (b[1] <= 0) {  /* no usable bounds */
+      todo[n_todo++] = r;
+      continue;
+    }
+    double u = KM_UP(sqrt(row_d2(s, r, s->centers + st->label * s->d)));
+    if (!(u * (1 + KM_SLACK) < b[1])) todo[n_todo++] = r;
+    else st->epoch = (int32_t)s->epoch, st->u = f32_up(u), st->l = f32_down(b[0]);
+  }
+  return n_todo;
+}
+
+/* Fills s's output header: from scratch for a full pass, else the
+ * previous sums and counts, which the moved rows then update. */
+static void start_state(km_step *s)
+{
+  int64_t k = s->k, d = s->d;
+  memset(s->part, 0, (size_t)KM_STATE_HEAD(k, d) * sizeof *s->part);
+  double *far = s->part + k * d + k + 1;
+  for (int64_t j = 0; j < k; j++) far[3 * j + 1] = -1;
+  if (s->prev != NULL) memcpy(s->colsum, s->prev + KM_LEN(k, d), (size_t)(2 * d) * sizeof *s->colsum);
+  if (s->prev != NULL && !s->full) {
+    memcpy(s->part, s->prev, (size_t)(k * d + k) * sizeof *s->part);
+    memcpy(s->state, s->prev + KM_STATE_HEAD(k, d), (size_t)s->rows * sizeof *s->state);
+  }
+}
+
+/* Rows in blocks of KM_BLOCK_ROWS: the bounds, then the rows they could
+ * not keep, then (final E-step) the inertia, while the block's rows are
+ * still in cache. */
+/* One block's rows that need distances (all of them in a full pass),
+ * into s->todo; returns their count. */
+static int64_t block_todo(km_step *s, int64_t b0, int64_t b1)
+{
+  int64_t n = 0;
+  if (s->full) {
+    for (int64_t r = b0; r < b1; r++) s->todo[n++] = r;
+    return n;
+  }
+  for (int64_t r = b0; r < b1; r++) {
+    double u, l, z;
+    if (bounds_keep(s, r, &u, &l, &z)) continue;
+    s->bounds[3 * n] = l, s->bounds[3 * n + 1] = z, s->tight[n++] = r;
+    prefetch_row(s, r);  /* the loads of the rows to tighten overlap */
+  }
+  return tighten_rows(s, s->tight, n, s->bounds, s->todo);
+}
+
+static int step_run(km_step *s, tsr_errbuf *err)
+{
+  int rc = 0;
+  double inertia = 0;
+  start_state(s);
+  for (int64_t b0 = 0; rc == 0 && b0 < s->rows; b0 += KM_BLOCK_ROWS) {
+    int64_t b1 = b0 + KM_BLOCK_ROWS < s->rows ? b0 + KM_BLOCK_ROWS : s->rows;
+    int64_t n_todo = block_todo(s, b0, b1);
+    for (int64_t i = 0; rc == 0 && i < n_todo; i += KM_BATCH)
+      rc = place_rows(s, s->todo + i, n_todo - i < KM_BATCH ? (int)(n_todo - i) : KM_BATCH, err);
+    for (int64_t r = b0; rc == 0 && s->converged && r < b1; r++) {
+      prefetch_row(s, r + KM_PREFETCH);
+      inertia += row_d2(s, r, s->centers + s->state[r].label * s->d);
+    }
+  }
+  s->part[s->k * s->d + s->k] = inertia;
+  return rc;
+}
+
+/* The centers in the layouts the distance passes read. */
+static int step_prepare(km_step *s, tsr_errbuf *err)
+{
+  int64_t k = s->k, d = s->d;
+  s->ct = calloc((size_t)(s->kp * d + 1), sizeof *s->ct);
+  s->ct32 = calloc((size_t)(s->kp32 * d + 1), sizeof *s->ct32);
+  s->cn = malloc((size_t)k * sizeof *s->cn), s->dist = malloc((size_t)s->kp * sizeof *s->dist);
+  s->row = malloc((size_t)(KM_BATCH * d) * sizeof *s->row), s->row32 = malloc((size_t)(KM_BATCH * d) * sizeof *s->row32);
+  s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->todo = malloc(KM_BLOCK_ROWS * sizeof *s->todo);
+  s->tight = malloc(KM_BLOCK_ROWS * sizeof *s->tight), s->bounds = malloc(3 * KM_BLOCK_ROWS * sizeof *s->bounds);
+  if (!s->ct || !s->ct32 || !s->cn || !s->dist || !s->row || !s->row32 || !s->dots || !s->todo || !s->tight || !s->bounds)
+    return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory for %lld rows", (long long)s->rows);
+  s->cmax = 0;
+  for (int64_t q = 0; q < k; q++) {
+    const double *c = s->centers + q * d;
+    s->cn[q] = 0;
+    for (int64_t j = 0; j < d; j++) s->cn[q] += c[j] * c[j];
+    if (sqrt(s->cn[q]) > s->cmax) s->cmax = sqrt(s->cn[q]);
+    for (int64_t j = 0; j < d; j++) s->ct[j * s->kp + q] = c[j], s->ct32[j * s->kp32 + q] = (float)c[j];
+  }
+  return 0;
+}
+
+static void step_free(km_step *s)
+{
+  free(s->ct), free(s->ct32), free(s->cn), free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->todo), free(s->tight), free(s->bounds);
+}
+
+static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  int64_t k = 0, row0 = 0, parts = 1, d = in[0].meta.shape[1];
+  tsr_params_get_int(p, "k", &k, NULL);
+  tsr_params_get_int(p, "row0", &row0, NULL);
+  step_parts("kmeans_step", p, n, &parts, NULL);
+  const double *m = in[parts].data, *prev = n == parts + 2 ? in[parts + 1].data : NULL;
+  if (m[M_PHASE] == PH_DONE) {
+    if (prev == NULL) return tsr_fail(err, TSR_EINVAL, "kmeans_step: the model is done but no state came with it");
+    memcpy(out->data, prev, out->nbytes);  /* converged earlier in this graph: nothing moves */
+    return 0;
+  }
+  km_step s = {0};
+  s.starts = malloc((size_t)(parts + 1) * sizeof *s.starts);
+  if (s.starts == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory");
+  s.starts[0] = 0;
+  for (int64_t i = 0; i < parts; i++) s.starts[i + 1] = s.starts[i] + in[i].meta.shape[0];
+  s.k = k, s.d = d, s.kp = (k + 7) / 8 * 8, s.kp32 = (k + 31) / 32 * 32, s.rows = s.starts[parts], s.row0 = row0;
+  s.xs = in, s.parts = parts;
+  s.centers = m + KM_HDR, s.shift = s.centers + k * d, s.half = s.shift + k, s.prev = prev;
+  s.drift = s.half + k, s.mdrift = s.drift + KM_EPOCHS * k, s.epoch = (int64_t)m[M_IT];
+  s.full = prev == NULL || m[M_NEED_FAR] != 0, s.far = m[M_NEED_FAR] != 0, s.converged = m[M_PHASE] == PH_CONVERGED;
+  s.part = out->data, s.colsum = s.part + KM_LEN(k, d), s.colsq = s.colsum + d, s.state = (km_row *)(s.part + KM_STATE_HEAD(k, d));
+  int rc = step_prepare(&s, err);
+  if (rc == 0) rc = step_run(&s, err);
+  step_free(&s);
+  free(s.starts);
+  return rc;
+}
+
+/* ---------- kmeans_update: new centers from every chunk's state ---------- */
+
+static int update_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  int64_t k, d;
+  int rc = km_int("kmeans_update", p, "k", &k, err);
+  if (rc == 0) rc = km_int("kmeans_update", p, "d", &d, err);
+  if (rc != 0) return rc;
+  int64_t len = KM_MODEL_LEN(k, d), head = KM_STATE_HEAD(k, d);
+  if (in[0].ndim != 1 || in[0].dtype != TSR_F64 || in[0].shape[0] != len)
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_update: input 0 is %s, not a model of k = %lld x %lld", tsr_k_str(&in[0]).s,
+                    (long long)k, (long long)d);
+  for (int i = 1; i < n; i++)
+    if (in[i].ndim != 1 || in[i].dtype != TSR_F64 || in[i].shape[0] < head || KM_STATE_LEN(k, d, KM_STATE_ROWS(k, d, in[i].shape[0])) != in[i].shape[0])
+      return tsr_fail(err, TSR_ESHAPE, "kmeans_update: input %d is %s, not a chunk's state", i, tsr_k_str(&in[i]).s);
+  tsr_k_meta_set(out, TSR_F64, 1, &len);
+  return 0;
+}
+
+/* sklearn's tol: tol × the mean of the columns' variances. */
+static void update_tol(double *m, const tsr_buf *in, int n, int64_t k, int64_t d)
+{
+  double rows = 0, v = 0;
+  for (int i = 1; i < n; i++) rows += (double)KM_STATE_ROWS(k, d, in[i].meta.shape[0]);
+  for (int64_t j = 0; j < d; j++) {
+    double s = 0, sq = 0;
+    for (int i = 1; i < n; i++) {
+      const double *c = (const double *)in[i].data + KM_LEN(k, d);
+      s += c[j], sq += c[d + j];
+    }
+    v += sq / rows - (s / rows) * (s / rows);
+  }
+  m[M_TOL_ABS] = m[M_TOL] * v / (double)d, m[M_ROWS] = rows;
+}
+
+/* Moves empty clusters to the farthest points (sklearn's
+ * _relocate_empty_clusters_dense) in part; false when a state lacks the
+ * farthest points (not a full pass): the step must then be redone. */
+static bool relocate(double *part, const tsr_buf *in, int n, int64_t k, int64_t d)
+{
+  double *sums = part, *counts = part + k * d, *far = counts + k + 1, *fx = far + 3 * k;
+  for (int64_t j = 0; j < k; j++) far[3 * j + 1] = -1;
+  for (int i = 1; i < n; i++) {
+    const double *sf = (const double *)in[i].data + k * d + k + 1, *sx = sf + 3 * k;
+    if (sf[1] < 0) return false;
+    for (int64_t j = 0; j < k && sf[3 * j + 1] >= 0; j++)
+      tsr_km_far_insert(far, fx, k, d, sf[3 * j], (int64_t)sf[3 * j + 1], (int64_t)sf[3 * j + 2], sx + j * d);
+  }
+  int64_t next_far = 0;
+  for (int64_t c = 0; c < k; c++) {
+    if (counts[c] > 0 || next_far >= k || far[3 * next_far + 1] < 0) continue;
+    int64_t from = (int64_t)far[3 * next_far + 2];
+    const double *p = fx + next_far * d;
+    for (int64_t j = 0; j < d; j++) sums[from * d + j] -= p[j], sums[c * d + j] = p[j];
+    counts[from] -= 1, counts[c] = 1;
+    next_far++;
+  }
+  return true;
+}
+
+/* The centers from part (sums, counts); returns Σ |new − old|² and
+ * writes each center's move (rounded up) to shift. */
+static double new_centers(const double *part, int64_t k, int64_t d, double *centers, double *shift)
+{
+  const double *sums = part, *counts = part + k * d;
+  double total = 0;
+  for (int64_t c = 0; c < k; c++) {
+    double moved = 0;
+    for (int64_t j = 0; j < d; j++) {
+      double old = centers[c * d + j], now = counts[c] > 0 ? sums[c * d + j] / counts[c] : old;
+      moved += (now - old) * (now - old);
+      centers[c * d + j] = now;
+    }
+    total += moved, shift[c] = KM_UP(sqrt(moved));
+  }
+  return total;
+}
+
+static int update_step(double *m, const tsr_buf *in, int n, int64_t k, int64_t d, tsr_errbuf *err)
+{
+  double *part = calloc((size_t)KM_LEN(k, d), sizeof *part), *counts = part ? part + k * d : NULL;
+  if (part == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_update: out of memory");
+  for (int i = 1; i < n; i++)
+    for (int64_t j = 0; j < k * d + k; j++) part[j] += ((const double *)in[i].data)[j];
+  bool empty = false;
+  for (int64_t c = 0; c < k; c++) empty |= counts[c] == 0;
+  double *centers = m + KM_HDR, *shift = centers + k * d;
+  if (empty && !relocate(part, in, n, k, d)) {
+    m[M_NEED_FAR] = 1;  /* the same centers again, with a full pass that finds the farthest points */
+    memset(shift, 0, (size_t)k * sizeof *shift);
+    free(part);
+    return 0;
+  }
+  double total = new_centers(part, k, d, centers, shift);
+  half_dists(centers, k, d, shift + k);
+  /* the cumulative drifts of the new epoch */
+  int64_t t = (int64_t)m[M_IT];
+  double *drift = shift + 2 * k, *mdrift = drift + KM_EPOCHS * k, *now = drift + ((t + 1) % KM_EPOCHS) * k, top = 0;
+  const double *was = drift + (t % KM_EPOCHS) * k;
+  for (int64_t c = 0; c < k; c++) now[c] = was[c] + shift[c], top = shift[c] > top ? shift[c] : top;
+  mdrift[(t + 1) % KM_EPOCHS] = mdrift[t % KM_EPOCHS] + top;
+  m[M_NEED_FAR] = 0, m[M_IT] += 1;
+  if (total <= m[M_TOL_ABS] || m[M_IT] >= m[M_MAX_ITER]) m[M_PHASE] = PH_CONVERGED;
+  free(part);
+  return 0;
+}
+
+static int update_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  int64_t k = 0, d = 0;
+  tsr_params_get_int(p, "k", &k, NULL);
+  tsr_params_get_int(p, "d", &d, NULL);
+  double *m = out->data;
+  memcpy(m, in[0].data, out->nbytes);
+  if (m[M_PHASE] == PH_DONE) return 0;
+  if (m[M_PHASE] == PH_CONVERGED) {  /* the steps computed the final labels and inertia */
+    double inertia = 0;
+    for (int i = 1; i < n; i++) inertia += ((const double *)in[i].data)[k * d + k];
+    m[M_INERTIA] = inertia, m[M_PHASE] = PH_DONE;
+    return 0;
+  }
+  if (m[M_TOL_ABS] < 0) update_tol(m, in, n, k, d);
+  return update_step(m, in, n, k, d, err);
+}
+
+/* ---------- kmeans_labels: a state's labels ---------- */
+
+/* Rows [start, start + rows) of the state (params start, rows; default
+ * all of them). */
+static int labels_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  (void)n;
+  int64_t k, d, start = 0, rows = -1;
+  int rc = km_int("kmeans_labels", p, "k", &k, err);
+  if (rc == 0) rc = km_int("kmeans_labels", p, "d", &d, err);
+  if (rc == 0 && tsr_params_find(p, "start") != NULL) rc = km_int("kmeans_labels", p, "start", &start, err);
+  if (rc == 0 && tsr_params_find(p, "rows") != NULL) rc = km_int("kmeans_labels", p, "rows", &rows, err);
+  if (rc != 0) return rc;
+  int64_t head = KM_STATE_HEAD(k, d);
+  if (in[0].ndim != 1 || in[0].dtype != TSR_F64 || in[0].shape[0] < head ||
+      KM_STATE_LEN(k, d, KM_STATE_ROWS(k, d, in[0].shape[0])) != in[0].shape[0])
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_labels: input is %s, not a chunk's state", tsr_k_str(&in[0]).s);
+  int64_t all = KM_STATE_ROWS(k, d, in[0].shape[0]);
+  if (rows < 0) rows = all - start;
+  if (start < 0 || rows < 0 || start + rows > all)
+    return tsr_fail(err, TSR_EINVAL, "kmeans_labels: rows [%lld, %lld) outside the state's %lld", (long long)start,
+                    (long long)(start + rows), (long long)all);
+  tsr_k_meta_set(out, TSR_I32, 1, &rows);
+  return 0;
+}
+
+static int labels_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  (void)n, (void)err;
+  int64_t k = 0, d = 0, start = 0;
+  tsr_params_get_int(p, "k", &k, NULL);
+  tsr_params_get_int(p, "d", &d, NULL);
+  if (tsr_params_find(p, "start") != NULL) tsr_params_get_int(p, "start", &start, NULL);
+  const km_row *st = (const km_row *)((const double *)in[0].data + KM_STATE_HEAD(k, d)) + start;
+  for (int64_t r = 0; r < out->meta.shape[0]; r++) ((int32_t *)out->data)[r] = st[r].label;
+  return 0;
+}
+
+const tsr_op_def tsr_op_kmeans_init = {"kmeans_init", 0, 0, init_infer, init_cpu, false, NULL};
+const tsr_op_def tsr_op_kmeans_step = {"kmeans_step", 2, -1, step_infer, step_cpu, false, NULL};
+const tsr_op_def tsr_op_kmeans_update = {"kmeans_update", 2, -1, update_infer, update_cpu, false, NULL};
+const tsr_op_def tsr_op_kmeans_labels = {"kmeans_labels", 1, 1, labels_infer, labels_cpu, false, NULL};

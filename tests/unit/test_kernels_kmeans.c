@@ -1,0 +1,400 @@
+/* Unit tests of the bounded k-means ops (kernels/cpu/kmeans_step.c):
+ * chains of kmeans_step / kmeans_update, run here as graphs/kmeans.c
+ * chains them, give at every iteration the labels of plain Lloyd
+ * (kmeans_partial with the same centers: exact f64 distances, ties to the
+ * smaller index) on data full of exact ties, f32 and f64, with an emptied
+ * cluster; and bad input is named.
+ *
+ *   test_kernels_kmeans            the tests
+ *   test_kernels_kmeans --bench    times the steps of a 100,000 x 50 f32
+ *                                  mixture, k = 30 (no assertions) */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels.h"
+#include "kit.h"
+
+#define KM_HDR 8
+#define KM_LEN(k, d) ((k) * (d) + (k) + 1 + (k) * (3 + (d)))
+#define STATE_HEAD(k, d) (KM_LEN(k, d) + 2 * (d))
+
+static uint64_t rng_state = 42;
+static double uniform(void)
+{
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+}
+static double gauss(void) { return sqrt(-2 * log(uniform() + 1e-300)) * cos(6.283185307179586 * uniform()); }
+
+/* This thread's CPU time: the machine is shared, wall time would count
+ * the other processes' turns. */
+static double now(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int run(const char *name, const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *out, tsr_errbuf *err)
+{
+  memset(out, 0, sizeof *out);
+  err->text[0] = '\0';
+  return tsr_op_run_cpu(tsr_op_find(name), p, in, n_in, out, err);
+}
+
+static tsr_buf buf_of(tsr_dtype dtype, int ndim, int64_t rows, int64_t cols, void *data)
+{
+  tsr_buf b;
+  memset(&b, 0, sizeof b);
+  b.meta.dtype = dtype, b.meta.ndim = ndim, b.meta.shape[0] = rows, b.meta.shape[1] = cols;
+  b.data = data;
+  b.nbytes = (size_t)tsr_meta_nbytes(&b.meta);
+  return b;
+}
+
+/* n x d points around k centers, on a grid of 1/8 (exact in f32, so many
+ * squared distances tie exactly); the first k rows are the init. */
+static double *mixture(int64_t n, int64_t d, int64_t k, double spread)
+{
+  double *x = malloc((size_t)(n * d) * sizeof *x), *c = malloc((size_t)(k * d) * sizeof *c);
+  for (int64_t i = 0; i < k * d; i++) c[i] = round(gauss() * 8 * 4) / 8;
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < d; j++) x[i * d + j] = c[(i % k) * d + j] + round(gauss() * spread * 8) / 8;
+  /* exact ties: midpoints of the first rows (the init centers), and duplicates */
+  for (int64_t j = 0; j < d && n > 3 * k; j++) x[(2 * k) * d + j] = (x[j] + x[d + j]) / 2, x[(2 * k + 1) * d + j] = x[j];
+  free(c);
+  return x;
+}
+
+typedef struct lloyd {
+  int64_t n, d, k, chunk, nb;
+  tsr_dtype dtype;
+  void *x;               /* n x d of dtype */
+  tsr_buf model;
+  tsr_buf *states;       /* nb, .data NULL before the first step */
+  int iterations, full_checks;
+} lloyd;
+
+static lloyd lloyd_of(int64_t n, int64_t d, int64_t k, int64_t chunk, int64_t nb, tsr_dtype dtype, void *x)
+{
+  lloyd l;
+  memset(&l, 0, sizeof l);
+  l.n = n, l.d = d, l.k = k, l.chunk = chunk, l.nb = nb, l.dtype = dtype, l.x = x;
+  return l;
+}
+
+static tsr_buf chunk_of(const lloyd *l, int64_t b)
+{
+  int64_t r0 = b * l->chunk, rows = l->n - r0 < l->chunk ? l->n - r0 : l->chunk;
+  size_t es = l->dtype == TSR_F32 ? 4 : 8;
+  return buf_of(l->dtype, 2, rows, l->d, (char *)l->x + (size_t)(r0 * l->d) * es);
+}
+
+static int lloyd_start(lloyd *l, const double *init, int max_iter, double tol, tsr_errbuf *err)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_params_add_int(&p, "k", l->k);
+  tsr_params_add_int(&p, "max_iter", max_iter);
+  tsr_params_add_float(&p, "tol", tol);
+  tsr_params_add_floats(&p, "values", init, (size_t)(l->k * l->d));
+  l->nb = (l->n + l->chunk - 1) / l->chunk;
+  l->states = calloc((size_t)l->nb, sizeof *l->states);
+  int rc = run("kmeans_init", &p, NULL, 0, &l->model, err);
+  tsr_params_clear(&p);
+  return rc;
+}
+
+/* Row r's label in a state (kmeans_step.c's km_row: label, epoch i32, u, l f32). */
+static int32_t state_label(const lloyd *l, const tsr_buf *state, int64_t r)
+{
+  int32_t label;
+  memcpy(&label, (const char *)state->data + STATE_HEAD(l->k, l->d) * 8 + 16 * r, sizeof label);
+  return label;
+}
+
+/* Plain Lloyd's labels of chunk b under centers: kmeans_partial. */
+static int32_t *reference_labels(const lloyd *l, int64_t b, const double *centers, tsr_errbuf *err)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_params_add_int(&p, "k", l->k);
+  tsr_params_add_int(&p, "row0", b * l->chunk);
+  tsr_params_add_floats(&p, "centers", centers, (size_t)(l->k * l->d));
+  tsr_params_add_bool(&p, "labels", true);
+  tsr_buf x = chunk_of(l, b), out;
+  int rc = run("kmeans_partial", &p, &x, 1, &out, err);
+  tsr_params_clear(&p);
+  return rc == 0 ? out.data : NULL;
+}
+
+/* One iteration: a step per chunk, then the update. Returns the number of
+ * rows whose label differs from plain Lloyd's under the same centers
+ * (checked when check is set), or a negative rc. */
+static int64_t lloyd_iteration(lloyd *l, bool check, tsr_errbuf *err)
+{
+  tsr_params p = TSR_PARAMS_INIT, u = TSR_PARAMS_INIT;
+  tsr_params_add_int(&u, "k", l->k);
+  tsr_params_add_int(&u, "d", l->d);
+  tsr_buf *ins = calloc((size_t)l->nb + 1, sizeof *ins);
+  int64_t wrong = 0;
+  int rc = 0;
+  const double *m = l->model.data;
+  for (int64_t b = 0; rc == 0 && b < l->nb; b++) {
+    tsr_params_clear(&p);
+    tsr_params_add_int(&p, "k", l->k);
+    tsr_params_add_int(&p, "row0", b * l->chunk);
+    tsr_buf in[3] = {chunk_of(l, b), l->model, l->states[b]}, out;
+    rc = run("kmeans_step", &p, in, l->states[b].data ? 3 : 2, &out, err);
+    if (rc != 0) break;
+    int32_t *ref = check && m[1] != 2 ? reference_labels(l, b, m + KM_HDR, err) : NULL;
+    for (int64_t r = 0; ref != NULL && r < in[0].meta.shape[0]; r++) wrong += state_label(l, &out, r) != ref[r];
+    free(ref), free(l->states[b].data);
+    l->states[b] = out;
+    ins[b + 1] = out;
+  }
+  ins[0] = l->model;
+  tsr_buf next;
+  if (rc == 0) rc = run("kmeans_update", &u, ins, (int)l->nb + 1, &next, err);
+  if (rc == 0) free(l->model.data), l->model = next, l->iterations++;
+  tsr_params_clear(&p), tsr_params_clear(&u);
+  free(ins);
+  return rc != 0 ? rc : wrong;
+}
+
+static void lloyd_free(lloyd *l)
+{
+  for (int64_t b = 0; l->states && b < l->nb; b++) free(l->states[b].data);
+  free(l->states), free(l->model.data);
+}
+
+/* Runs to the end (phase done) checking every iteration's labels. */
+static int64_t lloyd_check_all(lloyd *l, tsr_errbuf *err)
+{
+  int64_t wrong = 0;
+  while (((const double *)l->model.data)[1] != 2 && l->iterations < 400) {
+    int64_t w = lloyd_iteration(l, true, err);
+    if (w < 0) return w;
+    wrong += w;
+  }
+  return wrong;
+}
+
+static void *as_dtype(const double *x, size_t n, tsr_dtype dt)
+{
+  if (dt == TSR_F64) return memcpy(malloc(n * 8), x, n * 8);
+  float *f = malloc(n * 4);
+  for (size_t i = 0; i < n; i++) f[i] = (float)x[i];
+  return f;
+}
+
+static void check_mixture(tsr_dtype dt, int64_t n, int64_t d, int64_t k, int64_t chunk, double spread)
+{
+  double *x = mixture(n, d, k, spread);
+  lloyd l = lloyd_of(n, d, k, chunk, 0, dt, as_dtype(x, (size_t)(n * d), dt));
+  tsr_errbuf err;
+  ASSERT_OK(lloyd_start(&l, x, 300, 0, &err));  /* tol 0: run until the labels stop moving */
+  int64_t wrong = lloyd_check_all(&l, &err);
+  const double *m = l.model.data;
+  fprintf(stderr, "  %s %lld x %lld, k %lld: %d iterations (%g counted), %lld labels differ from plain Lloyd, inertia %.9g\n",
+          dt == TSR_F32 ? "f32" : "f64", (long long)n, (long long)d, (long long)k, l.iterations, m[0], (long long)wrong, m[3]);
+  ASSERT_EQ(wrong, 0);
+  ASSERT_EQ(m[1], 2);
+  ASSERT_TRUE(l.iterations > 3);
+  /* the inertia is plain Lloyd's under the final centers (kmeans_partial's sum) */
+  double inertia = 0;
+  for (int64_t b = 0; b < l.nb; b++) {
+    tsr_params p = TSR_PARAMS_INIT;
+    tsr_params_add_int(&p, "k", k);
+    tsr_params_add_int(&p, "row0", b * chunk);
+    tsr_params_add_floats(&p, "centers", m + KM_HDR, (size_t)(k * d));
+    tsr_buf xc = chunk_of(&l, b), out;
+    ASSERT_OK(run("kmeans_partial", &p, &xc, 1, &out, &err));
+    inertia += ((double *)out.data)[k * d + k];
+    free(out.data), tsr_params_clear(&p);
+  }
+  ASSERT_NEAR(m[3], inertia, 1e-12);
+  lloyd_free(&l);
+  free(l.x), free(x);
+}
+
+TEST(steps_give_plain_lloyds_labels_f32) { check_mixture(TSR_F32, 3000, 7, 12, 700, 1.5); }
+TEST(steps_give_plain_lloyds_labels_f64_overlapping) { check_mixture(TSR_F64, 2000, 3, 25, 512, 6.0); }
+TEST(steps_give_plain_lloyds_labels_wide) { check_mixture(TSR_F32, 1500, 64, 40, 400, 12.0); }
+
+TEST(max_iter_stops_the_loop_then_the_final_e_step)
+{
+  double *x = mixture(900, 5, 9, 4.0);
+  lloyd l = lloyd_of(900, 5, 9, 250, 0, TSR_F64, x);
+  tsr_errbuf err;
+  ASSERT_OK(lloyd_start(&l, x, 2, 0, &err));
+  ASSERT_EQ(lloyd_check_all(&l, &err), 0);
+  const double *m = l.model.data;
+  ASSERT_EQ(m[0], 2);          /* two updates counted */
+  ASSERT_EQ(l.iterations, 3);  /* and the final E-step's pass */
+  ASSERT_EQ(m[1], 2);
+  /* past done, steps and updates pass their inputs through */
+  double before = m[3];
+  ASSERT_EQ(lloyd_iteration(&l, false, &err), 0);
+  ASSERT_EQ(((const double *)l.model.data)[3], before);
+  lloyd_free(&l);
+  free(x);
+}
+
+TEST(a_step_over_several_chunks_labels_each_row)
+{
+  /* one kmeans_step over three x chunks (parts = 3), as graphs/kmeans.c
+   * runs a thread's run of chunks: its rows in order, each chunk's rows
+   * labelled as plain Lloyd labels that chunk */
+  double *x = mixture(1000, 6, 8, 3.0);
+  lloyd l = lloyd_of(1000, 6, 8, 300, 0, TSR_F64, x);
+  tsr_errbuf err;
+  ASSERT_OK(lloyd_start(&l, x, 300, 1e-4, &err));
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_params_add_int(&p, "k", 8);
+  tsr_params_add_int(&p, "row0", 0);
+  tsr_params_add_int(&p, "parts", 3);
+  tsr_buf in[4] = {chunk_of(&l, 0), chunk_of(&l, 1), chunk_of(&l, 2), l.model}, out;
+  ASSERT_OK(run("kmeans_step", &p, in, 4, &out, &err));
+  for (int64_t b = 0; b < 3; b++) {
+    int32_t *ref = reference_labels(&l, b, (const double *)l.model.data + KM_HDR, &err);
+    ASSERT_TRUE(ref != NULL);
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < 300; r++) wrong += state_label(&l, &out, b * 300 + r) != ref[r];
+    free(ref);
+    ASSERT_EQ(wrong, 0);
+  }
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "k", 8);
+  tsr_params_add_int(&p, "row0", 0);
+  tsr_params_add_int(&p, "parts", 5);
+  tsr_buf bad;
+  ASSERT_EQ(run("kmeans_step", &p, in, 4, &bad, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "parts = 5");
+  tsr_params_clear(&p);
+  free(out.data);
+  lloyd_free(&l);
+  free(x);
+}
+
+TEST(an_emptied_cluster_takes_the_farthest_point)
+{
+  /* two groups; the third center far from every point gets nothing in the
+   * first step: the update asks for the farthest points (a full pass with
+   * the same centers), then moves it to the farthest one */
+  double x[12 * 2], init[3 * 2] = {0, 0, 10, 10, 1000, 1000};
+  for (int i = 0; i < 12; i++) x[2 * i] = (i < 6 ? 0 : 10) + 0.1 * (i % 3), x[2 * i + 1] = (i < 6 ? 0 : 10) + 0.1 * (i % 2);
+  x[2 * 11] = 30, x[2 * 11 + 1] = 30;
+  lloyd l = lloyd_of(12, 2, 3, 5, 0, TSR_F64, x);
+  tsr_errbuf err;
+  ASSERT_OK(lloyd_start(&l, init, 300, 1e-4, &err));
+  ASSERT_EQ(lloyd_iteration(&l, true, &err), 0);
+  const double *m = l.model.data;
+  ASSERT_EQ(m[2], 1);  /* need_far: the same centers again */
+  ASSERT_EQ(m[0], 0);
+  ASSERT_EQ(m[KM_HDR + 4], 1000);
+  ASSERT_EQ(lloyd_iteration(&l, true, &err), 0);
+  m = l.model.data;
+  ASSERT_EQ(m[2], 0);
+  ASSERT_EQ(m[0], 1);
+  ASSERT_EQ(m[KM_HDR + 4], 30);  /* the third center is the point (30, 30) */
+  ASSERT_EQ(m[KM_HDR + 5], 30);
+  ASSERT_EQ(lloyd_check_all(&l, &err), 0);
+  ASSERT_EQ(state_label(&l, &l.states[2], 1), 2);  /* row 11 = chunk 2's row 1 */
+  lloyd_free(&l);
+}
+
+TEST(bad_input_is_named)
+{
+  double x[4 * 2] = {0, 0, 1, 1, NAN, 2, 3, 3}, init[2 * 2] = {0, 0, 3, 3};
+  lloyd l = lloyd_of(4, 2, 2, 4, 0, TSR_F64, x);
+  tsr_errbuf err;
+  ASSERT_OK(lloyd_start(&l, init, 300, 1e-4, &err));
+  ASSERT_EQ(lloyd_iteration(&l, false, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "row 2 holds a NaN");
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_params_add_int(&p, "k", 3);
+  tsr_params_add_int(&p, "row0", 0);
+  tsr_buf in[2] = {buf_of(TSR_F64, 2, 4, 2, x), l.model}, out;
+  ASSERT_EQ(run("kmeans_step", &p, in, 2, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "not a model of k = 3");
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "k", 2);
+  tsr_params_add_int(&p, "max_iter", 0);
+  tsr_params_add_float(&p, "tol", 1e-4);
+  tsr_params_add_floats(&p, "values", init, 4);
+  ASSERT_EQ(run("kmeans_init", &p, NULL, 0, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "max_iter 0");
+  tsr_params_clear(&p);
+  lloyd_free(&l);
+}
+
+/* A .npy file's data (version 1 header, little-endian, C order): n
+ * values of esize bytes, or NULL. */
+static void *read_npy(const char *path, size_t esize, size_t *n_p)
+{
+  FILE *f = fopen(path, "rb");
+  unsigned char head[10];
+  void *data = NULL;
+  if (f != NULL && fread(head, 1, 10, f) == 10 && fseek(f, 0, SEEK_END) == 0) {
+    long end = ftell(f), start = 10 + head[8] + 256 * head[9];
+    *n_p = (size_t)(end - start) / esize;
+    data = malloc((size_t)(end - start));
+    if (fseek(f, start, SEEK_SET) != 0 || fread(data, esize, *n_p, f) != *n_p) free(data), data = NULL;
+  }
+  if (f) fclose(f);
+  return data;
+}
+
+/* --bench [X.npy init.npy]: the steps of bench/cluster's k-means (its
+ * 100,000 x 50 f32 mixture and k-means++ init, k = 30, chunks of 16,384;
+ * without files a synthetic mixture), one thread, each iteration's CPU time. */
+static int bench(int argc, char **argv)
+{
+  int64_t n = 100000, d = 50, k = 30;
+  size_t nx = 0, ni = 0;
+  void *x32 = NULL;
+  double *x = NULL, *init = NULL;
+  if (argc >= 4) {
+    x32 = read_npy(argv[2], 4, &nx), init = read_npy(argv[3], 8, &ni);
+    if (x32 == NULL || init == NULL || ni == 0 || nx % (ni / 30) != 0) return fprintf(stderr, "cannot read %s / %s\n", argv[2], argv[3]), 1;
+    d = (int64_t)ni / k, n = (int64_t)nx / d;
+  } else {
+    rng_state = 7;
+    x = mixture(n, d, k, 3.0), init = x;
+    x32 = as_dtype(x, (size_t)(n * d), TSR_F32);
+  }
+  lloyd l = lloyd_of(n, d, k, 16384, 0, TSR_F32, x32);
+  tsr_errbuf err;
+  if (lloyd_start(&l, init, 300, 1e-4, &err) != 0) return 1;
+  double total = 0;
+  while (((const double *)l.model.data)[1] != 2) {
+    double t = now();
+    if (lloyd_iteration(&l, false, &err) < 0) return fprintf(stderr, "%s\n", err.text), 1;
+    t = now() - t, total += t;
+    printf("iteration %2d  %.3f ms\n", l.iterations, 1e3 * t);
+  }
+  printf("total %.1f ms for %d iterations (CPU time of one thread), inertia %.6g\n", 1e3 * total, l.iterations, ((double *)l.model.data)[3]);
+  lloyd_free(&l);
+  if (x == NULL) free(init);
+  free(x32), free(x);
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  tsr_ops_init(false);
+  if (argc > 1 && strcmp(argv[1], "--bench") == 0) return bench(argc, argv);
+  RUN(steps_give_plain_lloyds_labels_f32);
+  RUN(steps_give_plain_lloyds_labels_f64_overlapping);
+  RUN(steps_give_plain_lloyds_labels_wide);
+  RUN(max_iter_stops_the_loop_then_the_final_e_step);
+  RUN(a_step_over_several_chunks_labels_each_row);
+  RUN(an_emptied_cluster_takes_the_farthest_point);
+  RUN(bad_input_is_named);
+  return kit_summary();
+}
