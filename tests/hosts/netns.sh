@@ -1,7 +1,8 @@
 # tests/hosts/netns.sh — sourced, not run: several "hosts" on one machine,
 # each a network namespace with one interface (eth0) on a shared switch: a
 # bridge in a namespace of its own, so that no end of any link is in the
-# machine's own namespace. Used by tests/hosts/test_hosts.sh and
+# machine's own namespace. Used by tests/hosts/test_hosts.sh, test_faults.sh (their
+# common frame: hosts_test_begin, at the end) and
 # bench/hosts/*.sh. Needs root and iproute2.
 #
 #   . tests/hosts/netns.sh
@@ -98,4 +99,55 @@ hosts_down() {
   local h
   for h in "${HOSTS_NAMES[@]}" sw; do ip netns del "$(_hosts_ns "$h")" 2>/dev/null; done
   HOSTS_NAMES=()
+}
+
+# ---- the frame of a hosts test (tests/hosts/test_*.sh) ----
+#
+#   hosts_test_begin TEST CASE BIN_DIR [TOOL...]
+#
+# Skips (exit 77, a SKIPPED line) unless root, network namespaces and every
+# TOOL (besides ip) are there; fails unless the daemons and
+# tsr-hosts-client are built in BIN_DIR. Sets logs (a fresh dir), pids,
+# failures; defines fail and pass; on exit stops every pid in pids, tears
+# the namespaces down, prints the logs' tails when the run failed (and
+# copies them to $TESSERA_TEST_KEEP_LOGS when set), and exits 1 if any
+# fail was called.
+hosts_test_begin() {
+  _HT_TEST=$1 _HT_CASE=$2
+  local bin=$3 tool b probe="tsr-probe-$$"
+  shift 3
+  skip() { echo "SKIPPED: $_HT_TEST $_HT_CASE: $*"; exit 77; }
+  [ "$(id -u)" = 0 ] || skip "needs root (network namespaces, veth links, iptables, tc)"
+  for tool in ip "$@"; do
+    command -v "$tool" >/dev/null || skip "$tool is not installed (scripts/install-deps.sh --deploy)"
+  done
+  ip netns add "$probe" 2>/dev/null || skip "cannot create a network namespace here"
+  ip netns del "$probe"
+  for b in tessera-scheduler tessera-worker tessera tsr-hosts-client; do
+    [ -x "$bin/$b" ] || { echo "FAIL: $bin/$b is not built"; exit 1; }
+  done
+  logs=$(mktemp -d "/tmp/tsr-$_HT_TEST-XXXXXX")
+  pids=()
+  failures=0
+  _HT_START=$SECONDS
+  trap _hosts_test_end EXIT
+  trap 'exit 130' INT TERM
+}
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+_hosts_test_end() {
+  local rc=$? f
+  trap - EXIT INT TERM
+  [ "$rc" -ne 0 ] || [ "$failures" -eq 0 ] || rc=1
+  stop_pids
+  hosts_down
+  if [ "$rc" -ne 0 ]; then
+    for f in "$logs"/*.log; do [ -f "$f" ] && { echo "----- $f"; tail -n 80 "$f"; }; done
+  fi
+  [ -n "${TESSERA_TEST_KEEP_LOGS:-}" ] && cp -r "$logs" "$TESSERA_TEST_KEEP_LOGS/$_HT_TEST-$_HT_CASE-$(date +%H%M%S)"
+  rm -rf "$logs"
+  echo "$_HT_TEST $_HT_CASE: $([ "$rc" -eq 0 ] && echo passed || echo FAILED) in $((SECONDS - _HT_START)) s"
+  exit "$rc"
 }

@@ -26,43 +26,9 @@ bin=$(cd "$1" && pwd) || exit 2
 case_name=$2
 src=$(cd "$(dirname "$0")/../.." && pwd)
 
-skip() { echo "SKIPPED: test_faults $case_name: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root (network namespaces, iptables, tc)"
-for tool in ip iptables tc python3; do
-  command -v "$tool" >/dev/null || skip "$tool is not installed (scripts/install-deps.sh --deploy)"
-done
-probe="tsr-probe-$$"
-ip netns add "$probe" 2>/dev/null || skip "cannot create a network namespace here"
-ip netns del "$probe"
-for b in tessera-scheduler tessera-worker tessera tsr-hosts-client; do
-  [ -x "$bin/$b" ] || { echo "FAIL: $bin/$b is not built"; exit 1; }
-done
-
 # shellcheck source=tests/hosts/netns.sh
 . "$src/tests/hosts/netns.sh"
-logs=$(mktemp -d /tmp/tsr-faults-test-XXXXXX)
-pids=()
-failures=0
-start=$SECONDS
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-
-cleanup() {
-  local rc=$? f
-  trap - EXIT INT TERM
-  [ "$rc" -ne 0 ] || [ "$failures" -eq 0 ] || rc=1
-  stop_pids
-  hosts_down
-  if [ "$rc" -ne 0 ]; then
-    for f in "$logs"/*.log; do [ -f "$f" ] && { echo "----- $f"; tail -n 60 "$f"; }; done
-  fi
-  if [ "$rc" -ne 0 ] && [ -n "${TSR_FAULTS_KEEP:-}" ]; then cp -r "$logs" "$TSR_FAULTS_KEEP"; fi
-  rm -rf "$logs"
-  echo "test_faults $case_name: $([ "$rc" -eq 0 ] && echo passed || echo FAILED) in $((SECONDS - start)) s"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+hosts_test_begin test_faults "$case_name" "$bin" iptables tc python3
 
 HEARTBEAT=3s
 # The bound on any one graph under a fault: a worker silent for the

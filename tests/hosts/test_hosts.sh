@@ -21,44 +21,10 @@ bin=$(cd "$1" && pwd) || exit 2
 case_name=$2
 src=$(cd "$(dirname "$0")/../.." && pwd)
 
-skip() { echo "SKIPPED: test_hosts $case_name: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root (network namespaces, veth links, iptables)"
-command -v ip >/dev/null || skip "ip (iproute2) is not installed (scripts/install-deps.sh --deploy)"
-probe="tsr-probe-$$"
-ip netns add "$probe" 2>/dev/null || skip "cannot create a network namespace here"
-ip netns del "$probe"
-if [ "$case_name" = cutoff ]; then
-  command -v iptables >/dev/null || skip "iptables is not installed (scripts/install-deps.sh --deploy)"
-fi
-for b in tessera-scheduler tessera-worker tessera tsr-hosts-client; do
-  [ -x "$bin/$b" ] || { echo "FAIL: $bin/$b is not built"; exit 1; }
-done
-
 # shellcheck source=tests/hosts/netns.sh
 . "$src/tests/hosts/netns.sh"
-logs=$(mktemp -d /tmp/tsr-hosts-test-XXXXXX)
-pids=()
-failures=0
-start=$SECONDS
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-
-cleanup() {
-  local rc=$? f
-  trap - EXIT INT TERM
-  [ "$rc" -ne 0 ] || [ "$failures" -eq 0 ] || rc=1
-  stop_pids
-  hosts_down
-  if [ "$rc" -ne 0 ]; then
-    for f in "$logs"/*.log; do [ -f "$f" ] && { echo "----- $f"; tail -n 80 "$f"; }; done
-  fi
-  [ -n "${TESSERA_TEST_KEEP_LOGS:-}" ] && cp -r "$logs" "$TESSERA_TEST_KEEP_LOGS/hosts-$case_name-$(date +%H%M%S)"
-  rm -rf "$logs"
-  echo "test_hosts $case_name: $([ "$rc" -eq 0 ] && echo passed || echo FAILED) in $((SECONDS - start)) s"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+if [ "$case_name" = cutoff ]; then hosts_test_begin test_hosts "$case_name" "$bin" iptables
+else hosts_test_begin test_hosts "$case_name" "$bin"; fi
 
 hosts_up sched w1 w2 client || { fail "could not make the namespaces"; exit 1; }
 addr="tcp://$(host_ip sched):8786"
