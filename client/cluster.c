@@ -24,6 +24,24 @@ static void opt_str(const msgpack_object *map, const char *key, char *buf, size_
   buf[len] = '\0';
 }
 
+/* The optional usage fields (scheduler/usage.h relays them). */
+static int decode_usage(const msgpack_object *map, tsr_worker_info *w, tsr_errbuf *err)
+{
+  uint64_t gpu_mem = UINT64_MAX, power = UINT64_MAX;
+  w->has_usage = tsr_wire_field(map, "cpu_us") != NULL;
+  int rc = tsr_wire_opt_uint(map, "cpu_us", 0, &w->cpu_us, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "memory_peak", 0, &w->memory_peak, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "disk_peak", 0, &w->disk_peak, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "device_memory_peak", 0, &w->device_memory_peak, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "fetch_bytes", 0, &w->fetch_bytes, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "fetch_us", 0, &w->fetch_us, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "gpu_memory_used", UINT64_MAX, &gpu_mem, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "gpu_power_mw", UINT64_MAX, &power, err);
+  w->gpu_memory_used = gpu_mem > INT64_MAX ? -1 : (int64_t)gpu_mem;
+  w->gpu_power_mw = power > INT64_MAX ? -1 : (int64_t)power;
+  return rc;
+}
+
 static int decode_worker(const msgpack_object *map, tsr_worker_info *w, tsr_errbuf *err)
 {
   uint64_t threads = 0;
@@ -53,6 +71,7 @@ static int decode_worker(const msgpack_object *map, tsr_worker_info *w, tsr_errb
   if (rc == 0) rc = tsr_wire_opt_uint(map, "disk_held", 0, &w->disk_held, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "tasks_recomputed", 0, &w->tasks_recomputed, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "bytes_recomputed", 0, &w->bytes_recomputed, err);
+  if (rc == 0) rc = decode_usage(map, w, err);
   w->gpu_util = util == UINT64_MAX ? -1 : util > 100 ? 100 : (int)util;
   w->threads = threads > 1000000 ? 1000000 : (int)threads;
   return rc;

@@ -104,7 +104,7 @@ void sched_notify_lost(sched_state *st, uint32_t id)
 
 static void pack_worker(msgpack_packer *pk, const sched_worker *w)
 {
-  msgpack_pack_map(pk, 21 + (w->gpu_util >= 0));
+  msgpack_pack_map(pk, 21 + (w->gpu_util >= 0) + sched_usage_nfields(&w->usage));
   tsr_pack_kv_str(pk, "name", w->name);
   tsr_pack_kv_str(pk, "address", w->address);
   tsr_pack_kv_str(pk, "device", w->device);
@@ -129,6 +129,7 @@ static void pack_worker(msgpack_packer *pk, const sched_worker *w)
   tsr_pack_kv_uint(pk, "disk_held", w->held_disk);
   tsr_pack_kv_uint(pk, "tasks_recomputed", w->tasks_recomputed);
   tsr_pack_kv_uint(pk, "bytes_recomputed", w->bytes_recomputed);
+  sched_usage_pack(pk, &w->usage);
 }
 
 void sched_emit_status(sched_state *st, uint32_t peer, uint64_t req)

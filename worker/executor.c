@@ -347,6 +347,14 @@ int tsr_wexec_start(const tsr_wexec_opts *opts, tsr_wstore *store, tsr_wexec **e
 
 int tsr_wexec_submit(tsr_wexec *exec, tsr_wtask *task) { return tsr_wqueue_push(exec->queue, task); }
 unsigned tsr_wexec_running(const tsr_wexec *exec) { return atomic_load(&exec->running); }
+
+void tsr_wexec_fetch_stats_get(tsr_wexec *exec, tsr_wexec_fetch_stats *out)
+{
+  out->fetches = atomic_load_explicit(&exec->fetches.fetches, memory_order_relaxed);
+  out->failures = atomic_load_explicit(&exec->fetches.fetch_failures, memory_order_relaxed);
+  out->bytes = atomic_load_explicit(&exec->fetches.fetch_bytes, memory_order_relaxed);
+  out->us = atomic_load_explicit(&exec->fetches.fetch_us, memory_order_relaxed);
+}
 size_t tsr_wexec_queued(tsr_wexec *exec) { return tsr_wqueue_length(exec->queue); }
 
 /* Waits until every started thread has left its loop, at most timeout_ms

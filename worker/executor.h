@@ -43,6 +43,11 @@ int tsr_wexec_start(const tsr_wexec_opts *opts, tsr_wstore *store, tsr_wexec **e
 int tsr_wexec_submit(tsr_wexec *exec, tsr_wtask *task);
 /* Tasks executing right now / waiting in the queue. */
 unsigned tsr_wexec_running(const tsr_wexec *exec);
+/* Fetches of inputs from peers since start: done, failed, bytes, time. */
+typedef struct tsr_wexec_fetch_stats {
+  uint64_t fetches, failures, bytes, us;
+} tsr_wexec_fetch_stats;
+void tsr_wexec_fetch_stats_get(tsr_wexec *exec, tsr_wexec_fetch_stats *out);
 size_t tsr_wexec_queued(tsr_wexec *exec);
 /* The scheduler declared the worker at address dead: the executor
  * threads' fetches from it end now (tsr_wfetch_gone). Any thread. */

@@ -12,6 +12,10 @@ int tsr_wfetch_group_init(tsr_wfetch_group *g)
   g->inflight = tsr_strmap_new(64);
   if (g->inflight == NULL) return TSR_ENOMEM;
   g->ngone = 0;
+  atomic_init(&g->fetches, 0);
+  atomic_init(&g->fetch_failures, 0);
+  atomic_init(&g->fetch_bytes, 0);
+  atomic_init(&g->fetch_us, 0);
   pthread_mutex_init(&g->lock, NULL);
   pthread_cond_init(&g->done, NULL);
   return 0;
@@ -108,6 +112,13 @@ static int slot_for(tsr_wfetcher *f, const char *address, tsr_errbuf *err)
   return victim;
 }
 
+static void count_fetch(tsr_wfetch_group *g, int rc, uint64_t nbytes, uint64_t us)
+{
+  atomic_fetch_add_explicit(rc == 0 ? &g->fetches : &g->fetch_failures, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&g->fetch_bytes, nbytes, memory_order_relaxed);
+  atomic_fetch_add_explicit(&g->fetch_us, us, memory_order_relaxed);
+}
+
 int tsr_wfetcher_get(tsr_wfetcher *f, const char *address, const char *key, tsr_chunk_header *hdr,
                      tsr_xfer_data *out, tsr_errbuf *err)
 {
@@ -116,8 +127,10 @@ int tsr_wfetcher_get(tsr_wfetcher *f, const char *address, const char *key, tsr_
   if (i < 0) return TSR_ECONN;
   f->slot[i].used = ++f->tick;
   fetch_start start = {f->group, tsr_now_ms()};
+  uint64_t t0 = tsr_now_us();
   int rc = tsr_xfer_get_abortable(f->slot[i].conn, key, f->timeout_ms, f->group != NULL ? abandon_fetch : NULL, &start,
                                   hdr, out, err);
+  if (f->group != NULL) count_fetch(f->group, rc, rc == 0 ? hdr->nbytes : 0, tsr_now_us() - t0);
   /* After a timeout the reply may still arrive; after a send/receive error
    * the socket's state is unknown. Either way, start afresh next time. */
   if (rc == TSR_ETIMEDOUT || rc == TSR_ECONN) tsr_xfer_close(&f->slot[i].conn);

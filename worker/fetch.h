@@ -7,6 +7,7 @@
 #define TSR_WORKER_FETCH_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -31,6 +32,9 @@ typedef struct tsr_wfetch_group {
     uint64_t at_ms;
   } gone[TSR_WFETCH_GONE];
   unsigned ngone;
+  /* Transfers since start, for /metrics (wmetrics.h): relaxed atomics,
+   * added once per fetch by the thread that made it. */
+  _Atomic uint64_t fetches, fetch_failures, fetch_bytes, fetch_us;
 } tsr_wfetch_group;
 
 /* 0 or TSR_ENOMEM. */
