@@ -60,13 +60,13 @@ static void text_workers(const json_t *doc, FILE *out)
 {
   size_t i;
   const json_t *w;
-  char a[32], b[32], c[32];
+  char a[32], b[32], c[32], d[32];
   fprintf(out, "workers:\n");
   json_array_foreach(json_object_get(doc, "workers"), i, w)
     fprintf(out, "  %-24s %-6s %3.0f threads  cpu %5s  memory peak %9s (%s of limit)  fetched %s\n", rep_str(w, "name"),
             rep_str(w, "device"), rep_num(w, "threads"), pct(w, "cpu_efficiency", a, sizeof a),
             rep_bytes(rep_num(w, "memory_peak"), b, sizeof b), pct(w, "memory_efficiency", c, sizeof c),
-            rep_bytes(rep_num(w, "fetch_bytes"), c, sizeof c));
+            rep_bytes(rep_num(w, "fetch_bytes"), d, sizeof d));
 }
 
 int rep_write_text(const json_t *doc, FILE *out, char *err, size_t err_len)
@@ -137,7 +137,8 @@ TSR_API int tsr_report_render(const char *json_path, tsr_report_format format, c
   json_error_t jerr;
   json_t *doc = json_load_file(json_path, 0, &jerr);
   if (doc == NULL) {
-    rep_errf(err, err_len, "cannot read report '%s': %s (line %d)", json_path, jerr.text, jerr.line);
+    if (jerr.line > 0) rep_errf(err, err_len, "cannot read report '%s': %s (line %d)", json_path, jerr.text, jerr.line);
+    else rep_errf(err, err_len, "cannot read report '%s': %s", json_path, jerr.text);
     return TSR_EIO;
   }
   int rc = 0;
