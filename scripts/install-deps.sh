@@ -18,7 +18,8 @@ build=(build-essential cmake pkg-config
        libzstd-dev zlib1g-dev libisal-dev libjansson-dev libhdf5-dev libcairo2-dev
        libinih-dev libtiff-dev libjpeg62-turbo-dev libpng-dev)
 # clang + its runtimes (libFuzzer, ASan, UBSan): tests/fuzz/run.sh, the fuzz stage of scripts/test.sh.
-test=(python3 python3-numpy python3-venv python3-openslide clang libclang-rt-dev)
+# chromium + python3-pil: integration.report loads the HTML report headless and reads its screenshot.
+test=(python3 python3-numpy python3-venv python3-openslide clang libclang-rt-dev chromium python3-pil)
 # Heavy and only for the deploy tests: kept out of the build's list.
 deploy=(podman buildah runc netavark aardvark-dns debootstrap podman-compose cloud-init
         slurm-wlm munge iproute2 iptables iperf3)
