@@ -266,14 +266,16 @@ static void section_summary(FILE *out, const json_t *doc)
   fprintf(out, "</tr><tr><td>exit status</td><td>%.0f</td></tr></table></section>\n", rep_num(doc, "exit_status"));
 }
 
-/* The document for scripts, inside a script element: "</" is written "<\/" so it cannot close it. */
+/* The document for scripts, inside a script element. Every '<' (only ever
+ * inside a JSON string) is written \u003c, so no "</script" or "<!--" can
+ * end or confuse the element. */
 static void embed_json(FILE *out, const json_t *doc)
 {
   char *text = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(12));
   if (text == NULL) return;
   fprintf(out, "<script type='application/json' id='report-data'>");
   for (const char *p = text; *p; p++) {
-    if (p[0] == '<' && p[1] == '/') fputs("<\\", out);
+    if (*p == '<') fputs("\\u003c", out);
     else fputc(*p, out);
   }
   fprintf(out, "</script>\n");
