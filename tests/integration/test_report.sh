@@ -25,7 +25,7 @@ cd "$tmp"
 fail() { echo "FAIL: $1"; [ -n "${2:-}" ] && { echo "--- $2:"; tail -c 3000 "$2"; }; exit 1; }
 check() { "$py" "$here/check_report.py" "$@" || exit 1; }
 local_run=("$bin/tessera" local --cpu-workers 2 --threads-per-worker 1 --memory-limit 512MiB --)
-svd=("$bin/tsr-svd" --rows 200000 --cols 400 --chunks 2000,400 --k 5 --power-iters 2 --no-progress)
+svd=("$bin/tsr-svd" --rows 100000 --cols 400 --chunks 2000,400 --k 5 --power-iters 2 --no-progress)
 # Chromium as root needs --no-sandbox; no GPU here; a fixed window so pixel fractions compare.
 chrome() { timeout 60 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1200,1600 "$@" 2>/dev/null; }
 
