@@ -7,7 +7,8 @@
 #     is not blank (non-background pixel fraction, checked against a blank page
 #     rendered the same way) and its DOM has the sections, charts and op names;
 #  3. `tessera report` renders the saved JSON as text and as the same HTML;
-#  4. tsr-cluster --report writes one too (many graphs in one report);
+#  4. tsr-cluster --report writes one too (many graphs in one report); its progress
+#     bar prints plain lines on a pipe, none with --no-progress, and its step lines stay;
 #  5. bad input: a --report name that is neither .html nor .json, a JSON file
 #     that is not a report: clear errors naming the file / field.
 # Chromium (Debian `chromium`) and Pillow (`python3-pil`, Debian's python3)
@@ -58,9 +59,13 @@ check dom "$tmp/again.dom" $ops
 "$bin/tessera" report --json "$tmp/r.json" >again.json || fail "tessera report --json failed"
 check json "$tmp/again.json"
 
-# 4. tsr-cluster: a report over many graphs
-"${local_run[@]}" "$bin/tsr-cluster" --synthetic 3000,2000,4 --min-genes 10 --n-pcs 10 --n-top-genes 500 \
-  --out "$tmp/cl" --no-progress --report "$tmp/c.json" >out.txt 2>err.txt || fail "tsr-cluster --report failed" err.txt
+# 4. tsr-cluster: a report over many graphs; its progress bar (plain lines on a pipe), none with --no-progress
+cluster=("$bin/tsr-cluster" --synthetic 3000,2000,4 --min-genes 10 --n-pcs 10 --n-top-genes 500 --out "$tmp/cl")
+"${local_run[@]}" "${cluster[@]}" --report "$tmp/c.json" >out.txt 2>err.txt || fail "tsr-cluster --report failed" err.txt
+grep -q '^tsr-cluster: progress: 100% ' err.txt || fail "tsr-cluster drew no progress lines" err.txt
+grep -q '^pp.neighbors ' out.txt || fail "tsr-cluster lost its step lines" out.txt
+"${local_run[@]}" "${cluster[@]}" --no-progress >out.txt 2>err.txt || fail "tsr-cluster --no-progress failed" err.txt
+if grep -q 'progress' err.txt; then fail "tsr-cluster --no-progress still printed progress" err.txt; fi
 "$py" - "$tmp/c.json" <<'PY' || exit 1
 import json, sys
 d = json.load(open(sys.argv[1]))

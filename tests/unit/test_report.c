@@ -15,8 +15,11 @@
 
 static char dir[] = "/tmp/tsr_test_report_XXXXXX";
 
-/* A minimal version-1 document; `omit` names a top-level field left out. */
-static void write_doc(const char *path, const char *program, const char *op, const char *omit)
+#define NO_GPU "\"gpu_util\": [null, null, null], \"gpu_memory_used\": [null, null, null]"
+
+/* A minimal version-1 document; `omit` names a top-level field left out;
+ * gpu holds the samples' two GPU series (NO_GPU: none reported). */
+static void write_doc(const char *path, const char *program, const char *op, const char *omit, const char *gpu)
 {
   FILE *f = fopen(path, "w");
   fprintf(f, "{\"tessera_report\": 1, \"program\": \"%s\", \"command\": \"x --report r.html\", \"started\": \"2026-11-24T00:00:00Z\","
@@ -29,14 +32,17 @@ static void write_doc(const char *path, const char *program, const char *op, con
     {"efficiency", "{\"cpu\": 0.9, \"busy\": 0.8}"},
     {"tiers", "{\"host\": {\"peak\": 100, \"limit\": null, \"efficiency\": null}, \"disk\": {\"peak\": 0}, \"device\": {\"peak\": 0}}"},
     {"data", "{\"bytes_made\": 1000, \"bytes_fetched\": 0, \"fetch_s\": 0}"},
-    {"samples", "{\"t\": [0, 1, 2], \"memory_used\": [0, 50, 100], \"disk_bytes\": [0, 0, 0], \"device_memory_used\": [0, 0, 0],"
-                " \"cpu_util\": [null, 80, 90], \"gpu_util\": [null, null, null], \"gpu_memory_used\": [null, null, null]}"},
+    {"samples", NULL},
     {"bound", "{\"by\": \"compute\", \"fractions\": {\"compute\": 0.8, \"transfer\": 0.1, \"idle\": 0.1}, \"spill_ratio\": 0,"
               " \"evidence\": [\"compute: 80% & more\"]}"}};
   for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
     if (omit != NULL && strcmp(parts[k][0], omit) == 0) continue;
     if (parts[k][1] != NULL) fprintf(f, ", \"%s\": %s", parts[k][0], parts[k][1]);
-    else fprintf(f, ", \"ops\": [{\"op\": \"%s\", \"tasks\": 10, \"busy_s\": 4.0, \"bytes\": 1000}]", op);
+    else if (strcmp(parts[k][0], "ops") == 0)
+      fprintf(f, ", \"ops\": [{\"op\": \"%s\", \"tasks\": 10, \"busy_s\": 4.0, \"bytes\": 1000}]", op);
+    else
+      fprintf(f, ", \"samples\": {\"t\": [0, 1, 2], \"memory_used\": [0, 50, 100], \"disk_bytes\": [0, 0, 0],"
+                 " \"device_memory_used\": [0, 0, 0], \"cpu_util\": [null, 80, 90], %s}", gpu);
   }
   fprintf(f, "}\n");
   fclose(f);
@@ -65,7 +71,7 @@ TEST(html_escapes_the_documents_strings)
   char in[256], out[256], err[512] = "";
   snprintf(in, sizeof in, "%s/r.json", dir);
   snprintf(out, sizeof out, "%s/r.html", dir);
-  write_doc(in, "<script>alert(1)</script>", "a<b&c</script>", NULL);
+  write_doc(in, "<script>alert(1)</script>", "a<b&c</script>", NULL, NO_GPU);
   ASSERT_OK(tsr_report_render(in, TSR_REPORT_HTML, out, err, sizeof err));
   const char *html = slurp(out);
   ASSERT_TRUE(html != NULL);
@@ -84,12 +90,30 @@ TEST(html_escapes_the_documents_strings)
   }
 }
 
+/* GPU samples (NVML through heartbeats) get their plots; without them the page says so. */
+TEST(gpu_samples_are_plotted_when_present)
+{
+  char in[256], out[256], err[512] = "";
+  snprintf(in, sizeof in, "%s/g.json", dir);
+  snprintf(out, sizeof out, "%s/g.html", dir);
+  write_doc(in, "tsr-x", "matmul", NULL, NO_GPU);
+  ASSERT_OK(tsr_report_render(in, TSR_REPORT_HTML, out, err, sizeof err));
+  ASSERT_CONTAINS(slurp(out), "No GPU samples");
+  write_doc(in, "tsr-x", "matmul", NULL, "\"gpu_util\": [null, 40, 95], \"gpu_memory_used\": [null, 1e9, 2e9]");
+  ASSERT_OK(tsr_report_render(in, TSR_REPORT_HTML, out, err, sizeof err));
+  const char *html = slurp(out);
+  ASSERT_TRUE(strstr(html, "No GPU samples") == NULL);
+  ASSERT_CONTAINS(html, ">GPU utilization</text>");
+  ASSERT_CONTAINS(html, "<h3>GPU memory</h3>");
+  ASSERT_EQ(count(html, "<polyline"), 3 + 2 + 1);   /* memory (3 tiers), utilization (CPU, GPU), GPU memory */
+}
+
 TEST(text_has_the_verdict_and_the_ops)
 {
   char in[256], out[256], err[512] = "";
   snprintf(in, sizeof in, "%s/t.json", dir);
   snprintf(out, sizeof out, "%s/t.txt", dir);
-  write_doc(in, "tsr-x", "matmul", NULL);
+  write_doc(in, "tsr-x", "matmul", NULL, NO_GPU);
   ASSERT_OK(tsr_report_render(in, TSR_REPORT_TEXT, out, err, sizeof err));
   const char *text = slurp(out);
   ASSERT_CONTAINS(text, "tsr-x: 2.50 s wall, 10/10 tasks done");
@@ -103,7 +127,7 @@ TEST(a_missing_field_is_named_with_the_file)
   char in[256], out[256], err[512] = "";
   snprintf(in, sizeof in, "%s/m.json", dir);
   snprintf(out, sizeof out, "%s/m.html", dir);
-  write_doc(in, "tsr-x", "matmul", "bound");
+  write_doc(in, "tsr-x", "matmul", "bound", NO_GPU);
   ASSERT_EQ(tsr_report_render(in, TSR_REPORT_HTML, out, err, sizeof err), TSR_EPROTO);
   ASSERT_CONTAINS(err, "m.json");
   ASSERT_CONTAINS(err, "field 'bound' is missing");
@@ -130,7 +154,7 @@ TEST(an_unwritable_output_names_its_path)
 {
   char in[256], err[512] = "";
   snprintf(in, sizeof in, "%s/u.json", dir);
-  write_doc(in, "tsr-x", "matmul", NULL);
+  write_doc(in, "tsr-x", "matmul", NULL, NO_GPU);
   ASSERT_EQ(tsr_report_render(in, TSR_REPORT_HTML, "/nonexistent-dir/x.html", err, sizeof err), TSR_EIO);
   ASSERT_CONTAINS(err, "cannot write '/nonexistent-dir/x.html'");
 }
@@ -153,6 +177,7 @@ int main(void)
 {
   if (mkdtemp(dir) == NULL) return perror("mkdtemp"), 1;
   RUN(html_escapes_the_documents_strings);
+  RUN(gpu_samples_are_plotted_when_present);
   RUN(text_has_the_verdict_and_the_ops);
   RUN(a_missing_field_is_named_with_the_file);
   RUN(not_json_or_not_a_report_is_refused);
