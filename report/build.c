@@ -188,7 +188,8 @@ static void evidence(json_t *list, const char *fmt, ...)
 static json_t *build_bound(const tsr_report *r, const totals *t, double wall, double busy_s, double bytes_made)
 {
   double cap = t->threads * wall;
-  double compute = cap > 0 ? busy_s / cap : 0, transfer = cap > 0 ? t->fetch_s / cap : 0;
+  /* at most 1: a live graph's busy time may predate the recording (its note says so) */
+  double compute = cap > 0 ? fmin(1, busy_s / cap) : 0, transfer = cap > 0 ? fmin(1 - compute, t->fetch_s / cap) : 0;
   double idle = 1 - compute - transfer < 0 ? 0 : 1 - compute - transfer;
   double spill = bytes_made > 0 ? (t->spilled + t->dropped + t->recomputed) / bytes_made : 0;
   const char *by = spill >= 0.25 ? "spill" : compute >= transfer && compute >= idle ? "compute"
@@ -235,6 +236,7 @@ json_t *rep_build(tsr_report *r)
   json_t *doc = json_pack("{s:i, s:s, s:s, s:s, s:f, s:i}", "tessera_report", REPORT_VERSION, "program", r->program,
                           "command", r->command ? r->command : "", "started", started, "wall_s", wall, "exit_status",
                           r->exit_status);
+  if (r->note[0]) json_object_set_new(doc, "note", json_string(r->note));
   json_object_set_new(doc, "tasks", build_tasks(r, &busy_s, &bytes_made));
   json_object_set_new(doc, "ops", build_ops(r));
   totals t = {0};

@@ -303,6 +303,11 @@ int rep_write_html(const json_t *doc, FILE *out, char *err, size_t err_len)
   fprintf(out, ". Command: <code>");
   esc(out, rep_str(doc, "command"));
   fprintf(out, "</code></p>\n");
+  if (rep_str(doc, "note")[0]) {
+    fprintf(out, "<p class='note'>Note: ");
+    esc(out, rep_str(doc, "note"));
+    fprintf(out, "</p>\n");
+  }
   section_summary(out, doc);
   section_bound(out, doc);
   section_ops(out, doc);

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/time.h>
 #include <time.h>
 
@@ -128,8 +129,57 @@ static void thin_samples(tsr_report *r)
   r->sample_every *= 2;
 }
 
+/* The watched graph's counts from a status reply into its record (the
+ * scheduler keeps them per op, with busy time; bytes it does not report). */
+static void fold_graph_info(tsr_report *r, const tsr_graph_info *gi)
+{
+  rep_graph *g = graph_slot(r, gi->graph);
+  if (g == NULL) return;
+  rep_group *groups = calloc(gi->n_groups ? gi->n_groups : 1, sizeof *groups);
+  if (groups == NULL) return;
+  /* totals from the progress groups: the counts a CLI's own report has */
+  uint64_t total = 0, done = 0, erred = 0, bytes = 0;
+  for (size_t i = 0; i < gi->n_groups; i++) {
+    const tsr_graph_group *x = &gi->groups[i];
+    groups[i] = (rep_group){strdup(x->op), x->tasks_total, x->tasks_done, x->tasks_erred, x->bytes_done, x->busy_us};
+    total += x->tasks_total, done += x->tasks_done, erred += x->tasks_erred, bytes += x->bytes_done;
+  }
+  for (size_t i = 0; i < g->ngroups; i++) free(g->groups[i].op);
+  free(g->groups);
+  g->groups = groups, g->ngroups = gi->n_groups;
+  g->total = total, g->done = done, g->erred = erred, g->bytes = bytes, g->busy_us = gi->busy_us;
+  g->waiting = total > done + erred ? total - done - erred : 0;
+}
+
+/* Follows opts.graph: folds it in when listed; done when complete, or gone after being seen. */
+static void watch_graph(tsr_report *r, const tsr_cluster_info *info, double t)
+{
+  bool listed = false;
+  for (size_t i = 0; i < info->n_graphs; i++) {
+    const tsr_graph_info *gi = &info->graphs[i];
+    if ((int64_t)gi->graph != r->watch_graph || (r->watch_client && strcmp(gi->client, r->watch_client) != 0)) continue;
+    listed = true;
+    fold_graph_info(r, gi);
+    rep_graph *g = graph_slot(r, gi->graph);
+    if (g != NULL && g->total > 0 && g->done + g->erred >= g->total) r->watch_done = true;
+    if (g != NULL && !r->watch_seen && g->done > 0)
+      snprintf(r->note, sizeof r->note, "recording began with %llu of %llu tasks done: busy time covers the whole graph, "
+               "wall time only the recording", (unsigned long long)g->done, (unsigned long long)g->total);
+    r->watch_last_t = t;
+  }
+  if (!listed && r->watch_seen && !r->watch_done) {
+    /* its client released it between two samples: the scheduler forgets a released graph */
+    r->watch_done = true;
+    snprintf(r->note, sizeof r->note,
+             "the graph was released before a sample saw it complete: its counts are from %.0f ms before it left",
+             1000 * (t - r->watch_last_t));
+  }
+  r->watch_seen |= listed;
+}
+
 static void add_sample(tsr_report *r, const tsr_cluster_info *info, double t)
 {
+  if (r->watch_graph >= 0) watch_graph(r, info, t);
   rep_sample s = {.t = t, .cpu_util = -1, .gpu_util = -1, .gpu_memory_used = -1};
   double cpu_us = 0, cpu_span = 0, gpu_util = 0;
   int ngpu = 0;
@@ -197,6 +247,8 @@ TSR_API int tsr_report_start(tsr_client *client, const tsr_report_opts *opts, ts
   r->command = dup_or_null(o.command);
   r->interval_ms = o.interval_ms < 100 ? 100 : o.interval_ms;
   r->settle_ms = o.settle_ms < 0 ? 0 : o.settle_ms;
+  r->watch_graph = o.graph;
+  r->watch_client = dup_or_null(o.graph_client);
   r->samples = calloc(REPORT_MAX_SAMPLES, sizeof *r->samples);
   r->sample_every = 1;
   pthread_mutex_init(&r->lock, NULL);
@@ -205,7 +257,10 @@ TSR_API int tsr_report_start(tsr_client *client, const tsr_report_opts *opts, ts
   gettimeofday(&now, NULL);
   r->started_unix = (double)now.tv_sec + (double)now.tv_usec / 1e6;
   r->t0_us = mono_us();
-  int rc = r->program == NULL || r->samples == NULL || (o.command != NULL && r->command == NULL) ? TSR_ENOMEM : 0;
+  int rc = r->program == NULL || r->samples == NULL || (o.command != NULL && r->command == NULL) ||
+                   (o.graph_client != NULL && r->watch_client == NULL)
+               ? TSR_ENOMEM
+               : 0;
   if (rc == 0) rc = rep_sample_now(r);
   if (rc == 0) rc = pthread_create(&r->thread, NULL, sampler_main, r) == 0 ? 0 : TSR_ENOMEM;
   if (rc != 0) {
@@ -215,6 +270,15 @@ TSR_API int tsr_report_start(tsr_client *client, const tsr_report_opts *opts, ts
   r->thread_started = true;
   *report_p = r;
   return 0;
+}
+
+TSR_API int tsr_report_graph_done(tsr_report *r)
+{
+  if (r == NULL) return 0;
+  pthread_mutex_lock(&r->lock);
+  bool done = r->watch_done;
+  pthread_mutex_unlock(&r->lock);
+  return done;
 }
 
 TSR_API int tsr_report_finish(tsr_report *r, int exit_status)
@@ -251,6 +315,7 @@ TSR_API void tsr_report_destroy(tsr_report **report_p)
   free(r->samples);
   free(r->program);
   free(r->command);
+  free(r->watch_client);
   pthread_mutex_destroy(&r->lock);
   pthread_cond_destroy(&r->wake);
   free(r);

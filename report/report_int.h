@@ -70,6 +70,11 @@ struct tsr_report {
   uint32_t sample_every;             /* keep one sample in this many (doubles when full) */
   uint64_t sample_count;
   int last_error;                    /* of the latest status request */
+  int64_t watch_graph;               /* opts.graph: -1, or the live graph followed through status */
+  char *watch_client;                /* opts.graph_client, or NULL */
+  bool watch_seen, watch_done;       /* seen in a status reply; complete or gone after being seen */
+  double watch_last_t;               /* when a sample last listed it */
+  char note[256];                    /* a caveat for the reader (the document's `note`), or "" */
 };
 
 /* recorder.c: one status sample, under no lock (takes it). 0 or the request's error. */

@@ -80,6 +80,7 @@ int rep_write_text(const json_t *doc, FILE *out, char *err, size_t err_len)
   fprintf(out, "%s: %s wall, %.0f/%.0f tasks done (%.0f erred), %s of results\n", rep_str(doc, "program"),
           rep_secs(rep_num(doc, "wall_s"), a, sizeof a), rep_num(tasks, "done"), rep_num(tasks, "total"),
           rep_num(tasks, "erred"), rep_bytes(rep_num(tasks, "bytes_done"), b, sizeof b));
+  if (rep_str(doc, "note")[0]) fprintf(out, "note: %s\n", rep_str(doc, "note"));
   fprintf(out, "bounded by: %s\n", rep_str(bound, "by"));
   size_t i;
   const json_t *e;

@@ -245,6 +245,27 @@ static void emit(sched_state *st, uint32_t g)
   for (uint32_t i = 0; i < p->ngroups; i++) msgpack_pack_uint64(pk, p->groups[i].n.busy_us);
 }
 
+uint32_t sched_progress_status_fields(const sched_graph *gr) { return gr->progress != NULL ? 2 : 0; }
+
+void sched_progress_pack_status(const sched_state *st, msgpack_packer *pk, const sched_graph *gr)
+{
+  const sched_progress *p = gr->progress;
+  if (p == NULL) return;
+  tsr_pack_kv_uint(pk, "busy_us", p->n.busy_us);
+  tsr_pack_str(pk, "groups");
+  msgpack_pack_array(pk, p->ngroups);
+  for (uint32_t i = 0; i < p->ngroups; i++) {
+    const sched_pcounts *n = &p->groups[i].n;
+    msgpack_pack_array(pk, 6);
+    tsr_pack_str(pk, st->ops[p->groups[i].op].name);
+    msgpack_pack_uint32(pk, n->total);
+    msgpack_pack_uint32(pk, n->done);
+    msgpack_pack_uint32(pk, n->erred);
+    msgpack_pack_uint64(pk, n->busy_us);
+    msgpack_pack_uint64(pk, n->bytes_done);
+  }
+}
+
 void sched_progress_subscribe(sched_state *st, uint32_t c, bool on)
 {
   st->clients[c].progress = on;

@@ -87,6 +87,11 @@ void sched_progress_on_state(sched_state *st, uint32_t id, int from, int to);
  * in proportion to their part counts (the worker times the task whole).
  * O(1) plain, O(distinct ops) fused. */
 void sched_progress_busy(sched_state *st, uint32_t id, uint64_t duration_us);
+/* status_reply: how many fields sched_progress_pack_status adds to a
+ * graph's map (0 for a graph without a record), and the fields: `busy_us`
+ * and `groups` [[op, total, done, erred, busy_us, bytes_done]] (docs/protocol.md). */
+uint32_t sched_progress_status_fields(const sched_graph *gr);
+void sched_progress_pack_status(const sched_state *st, msgpack_packer *pk, const sched_graph *gr);
 /* Client c subscribes (on) or not; subscribing sends every live graph of
  * the client at the next tick. */
 void sched_progress_subscribe(sched_state *st, uint32_t c, bool on);

@@ -18,6 +18,7 @@
 #define TSR_REPORT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tessera/tessera.h"
 
@@ -33,9 +34,13 @@ typedef struct tsr_report_opts {
   int interval_ms;         /* status samples this often (default 1000, at least 100) */
   int settle_ms;           /* tsr_report_finish waits this long for the workers' last heartbeat
                               before its final sample (default 1100: one heartbeat period) */
+  int64_t graph;           /* -1 (default): this client's graphs, through tsr_report_progress. Else
+                              a live graph of any client, followed through the scheduler's status
+                              (per op counts and busy time each sample; `tessera report --scheduler`) */
+  const char *graph_client;  /* with graph: only the graph of the client of this name (NULL: any) */
 } tsr_report_opts;
 
-#define TSR_REPORT_OPTS_DEFAULT {NULL, NULL, 1000, 1100}
+#define TSR_REPORT_OPTS_DEFAULT {NULL, NULL, 1000, 1100, -1, NULL}
 
 /* Starts recording: takes a first status sample (the baseline of the
  * workers' counters) and starts the sampling thread. The client must
@@ -47,6 +52,9 @@ int tsr_report_start(tsr_client *client, const tsr_report_opts *opts, tsr_report
 void tsr_report_progress(tsr_report *report, const tsr_progress *progress);
 /* The same as a tsr_progress_fn: user is the tsr_report. */
 void tsr_report_progress_fn(void *user, const tsr_progress *progress);
+/* With opts.graph: 1 once the graph was seen complete (done + erred ==
+ * total) or seen and then gone from the scheduler (released), else 0. */
+int tsr_report_graph_done(tsr_report *report);
 /* Ends the recording: the wall time stops now; the sampling thread stops;
  * after settle_ms a last sample is taken. exit_status is the program's
  * (shown in the report). Idempotent. 0 or TSR_EINVAL. Stop progress

@@ -265,6 +265,14 @@ typedef struct tsr_worker_info {
   int64_t gpu_power_mw;          /* NVML: board power, milliwatts; -1 unknown */
 } tsr_worker_info;
 
+/* A graph's tasks of one op (a progress group, docs/progress.md). */
+typedef struct tsr_graph_group {
+  char op[64];
+  uint64_t tasks_total, tasks_done, tasks_erred;
+  uint64_t busy_us;      /* run time of its finished tasks on the workers (docs/report.md) */
+  uint64_t bytes_done;   /* output bytes of its results made */
+} tsr_graph_group;
+
 typedef struct tsr_graph_info {
   char client[64];
   uint64_t graph;
@@ -273,6 +281,9 @@ typedef struct tsr_graph_info {
   uint64_t tasks_erred;
   uint64_t fused_tasks;  /* tasks the scheduler fused parts into (docs/scheduler.md "Fusion") */
   uint64_t fused_parts;  /* the parts they hold */
+  uint64_t busy_us;      /* run time of its finished tasks (sum over groups); 0 when not reported */
+  size_t n_groups;       /* its tasks by op; 0 from a scheduler that does not report them */
+  tsr_graph_group *groups;  /* owned by the tsr_cluster_info (freed by tsr_cluster_info_destroy) */
 } tsr_graph_info;
 
 typedef struct tsr_cluster_info {

@@ -9,7 +9,8 @@
 #  3. `tessera report` renders the saved JSON as text and as the same HTML;
 #  4. tsr-cluster --report writes one too (many graphs in one report); its progress
 #     bar prints plain lines on a pipe, none with --no-progress, and its step lines stay;
-#  5. bad input: a --report name that is neither .html nor .json, a JSON file
+#  5. tessera report --scheduler ADDR --graph 1 follows another client's live graph to its end;
+#  6. bad input: a --report name that is neither .html nor .json, a JSON file
 #     that is not a report: clear errors naming the file / field.
 # Chromium (Debian `chromium`) and Pillow (`python3-pil`, Debian's python3)
 # come from scripts/install-deps.sh; without them the test FAILS, it does not skip.
@@ -74,7 +75,35 @@ assert d["tasks"]["done"] == d["tasks"]["total"] > 0 and any(o["op"] == "communi
 print("cluster ok: %d graphs, %d tasks" % (d["tasks"]["graphs"], d["tasks"]["total"]))
 PY
 
-# 5. bad input
+# 5. tessera report --scheduler: a live graph of another client (tsr-svd --persist keeps graph 1,
+#    the generation, alive while the SVD runs), followed until it completes
+"$bin/tessera" local --cpu-workers 2 --threads-per-worker 1 >local.out 2>&1 &
+local_pid=$!
+trap 'kill -TERM $local_pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
+addr=""
+for _ in $(seq 100); do
+  addr=$(grep -o 'tcp://[0-9.:]*' local.out | head -1 || true)
+  [ -n "$addr" ] && break
+  sleep 0.1
+done
+[ -n "$addr" ] || fail "tessera local printed no address" local.out
+TESSERA_SCHEDULER=$addr "${svd[@]}" --persist >svd_live.out 2>&1 &
+svd_pid=$!
+"$bin/tessera" report --scheduler "$addr" --graph 1 --timeout 120s --json >live.json 2>err.txt ||
+  fail "tessera report --scheduler failed" err.txt
+wait "$svd_pid" || fail "tsr-svd beside the live report failed" svd_live.out
+kill -TERM "$local_pid"; wait "$local_pid" || true
+"$py" - "$tmp/live.json" <<'PY' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1]))
+t = d["tasks"]
+assert d["program"] == "graph 1" and t["total"] > 0 and t["done"] == t["total"], t
+assert t["busy_s"] > 0 and len(d["ops"]) >= 1 and len(d["workers"]) == 2, d["ops"]
+assert abs(sum(o["busy_s"] for o in d["ops"]) - t["busy_s"]) <= 0.01 * t["busy_s"] + 0.001
+print("live ok: graph 1, %d tasks, busy %.2f s, %s" % (t["total"], t["busy_s"], d.get("note", "no note")))
+PY
+
+# 6. bad input
 set +e
 "$bin/tsr-svd" --rows 10 --cols 10 --report "$tmp/r.txt" >out.txt 2>err.txt; rc=$?
 set -e
