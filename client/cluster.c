@@ -11,6 +11,7 @@
 
 #define CLUSTER_MAX_WORKERS 100000
 #define CLUSTER_MAX_GRAPHS 1000000
+#define CLUSTER_MAX_GROUPS 32767   /* per graph, as the scheduler keeps them (scheduler/progress.h) */
 
 /* Copies an optional string field, truncating to the destination. */
 static void opt_str(const msgpack_object *map, const char *key, char *buf, size_t cap)
@@ -22,6 +23,24 @@ static void opt_str(const msgpack_object *map, const char *key, char *buf, size_
   if (len >= cap) len = cap - 1;
   memcpy(buf, s, len);
   buf[len] = '\0';
+}
+
+/* The optional usage fields (scheduler/usage.h relays them). */
+static int decode_usage(const msgpack_object *map, tsr_worker_info *w, tsr_errbuf *err)
+{
+  uint64_t gpu_mem = UINT64_MAX, power = UINT64_MAX;
+  w->has_usage = tsr_wire_field(map, "cpu_us") != NULL;
+  int rc = tsr_wire_opt_uint(map, "cpu_us", 0, &w->cpu_us, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "memory_peak", 0, &w->memory_peak, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "disk_peak", 0, &w->disk_peak, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "device_memory_peak", 0, &w->device_memory_peak, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "fetch_bytes", 0, &w->fetch_bytes, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "fetch_us", 0, &w->fetch_us, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "gpu_memory_used", UINT64_MAX, &gpu_mem, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "gpu_power_mw", UINT64_MAX, &power, err);
+  w->gpu_memory_used = gpu_mem > INT64_MAX ? -1 : (int64_t)gpu_mem;
+  w->gpu_power_mw = power > INT64_MAX ? -1 : (int64_t)power;
+  return rc;
 }
 
 static int decode_worker(const msgpack_object *map, tsr_worker_info *w, tsr_errbuf *err)
@@ -53,9 +72,36 @@ static int decode_worker(const msgpack_object *map, tsr_worker_info *w, tsr_errb
   if (rc == 0) rc = tsr_wire_opt_uint(map, "disk_held", 0, &w->disk_held, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "tasks_recomputed", 0, &w->tasks_recomputed, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "bytes_recomputed", 0, &w->bytes_recomputed, err);
+  if (rc == 0) rc = decode_usage(map, w, err);
   w->gpu_util = util == UINT64_MAX ? -1 : util > 100 ? 100 : (int)util;
   w->threads = threads > 1000000 ? 1000000 : (int)threads;
   return rc;
+}
+
+/* groups: [[op, total, done, erred, busy_us, bytes_done]] (opt). */
+static int decode_groups(const msgpack_object *map, tsr_graph_info *g, tsr_errbuf *err)
+{
+  const msgpack_object *groups;
+  size_t n;
+  int rc = tsr_wire_opt_array(map, "groups", CLUSTER_MAX_GROUPS, &groups, &n, err);
+  if (rc != 0 || n == 0) return rc;
+  g->groups = calloc(n, sizeof *g->groups);
+  if (g->groups == NULL) return TSR_ENOMEM;
+  g->n_groups = n;
+  for (size_t i = 0; i < n; i++) {
+    const msgpack_object *v = groups[i].via.array.ptr;
+    tsr_graph_group *o = &g->groups[i];
+    if (groups[i].type != MSGPACK_OBJECT_ARRAY || groups[i].via.array.size != 6)
+      return tsr_fail(err, TSR_EPROTO, "status_reply: field 'groups[%zu]' must be an array of 6 entries", i);
+    const char *op;
+    size_t len;
+    rc = tsr_obj_str(&v[0], TSR_MAX_NAME_LEN, &op, &len, err);
+    uint64_t *dst[5] = {&o->tasks_total, &o->tasks_done, &o->tasks_erred, &o->busy_us, &o->bytes_done};
+    for (int k = 0; rc == 0 && k < 5; k++) rc = tsr_obj_uint(&v[k + 1], dst[k], err);
+    if (rc != 0) return tsr_fail(err, TSR_EPROTO, "status_reply: field 'groups[%zu]': %s", i, err->text);
+    snprintf(o->op, sizeof o->op, "%.*s", (int)(len < sizeof o->op ? len : sizeof o->op - 1), op);
+  }
+  return 0;
 }
 
 static int decode_graph(const msgpack_object *map, tsr_graph_info *g, tsr_errbuf *err)
@@ -68,6 +114,8 @@ static int decode_graph(const msgpack_object *map, tsr_graph_info *g, tsr_errbuf
   if (rc == 0) rc = tsr_wire_opt_uint(map, "tasks_erred", 0, &g->tasks_erred, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "fused_tasks", 0, &g->fused_tasks, err);
   if (rc == 0) rc = tsr_wire_opt_uint(map, "fused_parts", 0, &g->fused_parts, err);
+  if (rc == 0) rc = tsr_wire_opt_uint(map, "busy_us", 0, &g->busy_us, err);
+  if (rc == 0) rc = decode_groups(map, g, err);
   return rc;
 }
 
@@ -158,6 +206,7 @@ TSR_API void tsr_cluster_info_destroy(tsr_cluster_info **info_p)
 {
   if (info_p == NULL || *info_p == NULL) return;
   free((*info_p)->workers);
+  for (size_t g = 0; (*info_p)->graphs != NULL && g < (*info_p)->n_graphs; g++) free((*info_p)->graphs[g].groups);
   free((*info_p)->graphs);
   free(*info_p);
   *info_p = NULL;

@@ -120,6 +120,35 @@ static int decode_group(const msgpack_object *g, size_t i, const char **op_p, si
   return 0;
 }
 
+static tsr_progress_group *group_named(client_pgraph *pg, const char *op, size_t len);
+
+/* Busy time (opt `busy_us`, `groups_busy_us` parallel to `groups`; absent
+ * from older schedulers), kept monotone. Runs after the groups were merged,
+ * so every group named in the message exists. True when any grew. */
+static bool merge_busy(client_pgraph *pg, const msgpack_object *map, const msgpack_object *groups, size_t ngroups,
+                       tsr_errbuf *err)
+{
+  uint64_t busy = 0;
+  const msgpack_object *gb;
+  size_t ngb = 0;
+  if (tsr_wire_opt_uint(map, "busy_us", 0, &busy, err) != 0) busy = 0;
+  if (tsr_wire_opt_array(map, "groups_busy_us", CLIENT_PROGRESS_MAX_GROUPS, &gb, &ngb, err) != 0) ngb = 0;
+  bool changed = busy > pg->p.busy_us;
+  pg->p.busy_us = max_u64(pg->p.busy_us, busy);
+  for (size_t i = 0; i < ngb && i < ngroups; i++) {
+    const char *op;
+    size_t len;
+    uint64_t us;
+    if (tsr_obj_uint(&gb[i], &us, NULL) != 0 || tsr_obj_str(&groups[i].via.array.ptr[0], TSR_MAX_NAME_LEN, &op, &len, NULL) != 0)
+      continue;
+    tsr_progress_group *g = group_named(pg, op, len);
+    if (g == NULL || us <= g->busy_us) continue;
+    g->busy_us = us;
+    changed = true;
+  }
+  return changed;
+}
+
 /* The record's group named op, added when new; NULL on ENOMEM. */
 static tsr_progress_group *group_named(client_pgraph *pg, const char *op, size_t len)
 {
@@ -166,7 +195,7 @@ int progress_on_message_locked(tsr_client *c, const msgpack_object *map, tsr_err
   client_pgraph *pg = find_graph(c, graph);
   if (pg == NULL) return 0;   /* a released future's graph, or another session's */
   tsr_progress_group whole = {NULL, pg->p.tasks_total, pg->p.tasks_waiting, pg->p.tasks_processing,
-                              pg->p.tasks_done, pg->p.tasks_erred, pg->p.bytes_done};
+                              pg->p.tasks_done, pg->p.tasks_erred, pg->p.bytes_done, 0};
   bool changed = merge(&whole, &n);
   for (size_t i = 0; i < ngroups; i++) {
     const char *op;
@@ -179,6 +208,7 @@ int progress_on_message_locked(tsr_client *c, const msgpack_object *map, tsr_err
   pg->p.tasks_total = whole.tasks_total, pg->p.tasks_waiting = whole.tasks_waiting;
   pg->p.tasks_processing = whole.tasks_processing, pg->p.tasks_done = whole.tasks_done;
   pg->p.tasks_erred = whole.tasks_erred, pg->p.bytes_done = whole.bytes_done;
+  changed |= merge_busy(pg, map, groups, ngroups, err);
   pg->p.final = pg->p.tasks_done + pg->p.tasks_erred >= pg->p.tasks_total;
   if (changed) mark_due(c, pg);
   return 0;

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "progressbar.h"
+#include "clireport.h"
 #include "tessera/linalg.h"
 #include "tessera/plink.h"
 #include "tessera/zarr.h"
@@ -31,6 +31,7 @@ typedef struct opts {
   tsr_pca_opts pca;
   int missing;                     /* --missing for integer zarr/npy input, or -1 */
   bool loadings, persist, no_progress;
+  const char *report;              /* --report FILE.html|.json (docs/report.md) */
 } opts;
 
 static double now_s(void)
@@ -46,7 +47,7 @@ static void usage(FILE *out)
           "usage: tsr-pca --bed PREFIX | --zarr DIR | --npy FILE [--k 10] [--power-iters 2]\n"
           "               [--oversamples 10] [--method compressed|exact] [--standardize binom2|center|none]\n"
           "               [--out PREFIX] [--loadings] [--chunks R,C] [--seed S] [--missing V] [--no-persist]\n"
-          "               [--no-progress]\n"
+          "               [--no-progress] [--report FILE.html|.json]\n"
           "Input is samples x variants. Writes PREFIX.eigenval and PREFIX.eigenvec (PLINK 2 layout),\n"
           "and PREFIX.eigenvec.var with --loadings. --missing V marks integer value V of a Zarr or\n"
           ".npy input as missing (PLINK's missing genotypes always are). Connects to\n"
@@ -71,6 +72,7 @@ static int parse_value(opts *o, const char *a, const char *v)
   int e = 0;
   long long r, c;
   if (strcmp(a, "--bed") == 0) o->bed = v;
+  else if (strcmp(a, "--report") == 0) return clireport_check_path("tsr-pca", o->report = v);
   else if (strcmp(a, "--zarr") == 0) o->zarr = v;
   else if (strcmp(a, "--npy") == 0) o->npy = v;
   else if (strcmp(a, "--out") == 0) o->out = v;
@@ -102,7 +104,7 @@ static int parse_value(opts *o, const char *a, const char *v)
 static int parse_args(int argc, char **argv, opts *o)
 {
   tsr_pca_opts defaults = TSR_PCA_OPTS_DEFAULT;
-  *o = (opts){NULL, NULL, NULL, "tsr-pca", 0, 0, defaults, -1, false, true, false};
+  *o = (opts){NULL, NULL, NULL, "tsr-pca", 0, 0, defaults, -1, false, true, false, NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0) usage(stdout), exit(0);
@@ -315,9 +317,10 @@ int main(int argc, char **argv)
   }
   bool gpu = print_cluster(client) > 0;
   results r = {0};
-  progressbar *bar = progressbar_start(client, "tsr-pca", !o.no_progress);
-  rc = run(client, &o, info, gpu, &r);
-  progressbar_stop(&bar);
+  clireport cr;
+  rc = clireport_begin(&cr, client, "tsr-pca", argc, argv, o.report, !o.no_progress);
+  if (rc == 0) rc = run(client, &o, info, gpu, &r);
+  clireport_stop_bar(&cr);
   double t1 = now_s();
   if (rc == 0) rc = write_outputs(&o, &r, info);
   if (rc == 0) {
@@ -326,8 +329,9 @@ int main(int argc, char **argv)
     printf("\nwrote %s.eigenval, %s.eigenvec%s%s%s\n", o.out, o.out, o.loadings ? ", " : "", o.loadings ? o.out : "",
            o.loadings ? ".eigenvec.var" : "");
   }
+  int status = clireport_end(&cr, rc == 0 ? 0 : 1);
   free(r.eigval), free(r.eigvec), free(r.loadings);
   tsr_plink_info_destroy(&info);
   tsr_client_close(client);
-  return rc == 0 ? 0 : 1;
+  return status;
 }

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "progressbar.h"
+#include "clireport.h"
 #include "tessera/linalg.h"
 
 typedef struct opts {
@@ -29,6 +29,7 @@ typedef struct opts {
   int k, power_iters, oversamples;
   bool exact, verify, persist, qr_iter, memory_report, no_progress;
   const char *save_input, *save;
+  const char *report;         /* --report FILE.html|.json (docs/report.md) */
 } opts;
 
 static double now_s(void)
@@ -46,6 +47,7 @@ static void usage(FILE *out)
           "               [--power-iters Q] [--oversamples P] [--iterator power|qr]\n"
           "               [--method compressed|exact] [--persist] [--save-input X.npy]\n"
           "               [--save PREFIX] [--verify] [--memory-report] [--no-progress]\n"
+          "               [--report FILE.html|.json]\n"
           "A progress bar goes to stderr (plain lines when it is not a terminal).\n"
           "Connects to $TESSERA_SCHEDULER (run it under `tessera local`).\n");
 }
@@ -70,7 +72,7 @@ static int parse_dist(const char *text, opts *o)
 static int parse_args(int argc, char **argv, opts *o)
 {
   *o = (opts){20000, 2000, 5000, 1000, TSR_F64, "uniform", 0, 3, 42, 10, 0, 10,
-              false, false, false, false, false, false, NULL, NULL};
+              false, false, false, false, false, false, NULL, NULL, NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     bool has = v != NULL;
@@ -100,6 +102,10 @@ static int parse_args(int argc, char **argv, opts *o)
     else if (strcmp(a, "--method") == 0) o->exact = strcmp(argv[++i], "exact") == 0;
     else if (strcmp(a, "--save-input") == 0) o->save_input = argv[++i];
     else if (strcmp(a, "--save") == 0) o->save = argv[++i];
+    else if (strcmp(a, "--report") == 0) {
+      o->report = argv[++i];
+      if (clireport_check_path("tsr-svd", o->report) != 0) return -1;
+    }
     else { fprintf(stderr, "tsr-svd: unknown option %s\n", a); usage(stderr); return -1; }
   }
   if (o->rows <= 0 || o->cols <= 0 || o->k <= 0) { fprintf(stderr, "tsr-svd: rows, cols and k must be positive\n"); return -1; }
@@ -240,7 +246,8 @@ int main(int argc, char **argv)
   tsr_array_ctx *ctx = NULL;
   tsr_array *x = NULL, *u = NULL, *s = NULL, *v = NULL;
   int rc = tsr_client_open(&client, NULL, NULL);
-  progressbar *bar = rc == 0 ? progressbar_start(client, "tsr-svd", !o.no_progress) : NULL;
+  clireport cr = {0};
+  if (rc == 0) rc = clireport_begin(&cr, client, "tsr-svd", argc, argv, o.report, !o.no_progress);
   if (rc == 0) rc = tsr_array_ctx_new(client, &ctx);
   if (rc == 0) rc = make_input(ctx, &o, &x);
   double t0 = now_s(), t_gen = 0;
@@ -277,9 +284,10 @@ int main(int argc, char **argv)
     free(tmp);
   }
   double t_svd = now_s() - t1;
-  progressbar_stop(&bar);   /* the results print below it */
+  clireport_stop_bar(&cr);   /* the results print below it */
   if (rc != 0) {
     fprintf(stderr, "tsr-svd: %s: %s\n", tsr_strerror(rc), tsr_errmsg());
+    clireport_end(&cr, 1);
     tsr_array_ctx_destroy(&ctx);
     tsr_client_close(client);
     return 1;
@@ -305,6 +313,7 @@ int main(int argc, char **argv)
     free(uv);
   }
   if (o.memory_report) print_memory_report(client);
+  status = clireport_end(&cr, status);
   free(sv);
   free(vv);
   tsr_array_ctx_destroy(&ctx);

@@ -67,6 +67,7 @@ static void on_worker_heartbeat(msgctx *m)
   uint64_t write_bps, read_bps;
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "spill_write_bps", w->spill_write_bps, &write_bps, &m->err);
   if (rc == 0) rc = tsr_wire_opt_uint(m->map, "spill_read_bps", w->spill_read_bps, &read_bps, &m->err);
+  if (rc == 0) rc = sched_usage_decode(m->map, &w->usage, &m->err);   /* for status_reply only */
   if (rc != 0) {
     reject(m, rc, "%s", m->err.text);
     return;
@@ -137,6 +138,7 @@ static void on_task_done(msgctx *m)
   sched_dash_task_done(m->st, id, m->st->peers[m->p].index, duration, start_us,
                        lane > UINT32_MAX ? UINT32_MAX : (uint32_t)lane);
   sched_evict_on_done(m->st, id, (uint16_t)m->st->peers[m->p].index, duration, nbytes);
+  sched_progress_busy(m->st, id, duration);   /* before the transition that may complete the graph */
   sched_tr_done(m->st, id, (uint16_t)m->st->peers[m->p].index, nbytes, &meta);
   sched_journal_done(m->st, id);
 }

@@ -3,6 +3,7 @@
  * `heartbeat` to everyone. They are appended to the peer's outbox and go
  * out in one frame per peer at the end of the loop iteration. */
 #include "policy_evict.h"
+#include "progress.h"
 #include "sched.h"
 
 #include <stdio.h>
@@ -104,7 +105,7 @@ void sched_notify_lost(sched_state *st, uint32_t id)
 
 static void pack_worker(msgpack_packer *pk, const sched_worker *w)
 {
-  msgpack_pack_map(pk, 21 + (w->gpu_util >= 0));
+  msgpack_pack_map(pk, 21 + (w->gpu_util >= 0) + sched_usage_nfields(&w->usage));
   tsr_pack_kv_str(pk, "name", w->name);
   tsr_pack_kv_str(pk, "address", w->address);
   tsr_pack_kv_str(pk, "device", w->device);
@@ -129,6 +130,7 @@ static void pack_worker(msgpack_packer *pk, const sched_worker *w)
   tsr_pack_kv_uint(pk, "disk_held", w->held_disk);
   tsr_pack_kv_uint(pk, "tasks_recomputed", w->tasks_recomputed);
   tsr_pack_kv_uint(pk, "bytes_recomputed", w->bytes_recomputed);
+  sched_usage_pack(pk, &w->usage);
 }
 
 void sched_emit_status(sched_state *st, uint32_t peer, uint64_t req)
@@ -148,7 +150,7 @@ void sched_emit_status(sched_state *st, uint32_t peer, uint64_t req)
   for (uint32_t g = 0; g < st->ngraphs; g++) {
     const sched_graph *gr = st->graphs[g];
     if (gr == NULL) continue;
-    msgpack_pack_map(pk, 7);
+    msgpack_pack_map(pk, 7 + sched_progress_status_fields(gr));
     tsr_pack_kv_str(pk, "client", gr->client_name);
     tsr_pack_kv_uint(pk, "graph", gr->graph_id);
     tsr_pack_kv_uint(pk, "tasks_total", gr->ntasks);   /* fused tasks count by their parts */
@@ -156,6 +158,7 @@ void sched_emit_status(sched_state *st, uint32_t peer, uint64_t req)
     tsr_pack_kv_uint(pk, "tasks_erred", gr->nerred);
     tsr_pack_kv_uint(pk, "fused_tasks", gr->nfused);
     tsr_pack_kv_uint(pk, "fused_parts", gr->nfused_parts);
+    sched_progress_pack_status(st, pk, gr);   /* its op groups: `tessera report --scheduler` */
   }
   tsr_pack_kv_uint(pk, "tasks_total", (uint64_t)st->nlive + st->nfused_extra);
 }

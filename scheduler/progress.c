@@ -141,6 +141,24 @@ static void move(sched_pcounts *n, int from, int to, uint32_t weight, uint64_t b
   n->bytes_done += bytes;
 }
 
+void sched_progress_busy(sched_state *st, uint32_t id, uint64_t duration_us)
+{
+  const sched_task *t = &st->tasks[id];
+  if (t->graph == SCHED_NONE || st->graphs[t->graph]->progress == NULL) return;
+  sched_progress *p = st->graphs[t->graph]->progress;
+  p->n.busy_us += duration_us;
+  if (t->pgroup & SCHED_PGROUP_COMPOSITE) {
+    const sched_pcomposite *k = &p->comps[t->pgroup & SCHED_PGROUP_MAX];
+    uint32_t weight = sched_task_weight(t) ? sched_task_weight(t) : 1;
+    for (uint32_t i = 0; i < k->n; i++) {
+      const sched_pitem *it = &p->items[k->first + i];
+      p->groups[it->group].n.busy_us += duration_us * it->parts / weight;
+    }
+  } else if (t->pgroup < p->ngroups) {
+    p->groups[t->pgroup].n.busy_us += duration_us;
+  }
+}
+
 static bool complete(const sched_progress *p) { return p->n.done + p->n.erred >= p->n.total; }
 
 static void emit(sched_state *st, uint32_t g);
@@ -193,7 +211,10 @@ static void pack_counts(msgpack_packer *pk, const sched_pcounts *n)
 }
 
 /* progress {graph, tasks_total, tasks_waiting, tasks_processing,
- * tasks_done, tasks_erred, bytes_done, groups: [[op, the same six]]}. */
+ * tasks_done, tasks_erred, bytes_done, groups: [[op, the same six]],
+ * busy_us, groups_busy_us: [uint] (one per group, in groups' order)}.
+ * Busy time rides in its own fields so clients that check a group's
+ * seven entries keep working. */
 static void emit(sched_state *st, uint32_t g)
 {
   sched_progress *p = st->graphs[g]->progress;
@@ -203,7 +224,7 @@ static void emit(sched_state *st, uint32_t g)
   if (peer == SCHED_NONE) return;
   tsr_wbuf *wb = sched_out(st, peer);
   msgpack_packer *pk = &wb->pk;
-  tsr_wbuf_begin(wb, "progress", 9);
+  tsr_wbuf_begin(wb, "progress", 11);
   tsr_pack_kv_uint(pk, "graph", st->graphs[g]->graph_id);
   tsr_pack_kv_uint(pk, "tasks_total", p->n.total);
   tsr_pack_kv_uint(pk, "tasks_waiting", p->n.waiting);
@@ -217,6 +238,31 @@ static void emit(sched_state *st, uint32_t g)
     msgpack_pack_array(pk, 7);
     tsr_pack_str(pk, st->ops[p->groups[i].op].name);
     pack_counts(pk, &p->groups[i].n);
+  }
+  tsr_pack_kv_uint(pk, "busy_us", p->n.busy_us);
+  tsr_pack_str(pk, "groups_busy_us");
+  msgpack_pack_array(pk, p->ngroups);
+  for (uint32_t i = 0; i < p->ngroups; i++) msgpack_pack_uint64(pk, p->groups[i].n.busy_us);
+}
+
+uint32_t sched_progress_status_fields(const sched_graph *gr) { return gr->progress != NULL ? 2 : 0; }
+
+void sched_progress_pack_status(const sched_state *st, msgpack_packer *pk, const sched_graph *gr)
+{
+  const sched_progress *p = gr->progress;
+  if (p == NULL) return;
+  tsr_pack_kv_uint(pk, "busy_us", p->n.busy_us);
+  tsr_pack_str(pk, "groups");
+  msgpack_pack_array(pk, p->ngroups);
+  for (uint32_t i = 0; i < p->ngroups; i++) {
+    const sched_pcounts *n = &p->groups[i].n;
+    msgpack_pack_array(pk, 6);
+    tsr_pack_str(pk, st->ops[p->groups[i].op].name);
+    msgpack_pack_uint32(pk, n->total);
+    msgpack_pack_uint32(pk, n->done);
+    msgpack_pack_uint32(pk, n->erred);
+    msgpack_pack_uint64(pk, n->busy_us);
+    msgpack_pack_uint64(pk, n->bytes_done);
   }
 }
 

@@ -37,6 +37,8 @@
 typedef struct sched_pcounts {
   uint32_t total, waiting, processing, done, erred;
   uint64_t bytes_done;                     /* output bytes of results made (a recomputation counts again) */
+  uint64_t busy_us;                        /* sum of task_done duration_us (the op's run time, fetches
+                                              excluded; a recomputation counts again): "time per op" */
 } sched_pcounts;
 
 typedef struct sched_pgroup {
@@ -79,6 +81,17 @@ void sched_progress_admit(sched_state *st, uint32_t g, const uint32_t *fresh, ui
 void sched_progress_admitted(sched_state *st, uint32_t g);
 /* set_state hook: task id went from state `from` to `to`. */
 void sched_progress_on_state(sched_state *st, uint32_t id, int from, int to);
+/* task_done hook, before the transition to MEMORY (so a completing
+ * message carries it): adds the worker's duration_us of task id to its
+ * graph and groups. A fused task's time is shared among its parts' groups
+ * in proportion to their part counts (the worker times the task whole).
+ * O(1) plain, O(distinct ops) fused. */
+void sched_progress_busy(sched_state *st, uint32_t id, uint64_t duration_us);
+/* status_reply: how many fields sched_progress_pack_status adds to a
+ * graph's map (0 for a graph without a record), and the fields: `busy_us`
+ * and `groups` [[op, total, done, erred, busy_us, bytes_done]] (docs/protocol.md). */
+uint32_t sched_progress_status_fields(const sched_graph *gr);
+void sched_progress_pack_status(const sched_state *st, msgpack_packer *pk, const sched_graph *gr);
 /* Client c subscribes (on) or not; subscribing sends every live graph of
  * the client at the next tick. */
 void sched_progress_subscribe(sched_state *st, uint32_t c, bool on);

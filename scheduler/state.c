@@ -117,7 +117,7 @@ void sched_state_destroy(sched_state **st_p)
   for (uint32_t g = 0; g < st->ngraphs; g++)
     if (st->graphs[g] != NULL) {
       sched_arena_free(&st->graphs[g]->arena);
-  sched_progress_free(st->graphs[g]->progress);
+      sched_progress_free(st->graphs[g]->progress);
       free(st->graphs[g]);
     }
   free(st->graphs);
@@ -318,6 +318,7 @@ void sched_graph_free(sched_state *st, uint32_t g)
 {
   if (g >= st->ngraphs || st->graphs[g] == NULL) return;
   sched_arena_free(&st->graphs[g]->arena);
+  sched_progress_free(st->graphs[g]->progress);   /* a finished graph's counts go with it */
   free(st->graphs[g]);
   st->graphs[g] = NULL;
   while (st->ngraphs > 0 && st->graphs[st->ngraphs - 1] == NULL) st->ngraphs--;

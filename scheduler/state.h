@@ -32,6 +32,7 @@
 #include "util/limits.h"
 #include "util/util.h"
 #include "wire/wire.h"
+#include "usage.h"
 
 #define SCHED_NONE UINT32_MAX        /* "no task / no graph" */
 #define SCHED_NO_WORKER UINT16_MAX   /* "no worker" */
@@ -237,6 +238,7 @@ typedef struct sched_worker {
   uint64_t held_disk;         /* of bytes_held, results its chunks_moved reports put on its disk tier */
   uint64_t spill_write_bps, spill_read_bps;  /* measured spill throughput (heartbeat); 0: not yet */
   uint64_t tasks_recomputed, bytes_recomputed;  /* results it made that had been made before */
+  sched_usage usage;          /* heartbeat: its CPU time, peaks, fetches (relayed in status_reply) */
   /* keys to `free`, packed as msgpack strings, sent once per iteration */
   msgpack_sbuffer freebuf;
   uint32_t nfree;

@@ -19,7 +19,8 @@ build=(build-essential cmake pkg-config
        libinih-dev libtiff-dev libjpeg62-turbo-dev libpng-dev
        libmicrohttpd-dev libjs-chart.js)
 # clang + its runtimes (libFuzzer, ASan, UBSan): tests/fuzz/run.sh, the fuzz stage of scripts/test.sh.
-# chromium, prometheus (promtool), python3-pil: integration.dashboard (docs/dashboard.md).
+# chromium, prometheus (promtool), python3-pil: integration.dashboard (docs/dashboard.md) and
+# integration.report (loads the HTML report headless and reads its screenshot).
 # ucx-utils: ucx_info -d (which UCX transports exist) and ucx_perftest, the peer of bench/transfer.sh.
 test=(python3 python3-numpy python3-venv python3-openslide clang libclang-rt-dev chromium prometheus python3-pil ucx-utils)
 # Heavy and only for the deploy tests: kept out of the build's list.

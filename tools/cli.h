@@ -18,6 +18,7 @@ int cli_status(int argc, char **argv);
 int cli_local(int argc, char **argv);
 int cli_health(int argc, char **argv);
 int cli_keygen(int argc, char **argv);
+int cli_report(int argc, char **argv);   /* report.c: render a saved efficiency report */
 
 /* The scheduler address a subcommand uses without --scheduler:
  * $TESSERA_SCHEDULER, else $TESSERA_SCHEDULER_ADDRESS (the workers' name

@@ -19,6 +19,8 @@ static void usage(FILE *out)
           "  health [--scheduler ADDR] [--worker NAME] [--timeout DUR]\n"
           "        exit 0 when the scheduler serves (and lists worker NAME), 1 when not:\n"
           "        a container health check\n"
+          "  report [--json | --html OUT.html] FILE.json\n"
+          "        render an efficiency report a CLI saved with --report FILE.json\n"
           "  keygen [--out DIR] [--force] [NAME]\n"
           "        write a CURVE key pair: NAME.key (secret, mode 0600) and NAME.pub\n"
           "  local [--cpu-workers N] [--threads-per-worker T] [--memory-limit BYTES]\n"
@@ -51,6 +53,7 @@ int main(int argc, char **argv)
   if (strcmp(cmd, "local") == 0) return cli_local(argc - 1, argv + 1);
   if (strcmp(cmd, "health") == 0) return cli_health(argc - 1, argv + 1);
   if (strcmp(cmd, "keygen") == 0) return cli_keygen(argc - 1, argv + 1);
+  if (strcmp(cmd, "report") == 0) return cli_report(argc - 1, argv + 1);
   cli_error(CLI_EXIT_USAGE, "unknown command '%s' (try: tessera --help)", cmd);
   return CLI_EXIT_USAGE;
 }

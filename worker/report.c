@@ -2,6 +2,7 @@
  * scheduler"), each message appended to the iteration's outbound batch. */
 #include <stdio.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "kernels.h"
@@ -87,6 +88,31 @@ void tsr_report_hello(tsr_worker *w)
   tsr_pack_kv_uint(pk, "device_memory_limit", tsr_wgpu_limit(w->gpu));
 }
 
+#define USAGE_FIELDS 6
+
+/* The worker's use of its resources since start, for efficiency reports
+ * (docs/report.md): CPU time of the whole process (executor threads,
+ * fetches, spill I/O), the most bytes each tier held, fetched input bytes
+ * and the time fetches took. USAGE_FIELDS entries. */
+static void pack_usage(tsr_worker *w, uint64_t disk_bytes)
+{
+  msgpack_packer *pk = &w->out.pk;
+  struct rusage ru;
+  uint64_t cpu_us = 0;
+  if (getrusage(RUSAGE_SELF, &ru) == 0)
+    cpu_us = (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000u + (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  /* spill files change only between heartbeats' samples: a peak between two is missed */
+  if (disk_bytes > w->disk_peak) w->disk_peak = disk_bytes;
+  tsr_wexec_fetch_stats fetch = {0};
+  if (w->exec != NULL) tsr_wexec_fetch_stats_get(w->exec, &fetch);
+  tsr_pack_kv_uint(pk, "cpu_us", cpu_us);
+  tsr_pack_kv_uint(pk, "memory_peak", tsr_wstore_peak_bytes(w->store));
+  tsr_pack_kv_uint(pk, "disk_peak", w->disk_peak);
+  tsr_pack_kv_uint(pk, "device_memory_peak", tsr_wstore_device_peak_bytes(w->store));
+  tsr_pack_kv_uint(pk, "fetch_bytes", fetch.bytes);
+  tsr_pack_kv_uint(pk, "fetch_us", fetch.us);
+}
+
 void tsr_report_heartbeat(tsr_worker *w)
 {
   msgpack_packer *pk = &w->out.pk;
@@ -98,7 +124,8 @@ void tsr_report_heartbeat(tsr_worker *w)
   if (tsr_wstore_tiers(w->store) != NULL) tsr_tiers_stats_get(tsr_wstore_tiers(w->store), &tiers);
   uint64_t write_bps = tsr_tiers_stats_write_bps(&tiers), read_bps = tsr_tiers_stats_read_bps(&tiers);
   tsr_wbuf_begin(&w->out, "heartbeat",
-                 9 + 3 * (w->gpu != NULL) + (util >= 0) + nvml_fields + (write_bps > 0) + (read_bps > 0));
+                 9 + 3 * (w->gpu != NULL) + (util >= 0) + nvml_fields + (write_bps > 0) + (read_bps > 0) +
+                     USAGE_FIELDS);
   tsr_pack_kv_uint(pk, "memory_used", tsr_wstore_bytes(w->store));
   tsr_pack_kv_uint(pk, "tasks_running", w->exec ? tsr_wexec_running(w->exec) : 0);
   tsr_pack_kv_uint(pk, "tasks_done", w->tasks_done);
@@ -123,6 +150,7 @@ void tsr_report_heartbeat(tsr_worker *w)
   /* measured spill throughput: the scheduler's spill cost (policy_evict.h) */
   if (write_bps > 0) tsr_pack_kv_uint(pk, "spill_write_bps", write_bps);
   if (read_bps > 0) tsr_pack_kv_uint(pk, "spill_read_bps", read_bps);
+  pack_usage(w, tiers.disk_bytes);
 }
 
 static void pack_moved(msgpack_packer *pk, const char *field, const tsr_tier_moved *moved, size_t n, tsr_tier_move m)

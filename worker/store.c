@@ -19,6 +19,7 @@ struct tsr_wstore {
   uint64_t memory_limit;
   atomic_uint_fast64_t bytes;        /* host chunks */
   atomic_uint_fast64_t device_bytes; /* device chunks */
+  atomic_uint_fast64_t peak, device_peak;  /* the most bytes / device_bytes ever held (docs/report.md) */
   tsr_device_copy_fn device_copy;
   void *device_copy_arg;
   atomic_uint_fast64_t live;
@@ -42,6 +43,8 @@ tsr_wstore *tsr_wstore_new(uint64_t memory_limit)
   store->memory_limit = memory_limit;
   atomic_init(&store->bytes, 0);
   atomic_init(&store->device_bytes, 0);
+  atomic_init(&store->peak, 0);
+  atomic_init(&store->device_peak, 0);
   atomic_init(&store->live, 0);
   atomic_init(&store->warned_limit, false);
   return store;
@@ -67,10 +70,19 @@ void tsr_wstore_destroy(tsr_wstore **store_p)
   *store_p = NULL;
 }
 
+/* Raises *peak to now when now is higher (concurrent adders: the largest wins). */
+static void raise_peak(atomic_uint_fast64_t *peak, uint64_t now)
+{
+  uint_fast64_t seen = atomic_load_explicit(peak, memory_order_relaxed);
+  while (seen < now && !atomic_compare_exchange_weak_explicit(peak, &seen, now, memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
 /* Counts a new chunk in; warns once when the limit is first exceeded. */
 static void account_add(tsr_wstore *store, size_t nbytes)
 {
   uint64_t now = atomic_fetch_add(&store->bytes, nbytes) + nbytes;
+  raise_peak(&store->peak, now);
   atomic_fetch_add(&store->live, 1);
   if (store->memory_limit == 0 || now <= store->memory_limit) return;
   if (atomic_exchange(&store->warned_limit, true)) return;
@@ -153,7 +165,7 @@ int tsr_chunk_new_device(tsr_wstore *store, const char *key, const tsr_meta *met
   int rc = chunk_new_released(store, key, meta, data, nbytes, TSR_CHUNK_DEVICE, release, release_arg, chunk_p);
   if (rc != 0) return rc;
   (*chunk_p)->device = device;
-  atomic_fetch_add(&store->device_bytes, nbytes);
+  raise_peak(&store->device_peak, atomic_fetch_add(&store->device_bytes, nbytes) + nbytes);
   atomic_fetch_add(&store->live, 1);
   return 0;
 }
@@ -367,6 +379,8 @@ uint64_t tsr_wstore_epoch(tsr_wstore *store)
 
 uint64_t tsr_wstore_bytes(const tsr_wstore *store) { return atomic_load(&store->bytes); }
 uint64_t tsr_wstore_device_bytes(const tsr_wstore *store) { return atomic_load(&store->device_bytes); }
+uint64_t tsr_wstore_peak_bytes(const tsr_wstore *store) { return atomic_load(&store->peak); }
+uint64_t tsr_wstore_device_peak_bytes(const tsr_wstore *store) { return atomic_load(&store->device_peak); }
 uint64_t tsr_wstore_live_chunks(const tsr_wstore *store) { return atomic_load(&store->live); }
 uint64_t tsr_wstore_memory_limit(const tsr_wstore *store) { return store->memory_limit; }
 

@@ -142,6 +142,9 @@ void tsr_wstore_each(tsr_wstore *store, tsr_wstore_chunk_fn fn, void *arg);
  * elsewhere); device chunks are counted apart. */
 uint64_t tsr_wstore_bytes(const tsr_wstore *store);
 uint64_t tsr_wstore_device_bytes(const tsr_wstore *store);
+/* The most host / device bytes held at once since the store was made. */
+uint64_t tsr_wstore_peak_bytes(const tsr_wstore *store);
+uint64_t tsr_wstore_device_peak_bytes(const tsr_wstore *store);
 /* Number of keys in the map. */
 size_t tsr_wstore_count(tsr_wstore *store);
 /* Live chunk objects (in the map or not); for tests and leak checks. */

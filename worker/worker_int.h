@@ -48,6 +48,7 @@ typedef struct tsr_worker {
   uint64_t beat_ms;           /* effective heartbeat interval */
   uint64_t peer_id;           /* the scheduler's id for us (welcome) */
   tsr_wbuf out;               /* this iteration's outbound batch */
+  uint64_t disk_peak;         /* most spill-file bytes seen at a heartbeat (report.c) */
 
   /* tasks handed to the executor and not yet reported (this epoch) */
   tsr_strmap *pending;        /* key -> tsr_wtask * */

@@ -33,6 +33,8 @@ typedef struct cl_opts {
   cl_method method;
   int kmeans_k;
   bool umap;
+  bool no_progress;         /* --no-progress: no bar (and no step ticker) on stderr */
+  const char *report;       /* --report FILE.html|.json (docs/report.md) */
   bool umap_init_pca;      /* --umap-init pca: the first two PCs, else spectral */
   uint64_t seed;
   int64_t row_chunk;       /* 0: chosen from the input */

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clireport.h"
 #include "cluster.h"
 
 double cl_now(void)
@@ -32,7 +33,8 @@ static struct {
   bool running;
   const char *name;
   double start;
-} ticker = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, false, NULL, 0};
+  bool quiet;              /* a progress bar (or --no-progress) replaces the elapsed-time ticker */
+} ticker = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, false, NULL, 0, false};
 
 static void *tick(void *arg)
 {
@@ -56,8 +58,8 @@ static void *tick(void *arg)
 void cl_step_begin(const char *name)
 {
   fflush(stdout);
-  ticker.name = name, ticker.start = cl_now(), ticker.running = true;
-  if (pthread_create(&ticker.thread, NULL, tick, NULL) != 0) ticker.running = false;
+  ticker.name = name, ticker.start = cl_now(), ticker.running = !ticker.quiet;
+  if (ticker.running && pthread_create(&ticker.thread, NULL, tick, NULL) != 0) ticker.running = false;
 }
 
 static void ticker_stop(void)
@@ -74,6 +76,8 @@ double cl_step_end(const char *name, const char *fmt, ...)
 {
   ticker_stop();
   double t = cl_now() - ticker.start;
+  /* a bar redrawn in place on the terminal: clear its line so the step line reads clean */
+  if (ticker.quiet && isatty(STDERR_FILENO) && isatty(STDOUT_FILENO)) fputs("\r\033[K", stderr);
   printf("%-26s %8.3f s  ", name, t);
   va_list ap;
   va_start(ap, fmt);
@@ -102,7 +106,7 @@ static void usage(FILE *out)
           "   [--n-pcs 50] [--neighbors 15] [--metric euclidean|cosine] [--resolution 1.0]\n"
           "   [--method leiden|louvain|kmeans] [--kmeans-k K] [--umap] [--umap-init spectral|pca]\n"
           "   [--seed 0] [--row-chunk N]\n"
-          "   [--kmeans-init CENTERS.npy] [--truth LABELS]\n"
+          "   [--kmeans-init CENTERS.npy] [--truth LABELS] [--no-progress] [--report FILE.html|.json]\n"
           "scanpy's workflow: filter_cells, filter_genes, normalize_total, log1p, highly_variable_genes\n"
           "(seurat), scale, pca, neighbors (exact kNN, UMAP connectivities), leiden | louvain | k-means,\n"
           "umap. --npy input is a dense cells x features matrix: no count preprocessing; --n-pcs 0 uses\n"
@@ -111,7 +115,9 @@ static void usage(FILE *out)
           "labels (one per line or a .npy). --target-sum 0: the median total. k-means starts from\n"
           "--kmeans-init (K x dims) or runs k-means++ 10 times (scikit-learn's n_init).\n"
           "Writes PREFIX.clusters.tsv, PREFIX.pca.npy, PREFIX.neighbors.mtx, and with --umap\n"
-          "PREFIX.umap.tsv and PREFIX.umap.png. Connects to $TESSERA_SCHEDULER (`tessera local`).\n");
+          "PREFIX.umap.tsv and PREFIX.umap.png. Connects to $TESSERA_SCHEDULER (`tessera local`).\n"
+          "A progress bar of the tasks goes to stderr (--no-progress: none); --report writes an\n"
+          "efficiency report at the end (docs/report.md).\n");
 }
 
 static int parse_enum(const char *flag, const char *v, const char *const *names, int n, int *out)
@@ -180,6 +186,7 @@ static int parse_value(cl_opts *o, const char *a, const char *v)
   else if (strcmp(a, "--mtx") == 0) o->mtx = v;
   else if (strcmp(a, "--npy") == 0) o->npy = v;
   else if (strcmp(a, "--out") == 0) o->out = v;
+  else if (strcmp(a, "--report") == 0) return clireport_check_path("tsr-cluster", o->report = v);
   else if (strcmp(a, "--truth") == 0) o->truth = v;
   else if (strcmp(a, "--barcodes") == 0) o->barcodes = v;
   else if (strcmp(a, "--kmeans-init") == 0) o->kmeans_init = v;
@@ -228,6 +235,7 @@ static int parse_args(int argc, char **argv, cl_opts *o)
     else if (strcmp(a, "--version") == 0) printf("tsr-cluster %s\n", TSR_VERSION_STRING), exit(0);
     else if (strcmp(a, "--umap") == 0) o->umap = true;
     else if (strcmp(a, "--transpose") == 0) o->transpose = true;
+    else if (strcmp(a, "--no-progress") == 0) o->no_progress = true;
     else if (i + 1 >= argc) return fprintf(stderr, "tsr-cluster: %s needs a value\n", a), -1;
     else if (parse_value(o, a, argv[++i]) != 0) return -1;
   }
@@ -264,11 +272,16 @@ int main(int argc, char **argv)
   if (rc != 0) return cl_fail("connecting", rc), 1;
   print_cluster(client);
   cl_result r = {0};
-  rc = cl_run(client, &o, &r);
+  clireport cr;
+  rc = clireport_begin(&cr, client, "tsr-cluster", argc, argv, o.report, !o.no_progress);
+  ticker.quiet = o.no_progress || cr.bar != NULL;
+  if (rc == 0) rc = cl_run(client, &o, &r);
   if (rc == 0) rc = cl_write_clusters(&o, &r);
   if (rc == 0 && o.umap) rc = cl_write_umap(&o, &r);
+  clireport_stop_bar(&cr);
   if (rc == 0) print_summary(&r, t0);
+  int status = clireport_end(&cr, rc == 0 ? 0 : 1);
   cl_result_free(&r);
   tsr_client_close(client);
-  return rc == 0 ? 0 : 1;
+  return status;
 }

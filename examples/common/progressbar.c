@@ -29,6 +29,9 @@ struct progressbar {
   int ngraphs;
   uint64_t base_done, base_total, base_bytes;  /* folded finished graphs */
   bool drawn;                                  /* a terminal line is open */
+  bool enabled;                                /* draw (false: only feed tee) */
+  tsr_progress_fn tee;                         /* also gets every report (an efficiency recorder) */
+  void *tee_user;
 };
 
 static uint64_t now_ms(void)
@@ -105,6 +108,8 @@ static void draw(progressbar *b, uint64_t now)
 static void on_progress(void *user, const tsr_progress *p)
 {
   progressbar *b = user;
+  if (b->tee != NULL) b->tee(b->tee_user, p);
+  if (!b->enabled) return;
   bar_graph *g = slot_of(b, p->graph);
   if (g == NULL) return;
   g->done = p->tasks_done + p->tasks_erred;
@@ -118,10 +123,18 @@ static void on_progress(void *user, const tsr_progress *p)
 
 progressbar *progressbar_start(tsr_client *client, const char *label, bool enabled)
 {
-  if (!enabled || client == NULL) return NULL;
+  return progressbar_start_tee(client, label, enabled, NULL, NULL);
+}
+
+progressbar *progressbar_start_tee(tsr_client *client, const char *label, bool enabled, tsr_progress_fn tee, void *tee_user)
+{
+  if ((!enabled && tee == NULL) || client == NULL) return NULL;
   progressbar *b = calloc(1, sizeof *b);
   if (b == NULL) return NULL;
   b->client = client;
+  b->enabled = enabled;
+  b->tee = tee;
+  b->tee_user = tee_user;
   if (label != NULL && *label) snprintf(b->label, sizeof b->label, "%s: ", label);
   b->tty = isatty(STDERR_FILENO);
   b->interval_ms = env_interval();

@@ -20,6 +20,10 @@ typedef struct progressbar progressbar;
 /* Starts following client's graphs; NULL when !enabled (--no-progress) or
  * on ENOMEM: the CLI then runs without one. */
 progressbar *progressbar_start(tsr_client *client, const char *label, bool enabled);
+/* The same, and every progress report also goes to tee(tee_user, p) (on
+ * the client's I/O thread; an efficiency recorder, tessera/report.h).
+ * With !enabled and a tee nothing is drawn, but the tee is fed. */
+progressbar *progressbar_start_tee(tsr_client *client, const char *label, bool enabled, tsr_progress_fn tee, void *tee_user);
 /* Stops the calls (none after it returns), ends a terminal line with a
  * newline, frees; NULL is a no-op. Before tsr_client_close. */
 void progressbar_stop(progressbar **bar_p);

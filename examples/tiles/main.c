@@ -14,7 +14,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "clireport.h"
 #include "tiles.h"
 
 #define TIMEOUT_MS (24 * 3600 * 1000)
@@ -23,7 +25,8 @@ static void usage(FILE *f)
 {
   fprintf(f, "usage: tsr-tiles (--slides FILE... | --slide-dir DIR) [--tile 256] [--level 0] [--drop-edges]\n"
              "                 [--filter seed|none|FILE] [--save-tiles DIR] [--out-thumbs DIR]\n"
-             "                 [--embed OP [--embed-dim 64]] --out tiles.tsv\n"
+             "                 [--embed OP [--embed-dim 64]] [--no-progress] [--report FILE.html|.json]\n"
+             "                 --out tiles.tsv\n"
              "Connects to $TESSERA_SCHEDULER (`tessera local -- tsr-tiles ...`). docs/tiles.md.\n");
 }
 
@@ -101,6 +104,10 @@ static int parse_args(int argc, char **argv, tl_opts *o)
       if (o->n_slides == 0) rc = bad("--slides needs at least one file", NULL);
       continue;
     }
+    if (strcmp(a, "--no-progress") == 0) {
+      o->no_progress = true;
+      continue;
+    }
     if (next == NULL && strcmp(a, "--drop-edges") != 0) return bad("missing value or unknown flag", a);
     if (strcmp(a, "--slide-dir") == 0) dir = argv[++i];
     else if (strcmp(a, "--tile") == 0) rc = parse_int(a, argv[++i], 16, 16384, &o->tile);
@@ -112,6 +119,7 @@ static int parse_args(int argc, char **argv, tl_opts *o)
     else if (strcmp(a, "--embed") == 0) o->embed_op = argv[++i];
     else if (strcmp(a, "--embed-dim") == 0) rc = parse_int(a, argv[++i], 1, 65536, &o->embed_dim);
     else if (strcmp(a, "--out") == 0) o->out = argv[++i];
+    else if (strcmp(a, "--report") == 0) rc = clireport_check_path("tsr-tiles", o->report = argv[++i]);
     else rc = bad("unknown flag", a);
   }
   if (rc != 0) return rc;
@@ -163,9 +171,13 @@ static int slide_build(tsr_array_ctx *ctx, const tl_opts *o, tl_slide *s)
   return 0;
 }
 
+static bool bar_drawn;   /* a progressbar shares stderr with the per-slide lines */
+
 static void progress(void *arg, size_t arrays_done, size_t n_arrays, size_t done, size_t total)
 {
   const size_t *per_slide = arg;
+  /* the task bar is redrawn in place on a terminal: clear it so this line reads clean */
+  if (bar_drawn && isatty(STDERR_FILENO)) fputs("\r\033[K", stderr);
   fprintf(stderr, "tsr-tiles: slides %zu/%zu done, tasks %zu/%zu\n", arrays_done / *per_slide,
           n_arrays / *per_slide, done, total);
 }
@@ -255,6 +267,9 @@ int main(int argc, char **argv)
   copts.name = "tsr-tiles";
   if (tsr_client_open(&client, NULL, &copts) != 0 || tsr_array_ctx_new(client, &ctx) != 0)
     return fprintf(stderr, "tsr-tiles: connecting: %s\n", tsr_errmsg()), 1;
+  clireport cr;
+  if (clireport_begin(&cr, client, "tsr-tiles", argc, argv, o.report, !o.no_progress) != 0) return 1;
+  bar_drawn = cr.bar != NULL && !o.no_progress;
   tl_slide *s = calloc(o.n_slides, sizeof *s);
   for (size_t i = 0; i < o.n_slides; i++) {
     s[i].path = o.slides[i];
@@ -267,6 +282,8 @@ int main(int argc, char **argv)
   for (size_t i = 0; rc == 0 && o.out_thumbs != NULL && i < o.n_slides; i++)
     if (!s[i].error[0]) rc = tl_write_thumb(&o, &s[i]);
   if (rc == 0) rc = tl_write_table(&o, s, o.n_slides);
+  clireport_stop_bar(&cr);
+  bar_drawn = false;
   clock_gettime(CLOCK_MONOTONIC, &t1);
   if (rc == 0) summary(&o, s, o.n_slides, (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
   size_t failed = 0;
@@ -275,7 +292,8 @@ int main(int argc, char **argv)
     free(s[i].stats_v), free(s[i].kept_v), free(s[i].thumb_v), free(s[i].embed_v);
   }
   free(s);
+  int status = clireport_end(&cr, rc != 0 || failed ? 1 : 0);
   tsr_array_ctx_destroy(&ctx);
   tsr_client_close(client);
-  return rc != 0 || failed ? 1 : 0;
+  return status;
 }

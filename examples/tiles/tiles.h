@@ -20,6 +20,8 @@ typedef struct tl_opts {
   const char *embed_op;      /* plugin op or NULL */
   int64_t embed_dim;
   const char *out;
+  bool no_progress;            /* --no-progress: no bar on stderr (the per-slide lines stay) */
+  const char *report;          /* --report FILE.html|.json (docs/report.md) */
 } tl_opts;
 
 typedef struct tl_slide {

@@ -148,6 +148,9 @@ void tsr_future_progress(const tsr_future *future, size_t *done_p, size_t *total
 typedef struct tsr_progress_group {
   const char *op;              /* the op name; valid until the future is released (client callback: the call) */
   uint64_t tasks_total, tasks_waiting, tasks_processing, tasks_done, tasks_erred, bytes_done;
+  uint64_t busy_us;            /* run time of the group's finished tasks on the workers (sum of their
+                                  durations, fetches excluded; a fused task's shared by its parts);
+                                  0 from a scheduler that does not report it (docs/report.md) */
 } tsr_progress_group;
 
 typedef struct tsr_progress {
@@ -156,6 +159,7 @@ typedef struct tsr_progress {
   bool final;                  /* tasks_done + tasks_erred == tasks_total */
   size_t ngroups;
   const tsr_progress_group *groups;
+  uint64_t busy_us;            /* the graph's busy time: the sum over its groups (monotone) */
 } tsr_progress;
 
 /* A progress callback. It runs on the client's I/O thread, without the
@@ -248,7 +252,26 @@ typedef struct tsr_worker_info {
   /* Device tier of GPU workers (docs/gpu.md, "Device memory"); 0 for CPU workers. */
   uint64_t device_bytes_moved;   /* device chunks moved down to host memory since the worker started */
   uint64_t device_bytes_dropped; /* recomputable device chunks dropped (recomputed if needed again) */
+  /* Use of resources since the worker started (docs/report.md); all 0 with
+   * has_usage 0 from a worker or scheduler that does not report them. */
+  int has_usage;
+  uint64_t cpu_us;               /* CPU time of the worker process, user + system, microseconds */
+  uint64_t memory_peak;          /* most host chunk bytes held at once */
+  uint64_t disk_peak;            /* most spill-file bytes seen (sampled each heartbeat) */
+  uint64_t device_memory_peak;   /* most device chunk bytes held at once (GPU workers) */
+  uint64_t fetch_bytes;          /* input bytes fetched from other workers */
+  uint64_t fetch_us;             /* time those fetches took, summed over the worker's threads */
+  int64_t gpu_memory_used;       /* NVML: device memory used by every process, bytes; -1 unknown */
+  int64_t gpu_power_mw;          /* NVML: board power, milliwatts; -1 unknown */
 } tsr_worker_info;
+
+/* A graph's tasks of one op (a progress group, docs/progress.md). */
+typedef struct tsr_graph_group {
+  char op[64];
+  uint64_t tasks_total, tasks_done, tasks_erred;
+  uint64_t busy_us;      /* run time of its finished tasks on the workers (docs/report.md) */
+  uint64_t bytes_done;   /* output bytes of its results made */
+} tsr_graph_group;
 
 typedef struct tsr_graph_info {
   char client[64];
@@ -258,6 +281,9 @@ typedef struct tsr_graph_info {
   uint64_t tasks_erred;
   uint64_t fused_tasks;  /* tasks the scheduler fused parts into (docs/scheduler.md "Fusion") */
   uint64_t fused_parts;  /* the parts they hold */
+  uint64_t busy_us;      /* run time of its finished tasks (sum over groups); 0 when not reported */
+  size_t n_groups;       /* its tasks by op; 0 from a scheduler that does not report them */
+  tsr_graph_group *groups;  /* owned by the tsr_cluster_info (freed by tsr_cluster_info_destroy) */
 } tsr_graph_info;
 
 typedef struct tsr_cluster_info {

@@ -33,7 +33,7 @@ typedef struct recorder {
   atomic_int have_thread;
   int delay_ms;                   /* how long each call takes */
   tsr_progress seen[MAX_CALLS];   /* groups not kept */
-  uint64_t group_total[8], group_done[8];
+  uint64_t group_total[8], group_done[8], group_busy[8];
   char group_op[8][32];
   int ngroups;
 } recorder;
@@ -53,6 +53,7 @@ static void record(void *user, const tsr_progress *p)
       snprintf(r->group_op[g], sizeof r->group_op[g], "%s", p->groups[g].op);
       r->group_total[g] = p->groups[g].tasks_total;
       r->group_done[g] = p->groups[g].tasks_done;
+      r->group_busy[g] = p->groups[g].busy_us;
     }
   }
   if (r->delay_ms > 0) sleep_ms(r->delay_ms);
@@ -124,6 +125,7 @@ TEST(callbacks_are_monotone_final_once_on_the_io_thread)
     if (i > 0) {
       ASSERT_TRUE(p->tasks_done >= r->seen[i - 1].tasks_done);
       ASSERT_TRUE(p->bytes_done >= r->seen[i - 1].bytes_done);
+      ASSERT_TRUE(p->busy_us >= r->seen[i - 1].busy_us);
     }
   }
   const tsr_progress *last = &r->seen[calls - 1];
@@ -138,6 +140,12 @@ TEST(callbacks_are_monotone_final_once_on_the_io_thread)
   ASSERT_EQ(r->group_total[sl], 40);
   ASSERT_EQ(r->group_done[sl], 40);
   ASSERT_EQ(r->group_total[ad], 1);
+  /* busy time (docs/report.md): each sleep task ran its 25 ms on a worker; the
+   * graph's is the sum of its groups' */
+  ASSERT_TRUE(r->group_busy[sl] >= 40 * 25000);
+  ASSERT_TRUE(r->group_busy[sl] < 40 * 25000 * 4);
+  ASSERT_EQ(last->busy_us, r->group_busy[sl] + r->group_busy[ad]);
+  ASSERT_EQ(polled.busy_us, last->busy_us);
   free(r);
 }
 
@@ -177,6 +185,12 @@ TEST(fused_chain_counts_as_its_parts_per_group)
   ASSERT_EQ(r->group_done[scale], 8);
   ASSERT_EQ(r->group_total[sum], 1);
   ASSERT_EQ(r->seen[atomic_load(&r->calls) - 1].tasks_done, 10);
+  /* the fused task's time is shared by part count, 1 : 8 : 1 (whole microseconds) */
+  uint64_t busy = r->seen[atomic_load(&r->calls) - 1].busy_us;
+  uint64_t parts = r->group_busy[full] + r->group_busy[scale] + r->group_busy[sum];
+  ASSERT_TRUE(busy > 0);
+  ASSERT_TRUE(parts <= busy && parts + 3 >= busy);
+  ASSERT_TRUE(r->group_busy[scale] + 8 >= 8 * r->group_busy[full] && r->group_busy[scale] <= 8 * r->group_busy[full] + 8);
   free(r);
 }
 

@@ -518,13 +518,14 @@ TEST(a_slide_truncated_after_the_graph_was_built_fails_its_task)
  * thumbnail per good slide, exit 1; the cluster still serves. */
 TEST(cli_runs_a_batch_and_reports_each_bad_slide)
 {
-  char a[300], b[300], junk[300], cut[300], out[300], thumbs[300], env[400], cmd[3000];
+  char a[300], b[300], junk[300], cut[300], out[300], thumbs[300], report[300], env[400], cmd[3000];
   snprintf(a, sizeof a, "%s", tmp_path("one.svs"));
   snprintf(b, sizeof b, "%s", tmp_path("two.svs"));
   snprintf(junk, sizeof junk, "%s", tmp_path("junk.svs"));
   snprintf(cut, sizeof cut, "%s", tmp_path("cut.tif"));
   snprintf(out, sizeof out, "%s", tmp_path("tiles.tsv"));
   snprintf(thumbs, sizeof thumbs, "%s", tmp_path("thumbs"));
+  snprintf(report, sizeof report, "%s", tmp_path("report.json"));
   snprintf(cmd, sizeof cmd, "cp %s %s && cp %s %s && echo hello > %s", svs, a, svs, b, junk);
   ASSERT_EQ(system(cmd), 0);
   uint8_t tiny[2048];
@@ -532,10 +533,21 @@ TEST(cli_runs_a_batch_and_reports_each_bad_slide)
   write_bytes(cut, tiny, n - 300);
   snprintf(env, sizeof env, "TESSERA_SCHEDULER=%s", c.address);
   const char *argv[] = {cluster_bin("tsr-tiles"), "--slides", a, junk, "/nonexistent/x.svs", cut, b,
-                        "--out-thumbs", thumbs, "--out", out, NULL};
+                        "--out-thumbs", thumbs, "--out", out, "--report", report, NULL};
   char log[16384];
   ASSERT_EQ(run_capture(argv, env, log, sizeof log, 120), 1);
   ASSERT_CONTAINS(log, "slides 2/2 done");
+  /* the task bar's plain lines (not a terminal) and the efficiency report (docs/report.md) */
+  ASSERT_CONTAINS(log, "tsr-tiles: progress: 100%");
+  ASSERT_CONTAINS(log, "tsr-tiles: report written to");
+  FILE *rf = fopen(report, "r");
+  ASSERT_TRUE(rf != NULL);
+  char doc[65536];
+  doc[fread(doc, 1, sizeof doc - 1, rf)] = '\0';
+  fclose(rf);
+  ASSERT_CONTAINS(doc, "\"program\": \"tsr-tiles\"");
+  ASSERT_CONTAINS(doc, "\"exit_status\": 1");
+  ASSERT_CONTAINS(doc, "\"op\": \"tiff_read\"");
   ASSERT_CONTAINS(log, "2 of 5 slides read, 216 tiles");
   ASSERT_CONTAINS(log, "junk.svs is not a readable TIFF");
   FILE *f = fopen(out, "r");
