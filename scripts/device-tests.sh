@@ -134,6 +134,24 @@ print("watch: NVML values reach /metrics and /api/workers" if ok else "watch: MI
 PY
   wait $pid
   tail -3 "$out/watch_svd.log"
+  # The efficiency report of a GPU run (docs/report.md): GPU utilization and
+  # memory over time must be in its samples, and the HTML must plot them.
+  tessera local --gpus 0 --no-dashboard -- tsr-svd --rows 4000000 --cols 2000 --chunks 250000,2000 --k 10 \
+    --power-iters 60 --report "$out/gpu_report.json" >"$out/report_svd.log" 2>&1
+  tessera report --html "$out/gpu_report.html" "$out/gpu_report.json" >/dev/null 2>&1
+  python3 - "$out/gpu_report.json" "$out/gpu_report.html" <<'PY' 2>&1 | tee -a "$out/watch.log"
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r["samples"]
+util = [u for u in s.get("gpu_util", []) if u is not None]
+mem = [m for m in s.get("gpu_memory_used", []) if m is not None]
+w = r["workers"][0]
+print(f"report: wall {r['wall_s']:.2f} s, {len(s['t'])} samples, gpu_util max {max(util) if util else None}, "
+      f"gpu_memory_used max {max(mem) if mem else None}, device_memory_peak {w.get('device_memory_peak')}, bound by {r['bound']['by']}")
+html = open(sys.argv[2]).read()
+ok = len(util) >= 2 and max(util) > 0 and len(mem) >= 2 and "GPU" in html
+print("report: GPU utilization and memory over time recorded and plotted" if ok else "report: MISSING GPU series")
+PY
 }
 # One test of test_gpu (KIT_ONLY=NAME) with every cluster's logs kept,
 # summarized here and packed (xz) into $OUT: a diagnosis run.
