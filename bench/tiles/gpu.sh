@@ -37,7 +37,7 @@ t_gpu_sw=nan
 [ "${GPU_DEFAULT:-1}" = 0 ] || t_gpu_sw=$(TSR_NVJPEG_BACKEND=default run gpu_sw --gpus 0 --worker-arg --threads --worker-arg "$gt" | tail -1)
 t_cpu=$(run cpu --cpu-workers "$(nproc)" --threads-per-worker 1 | tail -1)
 printf "tsr-tiles, 1 GPU worker, %s threads, nvJPEG hardware   %8.2f s  %8.1f MB/s decoded\n" "$gt" "$t_gpu" "$(python3 -c "print($mp / $t_gpu)")"
-printf "tsr-tiles, 1 GPU worker, %s threads, nvJPEG default    %8.2f s  %8.1f MB/s decoded\n" "$gt" "$t_gpu_sw" "$(python3 -c "print($mp / $t_gpu_sw)")"
+[ "$t_gpu_sw" = nan ] || printf "tsr-tiles, 1 GPU worker, %s threads, nvJPEG default    %8.2f s  %8.1f MB/s decoded\n" "$gt" "$t_gpu_sw" "$(python3 -c "print($mp / $t_gpu_sw)")"
 printf "tsr-tiles, %d CPU workers          %8.2f s  %8.1f MB/s decoded\n" "$(nproc)" "$t_cpu" "$(python3 -c "print($mp / $t_cpu)")"
 python3 -c "print(f'ratio: the GPU worker is {$t_cpu/$t_gpu:.2f}x the $(nproc) CPU workers')"
 python3 - "$dir/gpu.tsv" "$dir/cpu.tsv" <<'PY'
