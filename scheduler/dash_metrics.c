@@ -176,6 +176,22 @@ static void op_states(tsr_text *t, const sched_state *st)
   free(n);
 }
 
+/* Multi-part submits whose last part has not come: what a client that
+ * died mid-submit leaves behind until it is dropped (issue 13). */
+static void pending_submits(tsr_text *t, const sched_state *st)
+{
+  uint64_t npending = 0, pending_bytes = 0;
+  for (uint32_t c = 0; c < st->nclients_slots; c++)
+    for (uint32_t k = 0; st->clients[c].alive && k < st->clients[c].npending; k++) {
+      npending++;
+      pending_bytes += st->clients[c].pending[k].bytes;
+    }
+  tsr_prom_head(t, "tessera_submits_pending", "gauge", "Multi-part graphs whose last part has not come.");
+  tsr_text_printf(t, "tessera_submits_pending %llu\n", (unsigned long long)npending);
+  tsr_prom_head(t, "tessera_submit_pending_bytes", "gauge", "Bytes of the parts of those graphs, kept until the last.");
+  tsr_text_printf(t, "tessera_submit_pending_bytes %llu\n", (unsigned long long)pending_bytes);
+}
+
 static void scheduler_counters(tsr_text *t, const sched_state *st)
 {
   const sched_dash *d = st->dash;
@@ -185,6 +201,7 @@ static void scheduler_counters(tsr_text *t, const sched_state *st)
   tsr_text_printf(t, "tessera_workers %u\n", st->nworkers_alive);
   tsr_prom_head(t, "tessera_clients", "gauge", "Clients connected.");
   tsr_text_printf(t, "tessera_clients %u\n", st->nclients_alive);
+  pending_submits(t, st);
   tsr_prom_head(t, "tessera_graphs", "gauge", "Graphs the scheduler holds.");
   tsr_text_printf(t, "tessera_graphs %u\n", ngraphs);
   tsr_prom_head(t, "tessera_tasks", "gauge", "Task records by state.");

@@ -35,6 +35,12 @@ struct tsr_tiers {
   uint64_t next_serial;    /* under lock */
   tsr_tiers_stats stats;   /* under lock */
   bool warned_disk;
+  /* The spill directory had no room for the last write (the disk limit,
+   * or ENOSPC from the file system): the pause is off until a spill file
+   * is removed or a write succeeds; after ENOSPC (enospc) no write is
+   * tried until a file is removed. Under lock. */
+  bool disk_full, enospc;
+  bool warned_enospc;
   uint64_t rss_base;       /* the process's RSS when the tiers were made: its fixed overhead */
   bool paused;             /* last answer of tsr_tiers_paused (main thread) */
   tsr_strmap *moves;       /* key -> tsr_tier_move since the last take; under lock */
@@ -147,6 +153,7 @@ static void entry_remove(tsr_tiers *t, spill_entry *e)
   t->stats.disk_bytes -= e->nbytes;
   t->stats.disk_file_bytes -= e->file_bytes;
   t->stats.disk_chunks--;
+  t->disk_full = t->enospc = false;   /* room again: the next eviction may write */
   free(e);
 }
 
@@ -229,17 +236,45 @@ static void record_move(tsr_tiers *t, const char *key, tsr_tier_move move)
     TSR_WARN("out of memory recording that '%s' moved; the scheduler will learn it later", key);
 }
 
+/* A failed spill write; under lock. A full file system (a small tmpfs,
+ * a shared disk) is not the chunk's fault and will not pass by retrying:
+ * without the disk_full mark every balance after every task compressed
+ * and wrote each idle chunk again, warning each time, and a worker over
+ * its pause threshold stayed paused for good (nothing could leave its
+ * memory), so a graph whose results must be kept hung (issue 13). */
+static int spill_failed(tsr_tiers *t, const tsr_chunk *chunk, int rc, const tsr_errbuf *err)
+{
+  if (rc != TSR_ENOSPC) {
+    TSR_WARN("cannot spill '%s' (%zu bytes): %s", chunk->key, chunk->nbytes, err->text[0] ? err->text : tsr_strerror(rc));
+    return rc;
+  }
+  t->disk_full = t->enospc = true;
+  char held[32];
+  tsr_format_bytes(t->stats.disk_file_bytes, held, sizeof held);
+  if (!t->warned_enospc)
+    TSR_WARN("spill directory %s is full with %s of spill files (%s): chunks that cannot be dropped stay in memory, "
+             "over the memory limit if need be, until a spill file is removed (logged once)",
+             t->dir, held, err->text);
+  else
+    TSR_DEBUG("spill directory %s is full again with %s of spill files", t->dir, held);
+  t->warned_enospc = true;
+  return rc;
+}
+
 /* Writes chunk to a new spill file and records it; under lock. 0 or the
  * write's error (the chunk then stays in memory). */
 static int spill_one(tsr_tiers *t, tsr_chunk *chunk)
 {
+  if (t->enospc) return TSR_ENOSPC;
   if (t->opts.disk_limit != 0 && t->stats.disk_file_bytes + chunk->nbytes > t->opts.disk_limit) {
     if (!t->warned_disk) {
       char lim[32];
-      TSR_WARN("spill directory full (disk limit %s): chunks stay in memory (logged once)",
+      TSR_WARN("spill directory full (disk limit %s): chunks stay in memory, over the memory limit if need be "
+               "(logged once)",
                tsr_format_bytes(t->opts.disk_limit, lim, sizeof lim));
       t->warned_disk = true;
     }
+    t->disk_full = true;
     return TSR_ENOSPC;
   }
   spill_entry *e = calloc(1, sizeof *e);
@@ -254,11 +289,11 @@ static int spill_one(tsr_tiers *t, tsr_chunk *chunk)
   uint64_t took = tsr_now_us() - t0;
   if (rc == 0) rc = tsr_strmap_put(t->entries, chunk->key, strlen(chunk->key), (uint64_t)(uintptr_t)e);
   if (rc != 0) {
-    TSR_WARN("cannot spill '%s' (%zu bytes): %s", chunk->key, chunk->nbytes, err.text[0] ? err.text : tsr_strerror(rc));
     remove(path);
     free(e);
-    return rc;
+    return spill_failed(t, chunk, rc, &err);
   }
+  t->disk_full = false;
   t->stats.disk_bytes += e->nbytes;
   t->stats.disk_file_bytes += e->file_bytes;
   t->stats.disk_chunks++;
@@ -375,7 +410,13 @@ bool tsr_tiers_paused(tsr_tiers *t, tsr_wstore *store)
    * now; without this a worker idle and paused would wait for nothing. */
   if (t->opts.memory_limit != 0) tsr_tiers_balance(t, store);
   uint64_t limit = t->opts.memory_limit, bytes = tsr_wstore_bytes(store);
-  bool paused = limit != 0 && (double)bytes > (double)limit * t->opts.pause;
+  pthread_mutex_lock(&t->lock);
+  bool disk_full = t->disk_full;
+  pthread_mutex_unlock(&t->lock);
+  /* With the spill directory full a pause would last for good when the
+   * chunks are results that must be kept: the worker goes on over its
+   * limit instead (warned when the disk filled). */
+  bool paused = limit != 0 && !disk_full && (double)bytes > (double)limit * t->opts.pause;
   if (paused != t->paused) {
     char held[32], lim[32];
     TSR_INFO("%s: chunks in memory %s, limit %s", paused ? "paused (no new tasks)" : "resumed",

@@ -23,7 +23,10 @@
  * dropped, never written. Any other chunk is written once to a spill file
  * (spill.h, compressed with blosc); the file stays until the key is freed,
  * so evicting the same chunk again after a reload costs no write. When the
- * disk limit would be exceeded the chunk stays in memory (logged once).
+ * disk limit would be exceeded, or a write fails with ENOSPC, the chunk
+ * stays in memory (logged once; after ENOSPC no write is tried until a
+ * spill file is removed) and the worker does not pause while the disk is
+ * full: kept results then exceed the memory limit rather than stall.
  *
  * Which chunks are `recompute` is the scheduler's decision (the `compute`
  * message's `recompute` flag, policy_evict.h); without one (an older
