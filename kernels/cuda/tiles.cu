@@ -61,10 +61,23 @@ const tsr_nvjpeg_api *tsr_nvjpeg(const char **why_p)
   return g_loaded ? &g_api : NULL;
 }
 
-/* One decoder per executor thread and device (nvJPEG states are not
- * shared between threads), made on first use and kept: creating a handle
- * costs milliseconds, a tile's decode far less. hw: the hardware backend
- * exists here (it refuses to be created on GPUs without JPEG engines). */
+/* nvJPEG handles are thread-safe, its decode states are not: one pair of
+ * handles per device, made once and kept for the process (creating one
+ * costs milliseconds; with a pair per executor thread a 16-thread GPU
+ * worker took 12.35 s on bench/tiles/gpu.sh's 40,000² slide, shared 11.22
+ * s, 8 threads 9.66 s either way), and a pair of states per thread.
+ * hw: the hardware backend exists here (it refuses to be created on GPUs
+ * without JPEG engines). TSR_NVJPEG_BACKEND=default leaves the engines
+ * alone (a diagnostic: bench/tiles/gpu.sh times both). */
+#define NVJPEG_MAX_DEVICES 64
+struct jpeg_handles {
+  bool made = false;
+  int status = 0;   /* the default backend's creation status */
+  nvjpegHandle_t hw = nullptr, sw = nullptr;
+};
+static jpeg_handles g_handles[NVJPEG_MAX_DEVICES];
+static pthread_mutex_t g_handles_mu = PTHREAD_MUTEX_INITIALIZER;
+
 struct jpeg_decoder {
   int device = -1;
   nvjpegHandle_t hw = nullptr, sw = nullptr;
@@ -72,25 +85,35 @@ struct jpeg_decoder {
 };
 static thread_local jpeg_decoder t_dec;
 
+static const jpeg_handles *handles_get(const tsr_nvjpeg_api *api, int device)
+{
+  pthread_mutex_lock(&g_handles_mu);
+  jpeg_handles *h = &g_handles[device];
+  if (!h->made) {
+    const char *want = getenv("TSR_NVJPEG_BACKEND");
+    bool try_hw = want == NULL || strcmp(want, "default") != 0;
+    if (!try_hw || api->CreateEx(TSR_NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &h->hw) != 0) h->hw = nullptr;
+    h->status = api->CreateEx(TSR_NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &h->sw);
+    h->made = true;
+  }
+  pthread_mutex_unlock(&g_handles_mu);
+  return h;
+}
+
 static int decoder_get(const tsr_nvjpeg_api *api, int device, jpeg_decoder **dec_p, tsr_errbuf *err)
 {
   jpeg_decoder *d = &t_dec;
+  if (device < 0 || device >= NVJPEG_MAX_DEVICES) return TSR_ENODEV;
   if (d->device != device) {
     if (d->sw_state) api->JpegStateDestroy(d->sw_state);
     if (d->hw_state) api->JpegStateDestroy(d->hw_state);
-    if (d->sw) api->Destroy(d->sw);
-    if (d->hw) api->Destroy(d->hw);
     *d = jpeg_decoder();
-    /* TSR_NVJPEG_BACKEND=default leaves the JPEG engines alone (a
-     * diagnostic: bench/tiles/gpu.sh times both) */
-    const char *want = getenv("TSR_NVJPEG_BACKEND");
-    bool try_hw = want == NULL || strcmp(want, "default") != 0;
-    if (!try_hw || api->CreateEx(TSR_NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &d->hw) != 0 ||
-        api->JpegStateCreate(d->hw, &d->hw_state) != 0)
-      d->hw = nullptr, d->hw_state = nullptr;   /* no JPEG engines: the default backend */
-    int s = api->CreateEx(TSR_NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &d->sw);
-    if (s == 0) s = api->JpegStateCreate(d->sw, &d->sw_state);
-    if (s != 0) return tsr_fail(err, TSR_EINTERNAL, "nvJPEG: cannot create a decoder (status %d)", s);
+    const jpeg_handles *h = handles_get(api, device);
+    if (h->status != 0) return tsr_fail(err, TSR_EINTERNAL, "nvJPEG: cannot create a decoder (status %d)", h->status);
+    d->hw = h->hw, d->sw = h->sw;
+    if (d->hw != nullptr && api->JpegStateCreate(d->hw, &d->hw_state) != 0) d->hw = nullptr, d->hw_state = nullptr;
+    int s = api->JpegStateCreate(d->sw, &d->sw_state);
+    if (s != 0) return tsr_fail(err, TSR_EINTERNAL, "nvJPEG: cannot create a decode state (status %d)", s);
     d->device = device;
   }
   *dec_p = d;
