@@ -80,6 +80,9 @@ await_healthy() {
   done
   cat "$tries" >&2
   podman exec "$1" tessera health --timeout 4s --worker none >&2 || true
+  # the usual culprit: the network's DNS (aardvark) not answering for it
+  podman exec "$1" sh -c 'cat /etc/resolv.conf; t=$(date +%s%N); getent hosts scheduler;
+    echo "getent hosts scheduler: exit $?, $(( ($(date +%s%N) - t) / 1000000 )) ms"' >&2 || true
   fail "container $1 is not healthy after $2 s"
 }
 
