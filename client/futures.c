@@ -61,7 +61,9 @@ static int new_future(const tsr_graph *graph, tsr_future **f_p, const char ***wa
 /* Encodes part k outside the lock and queues it, unless the verdict came
  * already (a rejected part, a lost session): then its error. While the
  * session is suspended the part is dropped and the submit marked
- * interrupted: a resumed session gets the whole graph again. */
+ * interrupted: a resumed session gets the whole graph again, and until
+ * that resend starts no part of the first pass goes (the scheduler would
+ * take a last part after lost ones for a whole graph). */
 static int send_part(tsr_client *c, pending_submit *p, const tsr_graph *g, uint64_t graph_id, size_t k,
                      const char **wants, size_t n_wants, bool resend)
 {
@@ -69,10 +71,11 @@ static int send_part(tsr_client *c, pending_submit *p, const tsr_graph *g, uint6
   if (part == NULL) return client_fail(TSR_ENOMEM, "tsr_submit: out of memory encoding the graph");
   pthread_mutex_lock(&c->mu);
   bool done = p->done, up = c->state == CONN_UP;
-  if (!done && up) client_enqueue_locked(c, part);
+  bool send = !done && up && (resend || (!p->interrupted && !p->resend));
+  if (send) client_enqueue_locked(c, part);
   if (!done && !up) p->interrupted = true;
   pthread_mutex_unlock(&c->mu);
-  if (!done && up) return 0;
+  if (send) return 0;
   client_free_chain(part);
   if (!done) return 0;
   return client_fail(p->rc ? p->rc : TSR_EPROTO, "%s", p->message[0] ? p->message : "submit rejected");

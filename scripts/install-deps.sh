@@ -17,7 +17,7 @@ build=(build-essential cmake pkg-config
        libopenblas-dev liblapacke-dev libsodium-dev
        libzstd-dev zlib1g-dev libisal-dev libjansson-dev libhdf5-dev libcairo2-dev
        libinih-dev libtiff-dev libjpeg62-turbo-dev libpng-dev
-       libmicrohttpd-dev libjs-chart.js)
+       libmicrohttpd-dev libjs-chart.js libcurl4-openssl-dev)
 # clang + its runtimes (libFuzzer, ASan, UBSan): tests/fuzz/run.sh, the fuzz stage of scripts/test.sh.
 # chromium, prometheus (promtool), python3-pil: integration.dashboard (docs/dashboard.md) and
 # integration.report (loads the HTML report headless and reads its screenshot).

@@ -6,8 +6,18 @@
  *
  * A worker is checked through its scheduler rather than its own sockets:
  * a worker is healthy when the cluster can use it, which only the
- * scheduler knows (it drops a worker silent for --heartbeat-timeout). */
+ * scheduler knows (it drops a worker silent for --heartbeat-timeout).
+ *
+ * --metrics URL asks the worker itself instead: its /metrics (worker
+ * --metrics, docs/metrics.md) must answer and say the worker is registered
+ * with its scheduler (tessera_worker_connected 1). On loopback that needs
+ * no name resolved, which is what a container wants: deploy.compose saw a
+ * fresh container's lookups of the scheduler's name take 10 s (the
+ * network's DNS answering late), failing every check by the scheduler's
+ * name for 30 s while the worker itself was connected. */
+#include <curl/curl.h>
 #include <getopt.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,10 +33,12 @@
 static void usage(FILE *out)
 {
   fprintf(out,
-          "usage: tessera health [--scheduler ADDR] [--worker NAME] [--timeout DUR]\n"
+          "usage: tessera health [--scheduler ADDR] [--worker NAME | --metrics URL] [--timeout DUR]\n"
           "  --scheduler ADDR  tcp://HOST:PORT (default: $TESSERA_SCHEDULER, $TESSERA_SCHEDULER_ADDRESS,\n"
           "                    else " HEALTH_DEFAULT_ADDRESS ")\n"
           "  --worker NAME     also require a live worker of this name (tessera-worker --name)\n"
+          "  --metrics URL     ask a worker's own /metrics instead (tessera-worker --metrics): healthy when it\n"
+          "                    answers and the worker is registered (e.g. http://127.0.0.1:9400/metrics)\n"
           "  --timeout DUR     how long to wait for the scheduler (default 3s)\n"
           "Exits 0 when healthy, 1 (with the reason on stderr) when not.\n");
 }
@@ -35,6 +47,7 @@ typedef struct health_opts {
   const char *address;
   const char *worker;
   uint64_t timeout_ms;
+  const char *metrics;
 } health_opts;
 
 /* Returns -1 to go on, or an exit code. */
@@ -43,6 +56,7 @@ static int parse(int argc, char **argv, health_opts *o)
   static const struct option longs[] = {
     {"scheduler", required_argument, NULL, 's'},
     {"worker", required_argument, NULL, 'w'},
+    {"metrics", required_argument, NULL, 'm'},
     {"timeout", required_argument, NULL, 't'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -53,6 +67,7 @@ static int parse(int argc, char **argv, health_opts *o)
   while ((opt = getopt_long(argc, argv, "+", longs, NULL)) != -1) {
     if (opt == 's') o->address = optarg;
     else if (opt == 'w') o->worker = optarg;
+    else if (opt == 'm') o->metrics = optarg;
     else if (opt == 't') {
       if (tsr_parse_duration_ms(optarg, &o->timeout_ms) != 0 || o->timeout_ms == 0 || o->timeout_ms > 3600000)
         return cli_error(CLI_EXIT_USAGE, "health: --timeout '%s' is not a duration (e.g. 500ms, 3s)", optarg);
@@ -120,11 +135,61 @@ static void arm_watchdog(const health_opts *o)
   setitimer(ITIMER_REAL, &when, NULL);
 }
 
+/* The body of a GET, at most 4 MiB. */
+typedef struct body {
+  char *text;
+  size_t len;
+} body;
+
+static size_t body_add(char *data, size_t size, size_t n, void *arg)
+{
+  body *b = arg;
+  size_t add = size * n;
+  if (b->len + add > ((size_t)4 << 20)) return 0;
+  char *grown = realloc(b->text, b->len + add + 1);
+  if (grown == NULL) return 0;
+  memcpy(grown + b->len, data, add);
+  b->text = grown, b->len += add, grown[b->len] = '\0';
+  return add;
+}
+
+static int check_metrics(const health_opts *o)
+{
+  body b = {NULL, 0};
+  long status = 0;
+  CURL *curl = curl_easy_init();
+  CURLcode cc = CURLE_FAILED_INIT;
+  if (curl != NULL) {
+    curl_easy_setopt(curl, CURLOPT_URL, o->metrics);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, body_add);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &b);
+    cc = curl_easy_perform(curl);
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(curl);
+  }
+  int code = CLI_EXIT_FAIL;
+  if (cc != CURLE_OK)
+    cli_error(CLI_EXIT_FAIL, "health: worker metrics %s: %s", o->metrics, curl_easy_strerror(cc));
+  else if (status != 200)
+    cli_error(CLI_EXIT_FAIL, "health: worker metrics %s answered HTTP %ld", o->metrics, status);
+  else if (b.text == NULL || strstr(b.text, "\ntessera_worker_connected 1") == NULL)
+    cli_error(CLI_EXIT_FAIL, "health: the worker at %s is not registered with its scheduler", o->metrics);
+  else {
+    printf("healthy: the worker at %s is serving and registered\n", o->metrics);
+    code = 0;
+  }
+  free(b.text);
+  return code;
+}
+
 int cli_health(int argc, char **argv)
 {
-  health_opts o = {cli_default_scheduler(HEALTH_DEFAULT_ADDRESS), NULL, 3000};
+  health_opts o = {cli_default_scheduler(HEALTH_DEFAULT_ADDRESS), NULL, 3000, NULL};
   int code = parse(argc, argv, &o);
   if (code >= 0) return code;
+  if (o.metrics != NULL) return check_metrics(&o);
   arm_watchdog(&o);
   tsr_client_opts opts = TSR_CLIENT_OPTS_DEFAULT;
   opts.name = "tessera-health";

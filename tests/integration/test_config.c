@@ -501,6 +501,45 @@ TEST(health_and_status_json)
   ASSERT_CONTAINS(out, "is not serving");
 }
 
+/* A worker's own /metrics as its health check (compose's): healthy while
+ * registered; not once its scheduler is gone; a port nobody serves, and a
+ * path that is not /metrics, are not healthy either. */
+TEST(health_through_a_workers_own_metrics)
+{
+  cluster c;
+  /* a fixed loopback port: the worker logs none it could be told by */
+  const char *worker[] = {"--metrics", "127.0.0.1:39417", "--heartbeat-interval", "250ms", "--heartbeat-timeout", "2s", NULL};
+  const char *sched[] = {"--heartbeat-timeout", "2s", "--heartbeat-interval", "250ms", NULL};
+  ASSERT_OK(cluster_start(&c, 1, 1, sched, worker));
+  const char *ok[] = {cluster_bin("tessera"), "health", "--timeout", "2s", "--metrics", "http://127.0.0.1:39417/metrics", NULL};
+  int ok_rc = run_capture(ok, NULL, out, sizeof out, 10);
+  char ok_out[512];
+  keep_out(ok_out, sizeof ok_out);
+  const char *bad_path[] = {cluster_bin("tessera"), "health", "--timeout", "2s", "--metrics", "http://127.0.0.1:39417/nope", NULL};
+  int path_rc = run_capture(bad_path, NULL, out, sizeof out, 10);
+  char path_out[512];
+  keep_out(path_out, sizeof path_out);
+  cluster_kill_scheduler(&c);
+  int gone_rc = 0;
+  char gone_out[512] = "";
+  for (int i = 0; i < 40 && gone_rc != 1; i++) {   /* the worker notices within its heartbeat timeout */
+    gone_rc = run_capture(ok, NULL, out, sizeof out, 10);
+    keep_out(gone_out, sizeof gone_out);
+    if (gone_rc != 1) usleep(250000);
+  }
+  cluster_stop(&c, ok_rc != 0 || gone_rc != 1);
+  const char *nobody[] = {cluster_bin("tessera"), "health", "--timeout", "1s", "--metrics", "http://127.0.0.1:39417/metrics", NULL};
+  int nobody_rc = run_capture(nobody, NULL, out, sizeof out, 10);
+  ASSERT_EQ(ok_rc, 0);
+  ASSERT_CONTAINS(ok_out, "is serving and registered");
+  ASSERT_EQ(path_rc, 1);
+  ASSERT_CONTAINS(path_out, "HTTP 404");
+  ASSERT_EQ(gone_rc, 1);
+  ASSERT_CONTAINS(gone_out, "not registered with its scheduler");
+  ASSERT_EQ(nobody_rc, 1);
+  ASSERT_CONTAINS(out, "127.0.0.1:39417");
+}
+
 static double now_s(void)
 {
   struct timespec t;
@@ -568,6 +607,7 @@ int main(void)
   RUN(a_worker_started_before_its_scheduler_keeps_trying);
   RUN(contact_address_is_what_peers_fetch_from);
   RUN(health_and_status_json);
+  RUN(health_through_a_workers_own_metrics);
   RUN(health_ends_within_its_timeout_when_dns_stalls);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
