@@ -99,7 +99,12 @@ typedef double km_v8 __attribute__((vector_size(64)));
     }                                                                             \
   }
 
+/* Cloned per ISA under GCC. Not under clang (the fuzz build): clang 14
+ * emits no symbol other translation units can call for a target_clones
+ * function (kmeans_step.c calls this one). */
+#if !defined(__clang__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 void tsr_km_row_dists(const double *row, const double *ct, int64_t d, int64_t kp, double *dist)
 {
   for (int64_t q0 = 0; q0 < kp;) {

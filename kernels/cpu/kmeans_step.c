@@ -283,7 +283,14 @@ static void prefetch_row(const km_step *s, int64_t r)
  * only screen (kmeans_step's error bound covers either rounding); the
  * labels come from exact f64 distances or a certified gap. */
 typedef float km_f16 __attribute__((vector_size(64)));
-__attribute__((target_clones("avx512f", "arch=haswell", "default"), optimize("fp-contract=fast")))
+/* GCC contracts this one function to FMA; clang (the fuzz build) has no
+ * optimize attribute and keeps its own contraction default. */
+#if defined(__clang__)
+#define KM_FP_CONTRACT
+#else
+#define KM_FP_CONTRACT , optimize("fp-contract=fast")
+#endif
+__attribute__((target_clones("avx512f", "arch=haswell", "default") KM_FP_CONTRACT))
 static void dots_batch(const float *rows, const float *ct32, int64_t d, int64_t kp32, float *dots)
 {
   for (int64_t q0 = 0; q0 < kp32; q0 += 32) {
