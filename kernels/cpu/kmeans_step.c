@@ -238,7 +238,7 @@ typedef struct km_step {
   double *cn, cmax;         /* |c|² of each center (f64), the largest |c| */
   double *row, *dist;       /* KM_BATCH rows of d (f64), kp distances */
   float *row32, *dots;      /* KM_BATCH rows of d (f32), KM_BATCH × kp32 dots */
-  int64_t *todo, *tight;    /* a block's rows needing every distance / the distance to their center */
+  int64_t *unsure, *tight;    /* a block's rows needing every distance / the distance to their center */
   double *bounds;           /* (l, z, -) of each tight row */
   double *part, *colsum, *colsq;  /* out */
   km_row *state;
@@ -433,24 +433,24 @@ static bool bounds_keep(km_step *s, int64_t r, double *u_p, double *l_p, double 
 }
 
 /* The rows of a block that failed bounds_keep (their rows prefetched):
- * the exact distance to their center, then, if still needed, into todo
- * for every distance. Returns the todo count. */
-static int64_t tighten_rows(km_step *s, const int64_t *rows, int64_t n, const double *bounds, int64_t *todo)
+ * the exact distance to their center, then, if still needed, into unsure
+ * for every distance. Returns how many. */
+static int64_t tighten_rows(km_step *s, const int64_t *rows, int64_t n, const double *bounds, int64_t *unsure)
 {
-  int64_t n_todo = 0;
+  int64_t n_unsure = 0;
   for (int64_t i = 0; i < n; i++) {
     int64_t r = rows[i];
     km_row *st = s->state + r;
     const double *b = bounds + 3 * i;  /* l, z */
     if (b[1] <= 0) {  /* no usable bounds */
-      todo[n_todo++] = r;
+      unsure[n_unsure++] = r;
       continue;
     }
     double u = KM_UP(sqrt(row_d2(s, r, s->centers + st->label * s->d)));
-    if (!(u * (1 + KM_SLACK) < b[1])) todo[n_todo++] = r;
+    if (!(u * (1 + KM_SLACK) < b[1])) unsure[n_unsure++] = r;
     else st->epoch = (int32_t)s->epoch, st->u = f32_up(u), st->l = f32_down(b[0]);
   }
-  return n_todo;
+  return n_unsure;
 }
 
 /* Fills s's output header: from scratch for a full pass, else the
@@ -472,12 +472,12 @@ static void start_state(km_step *s)
  * not keep, then (final E-step) the inertia, while the block's rows are
  * still in cache. */
 /* One block's rows that need distances (all of them in a full pass),
- * into s->todo; returns their count. */
-static int64_t block_todo(km_step *s, int64_t b0, int64_t b1)
+ * into s->unsure; returns their count. */
+static int64_t block_unsure(km_step *s, int64_t b0, int64_t b1)
 {
   int64_t n = 0;
   if (s->full) {
-    for (int64_t r = b0; r < b1; r++) s->todo[n++] = r;
+    for (int64_t r = b0; r < b1; r++) s->unsure[n++] = r;
     return n;
   }
   for (int64_t r = b0; r < b1; r++) {
@@ -486,7 +486,7 @@ static int64_t block_todo(km_step *s, int64_t b0, int64_t b1)
     s->bounds[3 * n] = l, s->bounds[3 * n + 1] = z, s->tight[n++] = r;
     prefetch_row(s, r);  /* the loads of the rows to tighten overlap */
   }
-  return tighten_rows(s, s->tight, n, s->bounds, s->todo);
+  return tighten_rows(s, s->tight, n, s->bounds, s->unsure);
 }
 
 static int step_run(km_step *s, tsr_errbuf *err)
@@ -496,9 +496,9 @@ static int step_run(km_step *s, tsr_errbuf *err)
   start_state(s);
   for (int64_t b0 = 0; rc == 0 && b0 < s->rows; b0 += KM_BLOCK_ROWS) {
     int64_t b1 = b0 + KM_BLOCK_ROWS < s->rows ? b0 + KM_BLOCK_ROWS : s->rows;
-    int64_t n_todo = block_todo(s, b0, b1);
-    for (int64_t i = 0; rc == 0 && i < n_todo; i += KM_BATCH)
-      rc = place_rows(s, s->todo + i, n_todo - i < KM_BATCH ? (int)(n_todo - i) : KM_BATCH, err);
+    int64_t n_unsure = block_unsure(s, b0, b1);
+    for (int64_t i = 0; rc == 0 && i < n_unsure; i += KM_BATCH)
+      rc = place_rows(s, s->unsure + i, n_unsure - i < KM_BATCH ? (int)(n_unsure - i) : KM_BATCH, err);
     for (int64_t r = b0; rc == 0 && s->converged && r < b1; r++) {
       prefetch_row(s, r + KM_PREFETCH);
       inertia += row_d2(s, r, s->centers + s->state[r].label * s->d);
@@ -516,9 +516,9 @@ static int step_prepare(km_step *s, tsr_errbuf *err)
   s->ct32 = calloc((size_t)(s->kp32 * d + 1), sizeof *s->ct32);
   s->cn = malloc((size_t)k * sizeof *s->cn), s->dist = malloc((size_t)s->kp * sizeof *s->dist);
   s->row = malloc((size_t)(KM_BATCH * d) * sizeof *s->row), s->row32 = malloc((size_t)(KM_BATCH * d) * sizeof *s->row32);
-  s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->todo = malloc(KM_BLOCK_ROWS * sizeof *s->todo);
+  s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->unsure = malloc(KM_BLOCK_ROWS * sizeof *s->unsure);
   s->tight = malloc(KM_BLOCK_ROWS * sizeof *s->tight), s->bounds = malloc(3 * KM_BLOCK_ROWS * sizeof *s->bounds);
-  if (!s->ct || !s->ct32 || !s->cn || !s->dist || !s->row || !s->row32 || !s->dots || !s->todo || !s->tight || !s->bounds)
+  if (!s->ct || !s->ct32 || !s->cn || !s->dist || !s->row || !s->row32 || !s->dots || !s->unsure || !s->tight || !s->bounds)
     return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory for %lld rows", (long long)s->rows);
   s->cmax = 0;
   for (int64_t q = 0; q < k; q++) {
@@ -533,7 +533,7 @@ static int step_prepare(km_step *s, tsr_errbuf *err)
 
 static void step_free(km_step *s)
 {
-  free(s->ct), free(s->ct32), free(s->cn), free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->todo), free(s->tight), free(s->bounds);
+  free(s->ct), free(s->ct32), free(s->cn), free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->unsure), free(s->tight), free(s->bounds);
 }
 
 static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
