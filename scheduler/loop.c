@@ -9,6 +9,7 @@
  * turn into one `compute` frame per worker and one `key_done` frame per
  * client instead of one frame per message. */
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <zmq.h>
@@ -147,13 +148,32 @@ static int open_socket(void *ctx, const sched_loop_opts *opts, void **sock_p, ts
   return 0;
 }
 
+/* glibc keeps freed memory in its arenas, and a free chunk in the middle
+ * of the heap is never returned by free() itself: after a large graph is
+ * released (or a hundred clients die holding submit parts) the scheduler's
+ * RSS stayed tens of MiB above what it holds (integration.exhaust).
+ * malloc_trim(0) also releases whole free pages inside the heap. It walks
+ * the free lists, so it runs only after something large was freed and at
+ * most once per TRIM_MIN_MS, on a quiet iteration. An idle scheduler
+ * also gives back its tables (sched_state_shrink). */
+#define TRIM_MIN_MS 1000
+
+static void trim_heap(sched_state *st, uint64_t now, uint64_t *next_trim)
+{
+  if (!st->trim_wanted || now < *next_trim) return;
+  sched_state_shrink(st);   /* when idle: the tables' high-water mark too */
+  malloc_trim(0);
+  st->trim_wanted = false;
+  *next_trim = now + TRIM_MIN_MS;
+}
+
 static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
 {
   uint64_t hb_ms = st->cfg.heartbeat_ms ? st->cfg.heartbeat_ms : 1000;
   uint64_t check_ms = (st->cfg.timeout_ms < hb_ms ? st->cfg.timeout_ms : hb_ms) / 4;
   if (check_ms < 10) check_ms = 10;
   uint64_t now = tsr_now_ms(), next_hb = now + hb_ms, next_check = now + check_ms;
-  uint64_t next_progress = now + SCHED_PROGRESS_MS;
+  uint64_t next_progress = now + SCHED_PROGRESS_MS, next_trim = now;
   bool busy = false;
   while (!*stop) {
     now = tsr_now_ms();
@@ -175,6 +195,7 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
     if (now >= next_check && !busy) {
       sched_check_timeouts(st, now);
       sched_journal_expire(st, now);
+      trim_heap(st, now, &next_trim);
       next_check = now + check_ms;
     }
     if (now >= next_progress) {

@@ -183,6 +183,7 @@ static void client_gone(sched_state *st, uint32_t c, const char *why)
     free(cl->pending[k].parts);
   }
   cl->npending = 0;
+  st->trim_wanted = true;
   sched_journal_client_gone(st, c);
   cl->alive = false;
   st->nclients_alive--;

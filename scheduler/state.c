@@ -170,6 +170,26 @@ size_t sched_state_bytes(const sched_state *st)
   return n;
 }
 
+bool sched_state_shrink(sched_state *st)
+{
+  if (st->nlive != 0 || st->nwork != 0 || st->nready != 0 || st->nstack != 0) return false;
+  free(st->tasks);
+  st->tasks = NULL;
+  st->ntasks = st->cap_tasks = 0;
+  st->free_head = SCHED_NONE;
+  sched_keyidx_free(&st->keyidx);
+  for (uint32_t o = 0; o < st->nops; o++) {
+    free(st->ops[o].queue.ids);
+    memset(&st->ops[o].queue, 0, sizeof st->ops[o].queue);
+  }
+  free(st->work);
+  free(st->ready);
+  free(st->stack);
+  st->work = st->ready = st->stack = NULL;
+  st->cap_work = st->cap_ready = st->cap_stack = 0;
+  return true;
+}
+
 /* ---------- tasks ---------- */
 
 uint32_t sched_task_alloc(sched_state *st)
@@ -321,6 +341,7 @@ void sched_graph_free(sched_state *st, uint32_t g)
   sched_progress_free(st->graphs[g]->progress);   /* a finished graph's counts go with it */
   free(st->graphs[g]);
   st->graphs[g] = NULL;
+  st->trim_wanted = true;
   while (st->ngraphs > 0 && st->graphs[st->ngraphs - 1] == NULL) st->ngraphs--;
 }
 

@@ -390,6 +390,7 @@ typedef struct sched_state {
   tsr_wbuf discard;
   char frame_key[41];         /* CURVE key of the frame being handled, "" none (security.c) */
   struct sched_dash *dash;    /* the dashboard's counters (dashboard.h), NULL when off */
+  bool trim_wanted;           /* a graph or a client's parts were freed: trim the heap (loop.c) */
 } sched_state;
 
 /* ---------- lifetime ---------- */
@@ -427,6 +428,11 @@ int sched_keyidx_reserve(sched_state *st, uint64_t n);
 /* Removes task id's key from the index (no-op when absent). */
 void sched_task_unindex(sched_state *st, uint32_t id);
 void sched_keyidx_free(sched_keyidx *ix);
+/* With no task left, gives back the task table, the key index, the op
+ * queues and the work lists (their capacity is the high-water mark of
+ * every graph ever held: 10^7 tasks leave ~1 GiB). false, and nothing
+ * done, while any task or work item is live. */
+bool sched_state_shrink(sched_state *st);
 static inline bool sched_edge_live(const sched_state *st, sched_edge e)
 {
   return e.id < st->ntasks && st->tasks[e.id].gen == e.gen && st->tasks[e.id].state != TS_FREE;
