@@ -69,6 +69,14 @@ struct sched_dash {
 
 /* dashboard.c: the group of (graph slot, op), created when absent; NULL on ENOMEM. */
 dash_group *sched_dash_group(sched_state *st, uint32_t graph_slot, uint16_t op);
+/* dashboard.c: calls count(g, n, arg) for each group task t counts in,
+ * with its number of parts there: a fused task whose parts the progress
+ * module recorded (progress.h, a composite) counts as its parts in their
+ * own ops' groups, as `progress` messages and the report count them; any
+ * other task in its op's group, by weight. A group may move between two
+ * calls (the table grows): hold no pointer across them. */
+typedef void dash_count_fn(dash_group *g, uint32_t n, void *arg);
+void sched_dash_count(sched_state *st, const sched_task *t, dash_count_fn *count, void *arg);
 /* dashboard.c: forgets the groups of graphs that are gone. */
 void sched_dash_prune_groups(sched_state *st);
 /* dashboard.c: the counters of worker slot w, reset if the slot changed hands; NULL on ENOMEM. */

@@ -99,9 +99,15 @@ char *sched_dash_tasks_json(sched_state *st, size_t *len_p)
               len_p);
 }
 
-/* Counts every live task record into its group's `live` by state (a
- * recomputation in progress under TS_LOST) and sums, per graph slot, the
- * bytes of its results in memory (bytes_out, ngraphs entries). */
+static void count_live(dash_group *g, uint32_t n, void *arg)
+{
+  g->live[*(const int *)arg] += n;
+}
+
+/* Counts every live task record into its groups' `live` by state (a
+ * recomputation in progress under TS_LOST; a fused task as its parts,
+ * sched_dash_count) and sums, per graph slot, the bytes of its results in
+ * memory (bytes_out, ngraphs entries). */
 static void scan_tasks(sched_state *st, uint64_t *bytes_out)
 {
   sched_dash *d = st->dash;
@@ -112,6 +118,14 @@ static void scan_tasks(sched_state *st, uint64_t *bytes_out)
   for (uint32_t id = 0; id < st->ntasks; id++) {
     const sched_task *t = &st->tasks[id];
     if (t->state == TS_FREE || t->state == TS_NEW || t->graph >= st->ngraphs) continue;
+    bool pending = t->state >= TS_WAITING && t->state <= TS_PROCESSING;
+    int state = pending && (t->evict & SCHED_EV_RAN) ? TS_LOST : t->state;
+    if (t->state == TS_MEMORY) bytes_out[t->graph] += t->nbytes;
+    if (sched_task_fused_parts(t) > 0) {
+      sched_dash_count(st, t, count_live, &state);
+      g = NULL;   /* it may have grown the table */
+      continue;
+    }
     /* neighbours in the table mostly share graph and op: one lookup a run
      * (no group is created or moved between two hits of the same pair) */
     if (g == NULL || t->graph != last_graph || t->op != last_op) {
@@ -119,10 +133,7 @@ static void scan_tasks(sched_state *st, uint64_t *bytes_out)
       last_graph = t->graph;
       last_op = t->op;
     }
-    if (g == NULL) continue;
-    bool pending = t->state >= TS_WAITING && t->state <= TS_PROCESSING;
-    g->live[pending && (t->evict & SCHED_EV_RAN) ? TS_LOST : t->state] += sched_task_weight(t);
-    if (t->state == TS_MEMORY) bytes_out[t->graph] += t->nbytes;
+    if (g != NULL) g->live[state]++;
   }
 }
 
@@ -146,8 +157,10 @@ static void group_merge(dash_group *dst, const dash_group *src)
   for (int s = 0; s < TS_COUNT; s++) dst->live[s] += src->live[s];
 }
 
-/* The graph's groups, one per op name: every fused task has an op id of
- * its own (fuse.c), all named "fused", and a user thinks of them as one. */
+/* The graph's groups, one per op name: fused tasks count in their parts'
+ * groups (sched_dash_count); one whose parts were not recorded (out of
+ * memory at admission) keeps its own op id (fuse.c), named "fused", and
+ * those are merged into one group. */
 static json_t *graph_groups(const sched_state *st, uint32_t slot)
 {
   const sched_dash *d = st->dash;

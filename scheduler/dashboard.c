@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "assets.h"
+#include "progress.h"
 #include "sched.h"
 
 uint64_t sched_dash_wall_us(void)
@@ -205,6 +206,36 @@ dash_group *sched_dash_group(sched_state *st, uint32_t graph_slot, uint16_t op)
   }
 }
 
+void sched_dash_count(sched_state *st, const sched_task *t, dash_count_fn *count, void *arg)
+{
+  const sched_graph *gr = t->graph < st->ngraphs ? st->graphs[t->graph] : NULL;
+  const sched_progress *p = gr != NULL ? gr->progress : NULL;
+  uint32_t comp = t->pgroup & SCHED_PGROUP_MAX;
+  if (p != NULL && sched_task_fused_parts(t) > 0 && (t->pgroup & SCHED_PGROUP_COMPOSITE) && comp < p->ncomps) {
+    const sched_pcomposite *k = &p->comps[comp];
+    for (uint32_t i = 0; i < k->n; i++) {
+      const sched_pitem *item = &p->items[k->first + i];
+      dash_group *g = item->group < p->ngroups ? sched_dash_group(st, t->graph, p->groups[item->group].op) : NULL;
+      if (g != NULL) count(g, item->parts, arg);
+    }
+    return;
+  }
+  dash_group *g = sched_dash_group(st, t->graph, t->op);
+  if (g != NULL) count(g, sched_task_weight(t), arg);
+}
+
+static void count_done(dash_group *g, uint32_t n, void *arg)
+{
+  (void)arg;
+  g->done += n;
+}
+
+static void count_erred(dash_group *g, uint32_t n, void *arg)
+{
+  (void)arg;
+  g->erred += n;
+}
+
 void sched_dash_task_done(sched_state *st, uint32_t id, uint32_t w, uint64_t duration_us, uint64_t start_us,
                           uint32_t lane)
 {
@@ -221,8 +252,7 @@ void sched_dash_task_done(sched_state *st, uint32_t id, uint32_t w, uint64_t dur
   if (dw != NULL) dw->done++;
   d->tasks_done++;
   /* a recomputation is not progress: the group counted it the first time */
-  dash_group *g = (t->evict & SCHED_EV_RAN) ? NULL : sched_dash_group(st, t->graph, t->op);
-  if (g != NULL) g->done += sched_task_weight(t);
+  if (!(t->evict & SCHED_EV_RAN)) sched_dash_count(st, t, count_done, NULL);
   if (start_us == 0) start_us = sched_dash_wall_us() - duration_us;
   d->ring[d->nevents++ & (DASH_RING - 1)] =
     (dash_event){start_us, duration_us > UINT32_MAX ? UINT32_MAX : (uint32_t)duration_us, (uint16_t)w, t->op, lane,
@@ -237,8 +267,7 @@ void sched_dash_task_erred(sched_state *st, uint32_t id)
   dash_op *op = op_counters(d, t->op);
   if (op != NULL) op->erred++;
   d->tasks_erred++;
-  dash_group *g = sched_dash_group(st, t->graph, t->op);
-  if (g != NULL) g->erred += sched_task_weight(t);
+  sched_dash_count(st, t, count_erred, NULL);
 }
 
 /* An optional uint field as a gauge: -1 when absent (UINT64_MAX). */

@@ -22,6 +22,7 @@
 #include <arpa/inet.h>
 
 #include "cluster.h"
+#include "graphs.h"
 #include "http_get.h"
 #include "kit.h"
 
@@ -386,6 +387,67 @@ TEST(chromium_sees_workers_and_progress_during_svd)
   ASSERT_TRUE(shot_ok);
 }
 
+/* full -> 8 x scale -> sum is fused into one task (default --fuse-width
+ * 1). /api/graphs counts it as its parts, in the groups of their own ops
+ * (docs/dashboard.md), with no group named "fused". Returns the group's
+ * `field` in the first graph, -1 when absent. */
+static long long group_field(json_t *graphs, const char *op, const char *field)
+{
+  json_t *graph = json_array_get(json_object_get(graphs, "graphs"), 0), *g;
+  size_t i;
+  json_array_foreach(json_object_get(graph, "groups"), i, g)
+    if (strcmp(json_string_value(json_object_get(g, "op")), op) == 0)
+      return json_integer_value(json_object_get(g, field));
+  return -1;
+}
+
+TEST(fused_tasks_count_in_their_parts_groups)
+{
+  cluster c = {0};
+  const char *sargs[] = {"--dashboard", "127.0.0.1:0", NULL};
+  ASSERT_EQ(cluster_start(&c, 1, 1, sargs, NULL), 0);
+  int port = dashboard_port(&c, NULL);
+  tsr_client *client = NULL;
+  tsr_graph *g = NULL;
+  tsr_future *f = NULL;
+  bool ok = port > 0 && tsr_client_open(&client, c.address, NULL) == 0 && tsr_graph_new(&g) == 0;
+  char prev[32] = "f-0", key[32];
+  if (ok) ok = add_full(g, prev, 4, 1.0) == 0;
+  for (int i = 1; ok && i <= 8; i++) {
+    snprintf(key, sizeof key, "f-%d", i);
+    ok = add_scale(g, key, prev, 1.0, 1.0) == 0;
+    memcpy(prev, key, sizeof key);
+  }
+  const char *in = prev;
+  if (ok) ok = add_plain(g, "f-sum", "sum", &in, 1) == 0 && tsr_graph_want(g, "f-sum") == 0;
+  if (ok) ok = tsr_submit(client, &g, &f) == 0 && tsr_future_wait(f, 30000) == 0;
+  /* the future holds f-sum, so the graph stays listed; the first polls
+   * may read a snapshot from before the task finished */
+  json_t *graphs = NULL;
+  for (int i = 0; ok && i < 50; i++, usleep(100000)) {
+    char *body;
+    json_decref(graphs);
+    graphs = http_get(port, "/api/graphs", buf, sizeof buf, &body) == 200 ? json_loads(body, 0, NULL) : NULL;
+    if (group_field(graphs, "scale", "done") == 8) break;
+  }
+  tsr_future_release(&f);
+  tsr_graph_destroy(&g);
+  tsr_client_close(client);
+  cluster_stop(&c, !ok || kit_current_failed);
+  ASSERT_TRUE(ok);
+  ASSERT_TRUE(graphs != NULL);
+  json_t *graph = json_array_get(json_object_get(graphs, "graphs"), 0);
+  ASSERT_EQ(json_integer_value(json_object_get(graph, "fused_tasks")), 1);
+  ASSERT_EQ(json_integer_value(json_object_get(graph, "tasks_total")), 10);
+  ASSERT_EQ(group_field(graphs, "full", "done"), 1);
+  ASSERT_EQ(group_field(graphs, "scale", "done"), 8);
+  ASSERT_EQ(group_field(graphs, "scale", "total"), 8);
+  ASSERT_EQ(group_field(graphs, "sum", "done"), 1);
+  ASSERT_EQ(group_field(graphs, "sum", "memory"), 1);   /* the fused task's record, held by the future */
+  ASSERT_EQ(group_field(graphs, "fused", "done"), -1);
+  json_decref(graphs);
+}
+
 int main(void)
 {
   signal(SIGPIPE, SIG_IGN);
@@ -393,5 +455,6 @@ int main(void)
   RUN(http_refuses_survives_and_binds_loopback);
   RUN(metrics_pass_promtool_and_equal_status);
   RUN(chromium_sees_workers_and_progress_during_svd);
+  RUN(fused_tasks_count_in_their_parts_groups);
   return kit_summary();
 }
