@@ -58,6 +58,20 @@ int add_sleep(tsr_graph *g, const char *key, int64_t ms, const char *const *inpu
   return rc;
 }
 
+int add_fused_chain(tsr_graph *g)
+{
+  char prev[32] = "f-0", key[32];
+  int rc = add_full(g, prev, 4, 1.0);
+  for (int i = 1; rc == 0 && i <= 8; i++) {
+    snprintf(key, sizeof key, "f-%d", i);
+    rc = add_scale(g, key, prev, 1.0, 1.0);
+    memcpy(prev, key, sizeof key);
+  }
+  const char *in = prev;
+  if (rc == 0) rc = add_plain(g, "f-sum", "sum", &in, 1);
+  return rc == 0 ? tsr_graph_want(g, "f-sum") : rc;
+}
+
 int add_tree(tsr_graph *g, const char *prefix, char **keys, size_t n, size_t fan_in, char *root, size_t cap)
 {
   char **level = keys;

@@ -14,6 +14,10 @@ int add_scale(tsr_graph *g, const char *key, const char *input, double factor, d
 int add_plain(tsr_graph *g, const char *key, const char *op, const char *const *inputs, size_t n);
 /* sleep(ms) test op */
 int add_sleep(tsr_graph *g, const char *key, int64_t ms, const char *const *inputs, size_t n);
+/* full "f-0" -> scale "f-1" .. "f-8" -> sum "f-sum", wanting f-sum: a
+ * chain the scheduler fuses into one task of 10 parts in three op groups
+ * (default --fuse-width 1). */
+int add_fused_chain(tsr_graph *g);
 /* Adds a tree of n-ary `add` over keys (fan-in), wanting the root, whose
  * key is written to root (cap bytes). Returns 0 or an error code. */
 int add_tree(tsr_graph *g, const char *prefix, char **keys, size_t n, size_t fan_in, char *root, size_t cap);

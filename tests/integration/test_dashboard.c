@@ -411,15 +411,7 @@ TEST(fused_tasks_count_in_their_parts_groups)
   tsr_graph *g = NULL;
   tsr_future *f = NULL;
   bool ok = port > 0 && tsr_client_open(&client, c.address, NULL) == 0 && tsr_graph_new(&g) == 0;
-  char prev[32] = "f-0", key[32];
-  if (ok) ok = add_full(g, prev, 4, 1.0) == 0;
-  for (int i = 1; ok && i <= 8; i++) {
-    snprintf(key, sizeof key, "f-%d", i);
-    ok = add_scale(g, key, prev, 1.0, 1.0) == 0;
-    memcpy(prev, key, sizeof key);
-  }
-  const char *in = prev;
-  if (ok) ok = add_plain(g, "f-sum", "sum", &in, 1) == 0 && tsr_graph_want(g, "f-sum") == 0;
+  if (ok) ok = add_fused_chain(g) == 0;
   if (ok) ok = tsr_submit(client, &g, &f) == 0 && tsr_future_wait(f, 30000) == 0;
   /* the future holds f-sum, so the graph stays listed; the first polls
    * may read a snapshot from before the task finished */

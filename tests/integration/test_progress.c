@@ -160,15 +160,7 @@ TEST(fused_chain_counts_as_its_parts_per_group)
   tsr_future *f = NULL;
   recorder *r = calloc(1, sizeof *r);
   bool ok = r && tsr_client_open(&client, c.address, NULL) == 0 && tsr_graph_new(&g) == 0;
-  char prev[32] = "f-0", key[32];
-  if (ok) ok = add_full(g, prev, 4, 1.0) == 0;
-  for (int i = 1; ok && i <= 8; i++) {
-    snprintf(key, sizeof key, "f-%d", i);
-    ok = add_scale(g, key, prev, 1.0, 1.0) == 0;
-    memcpy(prev, key, sizeof key);
-  }
-  const char *in = prev;
-  if (ok) ok = add_plain(g, "f-sum", "sum", &in, 1) == 0 && tsr_graph_want(g, "f-sum") == 0;
+  if (ok) ok = add_fused_chain(g) == 0;
   if (ok) ok = tsr_submit(client, &g, &f) == 0 && tsr_future_on_progress(f, record, r) == 0 &&
                tsr_future_wait(f, 30000) == 0;
   if (ok) await_final(r, 3000);
