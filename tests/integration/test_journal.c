@@ -176,19 +176,32 @@ TEST(sigkill_mid_graph_with_journal_gives_identical_results)
   ASSERT_TRUE(adopted);
 }
 
+/* The opening of the tests without a journal: a cluster of 2 workers
+ * (scheduler flags sched), tsr-svd started with output prefix DIR/name
+ * (env: an extra VAR=value or NULL), and once its graph is submitted the
+ * scheduler SIGKILLed. Returns the client's pid (-1 when the cluster did
+ * not start); *rc_p gets cluster_start's code, log the client's log path. */
+static pid_t svd_then_kill_scheduler(cluster *c, const char *const *sched, const char *name, const char *env,
+                                     char *log, size_t cap, int *rc_p)
+{
+  char prefix[400], slog[420];
+  *rc_p = cluster_start(c, 2, 1, sched, fast_worker);
+  snprintf(prefix, sizeof prefix, "%s/%s", c->dir, name);
+  snprintf(log, cap, "%s.log", prefix);
+  snprintf(slog, sizeof slog, "%s/scheduler.log", c->dir);
+  pid_t client = *rc_p == 0 ? start_svd(c, prefix, env) : -1;
+  await_submitted(slog, 0, 150);
+  cluster_kill_scheduler(c);
+  return client;
+}
+
 TEST(restart_without_journal_fails_the_future_clearly)
 {
   cluster c;
   const char *sched[] = {"--heartbeat-timeout", "2s", "--heartbeat-interval", "250ms", NULL};
-  char prefix[400], log[420];
-  int rc = cluster_start(&c, 2, 1, sched, fast_worker);
-  snprintf(prefix, sizeof prefix, "%s/lost", c.dir);
-  snprintf(log, sizeof log, "%s.log", prefix);
-  char slog[420];
-  snprintf(slog, sizeof slog, "%s/scheduler.log", c.dir);
-  pid_t client = rc == 0 ? start_svd(&c, prefix, NULL) : -1;
-  await_submitted(slog, 0, 150);
-  cluster_kill_scheduler(&c);
+  char log[420];
+  int rc;
+  pid_t client = svd_then_kill_scheduler(&c, sched, "lost", NULL, log, sizeof log, &rc);
   sleep_ms(200);
   double t0 = now_s();
   if (rc == 0) rc = cluster_restart_scheduler(&c, sched);
@@ -207,15 +220,9 @@ TEST(scheduler_gone_for_good_fails_after_the_documented_bound)
 {
   cluster c;
   const char *sched[] = {"--heartbeat-timeout", "2s", "--heartbeat-interval", "250ms", NULL};
-  char prefix[400], log[420];
-  int rc = cluster_start(&c, 2, 1, sched, fast_worker);
-  snprintf(prefix, sizeof prefix, "%s/gone", c.dir);
-  snprintf(log, sizeof log, "%s.log", prefix);
-  char slog[420];
-  snprintf(slog, sizeof slog, "%s/scheduler.log", c.dir);
-  pid_t client = rc == 0 ? start_svd(&c, prefix, "TESSERA_RECONNECT_TIMEOUT=3s") : -1;
-  await_submitted(slog, 0, 150);
-  cluster_kill_scheduler(&c);
+  char log[420];
+  int rc;
+  pid_t client = svd_then_kill_scheduler(&c, sched, "gone", "TESSERA_RECONNECT_TIMEOUT=3s", log, sizeof log, &rc);
   double t0 = now_s();
   int client_rc = client > 0 ? wait_exit(client, 60) : -2;
   double took = now_s() - t0;
