@@ -1,12 +1,12 @@
 /* Exact kNN (tessera/cluster.h, tsr_knn) as knn_tile tasks and a
  * knn_merge task per row block and output (indices, distances)
  * (kernels/cpu/knn.c), laid out for the workers there are:
- * - CPU clusters: a tile for every pair of row blocks i <= j; for i < j one
- *   "pair" tile scans the product both ways (X_i's rows among X_j's and
- *   X_j's among X_i's: half the GEMMs), and block i's merge reads the nb
- *   tiles holding its rows, "diag" saying which part of each. Row blocks
- *   are equal and as large as KNN_MAX_BLOCK: a tile restarts its rows'
- *   candidate lists, so fewer, larger tiles scan less.
+ * - CPU clusters: a knn_chain tile for every pair of row blocks i <= j
+ *   (i < j: the product scanned both ways, half the GEMMs), in rounds of
+ *   disjoint pairs, each continuing its blocks' candidate lists from their
+ *   last tile (knn_cpu_graph); then a knn_finish (exact re-rank) and two
+ *   knn_merge tasks (one input) per block. Row blocks are equal, at most
+ *   KNN_MAX_BLOCK rows.
  * - clusters with GPU workers: a plain tile for every row block i (at most
  *   KNN_GPU_ROWS rows) and column block j of up to KNN_GPU_COL_BYTES (all
  *   rows, below 5M rows of 50 f32), because a tile restarts its rows'
