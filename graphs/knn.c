@@ -1,12 +1,12 @@
 /* Exact kNN (tessera/cluster.h, tsr_knn) as knn_tile tasks and a
  * knn_merge task per row block and output (indices, distances)
  * (kernels/cpu/knn.c), laid out for the workers there are:
- * - CPU clusters: a tile for every pair of row blocks i <= j; for i < j one
- *   "pair" tile scans the product both ways (X_i's rows among X_j's and
- *   X_j's among X_i's: half the GEMMs), and block i's merge reads the nb
- *   tiles holding its rows, "diag" saying which part of each. Row blocks
- *   are equal and as large as KNN_MAX_BLOCK: a tile restarts its rows'
- *   candidate lists, so fewer, larger tiles scan less.
+ * - CPU clusters: a knn_chain tile for every pair of row blocks i <= j
+ *   (i < j: the product scanned both ways, half the GEMMs), in rounds of
+ *   disjoint pairs, each continuing its blocks' candidate lists from their
+ *   last tile (knn_cpu_graph); then a knn_finish (exact re-rank) and two
+ *   knn_merge tasks (one input) per block. Row blocks are equal, at most
+ *   KNN_MAX_BLOCK rows.
  * - clusters with GPU workers: a plain tile for every row block i (at most
  *   KNN_GPU_ROWS rows) and column block j of up to KNN_GPU_COL_BYTES (all
  *   rows, below 5M rows of 50 f32), because a tile restarts its rows'
@@ -99,41 +99,6 @@ static int knn_args(int k, tsr_metric metric, int64_t row0, int64_t col0, int pa
   return rc;
 }
 
-/* The tiles (i, j), j >= i, into keys[i·nb + j]. */
-static int knn_row_tiles(tsr_array_ctx *ctx, const tsr_array *x, int k, tsr_metric metric, int64_t i, char **keys)
-{
-  int rc = 0;
-  int64_t nb = x->nchunks[0];
-  for (int64_t j = i; rc == 0 && j < nb; j++) {
-    tsr_args *args = NULL;
-    const char *in[2] = {x->keys[i], x->keys[j]};
-    rc = knn_args(k, metric, i * x->chunk[0], j * x->chunk[0], -1, &args);
-    if (rc == 0 && j > i) rc = tsr_args_int(args, "pair", 1);
-    if (rc == 0) rc = gtask_add_tmp(ctx, "knn-tile", "knn_tile", args, in, 2, keys[i * nb + j], 256);
-    tsr_args_destroy(&args);
-  }
-  return rc;
-}
-
-/* Block i's merges over the tiles (min(i, j), max(i, j)) for every j. */
-static int knn_merges(tsr_array_ctx *ctx, int k, tsr_metric metric, int64_t i, int64_t row0, char **keys, int64_t nb,
-                      tsr_array *const *outs)
-{
-  const char **in = malloc((size_t)nb * sizeof *in);
-  if (in == NULL) return client_fail(TSR_ENOMEM, "knn: out of memory for %lld blocks", (long long)nb);
-  for (int64_t j = 0; j < nb; j++) in[j] = j < i ? keys[j * nb + i] : keys[i * nb + j];
-  int rc = 0;
-  for (int part = 0; rc == 0 && part < 2; part++) {
-    tsr_args *args = NULL;
-    rc = knn_args(k, metric, row0, -1, part, &args);
-    if (rc == 0) rc = tsr_args_int(args, "diag", i);
-    if (rc == 0) rc = gtask_add(ctx, outs[part]->keys[i], "knn_merge", args, in, (size_t)nb);
-    tsr_args_destroy(&args);
-  }
-  free(in);
-  return rc;
-}
-
 /* The tiles of row block i of x against the column blocks of xc into
  * keys[0..xc->nchunks[0]). */
 static int knn_gpu_row_tiles(tsr_array_ctx *ctx, const tsr_array *x, const tsr_array *xc, int k, tsr_metric metric,
@@ -178,14 +143,72 @@ static int knn_keys(int64_t nt, char ***keys_p, char **store_p)
   return 0;
 }
 
-static int knn_cpu_graph(tsr_array_ctx *ctx, const tsr_array *x, int k, tsr_metric metric, tsr_array *const *outs)
+/* One knn_chain tile (i, j) into key: block i's rows (and, i < j, block
+ * j's) continue the candidate lists they hold in state[b] (a tile's key,
+ * rows from off[b]); then state[i], state[j] point into this tile. */
+static int knn_chain_tile(tsr_array_ctx *ctx, const tsr_array *x, int k, tsr_metric metric, int64_t i, int64_t j,
+                          char **state, int64_t *off, char *key)
+{
+  tsr_args *args = NULL;
+  const char *in[4] = {x->keys[i], x->keys[j]};
+  int n = 2;
+  int rc = knn_args(k, metric, i * x->chunk[0], j * x->chunk[0], -1, &args);
+  if (rc == 0 && i == j) rc = tsr_args_int(args, "sym", 1);
+  if (rc == 0 && state[i] != NULL) rc = tsr_args_int(args, "si", off[i]), in[n++] = state[i];
+  if (rc == 0 && i != j && state[j] != NULL) rc = tsr_args_int(args, "sj", off[j]), in[n++] = state[j];
+  if (rc == 0) rc = gtask_add_tmp(ctx, "knn-tile", "knn_chain", args, in, (size_t)n, key, 256);
+  tsr_args_destroy(&args);
+  state[i] = key, off[i] = 0;
+  if (i != j) state[j] = key, off[j] = x->shape[0] - i * x->chunk[0] < x->chunk[0] ? x->shape[0] - i * x->chunk[0] : x->chunk[0];
+  return rc;
+}
+
+/* Block i's finish (its candidates' exact distances, from every block's
+ * rows) and its two merges (self first, the outputs' chunks). */
+static int knn_chain_finish(tsr_array_ctx *ctx, const tsr_array *x, int k, tsr_metric metric, int64_t i,
+                            const char *state, int64_t off, char *key, tsr_array *const *outs)
 {
   int64_t nb = x->nchunks[0];
-  char **keys = NULL, *store = NULL;
-  int rc = knn_keys(nb * nb, &keys, &store);
-  for (int64_t i = 0; rc == 0 && i < nb; i++) rc = knn_row_tiles(ctx, x, k, metric, i, keys);
-  for (int64_t i = 0; rc == 0 && i < nb; i++) rc = knn_merges(ctx, k, metric, i, i * x->chunk[0], keys, nb, outs);
-  free(keys), free(store);
+  const char **in = malloc((size_t)(nb + 1) * sizeof *in);
+  tsr_args *args = NULL;
+  int rc = in != NULL ? knn_args(k, metric, i * x->chunk[0], -1, -1, &args) : client_fail(TSR_ENOMEM, "knn: out of memory");
+  if (rc == 0) rc = tsr_args_int(args, "off", off);
+  if (rc == 0) rc = tsr_args_int(args, "block", i);
+  if (rc == 0) rc = tsr_args_int(args, "chunk", x->chunk[0]);
+  for (int64_t b = 0; rc == 0 && b < nb; b++) in[b + 1] = x->keys[b];
+  if (rc == 0) in[0] = state, rc = gtask_add_tmp(ctx, "knn-finish", "knn_finish", args, in, (size_t)nb + 1, key, 256);
+  tsr_args_destroy(&args);
+  for (int part = 0; rc == 0 && part < 2; part++) {
+    rc = knn_args(k, metric, i * x->chunk[0], -1, part, &args);
+    if (rc == 0) rc = gtask_add(ctx, outs[part]->keys[i], "knn_merge", args, (const char *const *)&key, 1);
+    tsr_args_destroy(&args);
+  }
+  free(in);
+  return rc;
+}
+
+/* CPU workers: every block first against itself, then the pairs of blocks
+ * in rounds of disjoint pairs (the circle method: a block meets each other
+ * once), each tile continuing its blocks' candidate lists from their last
+ * tile — so a row keeps one list over all of x instead of restarting it in
+ * every tile (a list takes ~K·ln(N/K) hits, most while it fills), and a
+ * round's tiles run side by side. */
+static int knn_cpu_graph(tsr_array_ctx *ctx, const tsr_array *x, int k, tsr_metric metric, tsr_array *const *outs)
+{
+  int64_t nb = x->nchunks[0], np = nb + (nb & 1);  /* odd: a bye each round */
+  char **keys = NULL, *store = NULL, **state = calloc((size_t)nb, sizeof *state);
+  int64_t *off = calloc((size_t)nb, sizeof *off), t = 0;
+  int rc = state && off ? knn_keys(nb * (nb + 1) / 2 + nb, &keys, &store) : client_fail(TSR_ENOMEM, "knn: out of memory");
+  for (int64_t i = 0; rc == 0 && i < nb; i++) rc = knn_chain_tile(ctx, x, k, metric, i, i, state, off, keys[t++]);
+  for (int64_t r = 0; rc == 0 && r < np - 1; r++)
+    for (int64_t q = 0; rc == 0 && q < np / 2; q++) {
+      int64_t a = q == 0 ? np - 1 : (r + q) % (np - 1), b = (r - q + np - 1) % (np - 1);
+      if (q == 0) b = r;
+      int64_t lo = a < b ? a : b, hi = a < b ? b : a;
+      if (hi < nb) rc = knn_chain_tile(ctx, x, k, metric, lo, hi, state, off, keys[t++]);
+    }
+  for (int64_t i = 0; rc == 0 && i < nb; i++) rc = knn_chain_finish(ctx, x, k, metric, i, state[i], off[i], keys[t++], outs);
+  free(keys), free(store), free(state), free(off);
   return rc;
 }
 

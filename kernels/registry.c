@@ -30,6 +30,7 @@ static const tsr_op_def *const regular_ops[] = {
   &tsr_op_csr_sum,        &tsr_op_csr_map,        &tsr_op_csr_normalize_rows, &tsr_op_csr_gather,
   &tsr_op_mask_from_runs, &tsr_op_clip,           &tsr_op_csr_matmul,     &tsr_op_values_f64,
   &tsr_op_knn_tile,       &tsr_op_knn_merge,
+  &tsr_op_knn_chain,      &tsr_op_knn_finish,
   &tsr_op_umap_membership, &tsr_op_umap_union,   &tsr_op_knn_distances_csr,
   &tsr_op_community,      &tsr_op_modularity,
   &tsr_op_umap_spectral,  &tsr_op_umap_prepare,  &tsr_op_umap_layout,

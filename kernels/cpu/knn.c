@@ -112,7 +112,7 @@ static int check_finite(const tsr_buf *b, int64_t row0, tsr_errbuf *err)
  * with nothing below the threshold (nearly all of them) costs one vector
  * compare. skip: the column of the row itself (or −1). */
 #define SCAN_BODY                                                                          \
-  float thr = key[K - 1];                                                                 \
+  float thr = nextafterf(key[K - 1], INFINITY); /* equal keys may rank first by index */  \
   int64_t c = 0;                                                                           \
   for (; c + 16 <= nc; c += 16) {                                                          \
     int hit = 0;                                                                           \
@@ -120,12 +120,14 @@ static int check_finite(const tsr_buf *b, int64_t row0, tsr_errbuf *err)
     if (!hit) continue;                                                                    \
     for (int j = 0; j < 16; j++) {                                                         \
       float v = yn[c + j] - 2.0f * g[c + j];                                               \
-      if (v < thr && c + j != skip) tsr_k_knn_insert(key, idx, K, v, col0 + c + j), thr = key[K - 1]; \
+      if (v < thr && c + j != skip && tsr_k_knn_before_last(key, idx, K, v, col0 + c + j))          \
+        tsr_k_knn_insert(key, idx, K, v, col0 + c + j), thr = nextafterf(key[K - 1], INFINITY);    \
     }                                                                                      \
   }                                                                                        \
   for (; c < nc; c++) {                                                                    \
     float v = yn[c] - 2.0f * g[c];                                                         \
-    if (v < thr && c != skip) tsr_k_knn_insert(key, idx, K, v, col0 + c), thr = key[K - 1];     \
+    if (v < thr && c != skip && tsr_k_knn_before_last(key, idx, K, v, col0 + c))                  \
+      tsr_k_knn_insert(key, idx, K, v, col0 + c), thr = nextafterf(key[K - 1], INFINITY);          \
   }
 
 __attribute__((target("avx512f"))) static void scan_avx512(const float *g, const float *yn, int64_t nc, int64_t skip,
@@ -182,20 +184,20 @@ static double elem(const tsr_buf *b, int64_t r, int64_t c)
 }
 
 /* The exact distances (f64; squared euclidean or 1 − cos) of row a of x to
- * rows loc[0..n) of y. Each is the sum over columns in increasing order
- * (the brute force's sums); the candidates are laid out column-major in cv
- * [d, n] so the n independent sums run side by side in vector lanes. */
-static void exact_dists(const tsr_buf *x, int64_t a, const tsr_buf *y, const int64_t *loc, int n, bool cosine,
-                        double *cv, double *dist)
+ * the n candidate rows at yr[0..n) (x's dtype). Each is the sum over
+ * columns in increasing order (the brute force's sums); the candidates are
+ * laid out column-major in cv [d, n] so the n independent sums run side by
+ * side in vector lanes. */
+static void exact_dists(const tsr_buf *x, int64_t a, const void *const *yr, int n, bool cosine, double *cv, double *dist)
 {
   int64_t d = x->meta.shape[1];
   double xr[d];  /* the dtype test once, not per element */
-  if (y->meta.dtype == TSR_F32)
+  if (x->meta.dtype == TSR_F32)
     for (int i = 0; i < n; i++)
-      for (int64_t c = 0; c < d; c++) cv[c * n + i] = ((const float *)y->data)[loc[i] * d + c];
+      for (int64_t c = 0; c < d; c++) cv[c * n + i] = ((const float *)yr[i])[c];
   else
     for (int i = 0; i < n; i++)
-      for (int64_t c = 0; c < d; c++) cv[c * n + i] = ((const double *)y->data)[loc[i] * d + c];
+      for (int64_t c = 0; c < d; c++) cv[c * n + i] = ((const double *)yr[i])[c];
   for (int64_t c = 0; c < d; c++) xr[c] = elem(x, a, c);
   double s[n], yy[n], xx = 0;
   for (int i = 0; i < n; i++) s[i] = 0, yy[i] = 0;
@@ -227,17 +229,35 @@ static void sort_pairs(double *dist, int64_t *idx, int64_t n)
   }
 }
 
+/* The row blocks a tile's candidates come from: block b holds the global
+ * rows from first + b·chunk (one block: chunk INT64_MAX). */
+typedef struct blocks {
+  const tsr_buf *y;
+  int n;
+  int64_t chunk, first;  /* global row of block 0's row 0 */
+} blocks;
+
+static blocks one_block(const tsr_buf *y, int64_t col0) { return (blocks){y, 1, INT64_MAX, col0}; }
+
+/* The address of global row g among the blocks. */
+static const void *row_at(const blocks *bl, int64_t g)
+{
+  int64_t b = (g - bl->first) / bl->chunk, local = g - bl->first - b * bl->chunk;
+  const tsr_buf *y = &bl->y[b];
+  return (const char *)y->data + (size_t)(local * y->meta.shape[1]) * tsr_dtype_size(y->meta.dtype);
+}
+
 /* Writes row r's m best of its K candidates, exact, into out. */
-static void finish_row(const tsr_buf *x, int64_t r, const tsr_buf *y, int64_t col0, const int64_t *cidx, int K,
-                       int64_t m, bool cosine, double *cv, double *out)
+static void finish_row(const tsr_buf *x, int64_t r, const blocks *bl, const int64_t *cidx, int K, int64_t m,
+                       bool cosine, double *cv, double *out)
 {
   double dist[K];
   int64_t idx[K];
   int n = 0;
-  int64_t loc[K];
+  const void *yr[K];
   for (int i = 0; i < K; i++)
-    if (cidx[i] >= 0) idx[n] = cidx[i], loc[n] = cidx[i] - col0, n++;
-  exact_dists(x, r, y, loc, n, cosine, cv, dist);
+    if (cidx[i] >= 0) idx[n] = cidx[i], yr[n] = row_at(bl, cidx[i]), n++;
+  exact_dists(x, r, yr, n, cosine, cv, dist);
   sort_pairs(dist, idx, n);
   for (int64_t i = 0; i < m; i++) {
     out[i] = i < n ? (double)idx[i] : -1.0;
@@ -247,11 +267,22 @@ static void finish_row(const tsr_buf *x, int64_t r, const tsr_buf *y, int64_t co
 
 /* Prefetches the rows of y a later finish_row reads (its candidates, at
  * random in a block larger than L2: the misses were half its time). */
-static void prefetch_rows(const tsr_buf *y, int64_t col0, const int64_t *cidx, int K)
+static void prefetch_rows(const blocks *bl, const int64_t *cidx, int K)
 {
-  size_t rb = (size_t)y->meta.shape[1] * tsr_dtype_size(y->meta.dtype);
+  size_t rb = (size_t)bl->y[0].meta.shape[1] * tsr_dtype_size(bl->y[0].meta.dtype);
   for (int i = 0; i < K; i++)
-    for (size_t o = 0; cidx[i] >= 0 && o < rb; o += 64) __builtin_prefetch((const char *)y->data + (size_t)(cidx[i] - col0) * rb + o);
+    for (size_t o = 0; cidx[i] >= 0 && o < rb; o += 64) __builtin_prefetch((const char *)row_at(bl, cidx[i]) + o);
+}
+
+/* finish_row for rows [0, rows) of x, candidates cidx [rows, K], into out
+ * [rows, 2m]. */
+static void finish_rows(const tsr_buf *x, int64_t rows, const blocks *bl, const int64_t *cidx, int K, int64_t m,
+                        bool cosine, double *cv, double *out)
+{
+  for (int64_t r = 0; r < rows; r++) {
+    if (r + KNN_AHEAD < rows) prefetch_rows(bl, cidx + (r + KNN_AHEAD) * K, K);
+    finish_row(x, r, bl, cidx + r * K, K, m, cosine, cv, out + r * 2 * m);
+  }
 }
 
 /* G [nr, nc] = A rows [r0, r0+nr) · B rows [c0, c0+nc)ᵀ as f32 (an f64
@@ -323,7 +354,12 @@ static void scan_gemm(tsr_dtype dt, const void *a, int64_t ri, const void *b, in
   }
 }
 
-/* Fills s.key/s.idx: x's rows against y's, and with pair y's against x's. */
+static void lists_empty(tile_scratch *s, int64_t rows, int K)
+{
+  for (int64_t i = 0; i < rows * K; i++) s->key[i] = INFINITY, s->idx[i] = -1;
+}
+
+/* Fills s.key/s.idx (the lists, started by the caller): x's rows against y's, and with pair y's against x's. */
 static int tile_scan(const knn_params *kp, const tsr_buf *x, const tsr_buf *y, tile_scratch *s, int K)
 {
   bool cosine = kp->metric == 1, pair = kp->pair == 1;
@@ -331,7 +367,6 @@ static int tile_scan(const knn_params *kp, const tsr_buf *x, const tsr_buf *y, t
   prepare(y, cosine, s->yn, s->nb);
   prepare(x, cosine, s->xn, s->na);
   const void *a = cosine ? s->na : x->data, *b = cosine ? s->nb : y->data;
-  for (int64_t i = 0; i < (ri + (pair ? rj : 0)) * K; i++) s->key[i] = INFINITY, s->idx[i] = -1;
   if (x->meta.dtype == TSR_F32) {
     tsr_k_knn_tile t = {a, b, ri, rj, d, kp->row0, kp->col0, s->yn, pair ? s->xn : NULL, s->key, s->idx, K};
     int rc = tsr_k_knn_fused_f32(&t);
@@ -355,21 +390,17 @@ static int tile_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
   if (rc == 0 && kp.col0 != kp.row0) rc = check_finite(y, kp.col0, err);
   if (rc != 0) return rc;
   tile_scratch s;
-  if ((rc = scratch_alloc(x, y, K, cosine, kp.pair == 1, &s, err)) != 0 || (rc = tile_scan(&kp, x, y, &s, K)) != 0) {
+  if ((rc = scratch_alloc(x, y, K, cosine, kp.pair == 1, &s, err)) == 0) lists_empty(&s, ri + (kp.pair ? rj : 0), K);
+  if (rc != 0 || (rc = tile_scan(&kp, x, y, &s, K)) != 0) {
     scratch_free(&s);  /* what was allocated */
     return rc == TSR_ENOMEM ? tsr_fail(err, TSR_ENOMEM, "knn_tile: out of memory for a %lld x %lld tile", (long long)ri,
                                        (long long)rj)
                             : rc;
   }
   double *o = out->data;
-  for (int64_t r = 0; r < ri; r++) {
-    if (r + KNN_AHEAD < ri) prefetch_rows(y, kp.col0, s.idx + (r + KNN_AHEAD) * K, K);
-    finish_row(x, r, y, kp.col0, s.idx + r * K, K, m, cosine, s.cv, o + r * 2 * m);
-  }
-  for (int64_t r = 0; kp.pair == 1 && r < rj; r++) {
-    if (r + KNN_AHEAD < rj) prefetch_rows(x, kp.row0, s.idx + (ri + r + KNN_AHEAD) * K, K);
-    finish_row(y, r, x, kp.row0, s.idx + (ri + r) * K, K, m, cosine, s.cv, o + (ri + r) * 2 * m);
-  }
+  blocks by = one_block(y, kp.col0), bx = one_block(x, kp.row0);
+  finish_rows(x, ri, &by, s.idx, K, m, cosine, s.cv, o);
+  if (kp.pair == 1) finish_rows(y, rj, &bx, s.idx + ri * K, K, m, cosine, s.cv, o + ri * 2 * m);
   scratch_free(&s);
   return 0;
 }
@@ -447,5 +478,160 @@ static int merge_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out
   return 0;
 }
 
+/* ---------- knn_chain, knn_finish ---------- */
+
+typedef struct chain_params {
+  int64_t sym, si, sj, off, block, chunk;
+} chain_params;
+
+static int chain_parse(const tsr_params *p, knn_params *kp, chain_params *cp, tsr_errbuf *err)
+{
+  int rc = parse("knn_chain", p, kp, err);
+  if (rc == 0) rc = get_int("knn_chain", p, "sym", 0, &cp->sym, err);
+  if (rc == 0) rc = get_int("knn_chain", p, "si", 0, &cp->si, err), cp->si = tsr_params_find(p, "si") ? cp->si : -1;
+  if (rc == 0) rc = get_int("knn_chain", p, "sj", 0, &cp->sj, err), cp->sj = tsr_params_find(p, "sj") ? cp->sj : -1;
+  if (rc == 0 && (cp->sym < 0 || cp->sym > 1)) rc = tsr_fail(err, TSR_EINVAL, "knn_chain: sym must be 0 or 1");
+  if (rc == 0 && cp->sym && cp->sj >= 0) rc = tsr_fail(err, TSR_EINVAL, "knn_chain: a sym tile takes no 'sj'");
+  return rc;
+}
+
+/* Checks that state input in (rows from off) holds rows lists of K. */
+static int state_check(const char *op, const tsr_meta *in, int at, int64_t off, int64_t rows, int K, tsr_errbuf *err)
+{
+  if (in[at].ndim != 2 || in[at].dtype != TSR_F64 || in[at].shape[1] != 2 * K || off < 0 || off + rows > in[at].shape[0])
+    return tsr_fail(err, TSR_ESHAPE, "%s: input %d is %s, not a knn_chain state f64 [>= %lld, %d] (rows from %lld)", op,
+                    at, tsr_k_str(&in[at]).s, (long long)(off + rows), 2 * K, (long long)off);
+  return 0;
+}
+
+static int chain_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  knn_params kp;
+  chain_params cp;
+  int rc = chain_parse(p, &kp, &cp, err);
+  if (rc != 0) return rc;
+  int want = 2 + (cp.si >= 0) + (cp.sj >= 0);
+  if (n != want) return tsr_fail(err, TSR_EINVAL, "knn_chain: takes %d inputs (blocks, then states), got %d", want, n);
+  if ((rc = tile_infer(p, in, 2, out, err)) != 0) return rc;
+  if (cp.sym && (kp.row0 != kp.col0 || in[0].shape[0] != in[1].shape[0]))
+    return tsr_fail(err, TSR_EINVAL, "knn_chain: a sym tile takes one block twice (row0 = col0)");
+  int K = (int)(m_of(kp.k) + KNN_MARGIN);
+  if (kp.row0 + in[0].shape[0] > INT32_MAX || kp.col0 + in[1].shape[0] > INT32_MAX)
+    return tsr_fail(err, TSR_ELIMIT, "knn_chain: global rows past 2^31");
+  if (cp.si >= 0 && (rc = state_check("knn_chain", in, 2, cp.si, in[0].shape[0], K, err)) != 0) return rc;
+  if (cp.sj >= 0 && (rc = state_check("knn_chain", in, 2 + (cp.si >= 0), cp.sj, in[1].shape[0], K, err)) != 0) return rc;
+  int64_t shape[2] = {in[0].shape[0] + (cp.sym ? 0 : in[1].shape[0]), 2 * K};
+  tsr_k_meta_set(out, TSR_F64, 2, shape);
+  return 0;
+}
+
+/* Copies rows [off, off + rows) of a state into lists key/idx (sorted by
+ * (key, index), as the scan path wants them). */
+static void state_load(const tsr_buf *st, int64_t off, int64_t rows, int K, float *key, int64_t *idx)
+{
+  const double *sv = st->data;
+  for (int64_t r = 0; r < rows; r++) {
+    const double *row = sv + (off + r) * 2 * K;
+    for (int i = 0; i < K; i++) {
+      bool used = row[i] >= 0;
+      key[r * K + i] = used ? (float)row[K + i] : INFINITY, idx[r * K + i] = used ? (int64_t)row[i] : -1;
+    }
+    for (int i = 1; i < K; i++) {  /* insertion by (key, index): K is small */
+      float kv = key[r * K + i];
+      int64_t iv = idx[r * K + i];
+      int q = i;
+      while (q > 0 && tsr_k_knn_before_last(key + r * K, idx + r * K, q, kv, iv)) key[r * K + q] = key[r * K + q - 1], idx[r * K + q] = idx[r * K + q - 1], q--;
+      key[r * K + q] = kv, idx[r * K + q] = iv;
+    }
+  }
+}
+
+static int chain_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  (void)n;
+  knn_params kp;
+  chain_params cp;
+  chain_parse(p, &kp, &cp, err);
+  kp.pair = !cp.sym;
+  const tsr_buf *x = &in[0], *y = &in[1];
+  int64_t ri = x->meta.shape[0], rj = y->meta.shape[0], rows = ri + (cp.sym ? 0 : rj);
+  int K = (int)(m_of(kp.k) + KNN_MARGIN);
+  tile_scratch s = {0};
+  int rc = check_finite(x, kp.row0, err);
+  if (rc == 0 && !cp.sym) rc = check_finite(y, kp.col0, err);
+  if (rc == 0 && (rc = scratch_alloc(x, y, K, kp.metric == 1, !cp.sym, &s, err)) == 0) {
+    lists_empty(&s, rows, K);
+    if (cp.si >= 0) state_load(&in[2], cp.si, ri, K, s.key, s.idx);
+    if (cp.sj >= 0) state_load(&in[2 + (cp.si >= 0)], cp.sj, rj, K, s.key + ri * K, s.idx + ri * K);
+    rc = tile_scan(&kp, x, y, &s, K);
+  }
+  for (int64_t r = 0; rc == 0 && r < rows; r++)
+    for (int i = 0; i < K; i++) {
+      double *o = (double *)out->data + r * 2 * K;
+      o[i] = (double)s.idx[r * K + i], o[K + i] = s.idx[r * K + i] >= 0 ? (double)s.key[r * K + i] : INFINITY;
+    }
+  scratch_free(&s);
+  return rc == TSR_ENOMEM ? tsr_fail(err, TSR_ENOMEM, "knn_chain: out of memory for a %lld x %lld tile", (long long)ri, (long long)rj) : rc;
+}
+
+static int finish_parse(const tsr_params *p, knn_params *kp, chain_params *cp, tsr_errbuf *err)
+{
+  int rc = parse("knn_finish", p, kp, err);
+  if (rc == 0) rc = get_int("knn_finish", p, "off", 0, &cp->off, err);
+  if (rc == 0) rc = get_int("knn_finish", p, "block", -1, &cp->block, err);
+  if (rc == 0) rc = get_int("knn_finish", p, "chunk", -1, &cp->chunk, err);
+  if (rc == 0 && cp->chunk < 1) rc = tsr_fail(err, TSR_EINVAL, "knn_finish: chunk must be >= 1");
+  return rc;
+}
+
+static int finish_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  knn_params kp;
+  chain_params cp;
+  int rc = finish_parse(p, &kp, &cp, err);
+  if (rc != 0) return rc;
+  if (n < 2 || cp.block >= n - 1) return tsr_fail(err, TSR_EINVAL, "knn_finish: block %lld but %d row blocks", (long long)cp.block, n - 1);
+  for (int b = 1; b < n; b++)
+    if (in[b].ndim != 2 || in[b].dtype != in[1].dtype || in[b].shape[1] != in[1].shape[1] ||
+        (in[b].dtype != TSR_F32 && in[b].dtype != TSR_F64) || (b < n - 1 && in[b].shape[0] != cp.chunk))
+      return tsr_fail(err, TSR_ESHAPE, "knn_finish: row block %d is %s, not f32/f64 like block 0 with %lld rows", b - 1,
+                      tsr_k_str(&in[b]).s, (long long)cp.chunk);
+  int64_t rows = in[1 + cp.block].shape[0], m = m_of(kp.k);
+  if ((rc = state_check("knn_finish", in, 0, cp.off, rows, (int)(m + KNN_MARGIN), err)) != 0) return rc;
+  int64_t shape[2] = {rows, 2 * m};
+  tsr_k_meta_set(out, TSR_F64, 2, shape);
+  return 0;
+}
+
+static int finish_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  knn_params kp;
+  chain_params cp;
+  finish_parse(p, &kp, &cp, err);
+  const tsr_buf *x = &in[1 + cp.block];
+  int64_t rows = x->meta.shape[0], m = m_of(kp.k), d = x->meta.shape[1];
+  int K = (int)(m + KNN_MARGIN);
+  double *cv = malloc((size_t)(K * d) * sizeof *cv + 8);
+  int64_t *idx = malloc((size_t)(rows * K) * sizeof *idx + 8);
+  if (cv == NULL || idx == NULL) {
+    free(cv), free(idx);
+    return tsr_fail(err, TSR_ENOMEM, "knn_finish: out of memory for %lld rows", (long long)rows);
+  }
+  const double *st = (const double *)in[0].data + cp.off * 2 * K;
+  int64_t total = cp.chunk * (n - 2) + in[n - 1].meta.shape[0];
+  int rc = 0;
+  for (int64_t r = 0; r < rows; r++)
+    for (int i = 0; i < K; i++) {
+      idx[r * K + i] = (int64_t)st[r * 2 * K + i];
+      if (idx[r * K + i] >= total) rc = tsr_fail(err, TSR_EINVAL, "knn_finish: row %lld's candidate %lld is past the %lld rows", (long long)r, (long long)idx[r * K + i], (long long)total);
+    }
+  blocks bl = {&in[1], n - 1, cp.chunk, 0};
+  if (rc == 0) finish_rows(x, rows, &bl, idx, K, m, kp.metric == 1, cv, out->data);
+  free(cv), free(idx);
+  return rc;
+}
+
+const tsr_op_def tsr_op_knn_chain = {"knn_chain", 2, 4, chain_infer, chain_cpu, false, NULL};
+const tsr_op_def tsr_op_knn_finish = {"knn_finish", 2, -1, finish_infer, finish_cpu, false, NULL};
 const tsr_op_def tsr_op_knn_tile = {"knn_tile", 2, 2, tile_infer, tile_cpu, false, NULL};
 const tsr_op_def tsr_op_knn_merge = {"knn_merge", 1, -1, merge_infer, merge_cpu, false, NULL};

@@ -5,13 +5,20 @@
 
 #include <stdint.h>
 
-/* Inserts (v, j) into a row's sorted list of K keys (ascending) and global
- * columns, after equal keys: columns come in increasing order, so equal
- * keys stay ordered by index. The caller checked v < key[K − 1]. */
+/* Whether (v, j) ranks before the last of a sorted list (key, index). */
+static inline int tsr_k_knn_before_last(const float *key, const int64_t *idx, int K, float v, int64_t j)
+{
+  return v < key[K - 1] || (v == key[K - 1] && (idx[K - 1] < 0 || j < idx[K - 1]));
+}
+
+/* Inserts (v, j) into a row's list of K keys and global columns sorted by
+ * (key, index) (columns may arrive in any order: a knn_chain tile's list
+ * starts with other blocks' candidates). The caller checked
+ * tsr_k_knn_before_last. */
 static inline void tsr_k_knn_insert(float *key, int64_t *idx, int K, float v, int64_t j)
 {
   int p = K - 1;
-  while (p > 0 && key[p - 1] > v) {
+  while (p > 0 && (key[p - 1] > v || (key[p - 1] == v && (idx[p - 1] < 0 || idx[p - 1] > j)))) {
     key[p] = key[p - 1];
     idx[p] = idx[p - 1];
     p--;
@@ -27,8 +34,8 @@ typedef struct tsr_k_knn_tile {
   int64_t ri, rj, d, row0, col0;
   const float *yn;  /* [rj]: b's key offsets (|y|², or 1 for cosine) */
   const float *xn;  /* [ri]: a's, when both ways; NULL: rows of a only */
-  float *key;       /* [ri (+ rj), K] sorted lists, K = their length */
-  int64_t *idx;     /* global indices, same shape */
+  float *key;       /* [ri (+ rj), K] lists, K = their length: in, the candidates */
+  int64_t *idx;     /* kept so far (idx −1: none); out, the K smallest by (key, index) */
   int K;
 } tsr_k_knn_tile;
 
@@ -39,7 +46,8 @@ typedef struct tsr_k_knn_tile {
  * list key/idx + (ri + c)·K (global index row0 + r): the tile and its
  * transpose from one product. The products are formed in registers and
  * compared there against the list's current worst key; only the rare keys
- * below it leave the registers. Returns 0, 1 when this CPU has no fused
+ * below it leave the registers. Each list ends with the K smallest by
+ * (key, global index) of what it held and what was offered (any order). Returns 0, 1 when this CPU has no fused
  * kernel (the caller runs GEMM + scan), or TSR_ENOMEM for its packing
  * buffers (about (ri + rj)·d floats). */
 int tsr_k_knn_fused_f32(const tsr_k_knn_tile *t);

@@ -48,14 +48,17 @@ static void pack_rows(const float *x, int64_t n, int64_t d, int g, float *out)
 }
 
 /* The candidate lists of a tile, unsorted: list l (rows of a first, then
- * with both ways rows of b) holds cnt[l] <= B keys bk + l·B and local
- * indices bi + l·B (column of b, or row of a), in arrival order. A key is
- * appended when below the list's threshold thr (the K-th smallest kept
- * when the list was last compacted, +inf before): cheaper than keeping the
- * list sorted, and the thresholds lag a little. When a list is full it is
- * compacted to its K smallest by (key, index), exactly the set the sorted
- * insertion kept: a key at or above a threshold ranks after K kept keys,
- * all with smaller indices (they arrive in increasing order). */
+ * with both ways rows of b) holds cnt[l] <= B keys bk + l·B and global
+ * indices bi + l·B (column of b, or row of a), in arrival order; it may
+ * start with the K candidates a previous tile kept (knn_chain). A key is
+ * appended when below the list's threshold thr (just above the K-th
+ * smallest kept when the list was last compacted, +inf before): cheaper
+ * than keeping the list sorted, and the thresholds lag a little. When a
+ * list is full it is compacted to its K smallest by (key, index). A key
+ * equal to the K-th smallest is still appended (the threshold is the next
+ * float up): it may rank before it by index, since carried candidates
+ * break the index order of arrival. So the final K are the K smallest by
+ * (key, index) of all offered, in any order of arrival. */
 typedef struct lists lists;
 struct lists {
   float *bk;
@@ -85,7 +88,7 @@ struct lists {
     k[o] = k[i], ix[o] = ix[i], o++; /* o <= i: in place, order kept */           \
   }                                                                               \
   L->cnt[l] = o;                                                                  \
-  return thr;
+  return nextafterf(thr, INFINITY);
 
 /* Appends row r's keys kv[j] where mask has bit j (local index c0 + j) to
  * list l; returns the list's threshold (new when it had to compact). */
@@ -101,7 +104,7 @@ INLINE float offer(const lists *L, int64_t l, const float *kv, uint32_t mask, in
   while (mask != 0) {
     int j = __builtin_ctz(mask);
     mask &= mask - 1;
-    k[n] = kv[j], ix[n] = (int32_t)(c0 + j);
+    k[n] = kv[j], ix[n] = (int32_t)(c0 + j);  /* c0: global */
     n += kv[j] < thr;  /* (the threshold may have dropped) */
   }
   L->cnt[l] = n;
@@ -111,7 +114,7 @@ INLINE float offer(const lists *L, int64_t l, const float *kv, uint32_t mask, in
 typedef struct fused {
   const float *ap, *bp, *ynp, *xnp;  /* packed a, b, padded yn, xn (or NULL) */
   float *thrr, *thrc;                /* [groups·RG], [npan·2W]: rows' and b rows' thresholds */
-  int64_t ri, rj, d, npan, diag;
+  int64_t ri, rj, d, npan, diag, row0, col0;  /* row0, col0: global first rows of a and b */
   bool sym;  /* a tile of a block with itself, scanned both ways over its upper triangle */
   lists L;
 } fused;
@@ -124,7 +127,7 @@ INLINE void offer_cols(const fused *f, const float *kc, uint32_t mask, int64_t c
     int j = __builtin_ctz(mask);
     mask &= mask - 1;
     int64_t c = c0 + j;
-    f->thrc[c] = offer(&f->L, f->ri + c, kc + j, 1u, row, f->thrc[c]);
+    f->thrc[c] = offer(&f->L, f->ri + c, kc + j, 1u, f->row0 + row, f->thrc[c]);
   }
 }
 
@@ -170,7 +173,7 @@ INLINE uint32_t upper(int64_t rel)
           if (self >= 0 && self < 2 * W) mask &= ~(1u << self);                                     \
           mask &= f->sym ? upper(row - pan * 2 * W) : ~0u;                                          \
           STORE(kv, k0), STORE(kv + W, k1);                                                         \
-          thr[r] = offer(&f->L, row, kv, mask, pan * 2 * W, thr[r]);                                \
+          thr[r] = offer(&f->L, row, kv, mask, f->col0 + pan * 2 * W, thr[r]);                                \
         }                                                                                           \
         if (!(BOTH)) continue;                                                                      \
         const float *tc = f->thrc + pan * 2 * W;                                                    \
@@ -268,7 +271,7 @@ __attribute__((target("avx512f"), noinline)) static float compact_avx512(const l
   uint32_t b = t & 0x80000000u ? t ^ 0x80000000u : ~t;
   float thr;
   memcpy(&thr, &b, sizeof thr);
-  return thr;
+  return nextafterf(thr, INFINITY);  /* a later key equal to the K-th may rank before it by index */
 }
 __attribute__((target("avx512f"))) static void rows_avx512(const fused *f) { RUN512(0) }
 __attribute__((target("avx512f"))) static void both_avx512(const fused *f) { RUN512(1) }
@@ -279,8 +282,23 @@ __attribute__((target("avx2,fma"), noinline)) static float compact_avx2(const li
 __attribute__((target("avx2,fma"))) static void rows_avx2(const fused *f) { RUN256(0) }
 __attribute__((target("avx2,fma"))) static void both_avx2(const fused *f) { RUN256(1) }
 
-/* Packs t for width w (rows of rg) into f, with empty lists; TSR_ENOMEM
- * when a buffer is missing. */
+/* Starts list l with the candidates t holds for it (idx >= 0; none on a
+ * first tile); returns its threshold (+inf while fewer than K). */
+static float carry_in(const tsr_k_knn_tile *t, int64_t tl, const lists *L, int64_t l)
+{
+  float top = -INFINITY;
+  int n = 0;
+  for (int i = 0; i < t->K; i++) {
+    if (t->idx[tl * t->K + i] < 0) continue;
+    L->bk[l * L->B + n] = t->key[tl * t->K + i], L->bi[l * L->B + n++] = (int32_t)t->idx[tl * t->K + i];
+    top = t->key[tl * t->K + i] > top ? t->key[tl * t->K + i] : top;
+  }
+  L->cnt[l] = n;
+  return n >= t->K ? nextafterf(top, INFINITY) : INFINITY;
+}
+
+/* Packs t for width w (rows of rg) into f, its lists started from t's
+ * key/idx; TSR_ENOMEM when a buffer is missing. */
 static int pack(const tsr_k_knn_tile *t, int w, int rg, bool sym, fused *f)
 {
   int64_t npan = (t->rj + 2 * w - 1) / (2 * w), groups = (t->ri + rg - 1) / rg, d = t->d;
@@ -294,13 +312,17 @@ static int pack(const tsr_k_knn_tile *t, int w, int rg, bool sym, fused *f)
   f->L = (lists){falloc(nl * B), malloc((size_t)(nl * B + 1) * sizeof(int32_t)), calloc((size_t)nl + 1, sizeof(int32_t)),
                  B, t->K, w == 16 ? compact_avx512 : compact_avx2};
   f->ri = t->ri, f->rj = t->rj, f->d = d, f->npan = npan, f->diag = t->row0 - t->col0, f->sym = sym;
+  f->row0 = t->row0, f->col0 = t->col0;
   if (!f->ap || !f->bp || !f->ynp || !f->thrr || !f->thrc || !f->L.bk || !f->L.bi || !f->L.cnt || (xn && !f->xnp))
     return TSR_ENOMEM;
   pack_rows(t->a, t->ri, d, rg, (float *)f->ap);
   pack_rows(t->b, t->rj, d, 2 * w, (float *)f->bp);
   for (int64_t c = 0; c < npan * 2 * w; c++) ((float *)f->ynp)[c] = c < t->rj ? t->yn[c] : INFINITY;
-  for (int64_t r = 0; r < groups * rg; r++) f->thrr[r] = r < t->ri ? INFINITY : -INFINITY;
-  for (int64_t c = 0; c < npan * 2 * w; c++) f->thrc[c] = c < t->rj && xn != NULL ? INFINITY : -INFINITY;
+  for (int64_t r = 0; r < groups * rg; r++) f->thrr[r] = r < t->ri ? carry_in(t, r, &f->L, r) : -INFINITY;
+  /* b's rows' lists: their own carried candidates, or (sym: the same rows)
+   * an empty second list under the row's threshold */
+  for (int64_t c = 0; c < npan * 2 * w; c++)
+    f->thrc[c] = c >= t->rj || xn == NULL ? -INFINITY : sym ? f->thrr[c] : carry_in(t, t->ri + c, &f->L, t->ri + c);
   for (int64_t r = 0; xn != NULL && r < groups * rg; r++) ((float *)f->xnp)[r] = r < t->ri ? xn[r] : INFINITY;
   return 0;
 }
@@ -326,13 +348,12 @@ static void unpack(const tsr_k_knn_tile *t, const fused *f)
   for (int64_t l = 0; l < nl; l++) {
     if (f->sym) join(&f->L, l, t->ri + l);
     if (f->L.cnt[l] > t->K) f->L.compact(&f->L, l);
-    int64_t base = l < t->ri ? t->col0 : t->row0;
     const float *k = f->L.bk + l * f->L.B;
     const int32_t *ix = f->L.bi + l * f->L.B;
     for (int i = 0; i < t->K; i++) {
       bool used = i < f->L.cnt[l];
       t->key[l * t->K + i] = used ? k[i] : INFINITY;
-      t->idx[l * t->K + i] = used ? base + ix[i] : -1;
+      t->idx[l * t->K + i] = used ? ix[i] : -1;
     }
   }
 }
@@ -342,6 +363,7 @@ int tsr_k_knn_fused_f32(const tsr_k_knn_tile *t)
   tsr_k_isa isa = tsr_k_isa_resolve(TSR_K_ISA_BEST);
   bool wide = isa == TSR_K_ISA_AVX512;
   if (!wide && !(isa == TSR_K_ISA_AVX2 && __builtin_cpu_supports("fma"))) return 1;
+  if (t->row0 + t->ri > INT32_MAX || t->col0 + t->rj > INT32_MAX) return 1;  /* lists hold int32 global indices */
   /* A block against itself: each pair's product once, scanned both ways
    * (half the GEMM; the same keys, bit for bit, as the full square). */
   bool sym = t->xn == NULL && t->row0 == t->col0 && t->ri == t->rj &&

@@ -56,6 +56,8 @@ extern const tsr_op_def tsr_op_values_f64;
 extern const tsr_op_def tsr_op_csr_matmul;   /* csr_matmul.c */
 extern const tsr_op_def tsr_op_knn_tile;        /* knn.c */
 extern const tsr_op_def tsr_op_knn_merge;
+extern const tsr_op_def tsr_op_knn_chain;
+extern const tsr_op_def tsr_op_knn_finish;
 extern const tsr_op_def tsr_op_umap_membership;   /* knn_graph.c */
 extern const tsr_op_def tsr_op_umap_union;
 extern const tsr_op_def tsr_op_knn_distances_csr;

@@ -1093,7 +1093,7 @@ TEST(registry_and_test_ops)
                                 "csr_from_dense", "csr_densify", "csr_sum", "csr_map", "csr_normalize_rows",
                                 "csr_gather", "mask_from_runs", "clip", "csr_matmul", "values_f64",
                                 "counts_synth", "counts_synth_types", "tenx_h5_read", "mtx_read",
-                                "knn_tile", "knn_merge", "umap_membership", "umap_union", "knn_distances_csr",
+                                "knn_tile", "knn_merge", "knn_chain", "knn_finish", "umap_membership", "umap_union", "knn_distances_csr",
                                 "community", "modularity", "umap_spectral", "umap_prepare", "umap_layout",
                                 "kmeans_partial", "kmeans_combine", "kmeans_pp", "kmeans_centers",
                                 "kmeans_init", "kmeans_step", "kmeans_update", "kmeans_labels"};

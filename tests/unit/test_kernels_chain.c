@@ -523,6 +523,97 @@ TEST(knn_tile_with_ties_equals_brute_force)
     }
 }
 
+/* One knn_chain tile (i, j) of blocks of CH rows of x (dtype dt, N x D):
+ * continues the blocks' lists in st[b] (rows from off[b]), then st[i],
+ * st[j] hold its output. */
+static int chain_tile(const void *x, tsr_dtype dt, int64_t n, int64_t d, int64_t ch, int i, int j, int64_t k, int cosine,
+                      tsr_buf *st, int64_t *off, bool *has, tsr_buf *owned, tsr_errbuf *err)
+{
+  size_t es = tsr_dtype_size(dt);
+  int64_t ri = n - i * ch < ch ? n - i * ch : ch, rj = n - j * ch < ch ? n - j * ch : ch;
+  int64_t si[2] = {ri, d}, sj[2] = {rj, d};
+  tsr_buf in[4] = {buf_of(dt, 2, si, (char *)x + (size_t)(i * ch * d) * es), buf_of(dt, 2, sj, (char *)x + (size_t)(j * ch * d) * es)};
+  int nin = 2;
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_params_add_int(&p, "k", k);
+  tsr_params_add_int(&p, "metric", cosine);
+  tsr_params_add_int(&p, "row0", i * ch);
+  tsr_params_add_int(&p, "col0", j * ch);
+  if (i == j) tsr_params_add_int(&p, "sym", 1);
+  if (has[i]) tsr_params_add_int(&p, "si", off[i]), in[nin++] = st[i];
+  if (i != j && has[j]) tsr_params_add_int(&p, "sj", off[j]), in[nin++] = st[j];
+  int rc = run("knn_chain", &p, in, nin, owned, err);
+  tsr_params_clear(&p);
+  if (rc != 0) return rc;
+  st[i] = *owned, off[i] = 0, has[i] = true;
+  if (i != j) st[j] = *owned, off[j] = ri, has[j] = true;
+  return 0;
+}
+
+/* 3 blocks (the last one short) chained as graphs/knn.c does: diagonal
+ * tiles, then rounds of pairs; each block's knn_finish equals brute force,
+ * ties by index — f32 (fused kernel) and f64 (GEMM + sorted scan), both
+ * metrics, duplicate rows and a zero row. A state of the wrong width is
+ * refused naming the input. */
+TEST(knn_chain_and_finish_equal_brute_force)
+{
+  enum { N = 300, D = 23, CH = 110 };
+  static float x[N * D];
+  static double x64[N * D];
+  uint64_t st = 777;
+  for (int i = 0; i < N * D; i++) st = st * 6364136223846793005ull + 1442695040888963407ull, x[i] = (float)((st >> 40) % 2001) / 1000.0f - 1.0f;
+  for (int r = 5; r < N; r += 6) memcpy(x + r * D, x + (r - 4) * D, D * sizeof *x);
+  memset(x + 150 * D, 0, D * sizeof *x);
+  for (int i = 0; i < N * D; i++) x64[i] = x[i];
+  static knn_ref want[64], all[N];
+  const int pairs[3][2] = {{0, 2}, {1, 2}, {0, 1}};
+  for (int f64 = 0; f64 < 2; f64++)
+    for (int cosine = 0; cosine < 2; cosine++) {
+      int64_t k = cosine ? 40 : 15, m = k - 1, off[3] = {0};
+      tsr_buf sts[3], owned[6];
+      bool has[3] = {false};
+      tsr_errbuf err;
+      const void *xv = f64 ? (const void *)x64 : (const void *)x;
+      tsr_dtype dt = f64 ? TSR_F64 : TSR_F32;
+      for (int b = 0; b < 3; b++) ASSERT_OK(chain_tile(xv, dt, N, D, CH, b, b, k, cosine, sts, off, has, &owned[b], &err));
+      for (int t = 0; t < 3; t++)
+        ASSERT_OK(chain_tile(xv, dt, N, D, CH, pairs[t][0], pairs[t][1], k, cosine, sts, off, has, &owned[3 + t], &err));
+      for (int b = 0; b < 3; b++) {
+        int64_t s0[2] = {CH, D}, s2[2] = {N - 2 * CH, D};
+        size_t es = tsr_dtype_size(dt);
+        tsr_buf in[4] = {sts[b], buf_of(dt, 2, s0, (char *)xv), buf_of(dt, 2, s0, (char *)xv + CH * D * es),
+                         buf_of(dt, 2, s2, (char *)xv + 2 * CH * D * es)}, out;
+        tsr_params p = TSR_PARAMS_INIT;
+        tsr_params_add_int(&p, "k", k);
+        tsr_params_add_int(&p, "metric", cosine);
+        tsr_params_add_int(&p, "row0", b * CH);
+        tsr_params_add_int(&p, "off", off[b]);
+        tsr_params_add_int(&p, "block", b);
+        tsr_params_add_int(&p, "chunk", CH);
+        ASSERT_OK(run("knn_finish", &p, in, 4, &out, &err));
+        const double *o = out.data;
+        for (int64_t r = 0; r < out.meta.shape[0]; r++) {
+          knn_brute(x, N, D, b * CH + r, cosine, m, want, all);
+          for (int64_t t = 0; t < m; t++) ASSERT_EQ((int64_t)o[r * 2 * m + t], want[t].i);
+        }
+        free(out.data);
+        tsr_params_clear(&p);
+      }
+      /* a state that is not k's width */
+      int64_t s0[2] = {CH, D};
+      tsr_buf bad[3] = {buf_of(dt, 2, s0, (void *)xv), buf_of(dt, 2, s0, (char *)xv + CH * D * tsr_dtype_size(dt)), sts[0]}, out;
+      tsr_params p = TSR_PARAMS_INIT;
+      tsr_params_add_int(&p, "k", k + 1);
+      tsr_params_add_int(&p, "row0", 0);
+      tsr_params_add_int(&p, "col0", CH);
+      tsr_params_add_int(&p, "si", 0);
+      ASSERT_EQ(run("knn_chain", &p, bad, 3, &out, &err), TSR_ESHAPE);
+      ASSERT_CONTAINS(err.text, "knn_chain: input 2");
+      tsr_params_clear(&p);
+      for (int t = 0; t < 6; t++) free(owned[t].data);
+    }
+}
+
 int main(void)
 {
   tsr_ops_init(false);
@@ -537,5 +628,6 @@ int main(void)
   RUN(csr_round_trip_and_checks);
   RUN(counts_synth_is_chunking_free_and_clustered);
   RUN(knn_tile_with_ties_equals_brute_force);
+  RUN(knn_chain_and_finish_equal_brute_force);
   return kit_summary();
 }
