@@ -31,26 +31,6 @@
 
 #include "kmeans.h"
 
-#define KM_HDR 8
-enum { M_IT, M_PHASE, M_NEED_FAR, M_INERTIA, M_TOL, M_TOL_ABS, M_MAX_ITER, M_ROWS };
-enum { PH_RUN = 0, PH_CONVERGED = 1, PH_DONE = 2 };
-/* Drift epochs kept: a row's bounds are relative to the epoch (model
- * iteration) it was last written in, moved by the centers' cumulative
- * drift since; rows are rewritten at least every KM_EPOCHS / 2. */
-#define KM_EPOCHS 32
-#define KM_MODEL_LEN(k, d) (KM_HDR + (k) * (d) + 2 * (k) + KM_EPOCHS * ((k) + 1))
-#define KM_STATE_HEAD(k, d) (KM_LEN(k, d) + 2 * (d))
-#define KM_STATE_LEN(k, d, r) (KM_STATE_HEAD(k, d) + 2 * (r))
-#define KM_STATE_ROWS(k, d, len) (((len) - KM_STATE_HEAD(k, d)) / 2)
-/* A row of a state: 16 bytes, the bounds rounded outward to f32, valid
- * for the centers of model iteration `epoch`. A row that keeps its label
- * is not rewritten (the state is copied whole), so an iteration costs a
- * read of the bounds, not a write. */
-typedef struct km_row {
-  int32_t label, epoch;
-  float u, l;
-} km_row;
-
 /* v >= 0 rounded to f32 above / below v: a relative nudge of 1e-7 is
  * more than the half-ulp of rounding to nearest (at most 6e-8 relative
  * for normal floats); tiny values are clamped out of the subnormals. */
@@ -196,7 +176,7 @@ static int step_parts(const char *op, const tsr_params *p, int n, int64_t *parts
 
 static int step_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
 {
-  int64_t k, row0, parts, rows = 0;
+  int64_t k, row0, parts = 1, rows = 0;
   int rc = km_int("kmeans_step", p, "k", &k, err);
   if (rc == 0) rc = km_int("kmeans_step", p, "row0", &row0, err);
   if (rc == 0) rc = step_parts("kmeans_step", p, n, &parts, err);
@@ -458,6 +438,12 @@ static int64_t tighten_rows(km_step *s, const int64_t *rows, int64_t n, const do
 static void start_state(km_step *s)
 {
   int64_t k = s->k, d = s->d;
+  if (s->prev == s->part) {  /* kmeans_loop: the state is its own previous (sums, counts, columns, rows kept) */
+    int64_t keep = s->full ? 0 : k * d + k;
+    memset(s->part + keep, 0, (size_t)(KM_LEN(k, d) - keep) * sizeof *s->part);
+    for (int64_t j = 0; j < k; j++) s->part[k * d + k + 1 + 3 * j + 1] = -1;
+    return;
+  }
   memset(s->part, 0, (size_t)KM_STATE_HEAD(k, d) * sizeof *s->part);
   double *far = s->part + k * d + k + 1;
   for (int64_t j = 0; j < k; j++) far[3 * j + 1] = -1;
@@ -536,9 +522,34 @@ static void step_free(km_step *s)
   free(s->ct), free(s->ct32), free(s->cn), free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->unsure), free(s->tight), free(s->bounds);
 }
 
+/* One pass of the steps over the rows of the parts chunks at xs (rows
+ * from row0 of x) under the model m: the state into part (prev: the last
+ * state, NULL, or part itself for kmeans_loop's in-place passes). */
+int tsr_km_step_pass(int64_t k, int64_t row0, const tsr_buf *xs, int64_t parts, const double *m, const double *prev,
+                     double *part, tsr_errbuf *err)
+{
+  int64_t d = xs[0].meta.shape[1];
+  km_step s = {0};
+  s.starts = malloc((size_t)(parts + 1) * sizeof *s.starts);
+  if (s.starts == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory");
+  s.starts[0] = 0;
+  for (int64_t i = 0; i < parts; i++) s.starts[i + 1] = s.starts[i] + xs[i].meta.shape[0];
+  s.k = k, s.d = d, s.kp = (k + 7) / 8 * 8, s.kp32 = (k + 31) / 32 * 32, s.rows = s.starts[parts], s.row0 = row0;
+  s.xs = xs, s.parts = parts;
+  s.centers = m + KM_HDR, s.shift = s.centers + k * d, s.half = s.shift + k, s.prev = prev;
+  s.drift = s.half + k, s.mdrift = s.drift + KM_EPOCHS * k, s.epoch = (int64_t)m[M_IT];
+  s.full = prev == NULL || m[M_NEED_FAR] != 0, s.far = m[M_NEED_FAR] != 0, s.converged = m[M_PHASE] == PH_CONVERGED;
+  s.part = part, s.colsum = s.part + KM_LEN(k, d), s.colsq = s.colsum + d, s.state = (km_row *)(s.part + KM_STATE_HEAD(k, d));
+  int rc = step_prepare(&s, err);
+  if (rc == 0) rc = step_run(&s, err);
+  step_free(&s);
+  free(s.starts);
+  return rc;
+}
+
 static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
 {
-  int64_t k = 0, row0 = 0, parts = 1, d = in[0].meta.shape[1];
+  int64_t k = 0, row0 = 0, parts = 1;
   tsr_params_get_int(p, "k", &k, NULL);
   tsr_params_get_int(p, "row0", &row0, NULL);
   step_parts("kmeans_step", p, n, &parts, NULL);
@@ -548,22 +559,7 @@ static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
     memcpy(out->data, prev, out->nbytes);  /* converged earlier in this graph: nothing moves */
     return 0;
   }
-  km_step s = {0};
-  s.starts = malloc((size_t)(parts + 1) * sizeof *s.starts);
-  if (s.starts == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory");
-  s.starts[0] = 0;
-  for (int64_t i = 0; i < parts; i++) s.starts[i + 1] = s.starts[i] + in[i].meta.shape[0];
-  s.k = k, s.d = d, s.kp = (k + 7) / 8 * 8, s.kp32 = (k + 31) / 32 * 32, s.rows = s.starts[parts], s.row0 = row0;
-  s.xs = in, s.parts = parts;
-  s.centers = m + KM_HDR, s.shift = s.centers + k * d, s.half = s.shift + k, s.prev = prev;
-  s.drift = s.half + k, s.mdrift = s.drift + KM_EPOCHS * k, s.epoch = (int64_t)m[M_IT];
-  s.full = prev == NULL || m[M_NEED_FAR] != 0, s.far = m[M_NEED_FAR] != 0, s.converged = m[M_PHASE] == PH_CONVERGED;
-  s.part = out->data, s.colsum = s.part + KM_LEN(k, d), s.colsq = s.colsum + d, s.state = (km_row *)(s.part + KM_STATE_HEAD(k, d));
-  int rc = step_prepare(&s, err);
-  if (rc == 0) rc = step_run(&s, err);
-  step_free(&s);
-  free(s.starts);
-  return rc;
+  return tsr_km_step_pass(k, row0, in, parts, m, prev, out->data, err);
 }
 
 /* ---------- kmeans_update: new centers from every chunk's state ---------- */
@@ -673,13 +669,11 @@ static int update_step(double *m, const tsr_buf *in, int n, int64_t k, int64_t d
   return 0;
 }
 
-static int update_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+/* The model m (a copy of the last) after the steps whose states are
+ * in[1..n): the next centers, or done with the inertia after the final
+ * E-step. */
+int tsr_km_update_model(double *m, const tsr_buf *in, int n, int64_t k, int64_t d, tsr_errbuf *err)
 {
-  int64_t k = 0, d = 0;
-  tsr_params_get_int(p, "k", &k, NULL);
-  tsr_params_get_int(p, "d", &d, NULL);
-  double *m = out->data;
-  memcpy(m, in[0].data, out->nbytes);
   if (m[M_PHASE] == PH_DONE) return 0;
   if (m[M_PHASE] == PH_CONVERGED) {  /* the steps computed the final labels and inertia */
     double inertia = 0;
@@ -691,24 +685,36 @@ static int update_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *ou
   return update_step(m, in, n, k, d, err);
 }
 
+static int update_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  int64_t k = 0, d = 0;
+  tsr_params_get_int(p, "k", &k, NULL);
+  tsr_params_get_int(p, "d", &d, NULL);
+  double *m = out->data;
+  memcpy(m, in[0].data, out->nbytes);
+  return tsr_km_update_model(m, in, n, k, d, err);
+}
+
 /* ---------- kmeans_labels: a state's labels ---------- */
 
 /* Rows [start, start + rows) of the state (params start, rows; default
- * all of them). */
+ * all of them) that begins `offset` values into the input (default 0; a
+ * kmeans_loop output: its model's length). */
 static int labels_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
 {
   (void)n;
-  int64_t k, d, start = 0, rows = -1;
+  int64_t k, d, start = 0, rows = -1, offset = 0;
   int rc = km_int("kmeans_labels", p, "k", &k, err);
   if (rc == 0) rc = km_int("kmeans_labels", p, "d", &d, err);
   if (rc == 0 && tsr_params_find(p, "start") != NULL) rc = km_int("kmeans_labels", p, "start", &start, err);
   if (rc == 0 && tsr_params_find(p, "rows") != NULL) rc = km_int("kmeans_labels", p, "rows", &rows, err);
+  if (rc == 0 && tsr_params_find(p, "offset") != NULL) rc = km_int("kmeans_labels", p, "offset", &offset, err);
   if (rc != 0) return rc;
-  int64_t head = KM_STATE_HEAD(k, d);
-  if (in[0].ndim != 1 || in[0].dtype != TSR_F64 || in[0].shape[0] < head ||
-      KM_STATE_LEN(k, d, KM_STATE_ROWS(k, d, in[0].shape[0])) != in[0].shape[0])
-    return tsr_fail(err, TSR_ESHAPE, "kmeans_labels: input is %s, not a chunk's state", tsr_k_str(&in[0]).s);
-  int64_t all = KM_STATE_ROWS(k, d, in[0].shape[0]);
+  int64_t head = KM_STATE_HEAD(k, d), len = in[0].shape[0] - offset;
+  if (in[0].ndim != 1 || in[0].dtype != TSR_F64 || offset < 0 || len < head || KM_STATE_LEN(k, d, KM_STATE_ROWS(k, d, len)) != len)
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_labels: input is %s, not a chunk's state %lld values in", tsr_k_str(&in[0]).s,
+                    (long long)offset);
+  int64_t all = KM_STATE_ROWS(k, d, len);
   if (rows < 0) rows = all - start;
   if (start < 0 || rows < 0 || start + rows > all)
     return tsr_fail(err, TSR_EINVAL, "kmeans_labels: rows [%lld, %lld) outside the state's %lld", (long long)start,
@@ -720,11 +726,12 @@ static int labels_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta
 static int labels_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
 {
   (void)n, (void)err;
-  int64_t k = 0, d = 0, start = 0;
+  int64_t k = 0, d = 0, start = 0, offset = 0;
   tsr_params_get_int(p, "k", &k, NULL);
   tsr_params_get_int(p, "d", &d, NULL);
   if (tsr_params_find(p, "start") != NULL) tsr_params_get_int(p, "start", &start, NULL);
-  const km_row *st = (const km_row *)((const double *)in[0].data + KM_STATE_HEAD(k, d)) + start;
+  if (tsr_params_find(p, "offset") != NULL) tsr_params_get_int(p, "offset", &offset, NULL);
+  const km_row *st = (const km_row *)((const double *)in[0].data + offset + KM_STATE_HEAD(k, d)) + start;
   for (int64_t r = 0; r < out->meta.shape[0]; r++) ((int32_t *)out->data)[r] = st[r].label;
   return 0;
 }
