@@ -216,6 +216,7 @@ typedef struct km_step {
   float *ct32;              /* f32 centers transposed [d][kp32] (the screening dots) */
   int64_t kp32;
   double *cn, cmax;         /* |c|² of each center (f64), the largest |c| */
+  double *screen;           /* kp32: a row's screened squared distances */
   double *row, *dist;       /* KM_BATCH rows of d (f64), kp distances */
   float *row32, *dots;      /* KM_BATCH rows of d (f32), KM_BATCH × kp32 dots */
   int64_t *unsure, *tight;    /* a block's rows needing every distance / the distance to their center */
@@ -305,23 +306,60 @@ static int64_t nearest_exact(const km_step *s, const double *row, double *bd_p, 
   return best;
 }
 
+typedef int64_t km_i8 __attribute__((vector_size(64)));
+
+/* The smallest lane of acc, NaNs skipped. */
+static inline __attribute__((always_inline)) double min_lanes(const km_v8 *acc)
+{
+  double t[8], m = INFINITY;
+  memcpy(t, acc, sizeof t);
+  for (int i = 0; i < 8; i++) m = t[i] < m ? t[i] : m;
+  return m;
+}
+
+/* acc = the lanewise smaller of x and acc (a macro: a function returning
+ * a 64-byte vector would change its ABI with the clone's ISA). */
+#define KM_MIN8(x, acc) ((acc) = (km_v8)(((km_i8)(x) & ((x) < (acc))) | ((km_i8)(acc) & ~((x) < (acc)))))
+
 /* The nearest center from the f32 dots when their gap certifies it: the
  * screened |x|² + |c|² − 2x·c is within e of the exact squared distance
  * (e from the f32 dot's rounding, (d + 3)·2⁻²⁴·|x|·|c|, doubled), so a
  * second best more than 2e (and a relative KM_SLACK) above the best
  * cannot be below it. Returns −1 when the gap is too small; else sets the
  * bounds u (above the best's distance) and l (below every other's). */
+__attribute__((target_clones("avx512f", "avx2", "default")))
 static int64_t nearest_screened(const km_step *s, const float *dots, double xn, double *u_p, double *l_p)
 {
-  int64_t best = 0;
-  double bd = INFINITY, second = INFINITY;
-  for (int64_t q = 0; q < s->k; q++) {  /* branch-free: which center wins is data, not pattern */
-    double v = xn + s->cn[q] - 2 * (double)dots[q];
-    bool below = v < bd;
-    second = below ? bd : (v < second ? v : second);
-    best = below ? q : best;
-    bd = below ? v : bd;
+  /* the screened squared distances eight centers a vector (the padding
+   * centers' |c|² is infinite), their smallest; the best is the first
+   * index of it (ties to the smaller index), the second best the
+   * smallest of the others */
+  double *v = s->screen;
+  const km_v8 inf = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
+  km_v8 acc = inf;
+  for (int64_t q = 0; q < s->kp32; q += 8) {
+    km_f8 df;
+    km_v8 c;
+    memcpy(&df, dots + q, sizeof df);
+    memcpy(&c, s->cn + q, sizeof c);
+    km_v8 x = (xn + c) - 2 * __builtin_convertvector(df, km_v8);
+    memcpy(v + q, &x, sizeof x);
+    KM_MIN8(x, acc);
   }
+  double bd = min_lanes(&acc);
+  int64_t best = -1;
+  for (int64_t q = s->k - 1; q >= 0; q--) best = v[q] == bd ? q : best;  /* branch-free: the winner is data */
+  if (best < 0) return -1;  /* no finite value */
+  acc = inf;
+  km_i8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (int64_t q = 0; q < s->kp32; q += 8) {  /* the best's lane masked, not stored over: no stall on the vector reload */
+    km_v8 x;
+    memcpy(&x, v + q, sizeof x);
+    km_i8 is_best = lane + q == best;
+    x = (km_v8)(((km_i8)x & ~is_best) | ((km_i8)inf & is_best));
+    KM_MIN8(x, acc);
+  }
+  double second = min_lanes(&acc);
   double e = 2 * ((double)(s->d + 3) * 0x1p-24 * 1.01 * sqrt(xn) * s->cmax) + 1e-13 * (xn + s->cmax * s->cmax);
   if (!(second - bd > 2 * e + KM_SLACK * second)) return -1;
   double lo = second - e;
@@ -500,13 +538,15 @@ static int step_prepare(km_step *s, tsr_errbuf *err)
   int64_t k = s->k, d = s->d;
   s->ct = calloc((size_t)(s->kp * d + 1), sizeof *s->ct);
   s->ct32 = calloc((size_t)(s->kp32 * d + 1), sizeof *s->ct32);
-  s->cn = malloc((size_t)k * sizeof *s->cn), s->dist = malloc((size_t)s->kp * sizeof *s->dist);
+  s->cn = malloc((size_t)s->kp32 * sizeof *s->cn), s->dist = malloc((size_t)s->kp * sizeof *s->dist);
   s->row = malloc((size_t)(KM_BATCH * d) * sizeof *s->row), s->row32 = malloc((size_t)(KM_BATCH * d) * sizeof *s->row32);
   s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->unsure = malloc(KM_BLOCK_ROWS * sizeof *s->unsure);
   s->tight = malloc(KM_BLOCK_ROWS * sizeof *s->tight), s->bounds = malloc(3 * KM_BLOCK_ROWS * sizeof *s->bounds);
-  if (!s->ct || !s->ct32 || !s->cn || !s->dist || !s->row || !s->row32 || !s->dots || !s->unsure || !s->tight || !s->bounds)
+  s->screen = malloc((size_t)s->kp32 * sizeof *s->screen);
+  if (!s->ct || !s->ct32 || !s->cn || !s->dist || !s->row || !s->row32 || !s->dots || !s->unsure || !s->tight || !s->bounds || !s->screen)
     return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory for %lld rows", (long long)s->rows);
   s->cmax = 0;
+  for (int64_t q = k; q < s->kp32; q++) s->cn[q] = INFINITY;  /* the padding centers never win the screening */
   for (int64_t q = 0; q < k; q++) {
     const double *c = s->centers + q * d;
     s->cn[q] = 0;
@@ -519,7 +559,7 @@ static int step_prepare(km_step *s, tsr_errbuf *err)
 
 static void step_free(km_step *s)
 {
-  free(s->ct), free(s->ct32), free(s->cn), free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->unsure), free(s->tight), free(s->bounds);
+  free(s->ct), free(s->ct32), free(s->cn), free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->unsure), free(s->tight), free(s->bounds), free(s->screen);
 }
 
 /* One pass of the steps over the rows of the parts chunks at xs (rows

@@ -333,6 +333,24 @@ TEST(bad_input_is_named)
   lloyd_free(&l);
 }
 
+/* kmeans_loop over every chunk of l, its model and its states (none
+ * before the first step): the model, then one state of all the rows. */
+static int loop_run(lloyd *l, tsr_buf *out, tsr_errbuf *err)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_params_add_int(&p, "k", l->k);
+  tsr_params_add_int(&p, "parts", l->nb);
+  tsr_buf *in = calloc((size_t)(2 * l->nb + 1), sizeof *in);
+  int n = 0;
+  for (int64_t b = 0; b < l->nb; b++) in[n++] = chunk_of(l, b);
+  in[n++] = l->model;
+  for (int64_t b = 0; b < l->nb && l->states[0].data != NULL; b++) in[n++] = l->states[b];
+  int rc = run("kmeans_loop", &p, in, n, out, err);
+  tsr_params_clear(&p);
+  free(in);
+  return rc;
+}
+
 /* A .npy file's data (version 1 header, little-endian, C order): n
  * values of esize bytes, or NULL. */
 static void *read_npy(const char *path, size_t esize, size_t *n_p)
@@ -372,7 +390,7 @@ static int bench(int argc, char **argv)
   tsr_errbuf err;
   if (lloyd_start(&l, init, 300, 1e-4, &err) != 0) return 1;
   double total = 0;
-  while (((const double *)l.model.data)[1] != 2) {
+  while (getenv("KM_P") == NULL && ((const double *)l.model.data)[1] != 2) {
     double t = now();
     if (lloyd_iteration(&l, false, &err) < 0) return fprintf(stderr, "%s\n", err.text), 1;
     t = now() - t, total += t;
@@ -380,6 +398,22 @@ static int bench(int argc, char **argv)
   }
   printf("total %.1f ms for %d iterations (CPU time of one thread), inertia %.6g\n", 1e3 * total, l.iterations, ((double *)l.model.data)[3]);
   lloyd_free(&l);
+  /* graphs/kmeans.c on one worker: 3 iterations of steps, then kmeans_loop */
+  for (int parallel = getenv("KM_P") ? atoi(getenv("KM_P")) : 0; parallel <= (getenv("KM_P") ? atoi(getenv("KM_P")) : 4); parallel++) {
+    lloyd m = lloyd_of(n, d, k, 16384, 0, TSR_F32, x32);
+    double t = now(), t_loop;
+    tsr_buf out;
+    if (lloyd_start(&m, init, 300, 1e-4, &err) != 0) return 1;
+    for (int i = 0; i < parallel; i++)
+      if (lloyd_iteration(&m, false, &err) < 0) return fprintf(stderr, "%s\n", err.text), 1;
+    t_loop = now();
+    if (loop_run(&m, &out, &err) != 0) return fprintf(stderr, "%s\n", err.text), 1;
+    t = now() - t, t_loop = now() - t_loop;
+    printf("%d iterations of steps, then kmeans_loop: %.1f ms (the loop %.1f ms), %g iterations, inertia %.6g\n", parallel,
+           1e3 * t, 1e3 * t_loop, ((double *)out.data)[0], ((double *)out.data)[3]);
+    free(out.data);
+    lloyd_free(&m);
+  }
   if (x == NULL) free(init);
   free(x32), free(x);
   return 0;
