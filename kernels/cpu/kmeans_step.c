@@ -492,35 +492,45 @@ static void start_state(km_step *s)
   }
 }
 
-/* Rows in blocks of KM_BLOCK_ROWS: the bounds, then the rows they could
- * not keep, then (final E-step) the inertia, while the block's rows are
- * still in cache. */
-/* One block's rows that need distances (all of them in a full pass),
- * into s->unsure; returns their count. */
-static int64_t block_unsure(km_step *s, int64_t b0, int64_t b1)
+/* One block's rows whose bounds cannot keep their label (not a full
+ * pass): into tight, their (l, z) into bounds, their x rows prefetched.
+ * Returns how many. */
+static int64_t block_scan(km_step *s, int64_t b0, int64_t b1, int64_t *tight, double *bounds)
 {
   int64_t n = 0;
-  if (s->full) {
-    for (int64_t r = b0; r < b1; r++) s->unsure[n++] = r;
-    return n;
-  }
   for (int64_t r = b0; r < b1; r++) {
     double u, l, z;
     if (bounds_keep(s, r, &u, &l, &z)) continue;
-    s->bounds[3 * n] = l, s->bounds[3 * n + 1] = z, s->tight[n++] = r;
-    prefetch_row(s, r);  /* the loads of the rows to tighten overlap */
+    bounds[3 * n] = l, bounds[3 * n + 1] = z, tight[n++] = r;
+    prefetch_row(s, r);
   }
-  return tighten_rows(s, s->tight, n, s->bounds, s->unsure);
+  return n;
 }
 
+/* Rows in blocks of KM_BLOCK_ROWS: the bounds of the next block are
+ * scanned (its rows to tighten prefetched) before this block's rows are
+ * tightened, so those reads from memory overlap a block's scan instead
+ * of stalling; then the rows the bounds could not keep take every
+ * distance; then (final E-step) the inertia, while the block's rows are
+ * still in cache. */
 static int step_run(km_step *s, tsr_errbuf *err)
 {
-  int rc = 0;
+  int rc = 0, cur = 0;
   double inertia = 0;
   start_state(s);
-  for (int64_t b0 = 0; rc == 0 && b0 < s->rows; b0 += KM_BLOCK_ROWS) {
-    int64_t b1 = b0 + KM_BLOCK_ROWS < s->rows ? b0 + KM_BLOCK_ROWS : s->rows;
-    int64_t n_unsure = block_unsure(s, b0, b1);
+  int64_t n_next = 0, first = KM_BLOCK_ROWS < s->rows ? KM_BLOCK_ROWS : s->rows;
+  if (!s->full) n_next = block_scan(s, 0, first, s->tight, s->bounds);
+  for (int64_t b0 = 0; rc == 0 && b0 < s->rows; b0 += KM_BLOCK_ROWS, cur = 1 - cur) {
+    int64_t b1 = b0 + KM_BLOCK_ROWS < s->rows ? b0 + KM_BLOCK_ROWS : s->rows, n_tight = n_next, n_unsure = 0;
+    int64_t *tight = s->tight + cur * KM_BLOCK_ROWS;
+    double *bounds = s->bounds + cur * 3 * KM_BLOCK_ROWS;
+    if (!s->full && b1 < s->rows) {
+      int64_t b2 = b1 + KM_BLOCK_ROWS < s->rows ? b1 + KM_BLOCK_ROWS : s->rows;
+      n_next = block_scan(s, b1, b2, s->tight + (1 - cur) * KM_BLOCK_ROWS, s->bounds + (1 - cur) * 3 * KM_BLOCK_ROWS);
+    }
+    if (s->full)
+      for (int64_t r = b0; r < b1; r++) s->unsure[n_unsure++] = r;
+    else n_unsure = tighten_rows(s, tight, n_tight, bounds, s->unsure);
     for (int64_t i = 0; rc == 0 && i < n_unsure; i += KM_BATCH)
       rc = place_rows(s, s->unsure + i, n_unsure - i < KM_BATCH ? (int)(n_unsure - i) : KM_BATCH, err);
     for (int64_t r = b0; rc == 0 && s->converged && r < b1; r++) {
@@ -541,7 +551,7 @@ static int step_prepare(km_step *s, tsr_errbuf *err)
   s->cn = malloc((size_t)s->kp32 * sizeof *s->cn), s->dist = malloc((size_t)s->kp * sizeof *s->dist);
   s->row = malloc((size_t)(KM_BATCH * d) * sizeof *s->row), s->row32 = malloc((size_t)(KM_BATCH * d) * sizeof *s->row32);
   s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->unsure = malloc(KM_BLOCK_ROWS * sizeof *s->unsure);
-  s->tight = malloc(KM_BLOCK_ROWS * sizeof *s->tight), s->bounds = malloc(3 * KM_BLOCK_ROWS * sizeof *s->bounds);
+  s->tight = malloc(2 * KM_BLOCK_ROWS * sizeof *s->tight), s->bounds = malloc(2 * 3 * KM_BLOCK_ROWS * sizeof *s->bounds);
   s->screen = malloc((size_t)s->kp32 * sizeof *s->screen);
   if (!s->ct || !s->ct32 || !s->cn || !s->dist || !s->row || !s->row32 || !s->dots || !s->unsure || !s->tight || !s->bounds || !s->screen)
     return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory for %lld rows", (long long)s->rows);
