@@ -216,7 +216,6 @@ typedef struct km_step {
   float *ct32;              /* f32 centers transposed [d][kp32] (the screening dots) */
   int64_t kp32;
   double *cn, cmax;         /* |c|² of each center (f64), the largest |c| */
-  double *screen;           /* kp32: a row's screened squared distances */
   double *row, *dist;       /* KM_BATCH rows of d (f64), kp distances */
   float *row32, *dots;      /* KM_BATCH rows of d (f32), KM_BATCH × kp32 dots */
   int64_t *unsure, *tight;    /* a block's rows needing every distance / the distance to their center */
@@ -308,15 +307,6 @@ static int64_t nearest_exact(const km_step *s, const double *row, double *bd_p, 
 
 typedef int64_t km_i8 __attribute__((vector_size(64)));
 
-/* The smallest lane of acc, NaNs skipped. */
-static inline __attribute__((always_inline)) double min_lanes(const km_v8 *acc)
-{
-  double t[8], m = INFINITY;
-  memcpy(t, acc, sizeof t);
-  for (int i = 0; i < 8; i++) m = t[i] < m ? t[i] : m;
-  return m;
-}
-
 /* acc = the lanewise smaller of x and acc (a macro: a function returning
  * a 64-byte vector would change its ABI with the clone's ISA). */
 #define KM_MIN8(x, acc) ((acc) = (km_v8)(((km_i8)(x) & ((x) < (acc))) | ((km_i8)(acc) & ~((x) < (acc)))))
@@ -331,35 +321,33 @@ __attribute__((target_clones("avx512f", "avx2", "default")))
 static int64_t nearest_screened(const km_step *s, const float *dots, double xn, double *u_p, double *l_p)
 {
   /* the screened squared distances eight centers a vector (the padding
-   * centers' |c|² is infinite), their smallest; the best is the first
-   * index of it (ties to the smaller index), the second best the
-   * smallest of the others */
-  double *v = s->screen;
+   * centers' |c|² is infinite); each lane keeps its smallest (the first
+   * index of it: ties to the smaller index) and its second smallest */
   const km_v8 inf = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
-  km_v8 acc = inf;
+  km_v8 lo1 = inf, lo2 = inf;
+  km_i8 at = {-1, -1, -1, -1, -1, -1, -1, -1}, lane = {0, 1, 2, 3, 4, 5, 6, 7};
   for (int64_t q = 0; q < s->kp32; q += 8) {
     km_f8 df;
     km_v8 c;
     memcpy(&df, dots + q, sizeof df);
     memcpy(&c, s->cn + q, sizeof c);
     km_v8 x = (xn + c) - 2 * __builtin_convertvector(df, km_v8);
-    memcpy(v + q, &x, sizeof x);
-    KM_MIN8(x, acc);
+    km_i8 below = x < lo1;
+    KM_MIN8(x, lo2);  /* the second smallest: the old smallest where x is below it, else min(lo2, x) */
+    lo2 = (km_v8)(((km_i8)lo1 & below) | ((km_i8)lo2 & ~below));
+    at = ((lane + q) & below) | (at & ~below);
+    lo1 = (km_v8)(((km_i8)x & below) | ((km_i8)lo1 & ~below));
   }
-  double bd = min_lanes(&acc);
-  int64_t best = -1;
-  for (int64_t q = s->k - 1; q >= 0; q--) best = v[q] == bd ? q : best;  /* branch-free: the winner is data */
+  double m1[8], m2[8], bd = INFINITY, second = INFINITY;
+  int64_t idx[8], best = -1;
+  memcpy(m1, &lo1, sizeof m1), memcpy(m2, &lo2, sizeof m2), memcpy(idx, &at, sizeof idx);
+  for (int i = 0; i < 8; i++)
+    if (m1[i] < bd || (m1[i] == bd && idx[i] < best)) bd = m1[i], best = idx[i];
   if (best < 0) return -1;  /* no finite value */
-  acc = inf;
-  km_i8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
-  for (int64_t q = 0; q < s->kp32; q += 8) {  /* the best's lane masked, not stored over: no stall on the vector reload */
-    km_v8 x;
-    memcpy(&x, v + q, sizeof x);
-    km_i8 is_best = lane + q == best;
-    x = (km_v8)(((km_i8)x & ~is_best) | ((km_i8)inf & is_best));
-    KM_MIN8(x, acc);
+  for (int i = 0; i < 8; i++) {  /* the others: every lane's smallest but the best's, every lane's second */
+    double o = idx[i] == best ? m2[i] : (m1[i] < m2[i] ? m1[i] : m2[i]);
+    second = o < second ? o : second;
   }
-  double second = min_lanes(&acc);
   double e = 2 * ((double)(s->d + 3) * 0x1p-24 * 1.01 * sqrt(xn) * s->cmax) + 1e-13 * (xn + s->cmax * s->cmax);
   if (!(second - bd > 2 * e + KM_SLACK * second)) return -1;
   double lo = second - e;
@@ -552,8 +540,7 @@ static int step_prepare(km_step *s, tsr_errbuf *err)
   s->row = malloc((size_t)(KM_BATCH * d) * sizeof *s->row), s->row32 = malloc((size_t)(KM_BATCH * d) * sizeof *s->row32);
   s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->unsure = malloc(KM_BLOCK_ROWS * sizeof *s->unsure);
   s->tight = malloc(2 * KM_BLOCK_ROWS * sizeof *s->tight), s->bounds = malloc(2 * 3 * KM_BLOCK_ROWS * sizeof *s->bounds);
-  s->screen = malloc((size_t)s->kp32 * sizeof *s->screen);
-  if (!s->ct || !s->ct32 || !s->cn || !s->dist || !s->row || !s->row32 || !s->dots || !s->unsure || !s->tight || !s->bounds || !s->screen)
+  if (!s->ct || !s->ct32 || !s->cn || !s->dist || !s->row || !s->row32 || !s->dots || !s->unsure || !s->tight || !s->bounds)
     return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory for %lld rows", (long long)s->rows);
   s->cmax = 0;
   for (int64_t q = k; q < s->kp32; q++) s->cn[q] = INFINITY;  /* the padding centers never win the screening */
@@ -569,7 +556,7 @@ static int step_prepare(km_step *s, tsr_errbuf *err)
 
 static void step_free(km_step *s)
 {
-  free(s->ct), free(s->ct32), free(s->cn), free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->unsure), free(s->tight), free(s->bounds), free(s->screen);
+  free(s->ct), free(s->ct32), free(s->cn), free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->unsure), free(s->tight), free(s->bounds);
 }
 
 /* One pass of the steps over the rows of the parts chunks at xs (rows
