@@ -224,15 +224,20 @@ typedef struct km_step {
   km_row *state;
 } km_step;
 
-static void load_row(const km_step *s, int64_t r, double *row)
+/* Row r of x in f64 (row) and f32 (row32), read where x holds it. */
+static inline __attribute__((always_inline)) void load_row(const km_step *s, int64_t r, double *row, float *row32)
 {
   int64_t p = 0;
   while (r >= s->starts[p + 1]) p++;
   const tsr_buf *x = &s->xs[p];
   r -= s->starts[p];
-  if (x->meta.dtype == TSR_F32)
-    for (int64_t j = 0; j < s->d; j++) row[j] = ((const float *)x->data)[r * s->d + j];
-  else memcpy(row, (const double *)x->data + r * s->d, (size_t)s->d * sizeof *row);
+  if (x->meta.dtype == TSR_F32) {
+    memcpy(row32, (const float *)x->data + r * s->d, (size_t)s->d * sizeof *row32);
+    for (int64_t j = 0; j < s->d; j++) row[j] = row32[j];
+  } else {
+    memcpy(row, (const double *)x->data + r * s->d, (size_t)s->d * sizeof *row);
+    for (int64_t j = 0; j < s->d; j++) row32[j] = (float)row[j];
+  }
 }
 
 /* fast_d2 of row r of x and c, read where x holds it. */
@@ -355,7 +360,7 @@ static int64_t nearest_screened(const km_step *s, const float *dots, double xn, 
   return best;
 }
 
-static void add_row(const km_step *s, const double *row, int64_t from, int64_t to)
+static inline __attribute__((always_inline)) void add_row(const km_step *s, const double *row, int64_t from, int64_t to)
 {
   double *sums = s->part, *counts = sums + s->k * s->d;
   for (int64_t j = 0; j < s->d; j++) sums[to * s->d + j] += row[j];
@@ -368,7 +373,7 @@ static void add_row(const km_step *s, const double *row, int64_t from, int64_t t
 /* Labels one row of a batch anew and accounts for it: sums (from scratch
  * in a full pass, else moved from its old label), farthest points, the
  * column sums of the first pass. */
-static int place_row(km_step *s, int64_t r, const double *row, const float *dots, double xn)
+static inline __attribute__((always_inline)) int place_row(km_step *s, int64_t r, const double *row, const float *dots, double xn)
 {
   double u, l, bd, second;
   int64_t lab = isfinite(xn) ? nearest_screened(s, dots, xn, &u, &l) : -1;
@@ -392,15 +397,17 @@ static int place_row(km_step *s, int64_t r, const double *row, const float *dots
 
 /* Labels the n (<= KM_BATCH) rows at idx: one pass of the dot kernel,
  * the exact distances for the rows it cannot certify. */
+/* Cloned per ISA with the row handling inlined: the conversions and the
+ * sums of a full pass are most of its work besides the dots. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
 static int place_rows(km_step *s, const int64_t *idx, int n, tsr_errbuf *err)
 {
   double xn[KM_BATCH];
-  memset(s->row32, 0, (size_t)(KM_BATCH * s->d) * sizeof *s->row32);
+  if (n < KM_BATCH) memset(s->row32 + n * s->d, 0, (size_t)((KM_BATCH - n) * s->d) * sizeof *s->row32);
   for (int i = 0; i < n && (s->full || s->converged); i++) prefetch_row(s, idx[i] + KM_PREFETCH);  /* rows in order */
   for (int i = 0; i < n; i++) {
     double *row = s->row + i * s->d;
-    load_row(s, idx[i], row);
-    for (int64_t j = 0; j < s->d; j++) s->row32[i * s->d + j] = (float)row[j];
+    load_row(s, idx[i], row, s->row32 + i * s->d);
     xn[i] = fast_d2(row, NULL, s->d);
   }
   dots_batch(s->row32, s->ct32, s->d, s->kp32, s->dots);
