@@ -230,9 +230,9 @@ static inline __attribute__((always_inline)) void load_row(const km_step *s, int
   while (r >= s->starts[p + 1]) p++;
   const tsr_buf *x = &s->xs[p];
   r -= s->starts[p];
-  if (x->meta.dtype == TSR_F32) {
-    memcpy(row32, (const float *)x->data + r * s->d, (size_t)s->d * sizeof *row32);
-    for (int64_t j = 0; j < s->d; j++) row[j] = row32[j];
+  if (x->meta.dtype == TSR_F32) {  /* a loop, not memcpy: no libc call for 50-odd values */
+    const float *src = (const float *)x->data + r * s->d;
+    for (int64_t j = 0; j < s->d; j++) row32[j] = src[j], row[j] = src[j];
   } else {
     memcpy(row, (const double *)x->data + r * s->d, (size_t)s->d * sizeof *row);
     for (int64_t j = 0; j < s->d; j++) row32[j] = (float)row[j];
@@ -345,11 +345,14 @@ static int64_t nearest_screened(const km_step *s, const float *dots, double xn, 
   double m1[8], m2[8], bd = INFINITY, second = INFINITY;
   int64_t idx[8], best = -1;
   memcpy(m1, &lo1, sizeof m1), memcpy(m2, &lo2, sizeof m2), memcpy(idx, &at, sizeof idx);
-  for (int i = 0; i < 8; i++)
-    if (m1[i] < bd || (m1[i] == bd && idx[i] < best)) bd = m1[i], best = idx[i];
+  for (int i = 0; i < 8; i++) {  /* branch-free: which lane wins is data */
+    bool win = m1[i] < bd || (m1[i] == bd && idx[i] < best);
+    best = win ? idx[i] : best;
+    bd = win ? m1[i] : bd;
+  }
   if (best < 0) return -1;  /* no finite value */
   for (int i = 0; i < 8; i++) {  /* the others: every lane's smallest but the best's, every lane's second */
-    double o = idx[i] == best ? m2[i] : (m1[i] < m2[i] ? m1[i] : m2[i]);
+    double o = idx[i] == best ? m2[i] : m1[i];
     second = o < second ? o : second;
   }
   double e = 2 * ((double)(s->d + 3) * 0x1p-24 * 1.01 * sqrt(xn) * s->cmax) + 1e-13 * (xn + s->cmax * s->cmax);
