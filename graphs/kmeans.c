@@ -47,6 +47,12 @@ typedef struct km_run {
  * is below a round trip through the scheduler and the copy of the states
  * that parallel steps cost it. */
 #define KM_PARALLEL 3
+/* The loop only while rows × columns × (1 − 1/threads) stays below this:
+ * a late iteration costs one thread ~14 ns a row at 50 columns (the
+ * bench: 1.4 ms for 100,000 rows) against ~1.5 ms of round trip and state
+ * copy for parallel steps, so larger x (or many threads) keeps the steps,
+ * whose work divides among the threads. */
+#define KM_LOOP_WORK 5e6
 
 /* One run's chain of iterations: the last model and the chunks' states,
  * kept on the cluster by `held` between graphs. */
@@ -245,8 +251,12 @@ static int km_groups(km_run *r)
     tsr_cluster_info_destroy(&info);
   }
   r->groups = threads > 0 && threads < nb ? threads : nb;
-  /* one worker: x is in its memory, so the loop task reads it without a transfer */
-  r->parallel = workers == 1 ? (r->groups > 1 ? KM_PARALLEL : 0) : -1;
+  /* one worker: x is in its memory, so the loop task reads it without a
+   * transfer; and x small enough that one thread's late iteration costs
+   * less than the threads' share of it plus a round trip */
+  double spread = threads > 1 ? (double)(threads - 1) / (double)threads : 0;
+  bool loop = workers == 1 && (double)r->x->shape[0] * (double)r->x->shape[1] * spread <= KM_LOOP_WORK;
+  r->parallel = loop ? (r->groups > 1 ? KM_PARALLEL : 0) : -1;
   r->first = malloc((size_t)(r->groups + 1) * sizeof *r->first);
   if (r->first == NULL) return client_fail(TSR_ENOMEM, "kmeans: out of memory");
   for (int64_t g = 0; g <= r->groups; g++) r->first[g] = g * nb / r->groups;
