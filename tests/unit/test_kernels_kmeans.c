@@ -3,11 +3,18 @@
  * chains them, give at every iteration the labels of plain Lloyd
  * (kmeans_partial with the same centers: exact f64 distances, ties to the
  * smaller index) on data full of exact ties, f32 and f64, with an emptied
- * cluster; and bad input is named.
+ * cluster; and bad input is named. kmeans_loop (the rest of a run in
+ * one task, its state updated in place) gives plain Lloyd's labels and
+ * the chain's iterations from the init and after steps, relocates an
+ * emptied cluster with an in-place full pass, stops at max_iter, and its
+ * output feeds kmeans_labels (offset) and kmeans_model.
  *
  *   test_kernels_kmeans            the tests
- *   test_kernels_kmeans --bench    times the steps of a 100,000 x 50 f32
- *                                  mixture, k = 30 (no assertions) */
+ *   test_kernels_kmeans --bench [X.npy init.npy]
+ *                                  times the steps of a 100,000 x 50 f32
+ *                                  mixture, k = 30, then 0-4 iterations of
+ *                                  steps followed by kmeans_loop (KM_P=N:
+ *                                  only N) — CPU time, no assertions */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
