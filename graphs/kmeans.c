@@ -23,6 +23,7 @@ typedef struct km_run {
   int64_t k, d;
   int timeout_ms;
   int64_t groups;      /* step tasks an iteration: runs of x's chunks */
+  int64_t parallel;    /* iterations of steps before kmeans_loop runs the rest; -1: no loop */
   int64_t *first;      /* groups + 1: group g holds chunks [first[g], first[g + 1]) */
 } km_run;
 
@@ -40,6 +41,18 @@ typedef struct km_run {
  * graph, and the iterations after it in the same graph pass their inputs
  * through (cheap), so a block trades round trips against wasted levels. */
 #define KM_BLOCK 8
+/* On one worker: iterations as parallel steps (every distance in the
+ * first, most rows' in the next) before one kmeans_loop task runs the
+ * rest in place: a late iteration's work a thread (~0.5 ms on the bench)
+ * is below a round trip through the scheduler and the copy of the states
+ * that parallel steps cost it. */
+#define KM_PARALLEL 3
+/* The loop only while rows × columns × (1 − 1/threads) stays below this:
+ * a late iteration costs one thread ~14 ns a row at 50 columns (the
+ * bench: 1.4 ms for 100,000 rows) against ~1.5 ms of round trip and state
+ * copy for parallel steps, so larger x (or many threads) keeps the steps,
+ * whose work divides among the threads. */
+#define KM_LOOP_WORK 5e6
 
 /* One run's chain of iterations: the last model and the chunks' states,
  * kept on the cluster by `held` between graphs. */
@@ -47,6 +60,8 @@ typedef struct km_chain {
   char model[256];
   char (*states)[256];
   bool have_states;
+  char loop[256];      /* the kmeans_loop output (model and every row's state), once looped */
+  bool looped;
   tsr_future *held;
   int iterations;
 } km_chain;
@@ -103,16 +118,44 @@ static int km_iteration(const km_run *r, km_chain *ch)
   return rc;
 }
 
+/* Records the rest of the run as one kmeans_loop task (all of x, the
+ * model, the states so far) and the kmeans_model of its output. */
+static int km_loop(const km_run *r, km_chain *ch)
+{
+  int64_t nb = (int64_t)r->x->nblocks, ng = ch->have_states ? r->groups : 0;
+  tsr_args *a = NULL, *b = NULL;
+  const char **in = malloc((size_t)(nb + 1 + ng) * sizeof *in);
+  int rc = in != NULL ? tsr_args_new(&a) : client_fail(TSR_ENOMEM, "kmeans: out of memory");
+  if (rc == 0) rc = tsr_args_new(&b);
+  if (rc == 0) rc = tsr_args_int(a, "k", r->k);
+  if (rc == 0) rc = tsr_args_int(a, "parts", nb);
+  if (rc == 0) rc = tsr_args_int(b, "k", r->k);
+  if (rc == 0) rc = tsr_args_int(b, "d", r->d);
+  for (int64_t i = 0; rc == 0 && i < nb; i++) in[i] = r->x->keys[i];
+  if (rc == 0) in[nb] = ch->model;
+  for (int64_t g = 0; rc == 0 && g < ng; g++) in[nb + 1 + g] = ch->states[g];
+  if (rc == 0) rc = gtask_add_tmp(r->ctx, "kmeans-loop", "kmeans_loop", a, in, (size_t)(nb + 1 + ng), ch->loop, sizeof ch->loop);
+  if (rc == 0) {
+    const char *loop = ch->loop;
+    char model[256];
+    rc = gtask_add_tmp(r->ctx, "kmeans-model", "kmeans_model", b, &loop, 1, model, sizeof model);
+    if (rc == 0) memcpy(ch->model, model, sizeof model), ch->looped = true;
+  }
+  free(in);
+  tsr_args_destroy(&a), tsr_args_destroy(&b);
+  return rc;
+}
+
 /* Runs the recorded iterations: one graph wanting the model and the
  * states, which stay held (ctx->held: later graphs start from them) until
  * the next block's graph has its own. The model comes back into m. */
 static int km_run_block(const km_run *r, km_chain *ch, double *m)
 {
-  int64_t nb = r->groups, len = KM_MODEL_LEN(r->k, r->d);
+  int64_t nb = ch->looped ? 1 : r->groups, len = KM_MODEL_LEN(r->k, r->d);
   char **keys = malloc((size_t)(nb + 1) * sizeof *keys);
   if (keys == NULL) return client_fail(TSR_ENOMEM, "kmeans: out of memory");
   keys[0] = ch->model;
-  for (int64_t i = 0; i < nb; i++) keys[i + 1] = ch->states[i];
+  for (int64_t i = 0; i < nb; i++) keys[i + 1] = ch->looped ? ch->loop : ch->states[i];
   tsr_future *f = NULL;
   tsr_chunk *c = NULL;
   int rc = grun_submit(r->ctx, keys, (size_t)nb + 1, r->timeout_ms, &f);
@@ -140,9 +183,12 @@ static int km_lloyd(const km_run *r, const tsr_kmeans_opts *o, double *centers, 
   int rc = m && ch->states ? km_init_model(r, o, centers, ch) : client_fail(TSR_ENOMEM, "kmeans: out of memory");
   bool done = false;
   while (rc == 0 && !done) {
-    for (int it = 0; rc == 0 && it < KM_BLOCK; it++) rc = km_iteration(r, ch);
+    int64_t steps = r->parallel >= 0 ? r->parallel : KM_BLOCK;
+    for (int64_t it = 0; rc == 0 && it < steps; it++) rc = km_iteration(r, ch);
+    if (rc == 0 && r->parallel >= 0) rc = km_loop(r, ch);
     if (rc == 0) rc = km_run_block(r, ch, m);
     done = rc == 0 && m[KM_M_PHASE] == KM_PHASE_DONE;
+    if (rc == 0 && !done && ch->looped) rc = client_fail(TSR_EPROTO, "kmeans: kmeans_loop returned a model that is not done");
   }
   if (rc == 0) {
     memcpy(centers, m + KM_HDR, (size_t)(r->k * r->d) * sizeof *centers);
@@ -197,12 +243,20 @@ static int km_pp(const km_run *r, uint64_t seed, double *centers)
 static int km_groups(km_run *r)
 {
   int64_t nb = r->x->nchunks[0], threads = 0;
+  size_t workers = 0;
   tsr_cluster_info *info = NULL;
   if (r->ctx->client != NULL && tsr_cluster_info_get(r->ctx->client, 10000, &info) == 0) {
     for (size_t i = 0; i < info->n_workers; i++) threads += info->workers[i].threads > 0 ? info->workers[i].threads : 1;
+    workers = info->n_workers;
     tsr_cluster_info_destroy(&info);
   }
   r->groups = threads > 0 && threads < nb ? threads : nb;
+  /* one worker: x is in its memory, so the loop task reads it without a
+   * transfer; and x small enough that one thread's late iteration costs
+   * less than the threads' share of it plus a round trip */
+  double spread = threads > 1 ? (double)(threads - 1) / (double)threads : 0;
+  bool loop = workers == 1 && (double)r->x->shape[0] * (double)r->x->shape[1] * spread <= KM_LOOP_WORK;
+  r->parallel = loop ? (r->groups > 1 ? KM_PARALLEL : 0) : -1;
   r->first = malloc((size_t)(r->groups + 1) * sizeof *r->first);
   if (r->first == NULL) return client_fail(TSR_ENOMEM, "kmeans: out of memory");
   for (int64_t g = 0; g <= r->groups; g++) r->first[g] = g * nb / r->groups;
@@ -237,12 +291,13 @@ static int km_outputs(const km_run *r, km_chain *ch, const double *centers, tsr_
     if (rc == 0) rc = garray_new(r->ctx, "kmeans-labels", TSR_I32, 1, &n, &chunk, &l);
     for (int64_t g = 0; rc == 0 && g < r->groups; g++)
       for (int64_t i = r->first[g]; rc == 0 && i < r->first[g + 1]; i++) {
-        const char *in = ch->states[g];
+        const char *in = ch->looped ? ch->loop : ch->states[g];
         tsr_args *b = NULL;
         rc = tsr_args_new(&b);
         if (rc == 0) rc = tsr_args_int(b, "k", r->k);
         if (rc == 0) rc = tsr_args_int(b, "d", r->d);
-        if (rc == 0) rc = tsr_args_int(b, "start", (i - r->first[g]) * chunk);
+        if (rc == 0 && ch->looped) rc = tsr_args_int(b, "offset", KM_MODEL_LEN(r->k, r->d));
+        if (rc == 0) rc = tsr_args_int(b, "start", (ch->looped ? i : i - r->first[g]) * chunk);
         if (rc == 0) rc = tsr_args_int(b, "rows", garray_chunk_len(r->x, 0, i));
         if (rc == 0) rc = gtask_add(r->ctx, l->keys[i], "kmeans_labels", b, &in, 1);
         tsr_args_destroy(&b);
@@ -279,7 +334,7 @@ TSR_API int tsr_kmeans(tsr_array_ctx *ctx, const tsr_array *x, const tsr_kmeans_
     x = rx;
   }
   if (rc != 0) return rc;
-  km_run r = {ctx, x, o.k, x->shape[1], o.timeout_ms, 0, NULL};
+  km_run r = {ctx, x, o.k, x->shape[1], o.timeout_ms, 0, -1, NULL};
   size_t kd = (size_t)(r.k * r.d);
   double *best = malloc(kd * sizeof *best), *cur = malloc(kd * sizeof *cur), best_in = INFINITY;
   km_chain kept = {0}, run_chain = {0};

@@ -36,6 +36,7 @@ static const tsr_op_def *const regular_ops[] = {
   &tsr_op_umap_spectral,  &tsr_op_umap_prepare,  &tsr_op_umap_layout,
   &tsr_op_kmeans_partial, &tsr_op_kmeans_combine, &tsr_op_kmeans_pp,
   &tsr_op_kmeans_centers, &tsr_op_kmeans_init, &tsr_op_kmeans_step, &tsr_op_kmeans_update, &tsr_op_kmeans_labels,
+  &tsr_op_kmeans_loop, &tsr_op_kmeans_model,
 };
 static const tsr_op_def *const test_ops[] = {&tsr_op_crash, &tsr_op_fail, &tsr_op_sleep};
 

@@ -25,4 +25,34 @@ void tsr_km_row_dists(const double *row, const double *ct, int64_t d, int64_t kp
 void tsr_km_far_insert(double *far, double *fx, int64_t k, int64_t d, double dist, int64_t idx, int64_t lab,
                        const double *row);
 
+/* The bounded ops' layouts (kmeans_step.c describes them). */
+#define KM_HDR 8
+enum { M_IT, M_PHASE, M_NEED_FAR, M_INERTIA, M_TOL, M_TOL_ABS, M_MAX_ITER, M_ROWS };
+enum { PH_RUN = 0, PH_CONVERGED = 1, PH_DONE = 2 };
+/* Drift epochs kept: a row's bounds are relative to the epoch (model
+ * iteration) it was last written in, moved by the centers' cumulative
+ * drift since; rows are rewritten at least every KM_EPOCHS / 2. */
+#define KM_EPOCHS 32
+#define KM_MODEL_LEN(k, d) (KM_HDR + (k) * (d) + 2 * (k) + KM_EPOCHS * ((k) + 1))
+#define KM_STATE_HEAD(k, d) (KM_LEN(k, d) + 2 * (d))
+#define KM_STATE_LEN(k, d, r) (KM_STATE_HEAD(k, d) + 2 * (r))
+#define KM_STATE_ROWS(k, d, len) (((len) - KM_STATE_HEAD(k, d)) / 2)
+/* A row of a state: 16 bytes, the bounds rounded outward to f32, valid
+ * for the centers of model iteration `epoch`. A row that keeps its label
+ * is not rewritten (the state is copied whole), so an iteration costs a
+ * read of the bounds, not a write. */
+typedef struct km_row {
+  int32_t label, epoch;
+  float u, l;
+} km_row;
+
+/* A pass of kmeans_step over the parts x chunks at xs (rows from row0 of
+ * x) under the model m: the state into part; prev the last state, NULL
+ * (a full pass), or part itself (kmeans_loop: updated in place). */
+int tsr_km_step_pass(int64_t k, int64_t row0, const tsr_buf *xs, int64_t parts, const double *m, const double *prev,
+                     double *part, tsr_errbuf *err);
+
+/* kmeans_update on m (a copy of the last model) from the states in[1..n). */
+int tsr_km_update_model(double *m, const tsr_buf *in, int n, int64_t k, int64_t d, tsr_errbuf *err);
+
 #endif

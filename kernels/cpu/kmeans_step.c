@@ -23,33 +23,13 @@
  * only when u·(1 + KM_SLACK) < max(l, half[label]): the bounds are kept
  * conservative of rounding (KM_UP / KM_DOWN), and the relative slack is
  * far above the rounding of a computed distance, so the computed argmin
- * cannot differ. Otherwise the distance to the center is recomputed, and
- * then, if still needed, the distances to all centers as plain Lloyd. */
+ * cannot differ. Otherwise the row takes the distances to all centers:
+ * f32 dots screened with a certified gap, else exact f64 as plain Lloyd. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kmeans.h"
-
-#define KM_HDR 8
-enum { M_IT, M_PHASE, M_NEED_FAR, M_INERTIA, M_TOL, M_TOL_ABS, M_MAX_ITER, M_ROWS };
-enum { PH_RUN = 0, PH_CONVERGED = 1, PH_DONE = 2 };
-/* Drift epochs kept: a row's bounds are relative to the epoch (model
- * iteration) it was last written in, moved by the centers' cumulative
- * drift since; rows are rewritten at least every KM_EPOCHS / 2. */
-#define KM_EPOCHS 32
-#define KM_MODEL_LEN(k, d) (KM_HDR + (k) * (d) + 2 * (k) + KM_EPOCHS * ((k) + 1))
-#define KM_STATE_HEAD(k, d) (KM_LEN(k, d) + 2 * (d))
-#define KM_STATE_LEN(k, d, r) (KM_STATE_HEAD(k, d) + 2 * (r))
-#define KM_STATE_ROWS(k, d, len) (((len) - KM_STATE_HEAD(k, d)) / 2)
-/* A row of a state: 16 bytes, the bounds rounded outward to f32, valid
- * for the centers of model iteration `epoch`. A row that keeps its label
- * is not rewritten (the state is copied whole), so an iteration costs a
- * read of the bounds, not a write. */
-typedef struct km_row {
-  int32_t label, epoch;
-  float u, l;
-} km_row;
 
 /* v >= 0 rounded to f32 above / below v: a relative nudge of 1e-7 is
  * more than the half-ulp of rounding to nearest (at most 6e-8 relative
@@ -196,7 +176,7 @@ static int step_parts(const char *op, const tsr_params *p, int n, int64_t *parts
 
 static int step_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
 {
-  int64_t k, row0, parts, rows = 0;
+  int64_t k, row0, parts = 1, rows = 0;
   int rc = km_int("kmeans_step", p, "k", &k, err);
   if (rc == 0) rc = km_int("kmeans_step", p, "row0", &row0, err);
   if (rc == 0) rc = step_parts("kmeans_step", p, n, &parts, err);
@@ -238,21 +218,25 @@ typedef struct km_step {
   double *cn, cmax;         /* |c|² of each center (f64), the largest |c| */
   double *row, *dist;       /* KM_BATCH rows of d (f64), kp distances */
   float *row32, *dots;      /* KM_BATCH rows of d (f32), KM_BATCH × kp32 dots */
-  int64_t *unsure, *tight;    /* a block's rows needing every distance / the distance to their center */
-  double *bounds;           /* (l, z, -) of each tight row */
+  int64_t *unsure;          /* two blocks' rows needing every distance (this block's, the next's) */
   double *part, *colsum, *colsq;  /* out */
   km_row *state;
 } km_step;
 
-static void load_row(const km_step *s, int64_t r, double *row)
+/* Row r of x in f64 (row) and f32 (row32), read where x holds it. */
+static inline __attribute__((always_inline)) void load_row(const km_step *s, int64_t r, double *row, float *row32)
 {
   int64_t p = 0;
   while (r >= s->starts[p + 1]) p++;
   const tsr_buf *x = &s->xs[p];
   r -= s->starts[p];
-  if (x->meta.dtype == TSR_F32)
-    for (int64_t j = 0; j < s->d; j++) row[j] = ((const float *)x->data)[r * s->d + j];
-  else memcpy(row, (const double *)x->data + r * s->d, (size_t)s->d * sizeof *row);
+  if (x->meta.dtype == TSR_F32) {  /* a loop, not memcpy: no libc call for 50-odd values */
+    const float *src = (const float *)x->data + r * s->d;
+    for (int64_t j = 0; j < s->d; j++) row32[j] = src[j], row[j] = src[j];
+  } else {
+    memcpy(row, (const double *)x->data + r * s->d, (size_t)s->d * sizeof *row);
+    for (int64_t j = 0; j < s->d; j++) row32[j] = (float)row[j];
+  }
 }
 
 /* fast_d2 of row r of x and c, read where x holds it. */
@@ -325,22 +309,51 @@ static int64_t nearest_exact(const km_step *s, const double *row, double *bd_p, 
   return best;
 }
 
+typedef int64_t km_i8 __attribute__((vector_size(64)));
+
+/* acc = the lanewise smaller of x and acc (a macro: a function returning
+ * a 64-byte vector would change its ABI with the clone's ISA). */
+#define KM_MIN8(x, acc) ((acc) = (km_v8)(((km_i8)(x) & ((x) < (acc))) | ((km_i8)(acc) & ~((x) < (acc)))))
+
 /* The nearest center from the f32 dots when their gap certifies it: the
  * screened |x|² + |c|² − 2x·c is within e of the exact squared distance
  * (e from the f32 dot's rounding, (d + 3)·2⁻²⁴·|x|·|c|, doubled), so a
  * second best more than 2e (and a relative KM_SLACK) above the best
  * cannot be below it. Returns −1 when the gap is too small; else sets the
  * bounds u (above the best's distance) and l (below every other's). */
+__attribute__((target_clones("avx512f", "avx2", "default")))
 static int64_t nearest_screened(const km_step *s, const float *dots, double xn, double *u_p, double *l_p)
 {
-  int64_t best = 0;
-  double bd = INFINITY, second = INFINITY;
-  for (int64_t q = 0; q < s->k; q++) {  /* branch-free: which center wins is data, not pattern */
-    double v = xn + s->cn[q] - 2 * (double)dots[q];
-    bool below = v < bd;
-    second = below ? bd : (v < second ? v : second);
-    best = below ? q : best;
-    bd = below ? v : bd;
+  /* the screened squared distances eight centers a vector (the padding
+   * centers' |c|² is infinite); each lane keeps its smallest (the first
+   * index of it: ties to the smaller index) and its second smallest */
+  const km_v8 inf = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
+  km_v8 lo1 = inf, lo2 = inf;
+  km_i8 at = {-1, -1, -1, -1, -1, -1, -1, -1}, lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (int64_t q = 0; q < s->kp32; q += 8) {
+    km_f8 df;
+    km_v8 c;
+    memcpy(&df, dots + q, sizeof df);
+    memcpy(&c, s->cn + q, sizeof c);
+    km_v8 x = (xn + c) - 2 * __builtin_convertvector(df, km_v8);
+    km_i8 below = x < lo1;
+    KM_MIN8(x, lo2);  /* the second smallest: the old smallest where x is below it, else min(lo2, x) */
+    lo2 = (km_v8)(((km_i8)lo1 & below) | ((km_i8)lo2 & ~below));
+    at = ((lane + q) & below) | (at & ~below);
+    lo1 = (km_v8)(((km_i8)x & below) | ((km_i8)lo1 & ~below));
+  }
+  double m1[8], m2[8], bd = INFINITY, second = INFINITY;
+  int64_t idx[8], best = -1;
+  memcpy(m1, &lo1, sizeof m1), memcpy(m2, &lo2, sizeof m2), memcpy(idx, &at, sizeof idx);
+  for (int i = 0; i < 8; i++) {  /* branch-free: which lane wins is data */
+    bool win = m1[i] < bd || (m1[i] == bd && idx[i] < best);
+    best = win ? idx[i] : best;
+    bd = win ? m1[i] : bd;
+  }
+  if (best < 0) return -1;  /* no finite value */
+  for (int i = 0; i < 8; i++) {  /* the others: every lane's smallest but the best's, every lane's second */
+    double o = idx[i] == best ? m2[i] : m1[i];
+    second = o < second ? o : second;
   }
   double e = 2 * ((double)(s->d + 3) * 0x1p-24 * 1.01 * sqrt(xn) * s->cmax) + 1e-13 * (xn + s->cmax * s->cmax);
   if (!(second - bd > 2 * e + KM_SLACK * second)) return -1;
@@ -349,7 +362,7 @@ static int64_t nearest_screened(const km_step *s, const float *dots, double xn, 
   return best;
 }
 
-static void add_row(const km_step *s, const double *row, int64_t from, int64_t to)
+static inline __attribute__((always_inline)) void add_row(const km_step *s, const double *row, int64_t from, int64_t to)
 {
   double *sums = s->part, *counts = sums + s->k * s->d;
   for (int64_t j = 0; j < s->d; j++) sums[to * s->d + j] += row[j];
@@ -362,7 +375,7 @@ static void add_row(const km_step *s, const double *row, int64_t from, int64_t t
 /* Labels one row of a batch anew and accounts for it: sums (from scratch
  * in a full pass, else moved from its old label), farthest points, the
  * column sums of the first pass. */
-static int place_row(km_step *s, int64_t r, const double *row, const float *dots, double xn)
+static inline __attribute__((always_inline)) int place_row(km_step *s, int64_t r, const double *row, const float *dots, double xn)
 {
   double u, l, bd, second;
   int64_t lab = isfinite(xn) ? nearest_screened(s, dots, xn, &u, &l) : -1;
@@ -386,15 +399,17 @@ static int place_row(km_step *s, int64_t r, const double *row, const float *dots
 
 /* Labels the n (<= KM_BATCH) rows at idx: one pass of the dot kernel,
  * the exact distances for the rows it cannot certify. */
+/* Cloned per ISA with the row handling inlined: the conversions and the
+ * sums of a full pass are most of its work besides the dots. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
 static int place_rows(km_step *s, const int64_t *idx, int n, tsr_errbuf *err)
 {
   double xn[KM_BATCH];
-  memset(s->row32, 0, (size_t)(KM_BATCH * s->d) * sizeof *s->row32);
+  if (n < KM_BATCH) memset(s->row32 + n * s->d, 0, (size_t)((KM_BATCH - n) * s->d) * sizeof *s->row32);
   for (int i = 0; i < n && (s->full || s->converged); i++) prefetch_row(s, idx[i] + KM_PREFETCH);  /* rows in order */
   for (int i = 0; i < n; i++) {
     double *row = s->row + i * s->d;
-    load_row(s, idx[i], row);
-    for (int64_t j = 0; j < s->d; j++) s->row32[i * s->d + j] = (float)row[j];
+    load_row(s, idx[i], row, s->row32 + i * s->d);
     xn[i] = fast_d2(row, NULL, s->d);
   }
   dots_batch(s->row32, s->ct32, s->d, s->kp32, s->dots);
@@ -404,53 +419,27 @@ static int place_rows(km_step *s, const int64_t *idx, int n, tsr_errbuf *err)
   return 0;
 }
 
-/* Hamerly's test for a row with bounds from the previous state (copied
- * into the output): true when it keeps its label without a distance (the
- * row rewritten only when its epoch grows old); else the moved bounds in
- * *u_p and *z_p (the larger of l and half its center's nearest distance)
- * and *l_p. Since epoch t0 the row's center moved at most D_a(t) − D_a(t0)
- * and every other at most M(t) − M(t0) (cumulative sums: their rounding,
- * relative to the sums, is the margin). */
-static bool bounds_keep(km_step *s, int64_t r, double *u_p, double *l_p, double *z_p)
+/* Hamerly's test for row st with bounds from the previous state (copied
+ * into the output) at model iteration t: true when it keeps its label
+ * without a distance; its moved bounds in *u_p, *l_p (the scan rewrites
+ * a kept row with them when its epoch grows old). Reads only: the scan
+ * runs it over a block first, which the compiler can vectorize (its
+ * loads stay in range for a row of any epoch). Since epoch t0 the row's
+ * center moved at most D_a(t) − D_a(t0) and every other at most M(t) −
+ * M(t0) (cumulative sums: their rounding, relative to the sums, is the
+ * margin); the lower bound is the larger of l and half the distance from
+ * the row's center to its nearest other center. */
+static inline __attribute__((always_inline)) bool bounds_keep(const km_step *s, const km_row *st, int64_t t, double *u_p, double *l_p)
 {
-  km_row *st = s->state + r;
-  int64_t a = st->label, t = s->epoch, t0 = st->epoch, k = s->k;
-  if (t - t0 >= KM_EPOCHS || t0 > t) {
-    *u_p = INFINITY, *l_p = 0, *z_p = 0;
-    return false;
-  }
-  const double *dt = s->drift + (t % KM_EPOCHS) * k, *d0 = s->drift + (t0 % KM_EPOCHS) * k;
-  double mt = s->mdrift[t % KM_EPOCHS], margin = 1e-12 * (dt[a] + mt);
-  double u = KM_UP(st->u + (dt[a] - d0[a]) + margin), l = st->l - (mt - s->mdrift[t0 % KM_EPOCHS]) - margin;
+  int64_t a = st->label, t0 = st->epoch, k = s->k;
+  bool valid = (uint64_t)(t - t0) < KM_EPOCHS;
+  int64_t e = t & (KM_EPOCHS - 1), e0 = valid ? t0 & (KM_EPOCHS - 1) : e;  /* in range for the loads either way */
+  double dta = s->drift[e * k + a], mt = s->mdrift[e], margin = 1e-12 * (dta + mt);
+  double u = KM_UP(st->u + (dta - s->drift[e0 * k + a]) + margin), l = st->l - (mt - s->mdrift[e0]) - margin;
   l = l > 0 ? KM_DOWN(l) : 0;
   double z = l > s->half[a] ? l : s->half[a];
-  if (u * (1 + KM_SLACK) < z) {
-    if (t - t0 >= KM_EPOCHS / 2) st->epoch = (int32_t)t, st->u = f32_up(u), st->l = f32_down(l);
-    return true;
-  }
-  *u_p = u, *l_p = l, *z_p = z;
-  return false;
-}
-
-/* The rows of a block that failed bounds_keep (their rows prefetched):
- * the exact distance to their center, then, if still needed, into unsure
- * for every distance. Returns how many. */
-static int64_t tighten_rows(km_step *s, const int64_t *rows, int64_t n, const double *bounds, int64_t *unsure)
-{
-  int64_t n_unsure = 0;
-  for (int64_t i = 0; i < n; i++) {
-    int64_t r = rows[i];
-    km_row *st = s->state + r;
-    const double *b = bounds + 3 * i;  /* l, z */
-    if (b[1] <= 0) {  /* no usable bounds */
-      unsure[n_unsure++] = r;
-      continue;
-    }
-    double u = KM_UP(sqrt(row_d2(s, r, s->centers + st->label * s->d)));
-    if (!(u * (1 + KM_SLACK) < b[1])) unsure[n_unsure++] = r;
-    else st->epoch = (int32_t)s->epoch, st->u = f32_up(u), st->l = f32_down(b[0]);
-  }
-  return n_unsure;
+  *u_p = u, *l_p = l;
+  return valid && u * (1 + KM_SLACK) < z;
 }
 
 /* Fills s's output header: from scratch for a full pass, else the
@@ -458,6 +447,12 @@ static int64_t tighten_rows(km_step *s, const int64_t *rows, int64_t n, const do
 static void start_state(km_step *s)
 {
   int64_t k = s->k, d = s->d;
+  if (s->prev == s->part) {  /* kmeans_loop: the state is its own previous (sums, counts, columns, rows kept) */
+    int64_t keep = s->full ? 0 : k * d + k;
+    memset(s->part + keep, 0, (size_t)(KM_LEN(k, d) - keep) * sizeof *s->part);
+    for (int64_t j = 0; j < k; j++) s->part[k * d + k + 1 + 3 * j + 1] = -1;
+    return;
+  }
   memset(s->part, 0, (size_t)KM_STATE_HEAD(k, d) * sizeof *s->part);
   double *far = s->part + k * d + k + 1;
   for (int64_t j = 0; j < k; j++) far[3 * j + 1] = -1;
@@ -468,37 +463,60 @@ static void start_state(km_step *s)
   }
 }
 
-/* Rows in blocks of KM_BLOCK_ROWS: the bounds, then the rows they could
- * not keep, then (final E-step) the inertia, while the block's rows are
- * still in cache. */
-/* One block's rows that need distances (all of them in a full pass),
- * into s->unsure; returns their count. */
-static int64_t block_unsure(km_step *s, int64_t b0, int64_t b1)
+/* One block's rows whose bounds cannot keep their label (not a full
+ * pass), their x rows prefetched, into unsure; returns how many. They
+ * take every distance, not first the distance to their own center
+ * (Hamerly's tightening of u): the row is read from memory either way,
+ * the dots of 30-odd centers cost little beside that read, and the fresh
+ * lower bound keeps the row out of the next iterations' list, where a
+ * tightened u alone with a stale lower bound soon fails again (the
+ * bench's kmeans_loop: 38-39 ms of CPU time instead of 40-44 ms). */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static int64_t block_scan(km_step *s, int64_t b0, int64_t b1, int64_t *unsure)
 {
-  int64_t n = 0;
-  if (s->full) {
-    for (int64_t r = b0; r < b1; r++) s->unsure[n++] = r;
-    return n;
+  bool keep[KM_BLOCK_ROWS];
+  int64_t n = 0, t = s->epoch;
+  for (int64_t r = b0; r < b1; r++) {  /* no stores but keep: the compiler may run it eight rows a vector */
+    double u, l;
+    keep[r - b0] = bounds_keep(s, s->state + r, t, &u, &l);
   }
   for (int64_t r = b0; r < b1; r++) {
-    double u, l, z;
-    if (bounds_keep(s, r, &u, &l, &z)) continue;
-    s->bounds[3 * n] = l, s->bounds[3 * n + 1] = z, s->tight[n++] = r;
-    prefetch_row(s, r);  /* the loads of the rows to tighten overlap */
+    km_row *st = s->state + r;
+    if (!keep[r - b0]) {
+      unsure[n++] = r;
+      prefetch_row(s, r);
+    } else if (t - st->epoch >= KM_EPOCHS / 2) {  /* rewritten before its epoch leaves the window */
+      double u, l;
+      bounds_keep(s, st, t, &u, &l);
+      st->epoch = (int32_t)t, st->u = f32_up(u), st->l = f32_down(l);
+    }
   }
-  return tighten_rows(s, s->tight, n, s->bounds, s->unsure);
+  return n;
 }
 
+/* Rows in blocks of KM_BLOCK_ROWS: the bounds of the next block are
+ * scanned (its rows to place prefetched) before this block's rows are
+ * placed, so those reads from memory overlap a block's scan instead of
+ * stalling; then (final E-step) the inertia, while the block's rows are
+ * still in cache. */
 static int step_run(km_step *s, tsr_errbuf *err)
 {
-  int rc = 0;
+  int rc = 0, cur = 0;
   double inertia = 0;
   start_state(s);
-  for (int64_t b0 = 0; rc == 0 && b0 < s->rows; b0 += KM_BLOCK_ROWS) {
-    int64_t b1 = b0 + KM_BLOCK_ROWS < s->rows ? b0 + KM_BLOCK_ROWS : s->rows;
-    int64_t n_unsure = block_unsure(s, b0, b1);
+  int64_t n_next = 0, first = KM_BLOCK_ROWS < s->rows ? KM_BLOCK_ROWS : s->rows;
+  if (!s->full) n_next = block_scan(s, 0, first, s->unsure);
+  for (int64_t b0 = 0; rc == 0 && b0 < s->rows; b0 += KM_BLOCK_ROWS, cur = 1 - cur) {
+    int64_t b1 = b0 + KM_BLOCK_ROWS < s->rows ? b0 + KM_BLOCK_ROWS : s->rows, n_unsure = n_next;
+    int64_t *unsure = s->unsure + cur * KM_BLOCK_ROWS;
+    if (!s->full && b1 < s->rows) {
+      int64_t b2 = b1 + KM_BLOCK_ROWS < s->rows ? b1 + KM_BLOCK_ROWS : s->rows;
+      n_next = block_scan(s, b1, b2, s->unsure + (1 - cur) * KM_BLOCK_ROWS);
+    }
+    if (s->full)
+      for (n_unsure = 0; n_unsure < b1 - b0; n_unsure++) unsure[n_unsure] = b0 + n_unsure;
     for (int64_t i = 0; rc == 0 && i < n_unsure; i += KM_BATCH)
-      rc = place_rows(s, s->unsure + i, n_unsure - i < KM_BATCH ? (int)(n_unsure - i) : KM_BATCH, err);
+      rc = place_rows(s, unsure + i, n_unsure - i < KM_BATCH ? (int)(n_unsure - i) : KM_BATCH, err);
     for (int64_t r = b0; rc == 0 && s->converged && r < b1; r++) {
       prefetch_row(s, r + KM_PREFETCH);
       inertia += row_d2(s, r, s->centers + s->state[r].label * s->d);
@@ -514,13 +532,13 @@ static int step_prepare(km_step *s, tsr_errbuf *err)
   int64_t k = s->k, d = s->d;
   s->ct = calloc((size_t)(s->kp * d + 1), sizeof *s->ct);
   s->ct32 = calloc((size_t)(s->kp32 * d + 1), sizeof *s->ct32);
-  s->cn = malloc((size_t)k * sizeof *s->cn), s->dist = malloc((size_t)s->kp * sizeof *s->dist);
+  s->cn = malloc((size_t)s->kp32 * sizeof *s->cn), s->dist = malloc((size_t)s->kp * sizeof *s->dist);
   s->row = malloc((size_t)(KM_BATCH * d) * sizeof *s->row), s->row32 = malloc((size_t)(KM_BATCH * d) * sizeof *s->row32);
-  s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->unsure = malloc(KM_BLOCK_ROWS * sizeof *s->unsure);
-  s->tight = malloc(KM_BLOCK_ROWS * sizeof *s->tight), s->bounds = malloc(3 * KM_BLOCK_ROWS * sizeof *s->bounds);
-  if (!s->ct || !s->ct32 || !s->cn || !s->dist || !s->row || !s->row32 || !s->dots || !s->unsure || !s->tight || !s->bounds)
+  s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->unsure = malloc(2 * KM_BLOCK_ROWS * sizeof *s->unsure);
+  if (!s->ct || !s->ct32 || !s->cn || !s->dist || !s->row || !s->row32 || !s->dots || !s->unsure)
     return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory for %lld rows", (long long)s->rows);
   s->cmax = 0;
+  for (int64_t q = k; q < s->kp32; q++) s->cn[q] = INFINITY;  /* the padding centers never win the screening */
   for (int64_t q = 0; q < k; q++) {
     const double *c = s->centers + q * d;
     s->cn[q] = 0;
@@ -533,12 +551,37 @@ static int step_prepare(km_step *s, tsr_errbuf *err)
 
 static void step_free(km_step *s)
 {
-  free(s->ct), free(s->ct32), free(s->cn), free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->unsure), free(s->tight), free(s->bounds);
+  free(s->ct), free(s->ct32), free(s->cn), free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->unsure);
+}
+
+/* One pass of the steps over the rows of the parts chunks at xs (rows
+ * from row0 of x) under the model m: the state into part (prev: the last
+ * state, NULL, or part itself for kmeans_loop's in-place passes). */
+int tsr_km_step_pass(int64_t k, int64_t row0, const tsr_buf *xs, int64_t parts, const double *m, const double *prev,
+                     double *part, tsr_errbuf *err)
+{
+  int64_t d = xs[0].meta.shape[1];
+  km_step s = {0};
+  s.starts = malloc((size_t)(parts + 1) * sizeof *s.starts);
+  if (s.starts == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory");
+  s.starts[0] = 0;
+  for (int64_t i = 0; i < parts; i++) s.starts[i + 1] = s.starts[i] + xs[i].meta.shape[0];
+  s.k = k, s.d = d, s.kp = (k + 7) / 8 * 8, s.kp32 = (k + 31) / 32 * 32, s.rows = s.starts[parts], s.row0 = row0;
+  s.xs = xs, s.parts = parts;
+  s.centers = m + KM_HDR, s.shift = s.centers + k * d, s.half = s.shift + k, s.prev = prev;
+  s.drift = s.half + k, s.mdrift = s.drift + KM_EPOCHS * k, s.epoch = (int64_t)m[M_IT];
+  s.full = prev == NULL || m[M_NEED_FAR] != 0, s.far = m[M_NEED_FAR] != 0, s.converged = m[M_PHASE] == PH_CONVERGED;
+  s.part = part, s.colsum = s.part + KM_LEN(k, d), s.colsq = s.colsum + d, s.state = (km_row *)(s.part + KM_STATE_HEAD(k, d));
+  int rc = step_prepare(&s, err);
+  if (rc == 0) rc = step_run(&s, err);
+  step_free(&s);
+  free(s.starts);
+  return rc;
 }
 
 static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
 {
-  int64_t k = 0, row0 = 0, parts = 1, d = in[0].meta.shape[1];
+  int64_t k = 0, row0 = 0, parts = 1;
   tsr_params_get_int(p, "k", &k, NULL);
   tsr_params_get_int(p, "row0", &row0, NULL);
   step_parts("kmeans_step", p, n, &parts, NULL);
@@ -548,22 +591,7 @@ static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
     memcpy(out->data, prev, out->nbytes);  /* converged earlier in this graph: nothing moves */
     return 0;
   }
-  km_step s = {0};
-  s.starts = malloc((size_t)(parts + 1) * sizeof *s.starts);
-  if (s.starts == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory");
-  s.starts[0] = 0;
-  for (int64_t i = 0; i < parts; i++) s.starts[i + 1] = s.starts[i] + in[i].meta.shape[0];
-  s.k = k, s.d = d, s.kp = (k + 7) / 8 * 8, s.kp32 = (k + 31) / 32 * 32, s.rows = s.starts[parts], s.row0 = row0;
-  s.xs = in, s.parts = parts;
-  s.centers = m + KM_HDR, s.shift = s.centers + k * d, s.half = s.shift + k, s.prev = prev;
-  s.drift = s.half + k, s.mdrift = s.drift + KM_EPOCHS * k, s.epoch = (int64_t)m[M_IT];
-  s.full = prev == NULL || m[M_NEED_FAR] != 0, s.far = m[M_NEED_FAR] != 0, s.converged = m[M_PHASE] == PH_CONVERGED;
-  s.part = out->data, s.colsum = s.part + KM_LEN(k, d), s.colsq = s.colsum + d, s.state = (km_row *)(s.part + KM_STATE_HEAD(k, d));
-  int rc = step_prepare(&s, err);
-  if (rc == 0) rc = step_run(&s, err);
-  step_free(&s);
-  free(s.starts);
-  return rc;
+  return tsr_km_step_pass(k, row0, in, parts, m, prev, out->data, err);
 }
 
 /* ---------- kmeans_update: new centers from every chunk's state ---------- */
@@ -673,13 +701,11 @@ static int update_step(double *m, const tsr_buf *in, int n, int64_t k, int64_t d
   return 0;
 }
 
-static int update_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+/* The model m (a copy of the last) after the steps whose states are
+ * in[1..n): the next centers, or done with the inertia after the final
+ * E-step. */
+int tsr_km_update_model(double *m, const tsr_buf *in, int n, int64_t k, int64_t d, tsr_errbuf *err)
 {
-  int64_t k = 0, d = 0;
-  tsr_params_get_int(p, "k", &k, NULL);
-  tsr_params_get_int(p, "d", &d, NULL);
-  double *m = out->data;
-  memcpy(m, in[0].data, out->nbytes);
   if (m[M_PHASE] == PH_DONE) return 0;
   if (m[M_PHASE] == PH_CONVERGED) {  /* the steps computed the final labels and inertia */
     double inertia = 0;
@@ -691,24 +717,36 @@ static int update_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *ou
   return update_step(m, in, n, k, d, err);
 }
 
+static int update_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  int64_t k = 0, d = 0;
+  tsr_params_get_int(p, "k", &k, NULL);
+  tsr_params_get_int(p, "d", &d, NULL);
+  double *m = out->data;
+  memcpy(m, in[0].data, out->nbytes);
+  return tsr_km_update_model(m, in, n, k, d, err);
+}
+
 /* ---------- kmeans_labels: a state's labels ---------- */
 
 /* Rows [start, start + rows) of the state (params start, rows; default
- * all of them). */
+ * all of them) that begins `offset` values into the input (default 0; a
+ * kmeans_loop output: its model's length). */
 static int labels_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
 {
   (void)n;
-  int64_t k, d, start = 0, rows = -1;
+  int64_t k, d, start = 0, rows = -1, offset = 0;
   int rc = km_int("kmeans_labels", p, "k", &k, err);
   if (rc == 0) rc = km_int("kmeans_labels", p, "d", &d, err);
   if (rc == 0 && tsr_params_find(p, "start") != NULL) rc = km_int("kmeans_labels", p, "start", &start, err);
   if (rc == 0 && tsr_params_find(p, "rows") != NULL) rc = km_int("kmeans_labels", p, "rows", &rows, err);
+  if (rc == 0 && tsr_params_find(p, "offset") != NULL) rc = km_int("kmeans_labels", p, "offset", &offset, err);
   if (rc != 0) return rc;
-  int64_t head = KM_STATE_HEAD(k, d);
-  if (in[0].ndim != 1 || in[0].dtype != TSR_F64 || in[0].shape[0] < head ||
-      KM_STATE_LEN(k, d, KM_STATE_ROWS(k, d, in[0].shape[0])) != in[0].shape[0])
-    return tsr_fail(err, TSR_ESHAPE, "kmeans_labels: input is %s, not a chunk's state", tsr_k_str(&in[0]).s);
-  int64_t all = KM_STATE_ROWS(k, d, in[0].shape[0]);
+  int64_t head = KM_STATE_HEAD(k, d), len = in[0].shape[0] - offset;
+  if (in[0].ndim != 1 || in[0].dtype != TSR_F64 || offset < 0 || len < head || KM_STATE_LEN(k, d, KM_STATE_ROWS(k, d, len)) != len)
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_labels: input is %s, not a chunk's state %lld values in", tsr_k_str(&in[0]).s,
+                    (long long)offset);
+  int64_t all = KM_STATE_ROWS(k, d, len);
   if (rows < 0) rows = all - start;
   if (start < 0 || rows < 0 || start + rows > all)
     return tsr_fail(err, TSR_EINVAL, "kmeans_labels: rows [%lld, %lld) outside the state's %lld", (long long)start,
@@ -720,11 +758,12 @@ static int labels_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta
 static int labels_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
 {
   (void)n, (void)err;
-  int64_t k = 0, d = 0, start = 0;
+  int64_t k = 0, d = 0, start = 0, offset = 0;
   tsr_params_get_int(p, "k", &k, NULL);
   tsr_params_get_int(p, "d", &d, NULL);
   if (tsr_params_find(p, "start") != NULL) tsr_params_get_int(p, "start", &start, NULL);
-  const km_row *st = (const km_row *)((const double *)in[0].data + KM_STATE_HEAD(k, d)) + start;
+  if (tsr_params_find(p, "offset") != NULL) tsr_params_get_int(p, "offset", &offset, NULL);
+  const km_row *st = (const km_row *)((const double *)in[0].data + offset + KM_STATE_HEAD(k, d)) + start;
   for (int64_t r = 0; r < out->meta.shape[0]; r++) ((int32_t *)out->data)[r] = st[r].label;
   return 0;
 }

@@ -71,6 +71,8 @@ extern const tsr_op_def tsr_op_kmeans_init;     /* kmeans_step.c */
 extern const tsr_op_def tsr_op_kmeans_step;
 extern const tsr_op_def tsr_op_kmeans_update;
 extern const tsr_op_def tsr_op_kmeans_labels;
+extern const tsr_op_def tsr_op_kmeans_loop;
+extern const tsr_op_def tsr_op_kmeans_model;
 extern const tsr_op_def tsr_op_fillnan;      /* convert.c */
 extern const tsr_op_def tsr_op_ufunc;        /* ufunc.c */
 extern const tsr_op_def tsr_op_matmul_chain; /* matmul_chain.c */

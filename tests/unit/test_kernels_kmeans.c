@@ -3,11 +3,18 @@
  * chains them, give at every iteration the labels of plain Lloyd
  * (kmeans_partial with the same centers: exact f64 distances, ties to the
  * smaller index) on data full of exact ties, f32 and f64, with an emptied
- * cluster; and bad input is named.
+ * cluster; and bad input is named. kmeans_loop (the rest of a run in
+ * one task, its state updated in place) gives plain Lloyd's labels and
+ * the chain's iterations from the init and after steps, relocates an
+ * emptied cluster with an in-place full pass, stops at max_iter, and its
+ * output feeds kmeans_labels (offset) and kmeans_model.
  *
  *   test_kernels_kmeans            the tests
- *   test_kernels_kmeans --bench    times the steps of a 100,000 x 50 f32
- *                                  mixture, k = 30 (no assertions) */
+ *   test_kernels_kmeans --bench [X.npy init.npy]
+ *                                  times the steps of a 100,000 x 50 f32
+ *                                  mixture, k = 30, then 0-4 iterations of
+ *                                  steps followed by kmeans_loop (KM_P=N:
+ *                                  only N) — CPU time, no assertions */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -333,6 +340,200 @@ TEST(bad_input_is_named)
   lloyd_free(&l);
 }
 
+/* kmeans_loop over every chunk of l, its model and its states (none
+ * before the first step): the model, then one state of all the rows. */
+static int loop_run(lloyd *l, tsr_buf *out, tsr_errbuf *err)
+{
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_params_add_int(&p, "k", l->k);
+  tsr_params_add_int(&p, "parts", l->nb);
+  tsr_buf *in = calloc((size_t)(2 * l->nb + 1), sizeof *in);
+  int n = 0;
+  for (int64_t b = 0; b < l->nb; b++) in[n++] = chunk_of(l, b);
+  in[n++] = l->model;
+  for (int64_t b = 0; b < l->nb && l->states[0].data != NULL; b++) in[n++] = l->states[b];
+  int rc = run("kmeans_loop", &p, in, n, out, err);
+  tsr_params_clear(&p);
+  free(in);
+  return rc;
+}
+
+/* ---------- kmeans_loop: the rest of a run in one task ---------- */
+
+/* Row r's label in a kmeans_loop output (its model first). */
+static int32_t loop_label(const lloyd *l, const tsr_buf *out, int64_t r)
+{
+  int32_t label;
+  int64_t mlen = KM_HDR + l->k * l->d + 2 * l->k + 32 * (l->k + 1);
+  memcpy(&label, (const char *)out->data + (mlen + STATE_HEAD(l->k, l->d)) * 8 + 16 * r, sizeof label);
+  return label;
+}
+
+/* The rows of a loop output whose label differs from plain Lloyd's under
+ * its final centers; *inertia_p: plain Lloyd's inertia under them. */
+static int64_t loop_wrong(const lloyd *l, const tsr_buf *out, double *inertia_p, tsr_errbuf *err)
+{
+  const double *m = out->data;
+  int64_t wrong = 0;
+  *inertia_p = 0;
+  for (int64_t b = 0; b < l->nb; b++) {
+    int32_t *ref = reference_labels(l, b, m + KM_HDR, err);
+    tsr_params p = TSR_PARAMS_INIT;
+    tsr_params_add_int(&p, "k", l->k);
+    tsr_params_add_int(&p, "row0", b * l->chunk);
+    tsr_params_add_floats(&p, "centers", m + KM_HDR, (size_t)(l->k * l->d));
+    tsr_buf xc = chunk_of(l, b), part;
+    if (ref == NULL || run("kmeans_partial", &p, &xc, 1, &part, err) != 0) return -1;
+    *inertia_p += ((double *)part.data)[l->k * l->d + l->k];
+    for (int64_t r = 0; r < xc.meta.shape[0]; r++) wrong += loop_label(l, out, b * l->chunk + r) != ref[r];
+    free(ref), free(part.data), tsr_params_clear(&p);
+  }
+  return wrong;
+}
+
+/* kmeans_loop after `steps` iterations of kmeans_step / kmeans_update
+ * (0: from the init, no states): done, every label plain Lloyd's under
+ * its final centers, the inertia theirs, and the same number of
+ * iterations as the chain of steps run to the end. */
+static void check_loop(tsr_dtype dt, int64_t n, int64_t d, int64_t k, int64_t chunk, double spread, int steps)
+{
+  double *x = mixture(n, d, k, spread);
+  lloyd l = lloyd_of(n, d, k, chunk, 0, dt, as_dtype(x, (size_t)(n * d), dt));
+  lloyd chain = lloyd_of(n, d, k, chunk, 0, dt, l.x);
+  tsr_errbuf err;
+  tsr_buf out;
+  double inertia = 0;
+  ASSERT_OK(lloyd_start(&l, x, 300, 0, &err));
+  ASSERT_OK(lloyd_start(&chain, x, 300, 0, &err));
+  ASSERT_EQ(lloyd_check_all(&chain, &err), 0);
+  for (int i = 0; i < steps; i++) ASSERT_EQ(lloyd_iteration(&l, true, &err), 0);
+  ASSERT_OK(loop_run(&l, &out, &err));
+  const double *m = out.data, *cm = chain.model.data;
+  int64_t wrong = loop_wrong(&l, &out, &inertia, &err);
+  fprintf(stderr, "  %d steps then the loop: %g iterations (the steps alone %g), %lld labels differ, inertia %.9g (%.9g)\n", steps,
+          m[0], cm[0], (long long)wrong, m[3], cm[3]);
+  ASSERT_EQ(wrong, 0);
+  ASSERT_EQ(m[1], 2);
+  ASSERT_EQ(m[0], cm[0]);
+  ASSERT_NEAR(m[3], inertia, 1e-12);
+  ASSERT_NEAR(m[3], cm[3], 1e-9);
+  free(out.data);
+  lloyd_free(&l), lloyd_free(&chain);
+  free(l.x), free(x);
+}
+
+TEST(loop_gives_plain_lloyds_labels_from_the_init) { check_loop(TSR_F32, 3000, 7, 12, 700, 1.5, 0); }
+TEST(loop_gives_plain_lloyds_labels_after_steps) { check_loop(TSR_F64, 2000, 3, 25, 512, 6.0, 2); }
+TEST(loop_gives_plain_lloyds_labels_wide) { check_loop(TSR_F32, 1500, 64, 40, 400, 12.0, 3); }
+
+TEST(loop_relocates_an_emptied_cluster_in_place)
+{
+  /* as an_emptied_cluster_takes_the_farthest_point, all in the loop: its
+   * first update finds the empty cluster, its next pass (in place, full)
+   * finds the farthest points */
+  double x[12 * 2], init[3 * 2] = {0, 0, 10, 10, 1000, 1000};
+  for (int i = 0; i < 12; i++) x[2 * i] = (i < 6 ? 0 : 10) + 0.1 * (i % 3), x[2 * i + 1] = (i < 6 ? 0 : 10) + 0.1 * (i % 2);
+  x[2 * 11] = 30, x[2 * 11 + 1] = 30;
+  lloyd l = lloyd_of(12, 2, 3, 5, 0, TSR_F64, x);
+  tsr_errbuf err;
+  tsr_buf out;
+  double inertia;
+  ASSERT_OK(lloyd_start(&l, init, 300, 1e-4, &err));
+  ASSERT_OK(loop_run(&l, &out, &err));
+  const double *m = out.data;
+  ASSERT_EQ(m[1], 2);
+  ASSERT_EQ(m[KM_HDR + 4], 30);  /* the third center is the point (30, 30) */
+  ASSERT_EQ(m[KM_HDR + 5], 30);
+  ASSERT_EQ(loop_label(&l, &out, 11), 2);
+  ASSERT_EQ(loop_wrong(&l, &out, &inertia, &err), 0);
+  ASSERT_NEAR(m[3], inertia, 1e-12);
+  free(out.data);
+  lloyd_free(&l);
+}
+
+TEST(loop_stops_at_max_iter_and_feeds_labels_and_model)
+{
+  double *x = mixture(900, 5, 9, 4.0);
+  lloyd l = lloyd_of(900, 5, 9, 250, 0, TSR_F64, x);
+  tsr_errbuf err;
+  tsr_buf out, lab, model;
+  ASSERT_OK(lloyd_start(&l, x, 2, 0, &err));
+  ASSERT_EQ(lloyd_iteration(&l, true, &err), 0);
+  ASSERT_OK(loop_run(&l, &out, &err));
+  ASSERT_EQ(((const double *)out.data)[0], 2);
+  ASSERT_EQ(((const double *)out.data)[1], 2);
+  /* kmeans_labels reads the loop's rows at its model's offset; kmeans_model its model */
+  int64_t mlen = KM_HDR + 9 * 5 + 2 * 9 + 32 * 10;
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_params_add_int(&p, "k", 9);
+  tsr_params_add_int(&p, "d", 5);
+  tsr_params_add_int(&p, "offset", mlen);
+  tsr_params_add_int(&p, "start", 250);
+  tsr_params_add_int(&p, "rows", 250);
+  ASSERT_OK(run("kmeans_labels", &p, &out, 1, &lab, &err));
+  ASSERT_EQ(lab.meta.shape[0], 250);
+  for (int64_t r = 0; r < 250; r++) ASSERT_EQ(((int32_t *)lab.data)[r], loop_label(&l, &out, 250 + r));
+  free(lab.data);
+  ASSERT_OK(run("kmeans_model", &p, &out, 1, &model, &err));
+  ASSERT_EQ(model.meta.shape[0], mlen);
+  ASSERT_TRUE(memcmp(model.data, out.data, (size_t)mlen * 8) == 0);
+  free(model.data);
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "k", 9);
+  tsr_params_add_int(&p, "d", 5);
+  tsr_params_add_int(&p, "offset", mlen + 1);
+  ASSERT_EQ(run("kmeans_labels", &p, &out, 1, &lab, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "not a chunk's state");
+  tsr_params_clear(&p);
+  free(out.data);
+  lloyd_free(&l);
+  free(x);
+}
+
+TEST(loop_bad_input_is_named)
+{
+  double *x = mixture(900, 5, 9, 4.0);
+  lloyd l = lloyd_of(900, 5, 9, 250, 0, TSR_F64, x);
+  tsr_errbuf err;
+  tsr_buf out;
+  ASSERT_OK(lloyd_start(&l, x, 300, 1e-4, &err));
+  ASSERT_EQ(lloyd_iteration(&l, false, &err), 0);
+  /* states that do not cover the x chunks */
+  tsr_params p = TSR_PARAMS_INIT;
+  tsr_params_add_int(&p, "k", 9);
+  tsr_params_add_int(&p, "parts", 4);
+  tsr_buf in[6] = {chunk_of(&l, 0), chunk_of(&l, 1), chunk_of(&l, 2), chunk_of(&l, 3), l.model, l.states[0]};
+  ASSERT_EQ(run("kmeans_loop", &p, in, 6, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "the states hold 250 rows, the x chunks 900");
+  /* a model that is not one */
+  in[4] = l.states[1];
+  ASSERT_EQ(run("kmeans_loop", &p, in, 5, &out, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "input 4");
+  ASSERT_CONTAINS(err.text, "not a model of k = 9");
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "k", 9);
+  ASSERT_EQ(run("kmeans_loop", &p, in, 5, &out, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "parts");
+  /* a done model without states */
+  ASSERT_OK(loop_run(&l, &out, &err));
+  tsr_buf model = {0};
+  model = buf_of(TSR_F64, 1, KM_HDR + 9 * 5 + 2 * 9 + 32 * 10, 0, out.data);
+  tsr_params_add_int(&p, "parts", 4);
+  tsr_buf in2[5] = {chunk_of(&l, 0), chunk_of(&l, 1), chunk_of(&l, 2), chunk_of(&l, 3), model};
+  tsr_buf none;
+  ASSERT_EQ(run("kmeans_loop", &p, in2, 5, &none, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "done but no state");
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "k", 9);
+  tsr_params_add_int(&p, "d", 5);
+  ASSERT_EQ(run("kmeans_model", &p, &l.states[0], 1, &none, &err), TSR_ESHAPE);
+  ASSERT_CONTAINS(err.text, "not a kmeans_loop output");
+  tsr_params_clear(&p);
+  free(out.data);
+  lloyd_free(&l);
+  free(x);
+}
+
 /* A .npy file's data (version 1 header, little-endian, C order): n
  * values of esize bytes, or NULL. */
 static void *read_npy(const char *path, size_t esize, size_t *n_p)
@@ -372,7 +573,7 @@ static int bench(int argc, char **argv)
   tsr_errbuf err;
   if (lloyd_start(&l, init, 300, 1e-4, &err) != 0) return 1;
   double total = 0;
-  while (((const double *)l.model.data)[1] != 2) {
+  while (getenv("KM_P") == NULL && ((const double *)l.model.data)[1] != 2) {
     double t = now();
     if (lloyd_iteration(&l, false, &err) < 0) return fprintf(stderr, "%s\n", err.text), 1;
     t = now() - t, total += t;
@@ -380,6 +581,22 @@ static int bench(int argc, char **argv)
   }
   printf("total %.1f ms for %d iterations (CPU time of one thread), inertia %.6g\n", 1e3 * total, l.iterations, ((double *)l.model.data)[3]);
   lloyd_free(&l);
+  /* graphs/kmeans.c on one worker: 3 iterations of steps, then kmeans_loop */
+  for (int parallel = getenv("KM_P") ? atoi(getenv("KM_P")) : 0; parallel <= (getenv("KM_P") ? atoi(getenv("KM_P")) : 4); parallel++) {
+    lloyd m = lloyd_of(n, d, k, 16384, 0, TSR_F32, x32);
+    double t = now(), t_loop;
+    tsr_buf out;
+    if (lloyd_start(&m, init, 300, 1e-4, &err) != 0) return 1;
+    for (int i = 0; i < parallel; i++)
+      if (lloyd_iteration(&m, false, &err) < 0) return fprintf(stderr, "%s\n", err.text), 1;
+    t_loop = now();
+    if (loop_run(&m, &out, &err) != 0) return fprintf(stderr, "%s\n", err.text), 1;
+    t = now() - t, t_loop = now() - t_loop;
+    printf("%d iterations of steps, then kmeans_loop: %.1f ms (the loop %.1f ms), %g iterations, inertia %.6g\n", parallel,
+           1e3 * t, 1e3 * t_loop, ((double *)out.data)[0], ((double *)out.data)[3]);
+    free(out.data);
+    lloyd_free(&m);
+  }
   if (x == NULL) free(init);
   free(x32), free(x);
   return 0;
@@ -396,5 +613,11 @@ int main(int argc, char **argv)
   RUN(a_step_over_several_chunks_labels_each_row);
   RUN(an_emptied_cluster_takes_the_farthest_point);
   RUN(bad_input_is_named);
+  RUN(loop_gives_plain_lloyds_labels_from_the_init);
+  RUN(loop_gives_plain_lloyds_labels_after_steps);
+  RUN(loop_gives_plain_lloyds_labels_wide);
+  RUN(loop_relocates_an_emptied_cluster_in_place);
+  RUN(loop_stops_at_max_iter_and_feeds_labels_and_model);
+  RUN(loop_bad_input_is_named);
   return kit_summary();
 }

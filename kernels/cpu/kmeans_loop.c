@@ -1,0 +1,150 @@
+/* kernels/cpu/kmeans_loop.c — the rest of a Lloyd run in one task
+ * (graphs/kmeans.c; docs/cluster.md, "k-means").
+ *
+ * kmeans_loop (inputs: every row chunk of x in order, parts of them; the
+ *   model; the states of the runs of chunks the parallel steps so far
+ *   kept, in row order, or none; params k, parts): runs kmeans_step and
+ *   kmeans_update over all the rows until the model is done (converged,
+ *   the final E-step run, the inertia summed) and returns the model
+ *   followed by one state of all the rows: f64 [KM_MODEL_LEN(k, d) +
+ *   KM_STATE_LEN(k, d, rows)]. Once the bounds keep most rows, an
+ *   iteration's work is far below what a scheduler round trip and a copy
+ *   of the states cost, so the late iterations run here, updating the
+ *   task's own output in place (the inputs are not written). The passes
+ *   are kmeans_step's (tsr_km_step_pass), the labels therefore plain
+ *   Lloyd's.
+ * kmeans_model (input: a kmeans_loop output; params k, d): its model. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kmeans.h"
+
+static int loop_int(const char *op, const tsr_params *p, const char *name, int64_t *v, tsr_errbuf *err)
+{
+  int rc = tsr_params_get_int(p, name, v, err);
+  return rc == 0 ? 0 : tsr_k_param_fail(op, rc, err);
+}
+
+static bool is_state(const tsr_meta *m, int64_t k, int64_t d)
+{
+  return m->ndim == 1 && m->dtype == TSR_F64 && m->shape[0] >= KM_STATE_HEAD(k, d) &&
+         KM_STATE_LEN(k, d, KM_STATE_ROWS(k, d, m->shape[0])) == m->shape[0];
+}
+
+/* The x chunks' rows, or a negative rc naming the chunk that is not an
+ * f32/f64 2-D chunk like the first. */
+static int64_t loop_rows(const tsr_meta *in, int64_t parts, tsr_errbuf *err)
+{
+  int64_t rows = 0;
+  for (int64_t i = 0; i < parts; i++) {
+    if (in[i].ndim != 2 || !tsr_k_is_float(in[i].dtype) || in[i].dtype != in[0].dtype || in[i].shape[1] != in[0].shape[1])
+      return tsr_fail(err, TSR_ESHAPE, "kmeans_loop: input %lld is %s, not an f32/f64 2-D chunk like input 0 (%s)",
+                      (long long)i, tsr_k_str(&in[i]).s, tsr_k_str(&in[0]).s);
+    rows += in[i].shape[0];
+  }
+  return rows;
+}
+
+static int loop_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  int64_t k, parts, rows, have = 0;
+  int rc = loop_int("kmeans_loop", p, "k", &k, err);
+  if (rc == 0) rc = loop_int("kmeans_loop", p, "parts", &parts, err);
+  if (rc != 0) return rc;
+  if (k < 1 || parts < 1 || n < parts + 1)
+    return tsr_fail(err, TSR_EINVAL, "kmeans_loop: %d inputs for k = %lld, parts = %lld (the x chunks, the model, states)", n,
+                    (long long)k, (long long)parts);
+  if ((rows = loop_rows(in, parts, err)) < 0) return (int)rows;
+  int64_t d = in[0].shape[1];
+  const tsr_meta *m = &in[parts];
+  if (m->ndim != 1 || m->dtype != TSR_F64 || m->shape[0] != KM_MODEL_LEN(k, d))
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_loop: input %lld is %s, not a model of k = %lld x %lld", (long long)parts,
+                    tsr_k_str(m).s, (long long)k, (long long)d);
+  for (int i = (int)parts + 1; i < n; i++) {
+    if (!is_state(&in[i], k, d))
+      return tsr_fail(err, TSR_ESHAPE, "kmeans_loop: input %d is %s, not a state of k = %lld x %lld", i, tsr_k_str(&in[i]).s,
+                      (long long)k, (long long)d);
+    have += KM_STATE_ROWS(k, d, in[i].shape[0]);
+  }
+  if (n > parts + 1 && have != rows)
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_loop: the states hold %lld rows, the x chunks %lld", (long long)have, (long long)rows);
+  int64_t len = KM_MODEL_LEN(k, d) + KM_STATE_LEN(k, d, rows);
+  tsr_k_meta_set(out, TSR_F64, 1, &len);
+  return 0;
+}
+
+/* The states at in (g of them, rows in order) as one state at st: the
+ * sums, counts and column sums added in input order (kmeans_update's
+ * order), the rows one after the other; no farthest points (a state that
+ * needs them is followed by a full pass, which finds them). */
+static void join_states(double *st, const tsr_buf *in, int g, int64_t k, int64_t d)
+{
+  int64_t head = KM_STATE_HEAD(k, d), at = 0;
+  memset(st, 0, (size_t)head * sizeof *st);
+  for (int i = 0; i < g; i++) {
+    const double *s = in[i].data;
+    for (int64_t j = 0; j < k * d + k; j++) st[j] += s[j];
+    for (int64_t j = 0; j < 2 * d; j++) st[KM_LEN(k, d) + j] += s[KM_LEN(k, d) + j];
+    int64_t rows = KM_STATE_ROWS(k, d, in[i].meta.shape[0]);
+    memcpy((km_row *)(st + head) + at, s + head, (size_t)rows * sizeof(km_row));
+    at += rows;
+  }
+  for (int64_t j = 0; j < k; j++) st[k * d + k + 1 + 3 * j + 1] = -1;
+}
+
+static int loop_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  int64_t k = 0, parts = 1, rows = 0, d = in[0].meta.shape[1];
+  tsr_params_get_int(p, "k", &k, NULL);
+  tsr_params_get_int(p, "parts", &parts, NULL);
+  for (int64_t i = 0; i < parts; i++) rows += in[i].meta.shape[0];
+  int64_t mlen = KM_MODEL_LEN(k, d), g = n - parts - 1;
+  double *m = out->data, *st = m + mlen;
+  memcpy(m, in[parts].data, (size_t)mlen * sizeof *m);
+  if (g > 0) join_states(st, in + parts + 1, (int)g, k, d);
+  else if (m[M_PHASE] == PH_DONE) return tsr_fail(err, TSR_EINVAL, "kmeans_loop: the model is done but no state came with it");
+  tsr_buf ins[2];
+  memset(ins, 0, sizeof ins);
+  ins[1].meta.dtype = TSR_F64, ins[1].meta.ndim = 1, ins[1].meta.shape[0] = KM_STATE_LEN(k, d, rows), ins[1].data = st;
+  const double *prev = g > 0 ? st : NULL;
+  /* every update counts an iteration but a relocation's, which is followed by a full pass that cannot need another */
+  int64_t passes = 0, most = 2 * (int64_t)m[M_MAX_ITER] + 4;
+  int rc = 0;
+  while (rc == 0 && m[M_PHASE] != PH_DONE && passes++ < most) {
+    rc = tsr_km_step_pass(k, 0, in, parts, m, prev, st, err);
+    prev = st;
+    if (rc == 0) rc = tsr_km_update_model(m, ins, 2, k, d, err);
+  }
+  if (rc == 0 && m[M_PHASE] != PH_DONE)
+    rc = tsr_fail(err, TSR_EINVAL, "kmeans_loop: not done after %lld passes (max_iter %g)", (long long)most, m[M_MAX_ITER]);
+  return rc;
+}
+
+/* ---------- kmeans_model ---------- */
+
+static int model_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
+{
+  (void)n;
+  int64_t k, d;
+  int rc = loop_int("kmeans_model", p, "k", &k, err);
+  if (rc == 0) rc = loop_int("kmeans_model", p, "d", &d, err);
+  if (rc != 0) return rc;
+  int64_t len = KM_MODEL_LEN(k, d);
+  tsr_meta st = in[0];
+  st.shape[0] -= len;
+  if (k < 1 || d < 1 || in[0].shape[0] < len || !is_state(&st, k, d))
+    return tsr_fail(err, TSR_ESHAPE, "kmeans_model: input is %s, not a kmeans_loop output of k = %lld x %lld", tsr_k_str(&in[0]).s,
+                    (long long)k, (long long)d);
+  tsr_k_meta_set(out, TSR_F64, 1, &len);
+  return 0;
+}
+
+static int model_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
+{
+  (void)p, (void)n, (void)err;
+  memcpy(out->data, in[0].data, out->nbytes);
+  return 0;
+}
+
+const tsr_op_def tsr_op_kmeans_loop = {"kmeans_loop", 2, -1, loop_infer, loop_cpu, false, NULL};
+const tsr_op_def tsr_op_kmeans_model = {"kmeans_model", 1, 1, model_infer, model_cpu, false, NULL};
