@@ -42,9 +42,12 @@ static double now_s(void)
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static pid_t sched_pid;   /* the running point's scheduler: stopped on the way out */
+
 static void die(const char *what, int rc)
 {
   fprintf(stderr, "scale: %s: %s (%s)\n", what, tsr_strerror(rc), tsr_errmsg());
+  if (sched_pid > 0) kill(sched_pid, SIGTERM);
   exit(1);
 }
 
@@ -298,6 +301,7 @@ static void run_point(const point_opts *o)
   char address_file[64], address[256];
   snprintf(address_file, sizeof address_file, "/tmp/tsr-bench-scale-%d.addr", (int)getpid());
   pid_t sched = start_scheduler(o->scheduler, address_file);
+  sched_pid = sched;
   for (int i = 0; i < 500 && !read_address(address_file, address, sizeof address); i++) usleep(10000);
   unlink(address_file);
   void *ctx = zmq_ctx_new();
@@ -318,6 +322,7 @@ static void run_point(const point_opts *o)
   for (int i = 0; i < 3000 && atomic_load(&sim_welcomed) < o->workers; i++) usleep(10000);
   if (atomic_load(&sim_welcomed) < o->workers) {
     fprintf(stderr, "scale: only %ld of %d workers welcomed\n", atomic_load(&sim_welcomed), o->workers);
+    kill(sched, SIGTERM);
     exit(1);
   }
   tsr_client *client = NULL;
@@ -350,6 +355,7 @@ static void run_point(const point_opts *o)
   free(all);
   kill(sched, SIGTERM);
   waitpid(sched, NULL, 0);
+  sched_pid = 0;
 }
 
 static void raise_fd_limit(void)
