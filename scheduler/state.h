@@ -245,6 +245,7 @@ typedef struct sched_worker {
   /* indexes that keep placement and departure independent of the number
    * of workers and tasks */
   uint32_t load_pos;          /* its index in st->by_load[gpu] (policy_place.c); SCHED_NONE: not in it */
+  bool load_full;             /* no free slot, as of its last re-sift in by_load (its order's first key) */
   uint32_t *placed;           /* ids of tasks sent to it or whose result it holds, and stale ids
                                  (compacted as it grows; sched_worker_note_placed) */
   uint32_t nplaced, cap_placed;
