@@ -9,7 +9,9 @@
  * accepted the graph), the time from submit to the last task, scheduling
  * decisions (computes received by the workers) per second, and the
  * scheduler's memory per task (VmHWM minus its RSS before the submit, from
- * /proc/PID/status). Output lines are `key=value`. bench/scale.sh runs it.
+ * /proc/PID/status). Output lines are --label (default "tessera") and
+ * `key=value` fields. bench/scale.sh runs it, with a baseline scheduler
+ * (BASELINE=) at each point too when given.
  *
  * The simulated workers share a few threads (--threads-sim), each polling
  * its share of the sockets, so a thousand of them fit on a 2-core machine
@@ -40,9 +42,12 @@ static double now_s(void)
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static pid_t sched_pid;   /* the running point's scheduler: stopped on the way out */
+
 static void die(const char *what, int rc)
 {
   fprintf(stderr, "scale: %s: %s (%s)\n", what, tsr_strerror(rc), tsr_errmsg());
+  if (sched_pid > 0) kill(sched_pid, SIGTERM);
   exit(1);
 }
 
@@ -218,7 +223,7 @@ static pid_t start_scheduler(const char *binary, const char *address_file)
   pid_t pid = fork();
   if (pid == 0) {
     execl(binary, binary, "--listen", "tcp://127.0.0.1:0", "--address-file", address_file, "--log-level", "warn",
-          (char *)NULL);
+          "--no-dashboard", (char *)NULL);
     perror(binary);
     _exit(127);
   }
@@ -286,6 +291,7 @@ static tsr_graph *build_tree(long leaves)
 
 typedef struct point_opts {
   const char *scheduler;
+  const char *label;          /* first word of each output line */
   long tasks;
   int workers, sim_threads, worker_threads;
 } point_opts;
@@ -295,6 +301,7 @@ static void run_point(const point_opts *o)
   char address_file[64], address[256];
   snprintf(address_file, sizeof address_file, "/tmp/tsr-bench-scale-%d.addr", (int)getpid());
   pid_t sched = start_scheduler(o->scheduler, address_file);
+  sched_pid = sched;
   for (int i = 0; i < 500 && !read_address(address_file, address, sizeof address); i++) usleep(10000);
   unlink(address_file);
   void *ctx = zmq_ctx_new();
@@ -315,6 +322,7 @@ static void run_point(const point_opts *o)
   for (int i = 0; i < 3000 && atomic_load(&sim_welcomed) < o->workers; i++) usleep(10000);
   if (atomic_load(&sim_welcomed) < o->workers) {
     fprintf(stderr, "scale: only %ld of %d workers welcomed\n", atomic_load(&sim_welcomed), o->workers);
+    kill(sched, SIGTERM);
     exit(1);
   }
   tsr_client *client = NULL;
@@ -333,9 +341,9 @@ static void run_point(const point_opts *o)
   if (rc != 0) die("wait", rc);
   long peak_kib = proc_kib(sched, "VmHWM:");
   long computes = atomic_load(&sim_computes);
-  printf("tessera workers=%d tasks=%zu ingest_s=%.3f submit_to_last_s=%.3f decisions=%ld decisions_per_s=%.0f "
+  printf("%s workers=%d tasks=%zu ingest_s=%.3f submit_to_last_s=%.3f decisions=%ld decisions_per_s=%.0f "
          "sched_base_kib=%ld sched_peak_kib=%ld bytes_per_task=%.0f\n",
-         o->workers, ntasks, t1 - t0, sim_last_done - t0, computes, (double)computes / (t2 - t1), base_kib, peak_kib,
+         o->label, o->workers, ntasks, t1 - t0, sim_last_done - t0, computes, (double)computes / (t2 - t1), base_kib, peak_kib,
          (double)(peak_kib - base_kib) * 1024.0 / (double)ntasks);
   fflush(stdout);
   tsr_future_release(&f);
@@ -347,6 +355,7 @@ static void run_point(const point_opts *o)
   free(all);
   kill(sched, SIGTERM);
   waitpid(sched, NULL, 0);
+  sched_pid = 0;
 }
 
 static void raise_fd_limit(void)
@@ -362,7 +371,7 @@ int main(int argc, char **argv)
 {
   static char default_sched[4096];
   const char *workers = "10,30,100,300,1000";
-  point_opts o = {.tasks = 1000000, .sim_threads = 2, .worker_threads = 1};
+  point_opts o = {.tasks = 1000000, .sim_threads = 2, .worker_threads = 1, .label = "tessera"};
   snprintf(default_sched, sizeof default_sched, "%s", argv[0]);
   char *slash = strrchr(default_sched, '/');
   snprintf(slash ? slash + 1 : default_sched, sizeof default_sched - (size_t)(slash ? slash + 1 - default_sched : 0),
@@ -374,10 +383,11 @@ int main(int argc, char **argv)
     else if (strcmp(argv[i], "--threads-sim") == 0 && i + 1 < argc) o.sim_threads = atoi(argv[++i]);
     else if (strcmp(argv[i], "--worker-threads") == 0 && i + 1 < argc) o.worker_threads = atoi(argv[++i]);
     else if (strcmp(argv[i], "--scheduler") == 0 && i + 1 < argc) o.scheduler = argv[++i];
+    else if (strcmp(argv[i], "--label") == 0 && i + 1 < argc) o.label = argv[++i];
     else {
       printf("usage: tsr-bench-scale [--tasks N] [--workers N,N,...] [--threads-sim T] [--worker-threads T]\n"
-             "                       [--scheduler PATH]   (defaults: 1000000, 10,30,100,300,1000, 2, 1,\n"
-             "                       tessera-scheduler beside this program); see bench/scale.sh\n");
+             "                       [--scheduler PATH] [--label WORD]   (defaults: 1000000, 10,30,100,300,1000,\n"
+             "                       2, 1, tessera-scheduler beside this program, tessera); see bench/scale.sh\n");
       return strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }

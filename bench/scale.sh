@@ -7,12 +7,29 @@
 # comparison (about 5 minutes to ingest 2.5 M tasks).
 #
 # Usage: bench/scale.sh [TASKS] [WORKERS]   (defaults 1000000 and 10,30,100,300,1000)
+#   BIN=DIR       where tsr-bench-scale and tessera-scheduler are (build/bin)
+#   BASELINE=EXE  another tessera-scheduler (e.g. a build of the commit
+#                 before a change): each point runs on it too, right after
+#                 the point on BIN's, with lines labelled "baseline"
+#   TESSERA_HEARTBEAT_TIMEOUT=DUR  read by the scheduler (peers silent this
+#                 long are dropped) and the client (the scheduler silent this
+#                 long is lost); default 10s. A 10^7-task submit holds the
+#                 scheduler's loop for its whole decode and admission (tens
+#                 of seconds on a loaded 2-core VM), so such runs need more:
+#                 the header prints the value used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tasks=${1:-1000000}
 workers=${2:-10,30,100,300,1000}
-cmd="${BIN:-build/bin}/tsr-bench-scale --tasks $tasks --workers $workers"
+bin=${BIN:-build/bin}
+cmd="$bin/tsr-bench-scale --tasks $tasks"
 echo "# bench/scale  $(date -u +%Y-%m-%d)  $(nproc) cores  $(uname -m)  load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# tessera: $cmd"
+echo "# tessera: $cmd --workers $workers"
+[ -n "${BASELINE:-}" ] && echo "# baseline: $cmd --workers N --scheduler $BASELINE --label baseline (after each tessera point)"
+echo "# TESSERA_HEARTBEAT_TIMEOUT=${TESSERA_HEARTBEAT_TIMEOUT:-unset (10s)}"
 echo "# dask (published, not run here): ~5 min to ingest a 2.5 M-task graph, i.e. ~8,300 tasks/s"
-$cmd
+for n in ${workers//,/ }; do
+  $cmd --workers "$n"
+  [ -n "${BASELINE:-}" ] && $cmd --workers "$n" --scheduler "$BASELINE" --label baseline
+done
+exit 0

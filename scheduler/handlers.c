@@ -78,7 +78,9 @@ static void on_worker_heartbeat(msgctx *m)
   w->bytes_spilled = spilled;
   w->bytes_dropped = dropped;
   if (paused != w->paused) TSR_INFO("worker '%s' %s", w->name, paused ? "paused (memory)" : "resumed");
+  bool load_changed = paused != w->paused;
   w->paused = paused;
+  if (load_changed) sched_place_worker_changed(m->st, m->st->peers[m->p].index);
   w->device_memory_used = dev_used;
   w->device_bytes_moved = dev_moved;
   w->device_bytes_dropped = dev_dropped;

@@ -239,6 +239,7 @@ static void hello_worker(sched_state *st, uint32_t p, const msgpack_object *map)
   if (set_ops(st, wk, &h) != 0) {
     TSR_WARN("worker '%s' advertised ops that cannot be registered (limit %d)", h.name, SCHED_MAX_OPS);
   }
+  if (sched_place_worker_joined(st, w) != 0) TSR_WARN("worker '%s': out of memory; it gets no tasks", h.name);
   st->peers[p].role = PEER_WORKER;
   st->peers[p].index = w;
   send_welcome(st, p, wk->peer_id, false);

@@ -27,8 +27,19 @@
  * here, in per-op heaps ordered by priority, so late-arriving urgent work
  * is not stuck behind a deep worker-side queue.
  *
- * Cost: O(inputs + workers) per placed task; the pass is O(ops) per placed
- * task to pick the most urgent runnable task over the op heaps. */
+ * Index: the live workers of each kind (CPU, GPU) are kept in a binary
+ * min-heap on (no free slot, in flight / threads, index), updated when a
+ * task is sent or comes back, a worker joins, leaves or (un)pauses. A
+ * task whose inputs are held nowhere takes the first worker of the op's
+ * kind in that order that passes the filters above (a walk of the heap in
+ * order, usually one step); a task with inputs compares only the workers
+ * that hold them, and the order's first when none of them can take it.
+ *
+ * Cost: O(inputs + log workers) per placed task when the first workers in
+ * load order can take it; a walk past workers that lack the op (plugin
+ * ops on a few workers) or whose memory window is full costs O(k log k)
+ * for the k workers it passes. The pass is O(ops) per placed task to pick
+ * the most urgent runnable task over the op heaps. */
 #include "policy_evict.h"
 #include "sched.h"
 
@@ -120,9 +131,162 @@ static bool less_busy(const sched_worker *a, const sched_worker *b)
   return (uint64_t)a->nprocessing * tb < (uint64_t)b->nprocessing * ta;
 }
 
-uint16_t sched_policy_place(sched_state *st, uint32_t id)
+/* ---------- workers by load ---------- */
+
+/* The order of the by_load heaps: workers with a free slot first, then
+ * the least occupied, then the lowest index. Whether a worker is full is
+ * cached at its last re-sift (sched_worker_free_slots divides: computed
+ * in every comparison it took a tenth of the scheduler's time at 10^7
+ * tasks). */
+static bool load_before(const sched_state *st, uint16_t a, uint16_t b)
 {
-  const sched_task *t = &st->tasks[id];
+  const sched_worker *wa = &st->workers[a], *wb = &st->workers[b];
+  if (wa->load_full != wb->load_full) return wb->load_full;
+  if (less_busy(wa, wb)) return true;
+  return !less_busy(wb, wa) && a < b;
+}
+
+static void heap_set(sched_state *st, sched_worker_heap *h, uint32_t i, uint16_t w)
+{
+  h->ids[i] = w;
+  st->workers[w].load_pos = i;
+}
+
+static void load_sift_up(sched_state *st, sched_worker_heap *h, uint32_t i)
+{
+  uint16_t w = h->ids[i];
+  while (i > 0 && load_before(st, w, h->ids[(i - 1) / 2])) {
+    heap_set(st, h, i, h->ids[(i - 1) / 2]);
+    i = (i - 1) / 2;
+  }
+  heap_set(st, h, i, w);
+}
+
+static void load_sift_down(sched_state *st, sched_worker_heap *h, uint32_t i)
+{
+  uint16_t w = h->ids[i];
+  for (;;) {
+    uint32_t child = 2 * i + 1;
+    if (child >= h->n) break;
+    if (child + 1 < h->n && load_before(st, h->ids[child + 1], h->ids[child])) child++;
+    if (!load_before(st, h->ids[child], w)) break;
+    heap_set(st, h, i, h->ids[child]);
+    i = child;
+  }
+  heap_set(st, h, i, w);
+}
+
+int sched_place_worker_joined(sched_state *st, uint32_t w)
+{
+  sched_worker *wk = &st->workers[w];
+  sched_worker_heap *h = &st->by_load[wk->gpu];
+  if (wk->load_pos != SCHED_NONE) return 0;
+  if (sched_grow((void **)&h->ids, &h->cap, h->n + 1, sizeof *h->ids) != 0 ||
+      sched_grow((void **)&st->walk, &st->cap_walk, h->cap, sizeof *st->walk) != 0)
+    return TSR_ENOMEM;
+  wk->load_full = sched_worker_free_slots(wk) == 0;
+  h->ids[h->n++] = (uint16_t)w;
+  load_sift_up(st, h, h->n - 1);
+  return 0;
+}
+
+void sched_place_worker_left(sched_state *st, uint32_t w)
+{
+  sched_worker *wk = &st->workers[w];
+  sched_worker_heap *h = &st->by_load[wk->gpu];
+  uint32_t i = wk->load_pos;
+  if (i == SCHED_NONE) return;
+  wk->load_pos = SCHED_NONE;
+  uint16_t last = h->ids[--h->n];
+  if (i == h->n) return;
+  heap_set(st, h, i, last);
+  load_sift_up(st, h, i);
+  load_sift_down(st, h, st->workers[last].load_pos);
+}
+
+void sched_place_worker_changed(sched_state *st, uint32_t w)
+{
+  uint32_t i = st->workers[w].load_pos;
+  if (i == SCHED_NONE) return;
+  sched_worker_heap *h = &st->by_load[st->workers[w].gpu];
+  st->workers[w].load_full = sched_worker_free_slots(&st->workers[w]) == 0;
+  load_sift_up(st, h, i);
+  load_sift_down(st, h, st->workers[w].load_pos);
+}
+
+/* Worker w may run a task of op now; with a task id, also within its
+ * memory window (memory_fits). */
+static bool can_take(const sched_state *st, uint16_t w, uint32_t op, uint32_t id)
+{
+  const sched_worker *wk = &st->workers[w];
+  return wk->alive && sched_worker_eligible(st, wk, op) && sched_worker_free_slots(wk) > 0 &&
+         (id == SCHED_NONE || memory_fits(st, wk, id));
+}
+
+/* The walk's frontier (heap indexes of h) is itself a min-heap in load
+ * order: popping it visits h's workers in order. */
+static void walk_push(sched_state *st, const sched_worker_heap *h, uint32_t *n, uint32_t pos)
+{
+  uint32_t i = (*n)++;
+  while (i > 0 && load_before(st, h->ids[pos], h->ids[st->walk[(i - 1) / 2]])) {
+    st->walk[i] = st->walk[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  st->walk[i] = pos;
+}
+
+static uint32_t walk_pop(sched_state *st, const sched_worker_heap *h, uint32_t *n)
+{
+  uint32_t top = st->walk[0], last = st->walk[--*n], i = 0;
+  for (;;) {
+    uint32_t child = 2 * i + 1;
+    if (child >= *n) break;
+    if (child + 1 < *n && load_before(st, h->ids[st->walk[child + 1]], h->ids[st->walk[child]])) child++;
+    if (!load_before(st, h->ids[st->walk[child]], h->ids[last])) break;
+    st->walk[i] = st->walk[child];
+    i = child;
+  }
+  st->walk[i] = last;
+  return top;
+}
+
+/* The first worker of h in load order that can take a task of op (and
+ * task id, unless SCHED_NONE). Stops at the first full worker: all that
+ * follow are full too. */
+static uint16_t first_in_order(sched_state *st, const sched_worker_heap *h, uint32_t op, uint32_t id)
+{
+  uint32_t n = 0;
+  if (h->n > 0) walk_push(st, h, &n, 0);
+  while (n > 0) {
+    uint32_t pos = walk_pop(st, h, &n);
+    uint16_t w = h->ids[pos];
+    if (st->workers[w].load_full) break;
+    if (can_take(st, w, op, id)) return w;
+    if (2 * pos + 1 < h->n) walk_push(st, h, &n, 2 * pos + 1);
+    if (2 * pos + 2 < h->n) walk_push(st, h, &n, 2 * pos + 2);
+  }
+  return SCHED_NO_WORKER;
+}
+
+/* The least loaded worker that can take a task of op (and task id unless
+ * SCHED_NONE), lowest index among equals. Only the heap of the kind the op
+ * prefers holds candidates (sched_worker_eligible), except when no live
+ * worker has it native: then both are walked. */
+static uint16_t least_loaded(sched_state *st, uint32_t op, uint32_t id)
+{
+  if (st->ops[op].ngpu_native > 0) return first_in_order(st, &st->by_load[1], op, id);
+  if (st->ops[op].ncpu > 0) return first_in_order(st, &st->by_load[0], op, id);
+  uint16_t cpu = first_in_order(st, &st->by_load[0], op, id), gpu = first_in_order(st, &st->by_load[1], op, id);
+  if (cpu == SCHED_NO_WORKER) return gpu;
+  return gpu == SCHED_NO_WORKER || load_before(st, cpu, gpu) ? cpu : gpu;
+}
+
+/* ---------- one task ---------- */
+
+/* Bytes of t's inputs per holder into st->loc_bytes; the holders into
+ * st->loc_touched. Returns how many. */
+static uint32_t tally_inputs(sched_state *st, const sched_task *t)
+{
   uint32_t ntouched = 0;
   for (uint32_t i = 0; i < t->ndeps; i++) {
     const sched_task *d = &st->tasks[t->deps[i]];
@@ -132,44 +296,40 @@ uint16_t sched_policy_place(sched_state *st, uint32_t id)
     st->loc_bytes[d->who_has] += d->nbytes + 1;
     if (ntouched == st->nworkers_slots) break;
   }
+  return ntouched;
+}
+
+/* a is the better holder: more input bytes, then less occupied, then lower index. */
+static bool closer(const sched_state *st, uint16_t a, uint16_t b)
+{
+  const sched_worker *wa = &st->workers[a], *wb = &st->workers[b];
+  if (st->loc_bytes[a] != st->loc_bytes[b]) return st->loc_bytes[a] > st->loc_bytes[b];
+  if (less_busy(wa, wb)) return true;
+  return !less_busy(wb, wa) && a < b;
+}
+
+uint16_t sched_policy_place(sched_state *st, uint32_t id)
+{
+  const sched_task *t = &st->tasks[id];
+  uint32_t ntouched = tally_inputs(st, t);
   uint16_t best = SCHED_NO_WORKER;
-  uint64_t best_bytes = 0;
-  for (uint32_t w = 0; w < st->nworkers_slots; w++) {
-    const sched_worker *wk = &st->workers[w];
-    if (!wk->alive || !sched_worker_eligible(st, wk, t->op) || sched_worker_free_slots(wk) == 0 ||
-        !memory_fits(st, wk, id))
-      continue;
-    uint64_t bytes = st->loc_bytes[w];
-    if (best == SCHED_NO_WORKER || bytes > best_bytes ||
-        (bytes == best_bytes && less_busy(wk, &st->workers[best]))) {
-      best = (uint16_t)w;
-      best_bytes = bytes;
-    }
+  for (uint32_t i = 0; i < ntouched; i++) {
+    uint16_t w = st->loc_touched[i];
+    if (can_take(st, w, t->op, id) && (best == SCHED_NO_WORKER || closer(st, w, best))) best = w;
   }
   for (uint32_t i = 0; i < ntouched; i++) st->loc_bytes[st->loc_touched[i]] = 0;
-  return best;
+  /* a holder of any input wins over every worker holding none */
+  return best != SCHED_NO_WORKER ? best : least_loaded(st, t->op, id);
 }
 
-/* Free slots per op over live eligible workers: the pass stops looking at
- * an op whose workers are all busy. */
-static void count_op_slots(sched_state *st)
-{
-  for (uint32_t o = 0; o < st->nops; o++) st->ops[o].free_slots = 0;
-  for (uint32_t w = 0; w < st->nworkers_slots; w++) {
-    const sched_worker *wk = &st->workers[w];
-    uint32_t slots = wk->alive ? sched_worker_free_slots(wk) : 0;
-    if (slots == 0) continue;
-    for (uint32_t o = 0; o < st->nops; o++)
-      if (sched_worker_eligible(st, wk, o)) st->ops[o].free_slots += slots;
-  }
-}
+/* ---------- the pass ---------- */
 
-/* The most urgent runnable task over the ops that still have a free slot. */
+/* The most urgent runnable task over the ops not blocked in this pass. */
 static uint32_t most_urgent(const sched_state *st)
 {
   uint32_t best = SCHED_NONE;
   for (uint32_t o = 0; o < st->nops; o++) {
-    if (st->ops[o].free_slots == 0) continue;
+    if (st->ops[o].blocked) continue;
     uint32_t id = sched_queue_peek(st, o);
     if (id == SCHED_NONE) continue;
     if (best == SCHED_NONE || st->tasks[id].priority < st->tasks[best].priority ||
@@ -186,21 +346,25 @@ uint32_t sched_place_pass(sched_state *st)
   sched_flush_frees(st);
   uint32_t placed = 0;
   if (st->count_by_state[TS_READY] + st->count_by_state[TS_QUEUED] > 0 && st->nworkers_alive > 0) {
-    count_op_slots(st);
+    for (uint32_t o = 0; o < st->nops; o++) st->ops[o].blocked = false;
     for (;;) {
       uint32_t id = most_urgent(st);
       if (id == SCHED_NONE) break;
+      uint32_t op = st->tasks[id].op;
+      /* an op no worker has a slot for waits, and its tasks' inputs are
+       * not looked at before one has */
+      if (least_loaded(st, op, SCHED_NONE) == SCHED_NO_WORKER) {
+        st->ops[op].blocked = true;
+        continue;
+      }
       if (sched_tr_inputs_gone(st, id)) continue;  /* waits for them again; they are being made */
       uint16_t w = sched_policy_place(st, id);
       if (w == SCHED_NO_WORKER) {
-        st->ops[st->tasks[id].op].free_slots = 0;  /* cannot happen; never spin */
+        st->ops[op].blocked = true;  /* no window fits it: the op's next tasks wait for the next pass */
         continue;
       }
       sched_tr_dispatch(st, id, w);
       placed++;
-      const sched_worker *wk = &st->workers[w];
-      for (uint32_t o = 0; o < st->nops; o++)
-        if (sched_worker_eligible(st, wk, o) && st->ops[o].free_slots > 0) st->ops[o].free_slots--;
     }
   }
   sched_tr_mark_queued(st);

@@ -108,6 +108,13 @@ uint32_t sched_worker_free_slots(const sched_worker *w);
  * (in flight / threads), then lowest index. SCHED_NO_WORKER when none.
  * Writes only the scratch arrays of st. */
 uint16_t sched_policy_place(sched_state *st, uint32_t id);
+/* The by_load index of live workers (policy_place.c). joined: after its
+ * hello set its kind, threads and limits (0 or TSR_ENOMEM: then it gets no
+ * task); left: when it dies; changed: after anything its free slots or
+ * occupancy read changed (tasks in flight, averages, paused). */
+int sched_place_worker_joined(sched_state *st, uint32_t w);
+void sched_place_worker_left(sched_state *st, uint32_t w);
+void sched_place_worker_changed(sched_state *st, uint32_t w);
 /* The placement pass, once per loop iteration: sends queued frees, then
  * dispatches runnable tasks by priority while workers have free slots;
  * what remains is QUEUED. Returns the number dispatched. */

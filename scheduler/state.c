@@ -129,9 +129,13 @@ void sched_state_destroy(sched_state **st_p)
   free(st->ops);
   for (uint32_t w = 0; w < st->nworkers_slots; w++) {
     free(st->workers[w].opbits);
+    free(st->workers[w].placed);
     msgpack_sbuffer_destroy(&st->workers[w].freebuf);
   }
   free(st->workers);
+  free(st->by_load[0].ids);
+  free(st->by_load[1].ids);
+  free(st->walk);
   for (uint32_t c = 0; c < st->nclients_slots; c++) {
     sched_idset_free(&st->clients[c].wants);
     for (uint32_t p = 0; p < st->clients[c].npending; p++) {
@@ -167,6 +171,7 @@ size_t sched_state_bytes(const sched_state *st)
     if (st->graphs[g] != NULL) n += sizeof(sched_graph) + arena_bytes(&st->graphs[g]->arena);
   for (uint32_t o = 0; o < st->nops; o++) n += st->ops[o].queue.cap * sizeof(uint32_t);
   n += (size_t)st->cap_work * 4 + (size_t)st->cap_ready * 4;
+  for (uint32_t w = 0; w < st->nworkers_slots; w++) n += (size_t)st->workers[w].cap_placed * 4;
   return n;
 }
 
@@ -187,6 +192,14 @@ bool sched_state_shrink(sched_state *st)
   free(st->stack);
   st->work = st->ready = st->stack = NULL;
   st->cap_work = st->cap_ready = st->cap_stack = 0;
+  /* every id in the workers' placed lists is stale now (ids restart at 0) */
+  for (uint32_t w = 0; w < st->nworkers_slots; w++) {
+    sched_worker *wk = &st->workers[w];
+    free(wk->placed);
+    wk->placed = NULL;
+    wk->nplaced = wk->cap_placed = 0;
+    wk->placed_lossy = false;
+  }
   return true;
 }
 
@@ -562,6 +575,42 @@ void sched_flush_frees(sched_state *st)
 
 /* ---------- workers and clients ---------- */
 
+static int cmp_u32(const void *a, const void *b)
+{
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Keeps the ids still placed on w, once each. Run when the list is full,
+ * so its cost is amortized over the appends since the last run. */
+static void compact_placed(sched_state *st, uint16_t w)
+{
+  sched_worker *wk = &st->workers[w];
+  if (wk->nplaced == 0) return;
+  qsort(wk->placed, wk->nplaced, sizeof *wk->placed, cmp_u32);
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < wk->nplaced; i++) {
+    uint32_t id = wk->placed[i];
+    if ((kept == 0 || wk->placed[kept - 1] != id) && sched_task_placed_on(st, id, w)) wk->placed[kept++] = id;
+  }
+  wk->nplaced = kept;
+}
+
+void sched_worker_note_placed(sched_state *st, uint16_t w, uint32_t id)
+{
+  sched_worker *wk = &st->workers[w];
+  if (wk->nplaced == wk->cap_placed) {
+    compact_placed(st, w);
+    /* grow unless compaction left at least half free: appends stay O(1) amortized */
+    if (wk->nplaced >= wk->cap_placed / 2 &&
+        sched_grow((void **)&wk->placed, &wk->cap_placed, wk->nplaced + 1, sizeof *wk->placed) != 0) {
+      wk->placed_lossy = true;
+      return;
+    }
+  }
+  wk->placed[wk->nplaced++] = id;
+}
+
 uint32_t sched_worker_alloc(sched_state *st, uint32_t peer)
 {
   uint32_t w = 0;
@@ -584,9 +633,11 @@ uint32_t sched_worker_alloc(sched_state *st, uint32_t peer)
   sched_worker *wk = &st->workers[w];
   msgpack_sbuffer keep = wk->freebuf;
   free(wk->opbits);
+  free(wk->placed);
   memset(wk, 0, sizeof *wk);
   wk->freebuf = keep;
   wk->freebuf.size = 0;
+  wk->load_pos = SCHED_NONE;   /* in by_load once its hello is read (sched_place_worker_joined) */
   wk->alive = true;
   wk->peer = peer;
   st->nworkers_alive++;

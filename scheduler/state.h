@@ -15,7 +15,7 @@
  *   Hence a live task's dependency ids are always valid.
  * - Workers, clients and peers are slots in arrays too; ids of departed ones
  *   are reused, and every reference to a departed worker is cleared when it
- *   leaves (sched_worker_lost scans the tasks).
+ *   leaves (sched_tr_worker_lost visits the tasks of its `placed` list).
  * - The state is owned by one thread: the event loop. No locks.
  *
  * Nothing here touches sockets: outbound messages are appended to per-peer
@@ -242,7 +242,22 @@ typedef struct sched_worker {
   /* keys to `free`, packed as msgpack strings, sent once per iteration */
   msgpack_sbuffer freebuf;
   uint32_t nfree;
+  /* indexes that keep placement and departure independent of the number
+   * of workers and tasks */
+  uint32_t load_pos;          /* its index in st->by_load[gpu] (policy_place.c); SCHED_NONE: not in it */
+  bool load_full;             /* no free slot, as of its last re-sift in by_load (its order's first key) */
+  uint32_t *placed;           /* ids of tasks sent to it or whose result it holds, and stale ids
+                                 (compacted as it grows; sched_worker_note_placed) */
+  uint32_t nplaced, cap_placed;
+  bool placed_lossy;          /* an id could not be noted (ENOMEM): its departure scans every task */
 } sched_worker;
+
+/* Live workers of one kind by load (policy_place.c): a binary min-heap of
+ * worker ids on (no free slot, tasks in flight / threads, id). */
+typedef struct sched_worker_heap {
+  uint16_t *ids;
+  uint32_t n, cap;
+} sched_worker_heap;
 
 typedef struct sched_pending_part {
   char *bytes;                /* one `submit` message, re-read at the last part */
@@ -298,7 +313,7 @@ typedef struct sched_op {
   uint32_t ngpu_native;       /* live GPU workers with a CUDA variant of it (see policy_place.c) */
   uint32_t ncpu;              /* live CPU workers advertising it */
   sched_heap queue;           /* READY and QUEUED tasks of this op */
-  uint32_t free_slots;        /* scratch of the placement pass */
+  bool blocked;               /* scratch of the placement pass: no worker takes its tasks this pass */
   /* measured tasks (policy_evict.h): moving averages of durations and
    * output sizes, and of both per byte of the task's largest input */
   uint64_t avg_us, avg_bytes;
@@ -375,7 +390,11 @@ typedef struct sched_state {
   uint32_t *stack;            /* the error cascade's explicit stack */
   uint32_t nstack, cap_stack;
 
-  /* scratch of the placement policy */
+  /* the placement policy: live workers by load, CPU [0] and GPU [1] ones,
+   * and its scratch */
+  sched_worker_heap by_load[2];
+  uint32_t *walk;             /* heap indexes of a walk in load order (policy_place.c) */
+  uint32_t cap_walk;
   uint64_t *loc_bytes;        /* per worker */
   uint16_t *loc_touched;
   msgpack_sbuffer scratch;
@@ -496,6 +515,17 @@ void sched_send_error(sched_state *st, uint32_t peer, int code, const char *ref,
 void sched_queue_free(sched_state *st, uint16_t w, const char *key, size_t len);
 /* Moves every worker's queued frees into its outbox as one `free` message. */
 void sched_flush_frees(sched_state *st);
+
+/* Notes that task id was sent to worker w, or that w holds its result:
+ * w's departure visits it (sched_tr_worker_lost). Ids that no longer
+ * run or live there are dropped when the list grows. On ENOMEM the worker
+ * is marked placed_lossy instead. */
+void sched_worker_note_placed(sched_state *st, uint16_t w, uint32_t id);
+/* True while task id runs on w or its result is held there. */
+static inline bool sched_task_placed_on(const sched_state *st, uint32_t id, uint16_t w)
+{
+  return id < st->ntasks && (st->tasks[id].processing_on == w || st->tasks[id].who_has == w);
+}
 
 /* Allocates a worker / client slot bound to peer; SCHED_NONE on ENOMEM. */
 uint32_t sched_worker_alloc(sched_state *st, uint32_t peer);

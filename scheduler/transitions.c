@@ -442,11 +442,13 @@ void sched_tr_dispatch(sched_state *st, uint32_t id, uint16_t w)
   set_state(st, id, TS_PROCESSING);
   t->processing_on = w;
   st->workers[w].nprocessing++;
+  sched_worker_note_placed(st, w, id);
   /* While PROCESSING, nbytes holds the output's estimate (task_done sets
    * the real size): what the worker's in-flight bytes count. */
   t->nbytes = sched_evict_estimate_bytes(st, id);
   st->workers[w].inflight_bytes += t->nbytes;
   st->workers[w].working_bytes += sched_task_working_bytes(st->tasks, t, t->nbytes);
+  sched_place_worker_changed(st, w);
   for (uint32_t i = 0; i < t->ndeps; i++) mark_read(st, &st->tasks[t->deps[i]]);
   st->tasks_sent++;
   sched_emit_compute(st, id, w);
@@ -470,6 +472,7 @@ static void stop_processing(sched_state *st, sched_task *t)
     uint64_t working = sched_task_working_bytes(st->tasks, t, t->nbytes);
     working = working < wk->working_bytes ? working : wk->working_bytes;
     wk->working_bytes = wk->nprocessing == 0 ? 0 : wk->working_bytes - working;
+    sched_place_worker_changed(st, t->processing_on);
   }
   t->processing_on = SCHED_NO_WORKER;
 }
@@ -477,8 +480,10 @@ static void stop_processing(sched_state *st, sched_task *t)
 void sched_tr_done(sched_state *st, uint32_t id, uint16_t w, uint64_t nbytes, const tsr_meta *meta)
 {
   sched_task *t = &st->tasks[id];
+  bool noted = t->processing_on == w;   /* its entry in w's placed list stands for the result too */
   stop_processing(st, t);
   t->who_has = w;
+  if (!noted) sched_worker_note_placed(st, w, id);
   t->evict &= (uint8_t)~SCHED_EV_ON_DISK;
   t->nbytes = nbytes;
   t->dtype = (uint8_t)meta->dtype;
@@ -561,39 +566,63 @@ void sched_tr_missing_input(sched_state *st, uint32_t id, uint32_t input, const 
   enter_waiting(st, id);
 }
 
+/* Task id ran or lived on worker w, which died. */
+static void lose_on(sched_state *st, uint32_t id, uint16_t w, uint32_t *rescheduled, uint32_t *lost)
+{
+  sched_task *t = &st->tasks[id];
+  if (t->state == TS_PROCESSING && t->processing_on == w) {
+    t->processing_on = SCHED_NO_WORKER;
+    (*rescheduled)++;
+    if (!sched_needed(t)) {
+      release_record(st, id);
+    } else if (++t->suspicion >= SCHED_MAX_SUSPICION) {
+      char msg[TSR_MAX_KEY_LEN + TSR_MAX_NAME_LEN + 96];
+      int n = snprintf(msg, sizeof msg, "task '%s' was running on %d workers that died (last: %s)", t->key,
+                       (int)t->suspicion, st->workers[w].name);
+      TSR_WARN("%s", msg);
+      sched_error *e = sched_error_new(t->key, t->key_len, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+      err_cascade(st, id, e);
+      sched_error_unref(e);
+    } else {
+      enter_waiting(st, id);
+    }
+  } else if (t->state == TS_MEMORY && t->who_has == w) {
+    (*lost)++;
+    lose_result(st, id);
+  }
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Only the tasks in w's placed list are visited (in id order, once each,
+ * as a scan of every record would), unless an id could not be noted. */
 void sched_tr_worker_lost(sched_state *st, uint16_t w, uint32_t *rescheduled_p, uint32_t *lost_p)
 {
   uint32_t rescheduled = 0, lost = 0;
-  const char *name = st->workers[w].name;
-  for (uint32_t id = 0; id < st->ntasks; id++) {
-    sched_task *t = &st->tasks[id];
-    if (t->state == TS_PROCESSING && t->processing_on == w) {
-      t->processing_on = SCHED_NO_WORKER;
-      rescheduled++;
-      if (!sched_needed(t)) {
-        release_record(st, id);
-      } else if (++t->suspicion >= SCHED_MAX_SUSPICION) {
-        char msg[TSR_MAX_KEY_LEN + TSR_MAX_NAME_LEN + 96];
-        int n = snprintf(msg, sizeof msg, "task '%s' was running on %d workers that died (last: %s)", t->key,
-                         (int)t->suspicion, name);
-        TSR_WARN("%s", msg);
-        sched_error *e = sched_error_new(t->key, t->key_len, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
-        err_cascade(st, id, e);
-        sched_error_unref(e);
-      } else {
-        enter_waiting(st, id);
-      }
-    } else if (t->state == TS_MEMORY && t->who_has == w) {
-      lost++;
-      lose_result(st, id);
-    }
+  sched_worker *wk = &st->workers[w];
+  sched_place_worker_left(st, w);
+  if (wk->placed_lossy) {
+    for (uint32_t id = 0; id < st->ntasks; id++) lose_on(st, id, w, &rescheduled, &lost);
+  } else {
+    if (wk->nplaced > 1) qsort(wk->placed, wk->nplaced, sizeof *wk->placed, cmp_id);
+    for (uint32_t i = 0; i < wk->nplaced; i++)
+      if ((i == 0 || wk->placed[i] != wk->placed[i - 1]) && wk->placed[i] < st->ntasks)
+        lose_on(st, wk->placed[i], w, &rescheduled, &lost);
   }
-  st->workers[w].nprocessing = 0;
-  st->workers[w].inflight_bytes = 0;
-  st->workers[w].working_bytes = 0;
-  st->workers[w].unread_bytes = 0;
-  st->workers[w].bytes_held = 0;
-  st->workers[w].held_disk = 0;
+  free(wk->placed);
+  wk->placed = NULL;
+  wk->nplaced = wk->cap_placed = 0;
+  wk->placed_lossy = false;
+  wk->nprocessing = 0;
+  wk->inflight_bytes = 0;
+  wk->working_bytes = 0;
+  wk->unread_bytes = 0;
+  wk->bytes_held = 0;
+  wk->held_disk = 0;
   *rescheduled_p = rescheduled;
   *lost_p = lost;
 }

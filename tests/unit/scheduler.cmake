@@ -20,3 +20,12 @@ target_include_directories(test_fuse PRIVATE ${TSR_TESTS_DIR})
 target_link_libraries(test_fuse PRIVATE tsr_sched_fixtures)
 add_test(NAME unit.fuse COMMAND test_fuse)
 set_tests_properties(unit.fuse PROPERTIES LABELS unit TIMEOUT 120)
+
+# The placement and departure indexes against a scan of every worker, on a
+# random run with 44 workers (pause, departure, join), and the placed
+# lists' size under churn.
+add_executable(test_scheduler_scale ${TSR_TESTS_DIR}/unit/test_scheduler_scale.c)
+target_include_directories(test_scheduler_scale PRIVATE ${TSR_TESTS_DIR})
+target_link_libraries(test_scheduler_scale PRIVATE tsr_sched_fixtures)
+add_test(NAME unit.scheduler_scale COMMAND test_scheduler_scale)
+set_tests_properties(unit.scheduler_scale PROPERTIES LABELS unit TIMEOUT 60)

@@ -132,6 +132,14 @@ TEST(rejections_keep_nothing)
 
 /* ---------- placement ---------- */
 
+/* Sets worker w's tasks in flight as if sent or returned, and tells the
+ * placement index (what sched_tr_dispatch / task_done do). */
+static void set_in_flight(sched_state *st, uint16_t w, uint32_t n)
+{
+  st->workers[w].nprocessing = n;
+  sched_place_worker_changed(st, w);
+}
+
 TEST(place_fits_ops_then_locality_then_occupancy)
 {
   sched_state *st = new_state();
@@ -159,14 +167,16 @@ TEST(place_fits_ops_then_locality_then_occupancy)
   ASSERT_EQ(sched_policy_place(st, id_of(st, "q")), w0);
   /* r has no inputs: w1 has 2 threads, 0 in flight = least occupied with w0; w0 by index */
   ASSERT_EQ(sched_policy_place(st, id_of(st, "r")), w0);
-  st->workers[w0].nprocessing = 1;
+  set_in_flight(st, w0, 1);
   ASSERT_EQ(sched_policy_place(st, id_of(st, "r")), w1);
   /* a full worker is not a candidate, whatever it holds */
-  st->workers[w2].nprocessing = 2;
+  set_in_flight(st, w2, 2);
   ASSERT_EQ(sched_policy_place(st, id_of(st, "p")), w1);
-  st->workers[w1].nprocessing = 4;
+  set_in_flight(st, w1, 4);
   ASSERT_EQ(sched_policy_place(st, id_of(st, "p")), SCHED_NO_WORKER);
-  st->workers[w0].nprocessing = st->workers[w1].nprocessing = st->workers[w2].nprocessing = 0;
+  set_in_flight(st, w0, 0);
+  set_in_flight(st, w1, 0);
+  set_in_flight(st, w2, 0);
   sched_state_destroy(&st);
 }
 
@@ -196,12 +206,12 @@ TEST(place_prefers_native_then_locality)
   ASSERT_EQ(sched_policy_place(st, id_of(st, "q")), gpu);
   ASSERT_EQ(sched_policy_place(st, id_of(st, "r")), cpu);
   /* a busy GPU is waited for, not bypassed by the CPU worker */
-  st->workers[gpu].nprocessing = 2;
+  set_in_flight(st, gpu, 2);
   ASSERT_EQ(sched_policy_place(st, id_of(st, "q")), SCHED_NO_WORKER);
   ASSERT_EQ(sched_place_pass(st), 1);   /* r only */
   ASSERT_EQ(state_of(st, "q"), TS_QUEUED);
   ASSERT_EQ(state_of(st, "s"), TS_QUEUED);
-  st->workers[gpu].nprocessing = 0;
+  set_in_flight(st, gpu, 0);
   ASSERT_EQ(sched_place_pass(st), 2);
   ASSERT_EQ(st->tasks[id_of(st, "q")].processing_on, gpu);
   ASSERT_EQ(st->tasks[id_of(st, "s")].processing_on, gpu);
