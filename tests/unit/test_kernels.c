@@ -1096,7 +1096,7 @@ TEST(registry_and_test_ops)
                                 "knn_tile", "knn_merge", "knn_chain", "knn_finish", "umap_membership", "umap_union", "knn_distances_csr",
                                 "community", "modularity", "umap_spectral", "umap_prepare", "umap_layout",
                                 "kmeans_partial", "kmeans_combine", "kmeans_pp", "kmeans_centers",
-                                "kmeans_init", "kmeans_step", "kmeans_update", "kmeans_labels"};
+                                "kmeans_init", "kmeans_step", "kmeans_update", "kmeans_labels", "kmeans_loop", "kmeans_model"};
   tsr_params p = TSR_PARAMS_INIT;
   tsr_errbuf err;
   tsr_buf out;
