@@ -77,7 +77,13 @@ void client_session_suspend_locked(tsr_client *c, const char *why)
 
 void client_reconnect_tick_locked(tsr_client *c, uint64_t now_ms)
 {
-  if (!c->suspended || c->state != CONN_LOST || now_ms - c->suspended_ms <= (uint64_t)c->reconnect_ms) return;
+  /* now_ms may be older than suspended_ms: the I/O thread reads the clock
+   * before it takes mu, and the suspension it then makes reads it again.
+   * Unsigned, that difference wrapped to ~2^64 and failed every future at
+   * once, with this very message (one chaos run in a hundred, `sched`). */
+  if (!c->suspended || c->state != CONN_LOST || now_ms < c->suspended_ms ||
+      now_ms - c->suspended_ms <= (uint64_t)c->reconnect_ms)
+    return;
   char why[TSR_ERRMSG_LEN + 96];
   snprintf(why, sizeof why, "%.300s, and no answer within the reconnect window of %lld ms", c->lost_msg,
            (long long)c->reconnect_ms);

@@ -8,6 +8,14 @@ target_link_libraries(test_client PRIVATE tessera ${TSR_MSGPACK})
 add_test(NAME unit.client COMMAND test_client)
 set_tests_properties(unit.client PROPERTIES LABELS unit TIMEOUT 60)
 
+# unit.client_reconnect — the reconnect window's clock, on the client's
+# internals (the static library exports them)
+add_executable(test_client_reconnect ${TSR_TESTS_DIR}/unit/test_client_reconnect.c)
+target_include_directories(test_client_reconnect PRIVATE ${TSR_TESTS_DIR} ${PROJECT_SOURCE_DIR}/client)
+target_link_libraries(test_client_reconnect PRIVATE tessera_static)
+add_test(NAME unit.client_reconnect COMMAND test_client_reconnect)
+set_tests_properties(unit.client_reconnect PROPERTIES LABELS unit TIMEOUT 60)
+
 add_executable(test_client_proto ${TSR_TESTS_DIR}/unit/test_client_proto.c)
 target_include_directories(test_client_proto PRIVATE ${TSR_TESTS_DIR})
 # tsr_common for the fake scheduler's wire code; libtessera (shared) keeps
