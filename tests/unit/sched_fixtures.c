@@ -187,3 +187,13 @@ void done_id(sched_state *st, uint32_t id, uint64_t nbytes)
 }
 
 void done(sched_state *st, const char *key, uint64_t nbytes) { done_id(st, id_of(st, key), nbytes); }
+
+void heartbeat(sched_state *st, const char *name, bool paused)
+{
+  tsr_wbuf wb;
+  tsr_wbuf_init(&wb);
+  tsr_wbuf_begin(&wb, "heartbeat", 3);  /* op + 2 fields */
+  tsr_pack_kv_uint(&wb.pk, "memory_used", 1);
+  tsr_pack_kv_bool(&wb.pk, "paused", paused);
+  feed(st, name, &wb);
+}

@@ -50,6 +50,8 @@ sched_state *new_state_with(sched_config cfg);
 
 uint32_t peer_index(sched_state *st, const char *name);
 void feed(sched_state *st, const char *identity, tsr_wbuf *wb);
+/* a worker's heartbeat: 1 byte used, paused or not */
+void heartbeat(sched_state *st, const char *name, bool paused);
 
 uint16_t add_worker(sched_state *st, const char *name, int threads, const char *ops);
 uint16_t add_worker_limited(sched_state *st, const char *name, int threads, const char *ops, uint64_t memory_limit);

@@ -14,16 +14,6 @@
 #include "sched.h"
 #include "sched_fixtures.h"
 
-static void heartbeat(sched_state *st, const char *name, bool paused)
-{
-  tsr_wbuf wb;
-  tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "heartbeat", 3);  /* op + 2 fields */
-  tsr_pack_kv_uint(&wb.pk, "memory_used", 1);
-  tsr_pack_kv_bool(&wb.pk, "paused", paused);
-  feed(st, name, &wb);
-}
-
 /* n independent root tasks "r<i>" of op, all wanted. */
 static int add_roots(sched_state *st, uint32_t client, uint64_t gid, int n, const char *op)
 {

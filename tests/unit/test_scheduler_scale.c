@@ -36,16 +36,6 @@ static void drop_outboxes(sched_state *st)
     if (st->peers[p].in_use) tsr_wbuf_reset(&st->peers[p].out);
 }
 
-static void heartbeat(sched_state *st, const char *name, bool paused)
-{
-  tsr_wbuf wb;
-  tsr_wbuf_init(&wb);
-  tsr_wbuf_begin(&wb, "heartbeat", 3);  /* op + 2 fields */
-  tsr_pack_kv_uint(&wb.pk, "memory_used", 1);
-  tsr_pack_kv_bool(&wb.pk, "paused", paused);
-  feed(st, name, &wb);
-}
-
 /* The placement rule written as the scan it replaced: among live eligible
  * workers with a free slot, most input bytes held, then least occupied,
  * then lowest index (no memory limits here: every window fits). */
