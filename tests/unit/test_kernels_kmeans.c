@@ -288,14 +288,24 @@ TEST(a_step_over_several_chunks_labels_each_row)
   free(x);
 }
 
+/* 12 points in 2-d: two groups of 6 near (0, 0) and (10, 10), the last
+ * point moved out to (30, 30); centers at both groups and one at (1000,
+ * 1000), far from every point, whose cluster empties in the first step. */
+static void two_groups_and_a_far_center(double x[12 * 2], double init[3 * 2])
+{
+  static const double centers[3 * 2] = {0, 0, 10, 10, 1000, 1000};
+  memcpy(init, centers, sizeof centers);
+  for (int i = 0; i < 12; i++) x[2 * i] = (i < 6 ? 0 : 10) + 0.1 * (i % 3), x[2 * i + 1] = (i < 6 ? 0 : 10) + 0.1 * (i % 2);
+  x[2 * 11] = 30, x[2 * 11 + 1] = 30;
+}
+
 TEST(an_emptied_cluster_takes_the_farthest_point)
 {
   /* two groups; the third center far from every point gets nothing in the
    * first step: the update asks for the farthest points (a full pass with
    * the same centers), then moves it to the farthest one */
-  double x[12 * 2], init[3 * 2] = {0, 0, 10, 10, 1000, 1000};
-  for (int i = 0; i < 12; i++) x[2 * i] = (i < 6 ? 0 : 10) + 0.1 * (i % 3), x[2 * i + 1] = (i < 6 ? 0 : 10) + 0.1 * (i % 2);
-  x[2 * 11] = 30, x[2 * 11 + 1] = 30;
+  double x[12 * 2], init[3 * 2];
+  two_groups_and_a_far_center(x, init);
   lloyd l = lloyd_of(12, 2, 3, 5, 0, TSR_F64, x);
   tsr_errbuf err;
   ASSERT_OK(lloyd_start(&l, init, 300, 1e-4, &err));
@@ -431,9 +441,8 @@ TEST(loop_relocates_an_emptied_cluster_in_place)
   /* as an_emptied_cluster_takes_the_farthest_point, all in the loop: its
    * first update finds the empty cluster, its next pass (in place, full)
    * finds the farthest points */
-  double x[12 * 2], init[3 * 2] = {0, 0, 10, 10, 1000, 1000};
-  for (int i = 0; i < 12; i++) x[2 * i] = (i < 6 ? 0 : 10) + 0.1 * (i % 3), x[2 * i + 1] = (i < 6 ? 0 : 10) + 0.1 * (i % 2);
-  x[2 * 11] = 30, x[2 * 11 + 1] = 30;
+  double x[12 * 2], init[3 * 2];
+  two_groups_and_a_far_center(x, init);
   lloyd l = lloyd_of(12, 2, 3, 5, 0, TSR_F64, x);
   tsr_errbuf err;
   tsr_buf out;
