@@ -23,25 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 cells=${1:-100000}
 rounds=${2:-7}
-bin=${BIN:-build-cpu/bin}
-if [ -z "${BIN:-}" ] && [ ! -x "$bin/tsr-cluster" ]; then
-  BUILD_DIR=build-cpu scripts/build.sh -DTSR_CUDA=OFF -DCMAKE_BUILD_TYPE=Release
-fi
-venv=bench/cluster/.venv
-if ! "$venv/bin/python" -c "import sklearn" 2>/dev/null; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q -r bench/cluster/requirements.txt
-fi
-py=$venv/bin/python
-dir=${OUT:-bench/out/cluster-$cells}
-mkdir -p "$dir"
-[ -f "$dir/X.npy" ] || "$py" bench/cluster/mixture.py --cells "$cells" --dims 50 --clusters 30 --seed 0 --out "$dir"
-[ -f "$dir/init.npy" ] || "$py" -c "
-import numpy as np
-from sklearn.cluster import kmeans_plusplus
-X = np.load('$dir/X.npy')
-c, _ = kmeans_plusplus(X, 30, random_state=0)
-np.save('$dir/init.npy', c.astype(np.float64))"
+source bench/cluster/prepare.sh "sklearn"
 
 echo "# bench/cluster/kmeans.sh $cells $rounds  $(date -u +%Y-%m-%d)  $(nproc) cores $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), load $(cut -d' ' -f1-3 /proc/loadavg)"
 log=$dir/kmeans-bench.log
