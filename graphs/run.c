@@ -107,26 +107,63 @@ void grun_place_block(const tsr_array *a, size_t block, const void *src, char *d
   }
 }
 
-static int gather_all(tsr_array_ctx *ctx, const tsr_array *a, char *dst, int timeout_ms)
+/* Fetches block b of a into its place in dst. */
+static int gather_block(tsr_array_ctx *ctx, const tsr_array *a, size_t b, char *dst, int timeout_ms)
 {
-  for (size_t b = 0; b < a->nblocks; b++) {
-    tsr_chunk *chunk = NULL;
-    int rc = tsr_gather(ctx->client, a->keys[b], timeout_ms, &chunk);
-    if (rc != 0) return rc;
-    int64_t idx[TSR_MAX_NDIM], shape[TSR_MAX_NDIM];
-    garray_index(a, b, idx);
-    garray_block_shape(a, idx, shape);
-    size_t expect = tsr_dtype_size(a->dtype);
-    for (int d = 0; d < a->ndim; d++) expect *= (size_t)shape[d];
-    if (chunk->dtype != a->dtype || chunk->nbytes != expect) {
-      tsr_chunk_destroy(&chunk);
-      return client_fail(TSR_ESHAPE, "compute: chunk '%s' has %zu bytes of %s, expected %zu of %s", a->keys[b],
-                         chunk ? chunk->nbytes : 0, gdtype_name(chunk ? chunk->dtype : 0), expect, gdtype_name(a->dtype));
-    }
-    grun_place_block(a, b, chunk->data, dst);
+  tsr_chunk *chunk = NULL;
+  int rc = tsr_gather(ctx->client, a->keys[b], timeout_ms, &chunk);
+  if (rc != 0) return rc;
+  int64_t idx[TSR_MAX_NDIM], shape[TSR_MAX_NDIM];
+  garray_index(a, b, idx);
+  garray_block_shape(a, idx, shape);
+  size_t expect = tsr_dtype_size(a->dtype);
+  for (int d = 0; d < a->ndim; d++) expect *= (size_t)shape[d];
+  if (chunk->dtype != a->dtype || chunk->nbytes != expect) {
+    rc = client_fail(TSR_ESHAPE, "compute: chunk '%s' has %zu bytes of %s, expected %zu of %s", a->keys[b],
+                     chunk->nbytes, gdtype_name(chunk->dtype), expect, gdtype_name(a->dtype));
     tsr_chunk_destroy(&chunk);
+    return rc;
   }
+  grun_place_block(a, b, chunk->data, dst);
+  tsr_chunk_destroy(&chunk);
   return 0;
+}
+
+/* One block of one of the arrays, and where it stands in the fetch order. */
+typedef struct gather_step {
+  size_t array, block;
+  double position;  /* block / nblocks of its array */
+} gather_step;
+
+static int by_position(const void *pa, const void *pb)
+{
+  const gather_step *a = pa, *b = pb;
+  if (a->position != b->position) return a->position < b->position ? -1 : 1;
+  return a->array < b->array ? -1 : a->array > b->array;
+}
+
+/* Fetches every block of the n arrays while the graph still runs: each
+ * tsr_gather waits for its own key only, so the blocks that are done travel
+ * while the rest compute, instead of all of them after the last task. The
+ * arrays are interleaved by relative position (block b of an array with m
+ * blocks at b / m), because the tasks of several outputs of one graph
+ * usually finish side by side (kNN's indices and distances, SVD's u and v):
+ * array after array would leave the whole second array for the end. */
+static int gather_overlapped(tsr_array_ctx *ctx, const tsr_array *const *arrays, size_t n, void *const *bufs,
+                             size_t count, int timeout_ms)
+{
+  gather_step *steps = malloc((count ? count : 1) * sizeof *steps);
+  if (steps == NULL) return client_fail(TSR_ENOMEM, "compute: out of memory");
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    for (size_t b = 0; b < arrays[i]->nblocks; b++)
+      steps[k++] = (gather_step){i, b, (double)b / (double)arrays[i]->nblocks};
+  qsort(steps, count, sizeof *steps, by_position);
+  int rc = 0;
+  for (size_t s = 0; s < count && rc == 0; s++)
+    rc = gather_block(ctx, arrays[steps[s].array], steps[s].block, bufs[steps[s].array], timeout_ms);
+  free(steps);
+  return rc;
 }
 
 static size_t array_bytes(const tsr_array *a) { return (size_t)tsr_array_size(a) * tsr_dtype_size(a->dtype); }
@@ -164,8 +201,16 @@ TSR_API int tsr_compute_many(tsr_array_ctx *ctx, const tsr_array *const *arrays,
     return rc;
   }
   tsr_future *f = NULL;
-  rc = grun_submit(ctx, keys, count, timeout_ms, &f);
-  for (size_t i = 0; rc == 0 && i < n; i++) rc = gather_all(ctx, dense[i], bufs[i], timeout_ms);
+  rc = grun_submit_nowait(ctx, keys, count, &f);
+  if (rc == 0) rc = gather_overlapped(ctx, dense, n, bufs, count, timeout_ms);
+  /* A task that failed shows first as its key's error; the future's own
+   * message is the one callers have always had (it names the first
+   * failed task and its cause), and waiting on it also confirms the rest. */
+  if (rc == 0 || rc == TSR_ETASK) {
+    int wrc = tsr_future_wait(f, timeout_ms);
+    if (wrc == TSR_ETASK) rc = client_fail(wrc, "%s", tsr_future_error(f));
+    else if (wrc != 0 && rc == 0) rc = wrc;
+  }
   tsr_future_release(&f);
   free(keys);
   free(dense);
