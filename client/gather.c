@@ -100,23 +100,22 @@ TSR_API void tsr_chunk_destroy(tsr_chunk **chunk_p)
 {
   if (chunk_p == NULL || *chunk_p == NULL) return;
   chunk_box *box = (*chunk_p)->priv_;
+  *chunk_p = NULL;
+  if (box == NULL) return;  /* tsr_gather_into's info: the caller's memory */
   tsr_xfer_data_release(&box->xd);
   free(box->copy);
   free(box);
-  *chunk_p = NULL;
 }
 
-static int fetch_one(tsr_client *c, const char *address, const char *key, int timeout_ms, tsr_chunk **chunk_p,
-                     tsr_errbuf *err)
+/* Fetches key's raw bytes from address: hdr, and xd holding the bytes
+ * where the transport left them (element-aligned, not copied). */
+static int fetch_one(tsr_client *c, const char *address, const char *key, int timeout_ms, tsr_chunk_header *hdr,
+                     tsr_xfer_data *xd, tsr_errbuf *err)
 {
   tsr_xfer_conn *conn = cache_take(c, address);
   int rc = conn ? 0 : tsr_xfer_open_curve(c->zctx, address, &c->curve, &conn, err);
   if (rc != 0) return rc;
-  tsr_chunk_header hdr;
-  tsr_xfer_data xd = {0};
-  rc = tsr_xfer_get(conn, key, timeout_ms, &hdr, &xd, err);
-  if (rc == 0) rc = make_chunk(&hdr, &xd, chunk_p);
-  tsr_xfer_data_release(&xd);
+  rc = tsr_xfer_get(conn, key, timeout_ms, hdr, xd, err);
   /* After a timeout the reply may still come: that connection is spoilt. */
   if (rc == 0 || rc == TSR_ENOTFOUND) cache_put(c, conn);
   else tsr_xfer_close(&conn);
@@ -184,10 +183,10 @@ static int remaining_ms(uint64_t deadline, int cap)
   return left < (uint64_t)cap ? (int)left : cap;
 }
 
-TSR_API int tsr_gather(tsr_client *client, const char *key, int timeout_ms, tsr_chunk **chunk_p)
+/* Waits for key and fetches its raw bytes, following the key through
+ * worker losses and recomputes until timeout_ms runs out. */
+static int gather_raw(tsr_client *client, const char *key, int timeout_ms, tsr_chunk_header *hdr, tsr_xfer_data *xd)
 {
-  if (client == NULL || key == NULL || chunk_p == NULL)
-    return client_fail(TSR_EINVAL, "tsr_gather: client, key and chunk_p are required");
   uint64_t deadline = client_deadline(timeout_ms);
   int slice = GATHER_FIRST_SLICE_MS;
   tsr_errbuf err = {{0}};
@@ -199,7 +198,7 @@ TSR_API int tsr_gather(tsr_client *client, const char *key, int timeout_ms, tsr_
     if (rc != 0) return rc;   /* message already set */
     for (size_t i = 0; i < v.n_where; i++) {
       err.text[0] = '\0';
-      rc = fetch_one(client, v.where[i], key, remaining_ms(deadline, slice), chunk_p, &err);
+      rc = fetch_one(client, v.where[i], key, remaining_ms(deadline, slice), hdr, xd, &err);
       if (rc == 0) break;
       if (rc == TSR_ENOTFOUND) {  /* dropped there under memory pressure: ask for it again */
         pthread_mutex_lock(&client->mu);
@@ -225,4 +224,35 @@ TSR_API int tsr_gather(tsr_client *client, const char *key, int timeout_ms, tsr_
     }
     view_free(&v);
   }
+}
+
+TSR_API int tsr_gather(tsr_client *client, const char *key, int timeout_ms, tsr_chunk **chunk_p)
+{
+  if (client == NULL || key == NULL || chunk_p == NULL)
+    return client_fail(TSR_EINVAL, "tsr_gather: client, key and chunk_p are required");
+  tsr_chunk_header hdr;
+  tsr_xfer_data xd = {0};
+  int rc = gather_raw(client, key, timeout_ms, &hdr, &xd);
+  if (rc == 0 && make_chunk(&hdr, &xd, chunk_p) != 0) rc = client_fail(TSR_ENOMEM, "tsr_gather: out of memory");
+  tsr_xfer_data_release(&xd);
+  return rc;
+}
+
+TSR_API int tsr_gather_into(tsr_client *client, const char *key, int timeout_ms, void *buf, size_t cap,
+                            tsr_chunk *info)
+{
+  if (client == NULL || key == NULL || (buf == NULL && cap > 0) || info == NULL)
+    return client_fail(TSR_EINVAL, "tsr_gather_into: client, key, buf and info are required");
+  tsr_chunk_header hdr;
+  tsr_xfer_data xd = {0};
+  int rc = gather_raw(client, key, timeout_ms, &hdr, &xd);
+  if (rc == 0 && xd.nbytes > cap)
+    rc = client_fail(TSR_ELIMIT, "tsr_gather_into: chunk '%s' has %zu bytes, the buffer %zu", key, xd.nbytes, cap);
+  if (rc == 0) {
+    memcpy(buf, xd.data, xd.nbytes);
+    *info = (tsr_chunk){.dtype = hdr.meta.dtype, .ndim = hdr.meta.ndim, .data = buf, .nbytes = xd.nbytes};
+    memcpy(info->shape, hdr.meta.shape, sizeof info->shape);
+  }
+  tsr_xfer_data_release(&xd);
+  return rc;
 }

@@ -107,26 +107,50 @@ void grun_place_block(const tsr_array *a, size_t block, const void *src, char *d
   }
 }
 
-/* Fetches block b of a into its place in dst. */
+/* Where block b starts in a's C-order bytes when its bytes are one run
+ * there (every dimension after the first whole), else -1. */
+static int64_t contiguous_offset(const tsr_array *a, const int64_t *idx, const int64_t *shape)
+{
+  int64_t off[TSR_MAX_NDIM];
+  garray_block_offset(a, idx, off);
+  int64_t row = 1;
+  for (int d = 1; d < a->ndim; d++) {
+    if (shape[d] != a->shape[d]) return -1;
+    row *= a->shape[d];
+  }
+  return a->ndim == 0 ? 0 : off[0] * row * (int64_t)tsr_dtype_size(a->dtype);
+}
+
+static int check_block(const tsr_array *a, size_t b, const tsr_chunk *chunk, size_t expect)
+{
+  if (chunk->dtype == a->dtype && chunk->nbytes == expect) return 0;
+  return client_fail(TSR_ESHAPE, "compute: chunk '%s' has %zu bytes of %s, expected %zu of %s", a->keys[b],
+                     chunk->nbytes, gdtype_name(chunk->dtype), expect, gdtype_name(a->dtype));
+}
+
+/* Fetches block b of a into its place in dst: straight there when the
+ * block is one run of dst's bytes (row blocks), else through a chunk. */
 static int gather_block(tsr_array_ctx *ctx, const tsr_array *a, size_t b, char *dst, int timeout_ms)
 {
-  tsr_chunk *chunk = NULL;
-  int rc = tsr_gather(ctx->client, a->keys[b], timeout_ms, &chunk);
-  if (rc != 0) return rc;
   int64_t idx[TSR_MAX_NDIM], shape[TSR_MAX_NDIM];
   garray_index(a, b, idx);
   garray_block_shape(a, idx, shape);
   size_t expect = tsr_dtype_size(a->dtype);
   for (int d = 0; d < a->ndim; d++) expect *= (size_t)shape[d];
-  if (chunk->dtype != a->dtype || chunk->nbytes != expect) {
-    rc = client_fail(TSR_ESHAPE, "compute: chunk '%s' has %zu bytes of %s, expected %zu of %s", a->keys[b],
-                     chunk->nbytes, gdtype_name(chunk->dtype), expect, gdtype_name(a->dtype));
-    tsr_chunk_destroy(&chunk);
-    return rc;
+  int64_t at = contiguous_offset(a, idx, shape);
+  if (at >= 0) {
+    tsr_chunk info;
+    int rc = tsr_gather_into(ctx->client, a->keys[b], timeout_ms, dst + at, expect, &info);
+    return rc == TSR_ELIMIT ? client_fail(TSR_ESHAPE, "compute: chunk '%s' is larger than its block (%zu bytes)",
+                                          a->keys[b], expect)
+                            : rc != 0 ? rc : check_block(a, b, &info, expect);
   }
-  grun_place_block(a, b, chunk->data, dst);
+  tsr_chunk *chunk = NULL;
+  int rc = tsr_gather(ctx->client, a->keys[b], timeout_ms, &chunk);
+  if (rc == 0) rc = check_block(a, b, chunk, expect);
+  if (rc == 0) grun_place_block(a, b, chunk->data, dst);
   tsr_chunk_destroy(&chunk);
-  return 0;
+  return rc;
 }
 
 /* One block of one of the arrays, and where it stands in the fetch order. */

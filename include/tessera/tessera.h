@@ -218,6 +218,13 @@ typedef struct tsr_chunk {
  * recomputes the key and the fetch follows it. Errors: TSR_ENOTFOUND (not
  * wanted by this client), TSR_ETASK, TSR_ETIMEDOUT, TSR_ECONN. */
 int tsr_gather(tsr_client *client, const char *key, int timeout_ms, tsr_chunk **chunk_p);
+/* tsr_gather into the caller's buffer: the chunk's bytes are copied once
+ * into buf (cap bytes; TSR_ELIMIT when they do not fit) and info gets its
+ * dtype, ndim, shape and nbytes, with info->data = buf and no priv_ (do not
+ * tsr_chunk_destroy it). For callers that place results in arrays of their
+ * own: it skips the aligned copy tsr_gather makes when a transport leaves
+ * the bytes off a 64-byte boundary. */
+int tsr_gather_into(tsr_client *client, const char *key, int timeout_ms, void *buf, size_t cap, tsr_chunk *info);
 void tsr_chunk_destroy(tsr_chunk **chunk_p);
 
 /* ---------- cluster ---------- */

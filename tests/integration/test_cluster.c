@@ -1,6 +1,6 @@
 /* Integration tests with real daemons: correctness of a 10,000-task graph,
  * recovery from a worker SIGKILLed mid-graph and from a worker that goes
- * silent, and a task that kills every worker it lands on. */
+ * silent, and a task that kills every worker it lands on; tsr_gather_into. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +72,43 @@ TEST(graph_of_10000_tasks_gives_the_right_answer)
   ASSERT_OK(rc);
   ASSERT_EQ((long long)value, 512508000LL);
   ASSERT_TRUE(value == 512508000.0);
+}
+
+/* tsr_gather_into: the same bytes and shape as tsr_gather, into the
+ * caller's buffer; a buffer too small is refused naming the key, and the
+ * bytes past the chunk are left as they were. */
+TEST(gather_into_fills_the_callers_buffer_and_refuses_a_short_one)
+{
+  cluster c;
+  ASSERT_OK(cluster_start(&c, 1, 1, NULL, NULL));
+  tsr_client *client = NULL;
+  tsr_graph *g = NULL;
+  tsr_future *f = NULL;
+  double buf[6] = {-1, -1, -1, -1, -1, -1};
+  tsr_chunk info = {0};
+  int rc = tsr_client_open(&client, c.address, NULL);
+  if (rc == 0) rc = tsr_graph_new(&g);
+  if (rc == 0) rc = add_full(g, "five-sevens", 5, 7.0);
+  if (rc == 0) rc = tsr_graph_want(g, "five-sevens");
+  if (rc == 0) rc = tsr_submit(client, &g, &f);
+  int short_rc = rc == 0 ? tsr_gather_into(client, "five-sevens", 60000, buf, 4 * sizeof(double), &info) : rc;
+  char short_msg[256];
+  snprintf(short_msg, sizeof short_msg, "%s", tsr_errmsg());
+  if (rc == 0) rc = tsr_gather_into(client, "five-sevens", 60000, buf, sizeof buf, &info);
+  tsr_future_release(&f);
+  tsr_graph_destroy(&g);
+  tsr_client_close(client);
+  cluster_stop(&c, rc != 0);
+  ASSERT_OK(rc);
+  ASSERT_EQ(short_rc, TSR_ELIMIT);
+  ASSERT_CONTAINS(short_msg, "five-sevens");
+  ASSERT_EQ(info.dtype, TSR_F64);
+  ASSERT_EQ(info.ndim, 1);
+  ASSERT_EQ(info.shape[0], 5);
+  ASSERT_EQ(info.nbytes, 5 * sizeof(double));
+  ASSERT_TRUE(info.data == buf);
+  for (int i = 0; i < 5; i++) ASSERT_TRUE(buf[i] == 7.0);
+  ASSERT_TRUE(buf[5] == -1.0);
 }
 
 /* Sums of 48 slow random chunks, all wanted, plus their tree. */
@@ -226,6 +263,7 @@ int main(void)
 {
   signal(SIGPIPE, SIG_IGN);
   RUN(graph_of_10000_tasks_gives_the_right_answer);
+  RUN(gather_into_fills_the_callers_buffer_and_refuses_a_short_one);
   RUN(worker_sigkilled_mid_graph_gives_identical_result);
   RUN(task_that_kills_three_workers_is_erred);
   RUN(silent_worker_is_declared_dead_and_its_work_redone);
