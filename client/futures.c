@@ -17,6 +17,7 @@
 static void future_free(tsr_future *f)
 {
   free(f->entries);
+  free(f->returned);
   free(f->error);
   free(f->poll_groups);
   free(f);
@@ -200,9 +201,9 @@ static const char *future_error_locked(tsr_future *f)
   return NULL;
 }
 
-/* One look at the future. Returns 0 (all done), 1 (keep waiting), or an
- * error with this thread's message set. Caller holds mu. */
-static int future_check_locked(tsr_client *c, tsr_future *f)
+/* The failures any look at the future reports first: a closed client, a
+ * lost session, an erred key. 0 when none. Caller holds mu. */
+static int future_failed_locked(tsr_client *c, tsr_future *f)
 {
   if (c->state == CONN_CLOSED) return client_fail(TSR_ECLOSED, "the client is closed");
   if (f->epoch != c->epoch)
@@ -215,6 +216,15 @@ static int future_check_locked(tsr_client *c, tsr_future *f)
         return client_fail(TSR_ETASK, "%s", f->error ? f->error : "a task failed");
       }
   }
+  return 0;
+}
+
+/* One look at the future. Returns 0 (all done), 1 (keep waiting), or an
+ * error with this thread's message set. Caller holds mu. */
+static int future_check_locked(tsr_client *c, tsr_future *f)
+{
+  int rc = future_failed_locked(c, f);
+  if (rc != 0) return rc;
   if (f->seen_resets != c->resets) {
     f->seen_resets = c->resets;
     f->cursor = 0;
@@ -237,6 +247,43 @@ TSR_API int tsr_future_wait(tsr_future *future, int timeout_ms)
     for (size_t i = 0; i < future->n; i++) done += future->entries[i]->state == KEY_DONE;
     rc = client_fail(TSR_ETIMEDOUT, "%zu of %zu keys done after %d ms", done, future->n, timeout_ms);
   }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+/* One look for a done key not yet returned: 0 with *index_p, 1 (keep
+ * waiting), or an error. The scan starts at the first unreturned entry, so
+ * keys that finish roughly in order cost O(1) each. Caller holds mu. */
+static int next_done_locked(tsr_client *c, tsr_future *f, size_t *index_p)
+{
+  int rc = future_failed_locked(c, f);
+  if (rc != 0) return rc;
+  while (f->next_unreturned < f->n && f->returned[f->next_unreturned]) f->next_unreturned++;
+  if (f->next_unreturned == f->n)
+    return client_fail(TSR_ENOTFOUND, "tsr_future_next_done: all %zu keys were returned already", f->n);
+  for (size_t i = f->next_unreturned; i < f->n; i++)
+    if (!f->returned[i] && f->entries[i]->state == KEY_DONE) {
+      f->returned[i] = 1;
+      *index_p = i;
+      return 0;
+    }
+  return 1;
+}
+
+TSR_API int tsr_future_next_done(tsr_future *future, int timeout_ms, size_t *index_p)
+{
+  if (future == NULL || index_p == NULL) return client_fail(TSR_EINVAL, "tsr_future_next_done: NULL argument");
+  tsr_client *c = future->client;
+  uint64_t deadline = client_deadline(timeout_ms);
+  pthread_mutex_lock(&c->mu);
+  if (future->returned == NULL && (future->returned = calloc(future->n ? future->n : 1, 1)) == NULL) {
+    pthread_mutex_unlock(&c->mu);
+    return client_fail(TSR_ENOMEM, "tsr_future_next_done: out of memory");
+  }
+  int rc;
+  while ((rc = next_done_locked(c, future, index_p)) == 1)
+    if (!client_wait_until(c, deadline)) break;
+  if (rc == 1) rc = client_fail(TSR_ETIMEDOUT, "no further key of the future was done after %d ms", timeout_ms);
   pthread_mutex_unlock(&c->mu);
   return rc;
 }

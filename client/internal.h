@@ -206,6 +206,10 @@ struct tsr_future {
   size_t cursor;
   uint64_t seen_resets;
   uint64_t seen_errors;
+  /* tsr_future_next_done: which entries it returned, and the first index
+   * it has not (everything before it was returned). */
+  unsigned char *returned;
+  size_t next_unreturned;
   client_pgraph *pg;        /* its graph's progress (progress.c), NULL on ENOMEM */
   tsr_progress_group *poll_groups;  /* tsr_future_progress_get's copy */
   size_t cap_poll_groups;

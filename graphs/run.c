@@ -153,39 +153,41 @@ static int gather_block(tsr_array_ctx *ctx, const tsr_array *a, size_t b, char *
   return rc;
 }
 
-/* One block of one of the arrays, and where it stands in the fetch order. */
+/* One block of one of the arrays; steps of the same key are chained. */
 typedef struct gather_step {
   size_t array, block;
-  double position;  /* block / nblocks of its array */
+  size_t next;  /* the next step of the same key + 1, 0: none */
 } gather_step;
 
-static int by_position(const void *pa, const void *pb)
-{
-  const gather_step *a = pa, *b = pb;
-  if (a->position != b->position) return a->position < b->position ? -1 : 1;
-  return a->array < b->array ? -1 : a->array > b->array;
-}
-
-/* Fetches every block of the n arrays while the graph still runs: each
- * tsr_gather waits for its own key only, so the blocks that are done travel
- * while the rest compute, instead of all of them after the last task. The
- * arrays are interleaved by relative position (block b of an array with m
- * blocks at b / m), because the tasks of several outputs of one graph
- * usually finish side by side (kNN's indices and distances, SVD's u and v):
- * array after array would leave the whole second array for the end. */
-static int gather_overlapped(tsr_array_ctx *ctx, const tsr_array *const *arrays, size_t n, void *const *bufs,
-                             size_t count, int timeout_ms)
+/* Fetches every block of the n arrays as its key is done (the future's
+ * as-completed order, tsr_future_next_done), while the rest of the graph
+ * still runs: the results travel during the computation instead of after
+ * its last task. A key wanted twice (an array passed twice) fills each of
+ * its places. */
+static int gather_as_done(tsr_array_ctx *ctx, const tsr_array *const *arrays, size_t n, void *const *bufs,
+                          size_t count, tsr_future *f, int timeout_ms)
 {
   gather_step *steps = malloc((count ? count : 1) * sizeof *steps);
-  if (steps == NULL) return client_fail(TSR_ENOMEM, "compute: out of memory");
-  size_t k = 0;
-  for (size_t i = 0; i < n; i++)
-    for (size_t b = 0; b < arrays[i]->nblocks; b++)
-      steps[k++] = (gather_step){i, b, (double)b / (double)arrays[i]->nblocks};
-  qsort(steps, count, sizeof *steps, by_position);
-  int rc = 0;
-  for (size_t s = 0; s < count && rc == 0; s++)
-    rc = gather_block(ctx, arrays[steps[s].array], steps[s].block, bufs[steps[s].array], timeout_ms);
+  tsr_strmap *first = tsr_strmap_new(count);
+  int rc = steps && first ? 0 : client_fail(TSR_ENOMEM, "compute: out of memory");
+  for (size_t i = 0, k = 0; rc == 0 && i < n; i++)
+    for (size_t b = 0; rc == 0 && b < arrays[i]->nblocks; b++, k++) {
+      const char *key = arrays[i]->keys[b];
+      uint64_t head = 0;
+      tsr_strmap_get(first, key, strlen(key), &head);
+      steps[k] = (gather_step){i, b, (size_t)head};
+      rc = tsr_strmap_put(first, key, strlen(key), k + 1);
+    }
+  for (size_t got = 0; rc == 0 && got < tsr_future_count(f); got++) {
+    size_t index;
+    rc = tsr_future_next_done(f, timeout_ms, &index);
+    const char *key = rc == 0 ? tsr_future_key(f, index) : NULL;
+    uint64_t s = 0;
+    if (key != NULL) tsr_strmap_get(first, key, strlen(key), &s);
+    for (; rc == 0 && s != 0; s = steps[s - 1].next)
+      rc = gather_block(ctx, arrays[steps[s - 1].array], steps[s - 1].block, bufs[steps[s - 1].array], timeout_ms);
+  }
+  tsr_strmap_destroy(&first);
   free(steps);
   return rc;
 }
@@ -226,7 +228,7 @@ TSR_API int tsr_compute_many(tsr_array_ctx *ctx, const tsr_array *const *arrays,
   }
   tsr_future *f = NULL;
   rc = grun_submit_nowait(ctx, keys, count, &f);
-  if (rc == 0) rc = gather_overlapped(ctx, dense, n, bufs, count, timeout_ms);
+  if (rc == 0) rc = gather_as_done(ctx, dense, n, bufs, count, f, timeout_ms);
   /* A task that failed shows first as its key's error; the future's own
    * message is the one callers have always had (it names the first
    * failed task and its cause), and waiting on it also confirms the rest. */

@@ -13,7 +13,7 @@
 #    cell types, made on the workers (tsr_random_counts, seed 0):
 #      tessera local --gpus 0 --worker-arg --threads --worker-arg 8 -- tsr-cluster --synthetic CELLS,28000 --out DIR/syn
 #    (read = generating the counts; the pipeline = total - read)
-# KNN_ONLY=1 stops after the kNN timings, SKIP_TORCH=1 leaves out PyTorch.
+# KNN_ONLY=1 stops after the kNN timings, KNN_RUNS=N repeats tsr-knn-time, SKIP_TORCH=1 leaves out PyTorch.
 # Peers' published figures for comparison (RAPIDS, rapids-singlecell) are
 # in bench/RESULTS.md.
 set -uo pipefail
@@ -29,8 +29,11 @@ echo "# bench/cluster/gpu  $(date -u +%Y-%m-%d)  GPU: $(nvidia-smi --query-gpu=n
 [ -f "$dir/X.npy" ] || python3 bench/cluster/mixture.py --cells "$cells" --dims 50 --clusters 30 --seed 0 --out "$dir"
 echo "== PyTorch $(python3 -c 'import torch; print(torch.__version__)')"
 [ -n "${SKIP_TORCH:-}" ] || timeout 300 python3 bench/cluster/peers_gpu.py "$dir" --neighbors 15 2>&1 | tail -3
-echo "== tsr_knn alone (tsr-knn-time), one GPU worker"
-timeout 120 tessera local --gpus 0 -- tsr-knn-time "$dir/X.npy" 15 2>&1 | tail -2
+echo "== tsr_knn alone (tsr-knn-time), one GPU worker, ${KNN_RUNS:-1} run(s), then one with the phases timed"
+for r in $(seq "${KNN_RUNS:-1}"); do
+  timeout 120 tessera local --gpus 0 -- tsr-knn-time "$dir/X.npy" 15 2>&1 | tail -1
+done
+KNN_TIME_PHASES=1 timeout 120 tessera local --gpus 0 -- tsr-knn-time "$dir/X.npy" 15 2>&1 | tail -2
 [ -z "${KNN_ONLY:-}" ] || exit 0
 echo "== tsr-cluster, mixture"
 timeout 300 tessera local $workers -- tsr-cluster --npy "$dir/X.npy" --n-pcs 0 --neighbors 15 \

@@ -130,6 +130,14 @@ int tsr_submit(tsr_client *client, tsr_graph **graph_p, tsr_future **future_p);
  * passed (-1: forever). Returns 0, TSR_ETASK (see tsr_future_error),
  * TSR_ETIMEDOUT or TSR_ECONN (scheduler lost). */
 int tsr_future_wait(tsr_future *future, int timeout_ms);
+/* As completed: waits until a wanted key this call has not returned before
+ * is done and sets *index_p to it (tsr_future_key(future, *index_p)), each
+ * index once, in about the order the keys finish — for gathering results
+ * while the rest still computes. Returns 0, TSR_ETASK (a key erred; see
+ * tsr_future_error), TSR_ETIMEDOUT, TSR_ECONN, or TSR_ENOTFOUND once every
+ * key was returned. A returned key that is lost later is recomputed as
+ * usual (tsr_gather follows it); it is not returned again. */
+int tsr_future_next_done(tsr_future *future, int timeout_ms, size_t *index_p);
 /* Keys done (in memory) and total wanted, now. */
 void tsr_future_progress(const tsr_future *future, size_t *done_p, size_t *total_p);
 /* ---------- progress (docs/progress.md) ----------

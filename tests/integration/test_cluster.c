@@ -1,6 +1,7 @@
 /* Integration tests with real daemons: correctness of a 10,000-task graph,
  * recovery from a worker SIGKILLed mid-graph and from a worker that goes
- * silent, and a task that kills every worker it lands on; tsr_gather_into. */
+ * silent, and a task that kills every worker it lands on; tsr_gather_into
+ * and tsr_future_next_done. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +110,75 @@ TEST(gather_into_fills_the_callers_buffer_and_refuses_a_short_one)
   ASSERT_TRUE(info.data == buf);
   for (int i = 0; i < 5; i++) ASSERT_TRUE(buf[i] == 7.0);
   ASSERT_TRUE(buf[5] == -1.0);
+}
+
+/* tsr_future_next_done: every wanted key exactly once, the slow one last,
+ * each done when returned; then TSR_ENOTFOUND. A graph with a failing
+ * task: TSR_ETASK with the future's message. */
+TEST(next_done_returns_each_key_once_as_it_finishes)
+{
+  cluster c;
+  ASSERT_OK(cluster_start(&c, 1, 2, NULL, NULL));
+  tsr_client *client = NULL;
+  tsr_graph *g = NULL;
+  tsr_future *f = NULL;
+  size_t order[6], got = 0;
+  double values[6] = {0};
+  int rc = tsr_client_open(&client, c.address, NULL);
+  if (rc == 0) rc = tsr_graph_new(&g);
+  /* "late" is its input after 1.5 s (sleep with copy); five quick keys. */
+  tsr_args *nap = NULL;
+  const char *late_in = "full-late";
+  if (rc == 0) rc = add_full(g, "full-late", 1, 100.0);
+  if (rc == 0) rc = tsr_args_new(&nap);
+  if (rc == 0) rc = tsr_args_int(nap, "ms", 1500);
+  if (rc == 0) rc = tsr_args_bool(nap, "copy", true);
+  if (rc == 0) rc = tsr_graph_add_args(g, "late", "sleep", nap, &late_in, 1);
+  tsr_args_destroy(&nap);
+  if (rc == 0) rc = tsr_graph_want(g, "late");
+  for (int i = 0; i < 5 && rc == 0; i++) {
+    char key[32];
+    snprintf(key, sizeof key, "quick-%d", i);
+    rc = add_full(g, key, 1, (double)i);
+    if (rc == 0) rc = tsr_graph_want(g, key);
+  }
+  if (rc == 0) rc = tsr_submit(client, &g, &f);
+  while (rc == 0 && got < 6) {
+    size_t index;
+    rc = tsr_future_next_done(f, 60000, &index);
+    if (rc == 0) rc = gather_f64(client, tsr_future_key(f, index), &values[got]);
+    if (rc == 0) order[got++] = index;
+  }
+  size_t extra;
+  int after = rc == 0 ? tsr_future_next_done(f, 1000, &extra) : rc;
+  tsr_future_release(&f);
+  /* A failing task: the shapes of an add disagree. */
+  int failed = rc;
+  const char *ins[] = {"three", "four"};
+  if (rc == 0) rc = tsr_graph_new(&g);
+  if (rc == 0) rc = add_full(g, "three", 3, 1.0);
+  if (rc == 0) rc = add_full(g, "four", 4, 1.0);
+  if (rc == 0) rc = add_plain(g, "bad-add", "add", ins, 2);
+  if (rc == 0) rc = tsr_graph_want(g, "bad-add");
+  if (rc == 0) rc = tsr_submit(client, &g, &f);
+  size_t index;
+  if (rc == 0) failed = tsr_future_next_done(f, 30000, &index);
+  char failed_msg[256];
+  snprintf(failed_msg, sizeof failed_msg, "%s", tsr_errmsg());
+  tsr_future_release(&f);
+  tsr_graph_destroy(&g);
+  tsr_client_close(client);
+  cluster_stop(&c, rc != 0);
+  ASSERT_OK(rc);
+  ASSERT_EQ(got, 6);
+  ASSERT_EQ(order[5], 0);  /* "late", wanted first, finished last */
+  ASSERT_TRUE(values[5] == 100.0);
+  unsigned seen = 0;
+  for (size_t i = 0; i < 6; i++) seen |= 1u << order[i];
+  ASSERT_EQ(seen, 0x3fu);
+  ASSERT_EQ(after, TSR_ENOTFOUND);
+  ASSERT_EQ(failed, TSR_ETASK);
+  ASSERT_CONTAINS(failed_msg, "bad-add");
 }
 
 /* Sums of 48 slow random chunks, all wanted, plus their tree. */
@@ -264,6 +334,7 @@ int main(void)
   signal(SIGPIPE, SIG_IGN);
   RUN(graph_of_10000_tasks_gives_the_right_answer);
   RUN(gather_into_fills_the_callers_buffer_and_refuses_a_short_one);
+  RUN(next_done_returns_each_key_once_as_it_finishes);
   RUN(worker_sigkilled_mid_graph_gives_identical_result);
   RUN(task_that_kills_three_workers_is_erred);
   RUN(silent_worker_is_declared_dead_and_its_work_redone);
