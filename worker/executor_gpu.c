@@ -2,7 +2,9 @@
  *
  * An op with a CUDA variant: inputs already on the device are used in
  * place; host inputs (computed here by a CPU variant, or fetched from a
- * peer) are copied up into transient device buffers for this task only.
+ * peer) are copied up into device buffers, which replace the host chunk in
+ * the store while the device has room (promote_inputs) and are otherwise
+ * freed when the task ends.
  * The output is allocated from the device pool (counted against the
  * limit: a chunk that does not fit fails the task with TSR_ELIMIT naming
  * the chunk and the limit), the variant enqueues its work on the slot's
@@ -92,6 +94,38 @@ static int stage_inputs(gpu_run *r, tsr_chunk **chunks)
   return 0;
 }
 
+/* Promotion: a host input copied up for a CUDA task stays on the device in
+ * its chunk's place (tsr_wstore_promote), so the next task on this GPU uses
+ * it in place instead of copying it up again. Without it, an input that
+ * many tasks read — the whole X of a kNN, sliced by 53 row-block tasks — crossed
+ * PCIe once a task (13 GB for a 260 MB X). Only while the device is at
+ * most half full (PROMOTE_LIMIT_SHARE): under memory pressure the device
+ * tier would move the copy straight back down, costing a copy down more
+ * than the transient copy up it saves. Tasks still reading the host chunk
+ * keep it until they are done (tsr_wstore_promote). */
+#define PROMOTE_LIMIT_SHARE 2
+
+static void promote_inputs(gpu_run *r, tsr_wstore *store, tsr_chunk **chunks)
+{
+  tsr_wgpu *gpu = tsr_wgpu_slot_gpu(r->slot);
+  for (size_t i = 0; i < r->n; i++) {
+    if (r->staged[i] == NULL || tsr_wgpu_used(gpu) > tsr_wgpu_limit(gpu) / PROMOTE_LIMIT_SHARE) continue;
+    tsr_chunk *fresh;
+    tsr_wgpu_keep(r->slot, chunks[i]->nbytes);
+    if (tsr_chunk_new_device(store, chunks[i]->key, &chunks[i]->meta, r->staged[i], chunks[i]->nbytes,
+                             tsr_wgpu_device(gpu), tsr_wgpu_release, gpu, &fresh) != 0) {
+      tsr_wgpu_release(gpu, r->staged[i], chunks[i]->nbytes);
+      r->staged[i] = NULL;
+      continue;
+    }
+    r->staged[i] = NULL;  /* fresh's now: its last unref frees it */
+    if (tsr_wstore_promote(store, chunks[i], fresh))
+      TSR_DEBUG("task %s: input '%s' (%zu bytes) now stays on gpu:%d", r->task->key, chunks[i]->key,
+                chunks[i]->nbytes, tsr_wgpu_device(gpu));
+    tsr_chunk_unref(&fresh);
+  }
+}
+
 static void unstage_inputs(gpu_run *r, tsr_chunk **chunks)
 {
   for (size_t i = 0; i < r->n; i++)
@@ -134,6 +168,7 @@ static int run_cuda(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunks, tsr_
   bool have_out = rc == 0;
   if (rc == 0) rc = launch(&r);
   else tsr_wgpu_sync(slot, NULL);
+  if (rc == 0) promote_inputs(&r, store, chunks);
   if (r.staged) unstage_inputs(&r, chunks);
   tsr_wgpu_slot_reset(slot);
   free(r.in);

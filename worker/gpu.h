@@ -138,6 +138,10 @@ int tsr_wgpu_alloc(tsr_wgpu_slot *slot, size_t nbytes, const char *what, bool tr
                    tsr_errbuf *err);
 /* Frees on the slot's stream (after what is enqueued there). */
 void tsr_wgpu_free(tsr_wgpu_slot *slot, void *ptr, size_t nbytes, bool transient);
+/* A transient allocation of the slot's running task becomes a chunk's
+ * (tsr_chunk_new_device with tsr_wgpu_release): its bytes stay used but no
+ * longer count as given back when the task ends. */
+void tsr_wgpu_keep(tsr_wgpu_slot *slot, size_t nbytes);
 /* Frees a chunk's bytes from any thread, once no stream uses them any more.
  * The signature of tsr_chunk_release_fn (arg = the tsr_wgpu). */
 void tsr_wgpu_release(void *gpu, void *ptr, size_t nbytes);

@@ -503,6 +503,14 @@ void tsr_wgpu_free(tsr_wgpu_slot *slot, void *ptr, size_t nbytes, bool transient
   unreserve(slot->gpu, slot, nbytes, transient);
 }
 
+void tsr_wgpu_keep(tsr_wgpu_slot *slot, size_t nbytes)
+{
+  pthread_mutex_lock(&slot->gpu->lock);
+  slot->gpu->transient -= nbytes;
+  slot->transient -= nbytes;
+  pthread_mutex_unlock(&slot->gpu->lock);
+}
+
 void tsr_wgpu_release(void *arg, void *ptr, size_t nbytes)
 {
   tsr_wgpu *gpu = arg;

@@ -72,6 +72,7 @@ uint64_t tsr_wgpu_pinned_used(tsr_wgpu *gpu, uint64_t *slabs_p)
 }
 void tsr_wgpu_stats_get(tsr_wgpu *gpu, tsr_wgpu_stats *stats) { (void)gpu, (void)stats; }
 
+void tsr_wgpu_keep(tsr_wgpu_slot *slot, size_t nbytes) { (void)slot, (void)nbytes; }
 void tsr_wgpu_free(tsr_wgpu_slot *slot, void *ptr, size_t nbytes, bool transient)
 {
   (void)slot, (void)ptr, (void)nbytes, (void)transient;

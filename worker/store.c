@@ -526,7 +526,9 @@ bool tsr_wstore_evict(tsr_wstore *store, tsr_chunk *chunk)
   return evicted;
 }
 
-bool tsr_wstore_replace(tsr_wstore *store, tsr_chunk *old, tsr_chunk *fresh)
+/* Puts fresh in old's place while old is the key's chunk and, when
+ * sole_reader, nobody but the map and the caller reads it. */
+static bool replace_if(tsr_wstore *store, tsr_chunk *old, tsr_chunk *fresh, bool sole_reader)
 {
   size_t len = strlen(old->key);
   uint64_t value;
@@ -534,7 +536,8 @@ bool tsr_wstore_replace(tsr_wstore *store, tsr_chunk *old, tsr_chunk *fresh)
   tsr_chunk_ref(fresh);
   pthread_mutex_lock(&store->lock);
   if (tsr_strmap_get(store->map, old->key, len, &value) && (tsr_chunk *)(uintptr_t)value == old &&
-      atomic_load(&old->refs) == 2 && tsr_strmap_put(store->map, old->key, len, (uint64_t)(uintptr_t)fresh) == 0) {
+      (!sole_reader || atomic_load(&old->refs) == 2) &&
+      tsr_strmap_put(store->map, old->key, len, (uint64_t)(uintptr_t)fresh) == 0) {
     /* Same age and read state: the move is not a use. */
     fresh->last_use = old->last_use;
     atomic_store(&fresh->read, atomic_load(&old->read));
@@ -547,6 +550,16 @@ bool tsr_wstore_replace(tsr_wstore *store, tsr_chunk *old, tsr_chunk *fresh)
   else
     tsr_chunk_unref(&fresh);
   return replaced;
+}
+
+bool tsr_wstore_replace(tsr_wstore *store, tsr_chunk *old, tsr_chunk *fresh)
+{
+  return replace_if(store, old, fresh, true);
+}
+
+bool tsr_wstore_promote(tsr_wstore *store, tsr_chunk *old, tsr_chunk *fresh)
+{
+  return replace_if(store, old, fresh, false);
 }
 
 int tsr_wstore_xfer_lookup(void *arg, const char *key, tsr_xfer_chunk *out)

@@ -182,6 +182,10 @@ bool tsr_wstore_evict(tsr_wstore *store, tsr_chunk *chunk);
  * old's bytes go with the caller's reference. The caller keeps its
  * reference to fresh either way. */
 bool tsr_wstore_replace(tsr_wstore *store, tsr_chunk *old, tsr_chunk *fresh);
+/* tsr_wstore_replace for a device copy of a host chunk (fresh), whoever
+ * else reads old: they keep old's bytes until they drop it, and every
+ * later get finds fresh. */
+bool tsr_wstore_promote(tsr_wstore *store, tsr_chunk *old, tsr_chunk *fresh);
 
 /* ---------- device tier (devtier.h) ----------
  * A GPU worker attaches its device tier (main thread, before any task

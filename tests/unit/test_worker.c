@@ -324,6 +324,50 @@ TEST(store_device_chunks_counted_apart_and_served_from_a_copy)
   tsr_wstore_destroy(&store);
 }
 
+/* promote swaps in a device copy while another task still reads the host
+ * chunk (replace refuses then); the reader keeps the host bytes; a chunk
+ * that is no longer the key's is left alone. */
+TEST(store_promote_swaps_in_a_device_copy_under_readers)
+{
+  tsr_wstore *store = tsr_wstore_new(0);
+  uint64_t epoch = tsr_wstore_epoch(store);
+  tsr_chunk *host = make_chunk(store, "x", 8);
+  ASSERT_OK(tsr_wstore_put(store, host, epoch, NULL));
+  tsr_chunk *reader = NULL;
+  ASSERT_OK(tsr_wstore_get(store, "x", &reader));  /* another task's reference */
+  double *dev = malloc(64);
+  memcpy(dev, host->data, 64);
+  tsr_chunk *fresh = NULL;
+  releases = 0;
+  ASSERT_OK(tsr_chunk_new_device(store, "x", &host->meta, dev, 64, 0, fake_release, NULL, &fresh));
+  ASSERT_TRUE(!tsr_wstore_replace(store, host, fresh));  /* three readers: replace refuses */
+  ASSERT_TRUE(tsr_wstore_promote(store, host, fresh));
+  tsr_chunk_unref(&fresh);
+  tsr_chunk *got = NULL;
+  ASSERT_OK(tsr_wstore_get(store, "x", &got));
+  ASSERT_TRUE(tsr_chunk_on_device(got));
+  ASSERT_EQ(tsr_wstore_device_bytes(store), 64);
+  ASSERT_EQ(tsr_wstore_bytes(store), 64);  /* the host bytes live while read */
+  ASSERT_NEAR(((double *)reader->data)[7], 7.0, 0);
+  tsr_chunk_unref(&reader);
+  tsr_chunk_unref(&host);
+  ASSERT_EQ(tsr_wstore_bytes(store), 0);
+  /* host is gone from the map: a second promotion of it changes nothing */
+  tsr_chunk *stale = make_chunk(store, "x", 8), *again = NULL;
+  ASSERT_OK(tsr_chunk_new_device(store, "x", &stale->meta, malloc(64), 64, 0, fake_release, NULL, &again));
+  ASSERT_TRUE(!tsr_wstore_promote(store, stale, again));
+  tsr_chunk_unref(&again);
+  ASSERT_EQ(releases, 1);  /* the refused copy was freed */
+  tsr_chunk_unref(&stale);
+  tsr_chunk *still = NULL;
+  ASSERT_OK(tsr_wstore_get(store, "x", &still));
+  ASSERT_TRUE(still == got);
+  tsr_chunk_unref(&still);
+  tsr_chunk_unref(&got);
+  tsr_wstore_destroy(&store);
+  ASSERT_EQ(releases, 2);
+}
+
 TEST(decode_compute)
 {
   const char *ins[] = {"in0", "in1"};
@@ -782,6 +826,7 @@ int main(void)
   RUN(store_memory_limit_warns_once);
   RUN(store_concurrent_refs);
   RUN(store_device_chunks_counted_apart_and_served_from_a_copy);
+  RUN(store_promote_swaps_in_a_device_copy_under_readers);
   RUN(decode_compute);
   RUN(decode_compute_rejects);
   RUN(queue_priority_then_arrival);
