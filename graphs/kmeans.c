@@ -6,6 +6,8 @@
  * client records KM_BLOCK iterations a graph, gathers only the model and
  * keeps the states held on the workers for the next graph, until the
  * model says done (converged, the final E-step run, the inertia summed).
+ * On one worker the whole run is instead one kmeans_loop task from the
+ * init, on the worker's threads (param threads).
  * Labels: a kmeans_labels task per x chunk over the final states.
  * k-means++ is one kmeans_pp task per init (kernels/cpu/kmeans.c). */
 #include <math.h>

@@ -666,7 +666,7 @@ static int bench(int argc, char **argv)
   }
   printf("total %.1f ms for %d iterations (CPU time of one thread), inertia %.6g\n", 1e3 * total, l.iterations, ((double *)l.model.data)[3]);
   lloyd_free(&l);
-  /* graphs/kmeans.c on one worker: 3 iterations of steps, then kmeans_loop */
+  /* 0-4 iterations of steps, then kmeans_loop (graphs/kmeans.c on one worker: 0, the loop from the init) */
   for (int parallel = getenv("KM_P") ? atoi(getenv("KM_P")) : 0; parallel <= (getenv("KM_P") ? atoi(getenv("KM_P")) : 4); parallel++) {
     lloyd m = lloyd_of(n, d, k, 16384, 0, TSR_F32, x32);
     double t = now(), t_loop, w_loop;
