@@ -6,6 +6,8 @@
  * client records KM_BLOCK iterations a graph, gathers only the model and
  * keeps the states held on the workers for the next graph, until the
  * model says done (converged, the final E-step run, the inertia summed).
+ * On one worker the whole run is instead one kmeans_loop task from the
+ * init, on the worker's threads (param threads).
  * Labels: a kmeans_labels task per x chunk over the final states.
  * k-means++ is one kmeans_pp task per init (kernels/cpu/kmeans.c). */
 #include <math.h>
@@ -24,6 +26,7 @@ typedef struct km_run {
   int timeout_ms;
   int64_t groups;      /* step tasks an iteration: runs of x's chunks */
   int64_t parallel;    /* iterations of steps before kmeans_loop runs the rest; -1: no loop */
+  int64_t loop_threads; /* the loop's threads: its worker's executor threads */
   int64_t *first;      /* groups + 1: group g holds chunks [first[g], first[g + 1]) */
 } km_run;
 
@@ -41,18 +44,12 @@ typedef struct km_run {
  * graph, and the iterations after it in the same graph pass their inputs
  * through (cheap), so a block trades round trips against wasted levels. */
 #define KM_BLOCK 8
-/* On one worker: iterations as parallel steps (every distance in the
- * first, most rows' in the next) before one kmeans_loop task runs the
- * rest in place: a late iteration's work a thread (~0.5 ms on the bench)
- * is below a round trip through the scheduler and the copy of the states
- * that parallel steps cost it. */
-#define KM_PARALLEL 3
-/* The loop only while rows × columns × (1 − 1/threads) stays below this:
- * a late iteration costs one thread ~14 ns a row at 50 columns (the
- * bench: 1.4 ms for 100,000 rows) against ~1.5 ms of round trip and state
- * copy for parallel steps, so larger x (or many threads) keeps the steps,
- * whose work divides among the threads. */
-#define KM_LOOP_WORK 5e6
+/* On one worker the whole run is one kmeans_loop task from the init,
+ * its passes on all the worker's threads (the graph has no other task
+ * while it runs): parallel steps would cost each iteration two round
+ * trips through the scheduler and a copy of every run's state, more than
+ * a late iteration's work (~1 ms of one thread on the bench). */
+#define KM_PARALLEL 0
 
 /* One run's chain of iterations: the last model and the chunks' states,
  * kept on the cluster by `held` between graphs. */
@@ -129,6 +126,7 @@ static int km_loop(const km_run *r, km_chain *ch)
   if (rc == 0) rc = tsr_args_new(&b);
   if (rc == 0) rc = tsr_args_int(a, "k", r->k);
   if (rc == 0) rc = tsr_args_int(a, "parts", nb);
+  if (rc == 0 && r->loop_threads > 1) rc = tsr_args_int(a, "threads", r->loop_threads);
   if (rc == 0) rc = tsr_args_int(b, "k", r->k);
   if (rc == 0) rc = tsr_args_int(b, "d", r->d);
   for (int64_t i = 0; rc == 0 && i < nb; i++) in[i] = r->x->keys[i];
@@ -252,11 +250,9 @@ static int km_groups(km_run *r)
   }
   r->groups = threads > 0 && threads < nb ? threads : nb;
   /* one worker: x is in its memory, so the loop task reads it without a
-   * transfer; and x small enough that one thread's late iteration costs
-   * less than the threads' share of it plus a round trip */
-  double spread = threads > 1 ? (double)(threads - 1) / (double)threads : 0;
-  bool loop = workers == 1 && (double)r->x->shape[0] * (double)r->x->shape[1] * spread <= KM_LOOP_WORK;
-  r->parallel = loop ? (r->groups > 1 ? KM_PARALLEL : 0) : -1;
+   * transfer, and its threads are the loop's */
+  r->parallel = workers == 1 ? KM_PARALLEL : -1;
+  r->loop_threads = workers == 1 && threads > 1 ? (threads < 64 ? threads : 64) : 1;
   r->first = malloc((size_t)(r->groups + 1) * sizeof *r->first);
   if (r->first == NULL) return client_fail(TSR_ENOMEM, "kmeans: out of memory");
   for (int64_t g = 0; g <= r->groups; g++) r->first[g] = g * nb / r->groups;
@@ -334,7 +330,7 @@ TSR_API int tsr_kmeans(tsr_array_ctx *ctx, const tsr_array *x, const tsr_kmeans_
     x = rx;
   }
   if (rc != 0) return rc;
-  km_run r = {ctx, x, o.k, x->shape[1], o.timeout_ms, 0, -1, NULL};
+  km_run r = {ctx, x, o.k, x->shape[1], o.timeout_ms, 0, -1, 1, NULL};
   size_t kd = (size_t)(r.k * r.d);
   double *best = malloc(kd * sizeof *best), *cur = malloc(kd * sizeof *cur), best_in = INFINITY;
   km_chain kept = {0}, run_chain = {0};

@@ -9,6 +9,7 @@
 #ifndef TSR_KERNELS_CPU_KMEANS_H
 #define TSR_KERNELS_CPU_KMEANS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ops.h"
@@ -51,6 +52,21 @@ typedef struct km_row {
  * (a full pass), or part itself (kmeans_loop: updated in place). */
 int tsr_km_step_pass(int64_t k, int64_t row0, const tsr_buf *xs, int64_t parts, const double *m, const double *prev,
                      double *part, tsr_errbuf *err);
+
+/* A pass over row slices (kmeans_loop's threads): begin prepares the
+ * model m's centers for the rows of the parts chunks at xs (first: no row
+ * labelled yet, every distance taken and the columns summed); then any
+ * thread may run slice over rows [r0, r1), disjoint from the other
+ * slices': it labels those rows of state (all the rows) in place and
+ * writes into acc (KM_STATE_HEAD values, its own) the slice's delta: the
+ * sums and counts of its rows (a full pass) or of their moves, the
+ * inertia (final E-step), the farthest points (a relocation's pass), the
+ * column sums (first). The caller adds the slices up in a fixed order. */
+typedef struct km_pass km_pass;
+int tsr_km_pass_begin(int64_t k, const tsr_buf *xs, int64_t parts, const double *m, bool first, km_pass **pass_p,
+                      tsr_errbuf *err);
+int tsr_km_pass_slice(const km_pass *p, int64_t r0, int64_t r1, km_row *state, double *acc, tsr_errbuf *err);
+void tsr_km_pass_end(km_pass **pass_p);
 
 /* kmeans_update on m (a copy of the last model) from the states in[1..n). */
 int tsr_km_update_model(double *m, const tsr_buf *in, int n, int64_t k, int64_t d, tsr_errbuf *err);

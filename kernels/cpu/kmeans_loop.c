@@ -14,10 +14,18 @@
  *   are kmeans_step's (tsr_km_step_pass), the labels therefore plain
  *   Lloyd's.
  * kmeans_model (input: a kmeans_loop output; params k, d): its model. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kmeans.h"
+
+#define KM_THREADS_MAX 64
+/* A pass's slices: at most KM_SLICES, of at least KM_SLICE_MIN rows (so a
+ * slice's sums, ~12 KB at k = 30 x 50, stay small beside its rows' work)
+ * and enough of them for two to four threads to share evenly. */
+#define KM_SLICES 16
+#define KM_SLICE_MIN 256
 
 static int loop_int(const char *op, const tsr_params *p, const char *name, int64_t *v, tsr_errbuf *err)
 {
@@ -51,6 +59,10 @@ static int loop_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *
   int rc = loop_int("kmeans_loop", p, "k", &k, err);
   if (rc == 0) rc = loop_int("kmeans_loop", p, "parts", &parts, err);
   if (rc != 0) return rc;
+  int64_t threads = 1;
+  if (tsr_params_find(p, "threads") != NULL && (rc = loop_int("kmeans_loop", p, "threads", &threads, err)) != 0) return rc;
+  if (threads < 1 || threads > KM_THREADS_MAX)
+    return tsr_fail(err, TSR_EINVAL, "kmeans_loop: param 'threads' is %lld, not in 1..%d", (long long)threads, KM_THREADS_MAX);
   if (k < 1 || parts < 1 || n < parts + 1)
     return tsr_fail(err, TSR_EINVAL, "kmeans_loop: %d inputs for k = %lld, parts = %lld (the x chunks, the model, states)", n,
                     (long long)k, (long long)parts);
@@ -92,31 +104,174 @@ static void join_states(double *st, const tsr_buf *in, int g, int64_t k, int64_t
   for (int64_t j = 0; j < k; j++) st[k * d + k + 1 + 3 * j + 1] = -1;
 }
 
+/* ---------- the threads of a pass ---------- */
+
+typedef struct km_team {
+  pthread_mutex_t mu;
+  pthread_cond_t go, done;
+  pthread_t *helpers;
+  int n_helpers;
+  int64_t gen;             /* passes published */
+  bool quit;
+  const km_pass *pass;     /* this pass */
+  km_row *state;           /* every row's */
+  double *acc;             /* n_slices × KM_STATE_HEAD: each slice's delta */
+  int64_t n_slices, rows, head;
+  int64_t next;            /* the next slice to take (atomic) */
+  int64_t finished;        /* slices done this pass */
+  int rc;                  /* the first failure of the pass, its message in err */
+  tsr_errbuf err;
+} km_team;
+
+/* Takes slices of the pass until none is left (any thread). */
+static void team_work(km_team *t)
+{
+  int64_t i, did = 0;
+  while ((i = __atomic_fetch_add(&t->next, 1, __ATOMIC_ACQ_REL)) < t->n_slices) {
+    tsr_errbuf err;
+    err.text[0] = '\0';
+    int rc = tsr_km_pass_slice(t->pass, i * t->rows / t->n_slices, (i + 1) * t->rows / t->n_slices, t->state,
+                               t->acc + i * t->head, &err);
+    if (rc != 0) {
+      pthread_mutex_lock(&t->mu);
+      if (t->rc == 0) t->rc = rc, t->err = err;
+      pthread_mutex_unlock(&t->mu);
+    }
+    did++;
+  }
+  pthread_mutex_lock(&t->mu);
+  t->finished += did;
+  if (t->finished >= t->n_slices) pthread_cond_broadcast(&t->done);
+  pthread_mutex_unlock(&t->mu);
+}
+
+static void *team_main(void *arg)
+{
+  km_team *t = arg;
+  int64_t seen = 0;
+  pthread_mutex_lock(&t->mu);
+  for (;;) {
+    while (!t->quit && t->gen == seen) pthread_cond_wait(&t->go, &t->mu);
+    if (t->quit) break;
+    seen = t->gen;
+    pthread_mutex_unlock(&t->mu);
+    team_work(t);
+    pthread_mutex_lock(&t->mu);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return NULL;
+}
+
+/* Starts up to threads − 1 helpers (fewer if the system refuses: the
+ * slices, not the threads, fix the result). */
+static int team_start(km_team *t, int64_t threads, int64_t rows, int64_t k, int64_t d, km_row *state, tsr_errbuf *err)
+{
+  memset(t, 0, sizeof *t);
+  t->rows = rows, t->head = KM_STATE_HEAD(k, d), t->state = state;
+  t->n_slices = rows / KM_SLICE_MIN < KM_SLICES ? rows / KM_SLICE_MIN : KM_SLICES;
+  if (t->n_slices < 1) t->n_slices = 1;
+  if (threads > t->n_slices) threads = t->n_slices;
+  t->acc = malloc((size_t)(t->n_slices * t->head) * sizeof *t->acc);
+  t->helpers = malloc((size_t)threads * sizeof *t->helpers);
+  if (t->acc == NULL || t->helpers == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_loop: out of memory for %lld rows", (long long)rows);
+  pthread_mutex_init(&t->mu, NULL), pthread_cond_init(&t->go, NULL), pthread_cond_init(&t->done, NULL);
+  for (int64_t i = 1; i < threads && pthread_create(&t->helpers[t->n_helpers], NULL, team_main, t) == 0; i++) t->n_helpers++;
+  return 0;
+}
+
+static void team_stop(km_team *t)
+{
+  if (t->helpers != NULL && t->acc != NULL) {
+    pthread_mutex_lock(&t->mu);
+    t->quit = true;
+    pthread_cond_broadcast(&t->go);
+    pthread_mutex_unlock(&t->mu);
+    for (int i = 0; i < t->n_helpers; i++) pthread_join(t->helpers[i], NULL);
+    pthread_mutex_destroy(&t->mu), pthread_cond_destroy(&t->go), pthread_cond_destroy(&t->done);
+  }
+  free(t->helpers), free(t->acc);
+}
+
+/* Runs one pass over every slice, this thread among the helpers. */
+static int team_pass(km_team *t, const km_pass *pass, tsr_errbuf *err)
+{
+  pthread_mutex_lock(&t->mu);
+  t->pass = pass, t->finished = 0, t->rc = 0, t->gen++;
+  __atomic_store_n(&t->next, 0, __ATOMIC_RELEASE);
+  pthread_cond_broadcast(&t->go);
+  pthread_mutex_unlock(&t->mu);
+  team_work(t);
+  pthread_mutex_lock(&t->mu);
+  while (t->finished < t->n_slices) pthread_cond_wait(&t->done, &t->mu);
+  int rc = t->rc;
+  if (rc != 0 && err != NULL) *err = t->err;
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+/* The slices' deltas into the state st, in slice order (the same bits
+ * for any number of threads): sums and counts from zero in a full pass,
+ * else added to the last; the inertia; the farthest points of a
+ * relocation's pass; the column sums of the first. */
+static void merge_slices(double *st, const km_team *t, int64_t k, int64_t d, bool full, bool first, bool far)
+{
+  int64_t kd = k * d + k, head = t->head;
+  double *sf = st + kd + 1, *sx = sf + 3 * k;
+  if (full) memset(st, 0, (size_t)kd * sizeof *st);
+  memset(st + kd, 0, (size_t)(1 + k * (3 + d)) * sizeof *st);
+  for (int64_t j = 0; j < k; j++) sf[3 * j + 1] = -1;
+  if (first) memset(st + KM_LEN(k, d), 0, (size_t)(2 * d) * sizeof *st);
+  for (int64_t i = 0; i < t->n_slices; i++) {
+    const double *a = t->acc + i * head, *af = a + kd + 1, *ax = af + 3 * k;
+    for (int64_t j = 0; j <= kd; j++) st[j] += a[j];
+    for (int64_t j = 0; first && j < 2 * d; j++) st[KM_LEN(k, d) + j] += a[KM_LEN(k, d) + j];
+    for (int64_t j = 0; far && j < k && af[3 * j + 1] >= 0; j++)
+      tsr_km_far_insert(sf, sx, k, d, af[3 * j], (int64_t)af[3 * j + 1], (int64_t)af[3 * j + 2], ax + j * d);
+  }
+}
+
+/* Passes and updates until the model m is done; st: every row's state,
+ * labelled already unless first. */
+static int loop_passes(km_team *t, const tsr_buf *in, int64_t parts, int64_t k, int64_t d, double *m, double *st,
+                       bool first, tsr_errbuf *err)
+{
+  tsr_buf ins[2];
+  memset(ins, 0, sizeof ins);
+  ins[1].meta.dtype = TSR_F64, ins[1].meta.ndim = 1, ins[1].meta.shape[0] = KM_STATE_LEN(k, d, t->rows), ins[1].data = st;
+  /* every update counts an iteration but a relocation's, which is followed by a full pass that cannot need another */
+  int64_t passes = 0, most = 2 * (int64_t)m[M_MAX_ITER] + 4;
+  int rc = 0;
+  while (rc == 0 && m[M_PHASE] != PH_DONE && passes++ < most) {
+    bool far = m[M_NEED_FAR] != 0;
+    km_pass *pass = NULL;
+    rc = tsr_km_pass_begin(k, in, parts, m, first, &pass, err);
+    if (rc == 0) rc = team_pass(t, pass, err);
+    if (rc == 0) merge_slices(st, t, k, d, first || far, first, far);
+    tsr_km_pass_end(&pass);
+    first = false;
+    if (rc == 0) rc = tsr_km_update_model(m, ins, 2, k, d, err);
+  }
+  if (rc == 0 && m[M_PHASE] != PH_DONE)
+    rc = tsr_fail(err, TSR_EINVAL, "kmeans_loop: not done after %lld passes (max_iter %g)", (long long)most, m[M_MAX_ITER]);
+  return rc;
+}
+
 static int loop_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
 {
-  int64_t k = 0, parts = 1, rows = 0, d = in[0].meta.shape[1];
+  int64_t k = 0, parts = 1, rows = 0, threads = 1, d = in[0].meta.shape[1];
   tsr_params_get_int(p, "k", &k, NULL);
   tsr_params_get_int(p, "parts", &parts, NULL);
+  if (tsr_params_find(p, "threads") != NULL) tsr_params_get_int(p, "threads", &threads, NULL);
   for (int64_t i = 0; i < parts; i++) rows += in[i].meta.shape[0];
   int64_t mlen = KM_MODEL_LEN(k, d), g = n - parts - 1;
   double *m = out->data, *st = m + mlen;
   memcpy(m, in[parts].data, (size_t)mlen * sizeof *m);
   if (g > 0) join_states(st, in + parts + 1, (int)g, k, d);
   else if (m[M_PHASE] == PH_DONE) return tsr_fail(err, TSR_EINVAL, "kmeans_loop: the model is done but no state came with it");
-  tsr_buf ins[2];
-  memset(ins, 0, sizeof ins);
-  ins[1].meta.dtype = TSR_F64, ins[1].meta.ndim = 1, ins[1].meta.shape[0] = KM_STATE_LEN(k, d, rows), ins[1].data = st;
-  const double *prev = g > 0 ? st : NULL;
-  /* every update counts an iteration but a relocation's, which is followed by a full pass that cannot need another */
-  int64_t passes = 0, most = 2 * (int64_t)m[M_MAX_ITER] + 4;
-  int rc = 0;
-  while (rc == 0 && m[M_PHASE] != PH_DONE && passes++ < most) {
-    rc = tsr_km_step_pass(k, 0, in, parts, m, prev, st, err);
-    prev = st;
-    if (rc == 0) rc = tsr_km_update_model(m, ins, 2, k, d, err);
-  }
-  if (rc == 0 && m[M_PHASE] != PH_DONE)
-    rc = tsr_fail(err, TSR_EINVAL, "kmeans_loop: not done after %lld passes (max_iter %g)", (long long)most, m[M_MAX_ITER]);
+  km_team t;
+  int rc = team_start(&t, threads, rows, k, d, (km_row *)(st + KM_STATE_HEAD(k, d)), err);
+  if (rc == 0) rc = loop_passes(&t, in, parts, k, d, m, st, g == 0, err);
+  team_stop(&t);
   return rc;
 }
 

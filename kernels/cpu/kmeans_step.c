@@ -503,7 +503,6 @@ static int step_run(km_step *s, tsr_errbuf *err)
 {
   int rc = 0, cur = 0;
   double inertia = 0;
-  start_state(s);
   int64_t n_next = 0, first = KM_BLOCK_ROWS < s->rows ? KM_BLOCK_ROWS : s->rows;
   if (!s->full) n_next = block_scan(s, 0, first, s->unsure);
   for (int64_t b0 = 0; rc == 0 && b0 < s->rows; b0 += KM_BLOCK_ROWS, cur = 1 - cur) {
@@ -527,16 +526,13 @@ static int step_run(km_step *s, tsr_errbuf *err)
 }
 
 /* The centers in the layouts the distance passes read. */
-static int step_prepare(km_step *s, tsr_errbuf *err)
+static int step_centers(km_step *s, tsr_errbuf *err)
 {
   int64_t k = s->k, d = s->d;
   s->ct = calloc((size_t)(s->kp * d + 1), sizeof *s->ct);
   s->ct32 = calloc((size_t)(s->kp32 * d + 1), sizeof *s->ct32);
-  s->cn = malloc((size_t)s->kp32 * sizeof *s->cn), s->dist = malloc((size_t)s->kp * sizeof *s->dist);
-  s->row = malloc((size_t)(KM_BATCH * d) * sizeof *s->row), s->row32 = malloc((size_t)(KM_BATCH * d) * sizeof *s->row32);
-  s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->unsure = malloc(2 * KM_BLOCK_ROWS * sizeof *s->unsure);
-  if (!s->ct || !s->ct32 || !s->cn || !s->dist || !s->row || !s->row32 || !s->dots || !s->unsure)
-    return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory for %lld rows", (long long)s->rows);
+  s->cn = malloc((size_t)s->kp32 * sizeof *s->cn);
+  if (!s->ct || !s->ct32 || !s->cn) return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory for %lld centers", (long long)k);
   s->cmax = 0;
   for (int64_t q = k; q < s->kp32; q++) s->cn[q] = INFINITY;  /* the padding centers never win the screening */
   for (int64_t q = 0; q < k; q++) {
@@ -549,9 +545,38 @@ static int step_prepare(km_step *s, tsr_errbuf *err)
   return 0;
 }
 
+/* The buffers of one thread's pass: rows, dots, distances, the lists. */
+static int step_scratch(km_step *s, tsr_errbuf *err)
+{
+  int64_t d = s->d;
+  s->dist = malloc((size_t)s->kp * sizeof *s->dist);
+  s->row = malloc((size_t)(KM_BATCH * d) * sizeof *s->row), s->row32 = malloc((size_t)(KM_BATCH * d) * sizeof *s->row32);
+  s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->unsure = malloc(2 * KM_BLOCK_ROWS * sizeof *s->unsure);
+  if (!s->dist || !s->row || !s->row32 || !s->dots || !s->unsure)
+    return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory for %lld rows", (long long)s->rows);
+  return 0;
+}
+
+static void scratch_free(km_step *s)
+{
+  free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->unsure);
+  s->dist = NULL, s->row = NULL, s->row32 = NULL, s->dots = NULL, s->unsure = NULL;
+}
+
 static void step_free(km_step *s)
 {
-  free(s->ct), free(s->ct32), free(s->cn), free(s->dist), free(s->row), free(s->row32), free(s->dots), free(s->unsure);
+  free(s->ct), free(s->ct32), free(s->cn);
+  scratch_free(s);
+}
+
+/* s's fields from the model m over the rows of the parts chunks at xs. */
+static void step_init(km_step *s, int64_t k, int64_t row0, const tsr_buf *xs, int64_t parts, const double *m)
+{
+  s->k = k, s->d = xs[0].meta.shape[1], s->kp = (k + 7) / 8 * 8, s->kp32 = (k + 31) / 32 * 32, s->row0 = row0;
+  s->rows = s->starts[parts], s->xs = xs, s->parts = parts;
+  s->centers = m + KM_HDR, s->shift = s->centers + k * s->d, s->half = s->shift + k;
+  s->drift = s->half + k, s->mdrift = s->drift + KM_EPOCHS * k, s->epoch = (int64_t)m[M_IT];
+  s->far = m[M_NEED_FAR] != 0, s->converged = m[M_PHASE] == PH_CONVERGED;
 }
 
 /* One pass of the steps over the rows of the parts chunks at xs (rows
@@ -560,22 +585,100 @@ static void step_free(km_step *s)
 int tsr_km_step_pass(int64_t k, int64_t row0, const tsr_buf *xs, int64_t parts, const double *m, const double *prev,
                      double *part, tsr_errbuf *err)
 {
-  int64_t d = xs[0].meta.shape[1];
   km_step s = {0};
   s.starts = malloc((size_t)(parts + 1) * sizeof *s.starts);
   if (s.starts == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_step: out of memory");
   s.starts[0] = 0;
   for (int64_t i = 0; i < parts; i++) s.starts[i + 1] = s.starts[i] + xs[i].meta.shape[0];
-  s.k = k, s.d = d, s.kp = (k + 7) / 8 * 8, s.kp32 = (k + 31) / 32 * 32, s.rows = s.starts[parts], s.row0 = row0;
-  s.xs = xs, s.parts = parts;
-  s.centers = m + KM_HDR, s.shift = s.centers + k * d, s.half = s.shift + k, s.prev = prev;
-  s.drift = s.half + k, s.mdrift = s.drift + KM_EPOCHS * k, s.epoch = (int64_t)m[M_IT];
-  s.full = prev == NULL || m[M_NEED_FAR] != 0, s.far = m[M_NEED_FAR] != 0, s.converged = m[M_PHASE] == PH_CONVERGED;
+  step_init(&s, k, row0, xs, parts, m);
+  int64_t d = s.d;
+  s.prev = prev, s.full = prev == NULL || s.far;
   s.part = part, s.colsum = s.part + KM_LEN(k, d), s.colsq = s.colsum + d, s.state = (km_row *)(s.part + KM_STATE_HEAD(k, d));
-  int rc = step_prepare(&s, err);
-  if (rc == 0) rc = step_run(&s, err);
+  int rc = step_centers(&s, err);
+  if (rc == 0) rc = step_scratch(&s, err);
+  if (rc == 0) start_state(&s), rc = step_run(&s, err);
   step_free(&s);
   free(s.starts);
+  return rc;
+}
+
+/* ---------- passes in slices (kmeans_loop's threads) ---------- */
+
+struct km_pass {
+  km_step s;           /* the model's centers in the kernels' layouts; no rows, no scratch */
+  int64_t *starts;     /* the parts' first rows (parts + 1) */
+  bool first;          /* no rows labelled yet: the pass sums the columns too */
+};
+
+int tsr_km_pass_begin(int64_t k, const tsr_buf *xs, int64_t parts, const double *m, bool first, km_pass **pass_p,
+                      tsr_errbuf *err)
+{
+  km_pass *p = calloc(1, sizeof *p);
+  if (p != NULL) p->starts = malloc((size_t)(parts + 1) * sizeof *p->starts);
+  if (p == NULL || p->starts == NULL) return free(p), tsr_fail(err, TSR_ENOMEM, "kmeans_loop: out of memory");
+  p->starts[0] = 0;
+  for (int64_t i = 0; i < parts; i++) p->starts[i + 1] = p->starts[i] + xs[i].meta.shape[0];
+  p->s.starts = p->starts;
+  step_init(&p->s, k, 0, xs, parts, m);
+  p->first = first, p->s.full = first || p->s.far;
+  int rc = step_centers(&p->s, err);
+  if (rc != 0) return tsr_km_pass_end(&p), rc;
+  *pass_p = p;
+  return 0;
+}
+
+void tsr_km_pass_end(km_pass **pass_p)
+{
+  if (*pass_p == NULL) return;
+  step_free(&(*pass_p)->s);
+  free((*pass_p)->starts);
+  free(*pass_p);
+  *pass_p = NULL;
+}
+
+/* The parts of p's rows [r0, r1) as views (at most parts of them) with
+ * their first rows in starts; returns how many. */
+static int64_t slice_views(const km_pass *p, int64_t r0, int64_t r1, tsr_buf *views, int64_t *starts)
+{
+  int64_t n = 0;
+  starts[0] = 0;
+  for (int64_t i = 0; i < p->s.parts; i++) {
+    int64_t lo = p->starts[i] > r0 ? p->starts[i] : r0, hi = p->starts[i + 1] < r1 ? p->starts[i + 1] : r1;
+    if (lo >= hi) continue;
+    const tsr_buf *x = &p->s.xs[i];
+    size_t es = x->meta.dtype == TSR_F32 ? 4 : 8;
+    views[n] = *x;
+    views[n].meta.shape[0] = hi - lo;
+    views[n].data = (char *)x->data + (size_t)((lo - p->starts[i]) * p->s.d) * es;
+    views[n].nbytes = (size_t)((hi - lo) * p->s.d) * es;
+    starts[n + 1] = starts[n] + (hi - lo), n++;
+  }
+  return n;
+}
+
+int tsr_km_pass_slice(const km_pass *p, int64_t r0, int64_t r1, km_row *state, double *acc, tsr_errbuf *err)
+{
+  int64_t k = p->s.k, d = p->s.d;
+  km_step s = p->s;
+  tsr_buf *views = malloc((size_t)p->s.parts * sizeof *views);
+  s.starts = malloc((size_t)(p->s.parts + 1) * sizeof *s.starts);
+  int rc = views && s.starts ? 0 : tsr_fail(err, TSR_ENOMEM, "kmeans_loop: out of memory");
+  if (rc == 0) {
+    s.parts = slice_views(p, r0, r1, views, s.starts);
+    s.xs = views, s.rows = r1 - r0, s.row0 = r0, s.state = state + r0;
+    s.prev = p->first ? NULL : acc;  /* NULL: the first pass, which sums the columns (place_row) */
+    s.part = acc, s.colsum = acc + KM_LEN(k, d), s.colsq = s.colsum + d;
+    s.dist = NULL, s.row = NULL, s.row32 = NULL, s.dots = NULL, s.unsure = NULL;
+    /* a delta from zero: the rows' sums in a full pass, else the moved rows' changes */
+    memset(acc, 0, (size_t)(k * d + k + 1) * sizeof *acc);
+    if (s.far) memset(acc + k * d + k + 1, 0, (size_t)(k * (3 + d)) * sizeof *acc);
+    for (int64_t j = 0; j < k; j++) acc[k * d + k + 1 + 3 * j + 1] = -1;
+    if (s.prev == NULL) memset(s.colsum, 0, (size_t)(2 * d) * sizeof *acc);
+    rc = step_scratch(&s, err);
+  }
+  if (rc == 0) rc = step_run(&s, err);
+  scratch_free(&s);
+  free(views), free(s.starts);
   return rc;
 }
 

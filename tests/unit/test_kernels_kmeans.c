@@ -7,14 +7,17 @@
  * one task, its state updated in place) gives plain Lloyd's labels and
  * the chain's iterations from the init and after steps, relocates an
  * emptied cluster with an in-place full pass, stops at max_iter, and its
- * output feeds kmeans_labels (offset) and kmeans_model.
+ * output feeds kmeans_labels (offset) and kmeans_model. With helper
+ * threads (param threads) its output is the one-thread output byte for
+ * byte, a relocation's farthest points found across its row slices too.
  *
  *   test_kernels_kmeans            the tests
  *   test_kernels_kmeans --bench [X.npy init.npy]
  *                                  times the steps of a 100,000 x 50 f32
  *                                  mixture, k = 30, then 0-4 iterations of
  *                                  steps followed by kmeans_loop (KM_P=N:
- *                                  only N) — CPU time, no assertions */
+ *                                  only N; KM_T=N: the loop with N threads,
+ *                                  its wall time too) — CPU time, no assertions */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -45,6 +48,13 @@ static double now(void)
 {
   struct timespec t;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double wall(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -350,6 +360,9 @@ TEST(bad_input_is_named)
   lloyd_free(&l);
 }
 
+/* kmeans_loop's param threads in loop_run. */
+static int64_t loop_threads = 1;
+
 /* kmeans_loop over every chunk of l, its model and its states (none
  * before the first step): the model, then one state of all the rows. */
 static int loop_run(lloyd *l, tsr_buf *out, tsr_errbuf *err)
@@ -357,6 +370,7 @@ static int loop_run(lloyd *l, tsr_buf *out, tsr_errbuf *err)
   tsr_params p = TSR_PARAMS_INIT;
   tsr_params_add_int(&p, "k", l->k);
   tsr_params_add_int(&p, "parts", l->nb);
+  if (loop_threads != 1) tsr_params_add_int(&p, "threads", loop_threads);
   tsr_buf *in = calloc((size_t)(2 * l->nb + 1), sizeof *in);
   int n = 0;
   for (int64_t b = 0; b < l->nb; b++) in[n++] = chunk_of(l, b);
@@ -401,6 +415,24 @@ static int64_t loop_wrong(const lloyd *l, const tsr_buf *out, double *inertia_p,
   return wrong;
 }
 
+/* kmeans_loop of l with `threads` threads gives one's output byte for
+ * byte: the same labels, bounds, sums, centers and inertia. */
+static void check_same_bytes(lloyd *l, const tsr_buf *one, int64_t threads)
+{
+  tsr_errbuf err;
+  tsr_buf out;
+  loop_threads = threads;
+  int rc = loop_run(l, &out, &err);
+  loop_threads = 1;
+  ASSERT_OK(rc);
+  ASSERT_EQ(out.nbytes, one->nbytes);
+  size_t differ = 0;
+  for (size_t i = 0; i < one->nbytes; i++) differ += ((const char *)out.data)[i] != ((const char *)one->data)[i];
+  if (differ != 0) fprintf(stderr, "  %lld threads: %zu of %zu bytes differ\n", (long long)threads, differ, one->nbytes);
+  ASSERT_EQ(differ, 0);
+  free(out.data);
+}
+
 /* kmeans_loop after `steps` iterations of kmeans_step / kmeans_update
  * (0: from the init, no states): done, every label plain Lloyd's under
  * its final centers, the inertia theirs, and the same number of
@@ -427,6 +459,8 @@ static void check_loop(tsr_dtype dt, int64_t n, int64_t d, int64_t k, int64_t ch
   ASSERT_EQ(m[0], cm[0]);
   ASSERT_NEAR(m[3], inertia, 1e-12);
   ASSERT_NEAR(m[3], cm[3], 1e-9);
+  check_same_bytes(&l, &out, 2);
+  check_same_bytes(&l, &out, 5);
   free(out.data);
   lloyd_free(&l), lloyd_free(&chain);
   free(l.x), free(x);
@@ -458,6 +492,44 @@ TEST(loop_relocates_an_emptied_cluster_in_place)
   ASSERT_NEAR(m[3], inertia, 1e-12);
   free(out.data);
   lloyd_free(&l);
+}
+
+TEST(loop_threads_relocate_across_slices)
+{
+  /* 4000 rows in 2-d around (0, 0) and (10, 10), three of them moved out
+   * far in different row slices; of five centers three start far from
+   * every row, empty after the first pass: the relocation's pass (in
+   * slices) must find the three farthest rows wherever they lie */
+  int64_t n = 4000;
+  double *x = malloc((size_t)(2 * n) * sizeof *x), init[5 * 2] = {0, 0, 10, 10, 1e4, 1e4, -1e4, 1e4, 1e4, -1e4};
+  for (int64_t i = 0; i < n; i++) x[2 * i] = (i % 2 ? 10 : 0) + 0.001 * (double)(i % 7), x[2 * i + 1] = (i % 2 ? 10 : 0) + 0.001 * (double)(i % 5);
+  static const int64_t far_rows[3] = {300, 2100, 3900};
+  static const double far_at[3][2] = {{60, -40}, {-55, 70}, {90, 90}};
+  for (int i = 0; i < 3; i++) x[2 * far_rows[i]] = far_at[i][0], x[2 * far_rows[i] + 1] = far_at[i][1];
+  lloyd l = lloyd_of(n, 2, 5, 1000, 0, TSR_F64, x);
+  tsr_errbuf err;
+  tsr_buf out;
+  double inertia;
+  ASSERT_OK(lloyd_start(&l, init, 300, 1e-4, &err));
+  loop_threads = 3;
+  int rc = loop_run(&l, &out, &err);
+  loop_threads = 1;
+  ASSERT_OK(rc);
+  const double *m = out.data;
+  ASSERT_EQ(m[1], 2);
+  for (int i = 0; i < 3; i++) {  /* each far row is a center of its own */
+    int32_t c = loop_label(&l, &out, far_rows[i]);
+    ASSERT_TRUE(c >= 2);
+    ASSERT_EQ(m[KM_HDR + 2 * c], far_at[i][0]);
+    ASSERT_EQ(m[KM_HDR + 2 * c + 1], far_at[i][1]);
+  }
+  ASSERT_EQ(loop_wrong(&l, &out, &inertia, &err), 0);
+  ASSERT_NEAR(m[3], inertia, 1e-9 * inertia);
+  check_same_bytes(&l, &out, 1);
+  check_same_bytes(&l, &out, 4);
+  free(out.data);
+  lloyd_free(&l);
+  free(x);
 }
 
 TEST(loop_stops_at_max_iter_and_feeds_labels_and_model)
@@ -532,6 +604,10 @@ TEST(loop_bad_input_is_named)
   tsr_buf none;
   ASSERT_EQ(run("kmeans_loop", &p, in2, 5, &none, &err), TSR_EINVAL);
   ASSERT_CONTAINS(err.text, "done but no state");
+  /* threads out of range */
+  tsr_params_add_int(&p, "threads", 0);
+  ASSERT_EQ(run("kmeans_loop", &p, in2, 5, &none, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "param 'threads' is 0");
   tsr_params_clear(&p);
   tsr_params_add_int(&p, "k", 9);
   tsr_params_add_int(&p, "d", 5);
@@ -590,19 +666,20 @@ static int bench(int argc, char **argv)
   }
   printf("total %.1f ms for %d iterations (CPU time of one thread), inertia %.6g\n", 1e3 * total, l.iterations, ((double *)l.model.data)[3]);
   lloyd_free(&l);
-  /* graphs/kmeans.c on one worker: 3 iterations of steps, then kmeans_loop */
+  /* 0-4 iterations of steps, then kmeans_loop (graphs/kmeans.c on one worker: 0, the loop from the init) */
   for (int parallel = getenv("KM_P") ? atoi(getenv("KM_P")) : 0; parallel <= (getenv("KM_P") ? atoi(getenv("KM_P")) : 4); parallel++) {
     lloyd m = lloyd_of(n, d, k, 16384, 0, TSR_F32, x32);
-    double t = now(), t_loop;
+    double t = now(), t_loop, w_loop;
     tsr_buf out;
     if (lloyd_start(&m, init, 300, 1e-4, &err) != 0) return 1;
     for (int i = 0; i < parallel; i++)
       if (lloyd_iteration(&m, false, &err) < 0) return fprintf(stderr, "%s\n", err.text), 1;
-    t_loop = now();
+    t_loop = now(), w_loop = wall();
+    loop_threads = getenv("KM_T") ? atoi(getenv("KM_T")) : 1;
     if (loop_run(&m, &out, &err) != 0) return fprintf(stderr, "%s\n", err.text), 1;
-    t = now() - t, t_loop = now() - t_loop;
-    printf("%d iterations of steps, then kmeans_loop: %.1f ms (the loop %.1f ms), %g iterations, inertia %.6g\n", parallel,
-           1e3 * t, 1e3 * t_loop, ((double *)out.data)[0], ((double *)out.data)[3]);
+    t = now() - t, t_loop = now() - t_loop, w_loop = wall() - w_loop;
+    printf("%d iterations of steps, then kmeans_loop: %.1f ms (the loop %.1f ms; %lld threads: %.1f ms of wall), %g iterations, inertia %.6g\n",
+           parallel, 1e3 * t, 1e3 * t_loop, (long long)loop_threads, 1e3 * w_loop, ((double *)out.data)[0], ((double *)out.data)[3]);
     free(out.data);
     lloyd_free(&m);
   }
@@ -626,6 +703,7 @@ int main(int argc, char **argv)
   RUN(loop_gives_plain_lloyds_labels_after_steps);
   RUN(loop_gives_plain_lloyds_labels_wide);
   RUN(loop_relocates_an_emptied_cluster_in_place);
+  RUN(loop_threads_relocate_across_slices);
   RUN(loop_stops_at_max_iter_and_feeds_labels_and_model);
   RUN(loop_bad_input_is_named);
   return kit_summary();
