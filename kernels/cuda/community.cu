@@ -45,6 +45,7 @@
 extern "C" {
 #include "cpu/community_par.h"
 #include "cpu/csr.h"
+#include "csr_dev.cuh"
 }
 
 namespace {
@@ -96,25 +97,16 @@ struct chunks {
 
 /* ---------- loading: headers, stacking, fixed point ---------- */
 
-__device__ __forceinline__ int64_t pad8(int64_t x) { return (x + 7) / 8 * 8; }  /* csr.h's, on the device */
-
 /* hdr[3 i..3 i+2] = rows, nnz, dtype of chunk i (bad: flags). */
 __global__ void k_headers(chunks c, int64_t *hdr, ctl *s)
 {
   int i = threadIdx.x;
   if (i >= c.count) return;
-  const unsigned char *p = c.p[i];
-  int64_t nb = c.bytes[i], *h = hdr + 3 * (c.first + i);
+  int64_t *h = hdr + 3 * (c.first + i);
   h[0] = h[1] = 0, h[2] = 0;
-  bool ok = nb >= TSR_CSR_HEADER && p[0] == 'T' && p[1] == 'C' && p[2] == 'S' && p[3] == 'R' && p[4] == 1 && p[6] == 4 &&
-            (p[5] == TSR_F32 || p[5] == TSR_F64);
-  if (ok) {
-    const int64_t *q = (const int64_t *)(p + 8);
-    int64_t rows = q[0], cols = q[1], nnz = q[2], es = p[5] == TSR_F32 ? 4 : 8;
-    ok = rows >= 0 && nnz >= 0 && nnz <= TSR_CSR_MAX_NNZ && rows <= TSR_CSR_MAX_NNZ && cols == s->n0 &&
-         TSR_CSR_HEADER + 8 * (rows + 1) + pad8(4 * nnz) + pad8(es * nnz) == nb;
-    if (ok) h[0] = rows, h[1] = nnz, h[2] = p[5];
-  }
+  dcsr v;
+  bool ok = dcsr_parse(c.p[i], c.bytes[i], &v) && (v.dt == TSR_F32 || v.dt == TSR_F64) && v.cols == s->n0;
+  if (ok) h[0] = v.rows, h[1] = v.nnz, h[2] = v.dt;
   if (!ok) atomicOr(&s->flags, BAD_HEADER);
 }
 
@@ -137,9 +129,11 @@ __global__ void k_stack(chunks c, const int64_t *hdr, const int64_t *off, dgraph
   if (i >= c.count || s->flags != 0) return;
   const int64_t *h = hdr + 3 * (c.first + i), *o = off + 2 * (c.first + i);
   int64_t rows = h[0], nnz = h[1], r0 = o[0], e0 = o[1];
-  const int64_t *indptr = (const int64_t *)(c.p[i] + TSR_CSR_HEADER);
-  const int32_t *indices = (const int32_t *)(c.p[i] + TSR_CSR_HEADER + 8 * (rows + 1));
-  const unsigned char *values = c.p[i] + TSR_CSR_HEADER + 8 * (rows + 1) + pad8(4 * nnz);
+  dcsr v;
+  dcsr_sections(c.p[i], rows, nnz, &v);  /* k_headers checked the header */
+  const int64_t *indptr = v.indptr;
+  const int32_t *indices = v.indices;
+  const unsigned char *values = v.values;
   int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
   for (int64_t r = tid; r <= rows; r += step) {
     int64_t x = indptr[r];

@@ -37,6 +37,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "common.cuh"
+#include "csr_dev.cuh"
 
 extern "C" {
 #include "cpu/csr_ops.h"
@@ -53,36 +54,12 @@ const char *const kFlagNames[] = {
 
 /* ---------- the chunk on the device ---------- */
 
-struct dcsr {
-  int64_t rows, cols, nnz;
-  int dt;
-  const int64_t *indptr;
-  const int32_t *indices;
-  const unsigned char *values;
-};
-
-__device__ __forceinline__ int64_t dev_es(int dt)
-{
-  return dt == TSR_U8 ? 1 : dt == TSR_I32 || dt == TSR_F32 ? 4 : dt == TSR_I64 || dt == TSR_F64 ? 8 : 0;
-}
-
-__device__ __forceinline__ int64_t dev_pad8(int64_t n) { return (n + 7) / 8 * 8; }
-
 /* The view of the chunk at p (nbytes) if its header says rows x cols and
- * fits the bytes; false otherwise. Every thread calls it (32 bytes, cached). */
+ * fits the bytes, with indptr running from 0 to nnz; false otherwise. */
 __device__ bool dcsr_view(const unsigned char *p, int64_t nbytes, int64_t rows, int64_t cols, dcsr *v)
 {
-  if (nbytes < TSR_CSR_HEADER || p[0] != 'T' || p[1] != 'C' || p[2] != 'S' || p[3] != 'R' || p[4] != 1 || p[6] != 4)
-    return false;
-  const int64_t *h = (const int64_t *)(p + 8);
-  v->rows = h[0], v->cols = h[1], v->nnz = h[2], v->dt = p[5];
-  int64_t es = dev_es(v->dt);
-  if (es == 0 || v->rows != rows || v->cols != cols || v->nnz < 0 || v->nnz > TSR_CSR_MAX_NNZ) return false;
-  if (TSR_CSR_HEADER + 8 * (rows + 1) + dev_pad8(4 * v->nnz) + dev_pad8(es * v->nnz) != nbytes) return false;
-  v->indptr = (const int64_t *)(p + TSR_CSR_HEADER);
-  v->indices = (const int32_t *)(p + TSR_CSR_HEADER + 8 * (rows + 1));
-  v->values = p + TSR_CSR_HEADER + 8 * (rows + 1) + dev_pad8(4 * v->nnz);
-  return v->indptr[0] == 0 && v->indptr[rows] == v->nnz;
+  return dcsr_parse(p, nbytes, v) && v->rows == rows && v->cols == cols && v->indptr[0] == 0 &&
+         v->indptr[rows] == v->nnz;
 }
 
 /* Value i as double, like tsr_k_csr_value. */
@@ -154,21 +131,21 @@ __global__ void copy_pattern_kernel(const unsigned char *in, int64_t nbytes, int
                                     unsigned char *out, int *status)
 {
   VIEW_OR_FLAG(in, nbytes, rows, cols, v, status);
-  int64_t es = dev_es(v.dt);
+  int64_t es = dcsr_es(v.dt);
   if (blockIdx.x == 0 && threadIdx.x < TSR_CSR_HEADER) out[threadIdx.x] = threadIdx.x == 5 ? (unsigned char)out_dt : in[threadIdx.x];
   int64_t *indptr = (int64_t *)(out + TSR_CSR_HEADER);
   int32_t *indices = (int32_t *)(out + TSR_CSR_HEADER + 8 * (rows + 1));
-  unsigned char *values = out + TSR_CSR_HEADER + 8 * (rows + 1) + dev_pad8(4 * v.nnz);
+  unsigned char *values = out + TSR_CSR_HEADER + 8 * (rows + 1) + dcsr_pad8(4 * v.nnz);
   TSR_GRID_STRIDE(r, rows + 1) {
     indptr[r] = v.indptr[r];
     if (r < rows && v.indptr[r + 1] < v.indptr[r]) atomicOr(status, BAD_INDPTR);
   }
-  TSR_GRID_STRIDE(i, dev_pad8(4 * v.nnz) / 4) {
+  TSR_GRID_STRIDE(i, dcsr_pad8(4 * v.nnz) / 4) {
     int32_t c = i < v.nnz ? v.indices[i] : 0;
     if (c < 0 || c >= cols) atomicOr(status, BAD_COLUMN);
     indices[i] = c;
   }
-  TSR_GRID_STRIDE(b, dev_pad8(es * v.nnz) - es * v.nnz) values[es * v.nnz + b] = 0;
+  TSR_GRID_STRIDE(b, dcsr_pad8(es * v.nnz) - es * v.nnz) values[es * v.nnz + b] = 0;
 }
 
 __global__ void map_kernel(const unsigned char *in, int64_t nbytes, int64_t rows, int64_t cols, int out_dt, int fn,
