@@ -35,7 +35,7 @@ for a in "$@"; do
 done
 [ "$(uname -m)" = x86_64 ] || { echo "device-run.sh: the device machine is x86-64; build there instead" >&2; exit 1; }
 
-targets=(tessera_cli tessera-scheduler tessera-worker test_gpu test_gpu_cli test_kernels_cuda tsr-svd tsr-svd-gpu tsr-memory-svd tsr-pca tsr-gen-bed tsr-cluster test_gpu_cluster tsr-knn-time test_tiles_cuda tsr-tiles tsr-gen-slide)
+targets=(tessera_cli tessera-scheduler tessera-worker test_gpu test_gpu_cli test_kernels_cuda tsr-svd tsr-svd-gpu tsr-memory-svd tsr-pca tsr-gen-bed tsr-cluster test_gpu_cluster tsr-knn-time test_tiles_cuda tsr-tiles tsr-gen-slide tsr_tile_embed)
 if [ $build = 1 ]; then
   mkdir -p .deps
   log=.deps/build-device.log
@@ -95,7 +95,9 @@ cp $hm3/reference/hm3.exact_eigh_binom2.txt "$stage/data/reference/"
 # are made from its decoded PPM.
 mkdir -p "$stage/data/wsi"
 cp ../shared/data/wsi_cmu1_small_region/CMU-1-Small-Region{.svs,_level0_rgb.ppm} "$stage/data/wsi/"
-tar -C "$stage" -cf - bin lib data | xz -T0 -6 > .deps/carry/tessera-device.tar.xz
+# The example op plugin with its CUDA entry (test_gpu's plugin test).
+mkdir -p "$stage/plugins" && strip -o "$stage/plugins/libtsr_tile_embed.so" build-device/plugins/libtsr_tile_embed.so
+tar -C "$stage" -cf - bin lib data plugins | xz -T0 -6 > .deps/carry/tessera-device.tar.xz
 
 # ---- wheels for bench/svd_gpu_dask.py ----
 if [ $wheels = 1 ]; then

@@ -45,7 +45,8 @@ done
 export PATH="$t/wrap:$PATH"
 export TESSERA_TEST_BIN_DIR="$t/bin"
 export TSR_PLINK_DATA="$t/data"   # HapMap3 for test_gpu's PCA (scripts/device-run.sh packs it)
-export TSR_WSI_DATA="$t/data/wsi" # the CMU-1 slide region (test_tiles_cuda, bench/tiles/gpu.sh)
+export TSR_WSI_DATA="$t/data/wsi" # the CMU-1 slide region (test_tiles_cuda, bench/tiles/gpu.sh, test_gpu)
+export TSR_PLUGIN_DATA="$t/plugins" # the example op plugin with its CUDA entry (test_gpu)
 {
   echo "== $(date -u) $(hostname)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

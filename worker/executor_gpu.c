@@ -181,6 +181,7 @@ static int run_cuda(tsr_wtask *task, tsr_wstore *store, tsr_chunk **chunks, tsr_
     return 0;
   }
   tsr_wgpu *gpu = tsr_wgpu_slot_gpu(slot);
+  TSR_DEBUG("task %s: %s ran on gpu:%d", task->key, task->op_name, tsr_wgpu_device(gpu));
   tsr_chunk *chunk;
   if (tsr_chunk_new_device(store, task->key, &r.out.meta, r.out.data, r.out.nbytes, tsr_wgpu_device(gpu),
                            tsr_wgpu_release, gpu, &chunk) != 0) {

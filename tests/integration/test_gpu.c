@@ -17,7 +17,9 @@
  * - a GPU worker alone runs integer div (whose CUDA variant declines:
  *   TSR_ENODEV) on its host instead, a zero divisor failing the task with
  *   the CPU's message; an SVD whose cuSOLVER routine does not converge
- *   fails its task naming the routine, rather than returning NaN.
+ *   fails its task naming the routine, rather than returning NaN;
+ * - the example op plugin's CUDA entry runs on a GPU worker and gives its
+ *   CPU entry's bytes for every tile of the CMU-1 region.
  * Uses only the public API (the GPU is reached through tessera-worker). */
 #include <math.h>
 #include <signal.h>
@@ -31,6 +33,7 @@
 #include "kit.h"
 #include "tessera/linalg.h"
 #include "tessera/plink.h"
+#include "tessera/tiles.h"
 
 #define N_RESULTS 12
 #define GPU_STREAMS 4
@@ -615,6 +618,75 @@ TEST(genotype_pca_on_the_gpu_matches_the_reference)
   ASSERT_TRUE(worst[1] <= 1e-4);
 }
 
+/* ---------- a plugin op's CUDA entry ---------- */
+
+static void data_path(char *out, size_t cap, const char *env, const char *fallback, const char *name)
+{
+  const char *dir = getenv(env);
+  snprintf(out, cap, "%s/%s", dir && dir[0] ? dir : fallback, name);
+}
+
+/* Every tile's tile_embed (dim 16, seed 7) of the CMU-1 region on one
+ * worker loading the example plugin: a GPU worker (debug log kept in log)
+ * or a CPU worker. */
+static int embed_slide(bool gpu, float *e, size_t bytes, char *log, size_t cap)
+{
+  char plugin[700], slide[700];
+  data_path(plugin, sizeof plugin, "TSR_PLUGIN_DATA", TSR_PLUGIN_DIR, "libtsr_tile_embed.so");
+  data_path(slide, sizeof slide, "TSR_WSI_DATA", TSR_WSI_DIR, "CMU-1-Small-Region.svs");
+  const char *gpu_args[] = {"--gpu", "0", "--op-plugin", plugin, "--log-level", "debug", NULL};
+  const char *cpu_args[] = {"--op-plugin", plugin, NULL};
+  cluster c;
+  memset(&c, 0, sizeof c);
+  int rc = cluster_start_scheduler(&c, NULL);
+  if (rc == 0 && cluster_add_worker(&c, gpu ? GPU_STREAMS : 2, gpu ? gpu_args : cpu_args) < 0) rc = -1;
+  if (rc == 0) rc = wait_workers(&c, 1);
+  tsr_client *client = NULL;
+  tsr_array_ctx *ctx = NULL;
+  tsr_array *img = NULL, *emb = NULL;
+  tsr_args *args = NULL;
+  tsr_tile_opts o = {256, false};
+  if (rc == 0) rc = tsr_client_open(&client, c.address, NULL);
+  if (rc == 0) rc = tsr_array_ctx_new(client, &ctx);
+  if (rc == 0) rc = tsr_args_new(&args);
+  if (rc == 0) rc = tsr_args_int(args, "seed", 7);
+  if (rc == 0) rc = tsr_from_tiff(ctx, slide, 0, 256, &img);
+  if (rc == 0) rc = tsr_tile_map(ctx, img, &o, "tile_embed", args, TSR_F32, 16, &emb);
+  if (rc == 0) rc = tsr_compute(ctx, emb, e, bytes, 120000);
+  if (rc != 0) fprintf(stderr, "  tile_embed on a %s worker: %s %s\n", gpu ? "GPU" : "CPU", tsr_err_name(rc), tsr_errmsg());
+  tsr_args_destroy(&args);
+  tsr_array_ctx_destroy(&ctx);
+  tsr_client_close(client);
+  char path[400];
+  snprintf(path, sizeof path, "%s/worker-0.log", c.dir);
+  FILE *f = fopen(path, "r");
+  size_t got = f ? fread(log, 1, cap - 1, f) : 0;
+  log[got] = '\0';
+  if (f) fclose(f);
+  cluster_stop(&c, rc != 0);
+  return rc;
+}
+
+/* The example plugin built with CUDA (examples/plugins/tile_embed_cuda.cu):
+ * a GPU worker runs its CUDA entry on its stream and gets the CPU entry's
+ * bytes (integer sums, one formula). */
+TEST(plugin_cuda_entry_gives_the_cpu_entrys_bytes)
+{
+  static float on_cpu[9 * 12 * 16], on_gpu[9 * 12 * 16];
+  static char log[1 << 20], cpu_log[1 << 16];
+  ASSERT_OK(embed_slide(false, on_cpu, sizeof on_cpu, cpu_log, sizeof cpu_log));
+  ASSERT_OK(embed_slide(true, on_gpu, sizeof on_gpu, log, sizeof log));
+  ASSERT_CONTAINS(log, "tile_embed ran on gpu:0");
+  int differ = 0;
+  for (size_t i = 0; i < sizeof on_cpu / sizeof on_cpu[0]; i++) differ += memcmp(&on_cpu[i], &on_gpu[i], 4) != 0;
+  fprintf(stderr, "  tile_embed: %d of %zu values differ between the CUDA and the CPU entry\n", differ,
+          sizeof on_cpu / sizeof on_cpu[0]);
+  ASSERT_EQ(differ, 0);
+  double norm = 0;
+  for (size_t i = 0; i < sizeof on_cpu / sizeof on_cpu[0]; i++) norm += (double)on_cpu[i] * on_cpu[i];
+  ASSERT_TRUE(norm > 0);
+}
+
 int main(void)
 {
   if (!have_gpu()) {
@@ -627,5 +699,6 @@ int main(void)
   RUN(gpu_worker_killed_mid_graph_is_recovered);
   RUN(gpu_worker_falls_back_to_cpu_and_reports_solver_failures);
   RUN(genotype_pca_on_the_gpu_matches_the_reference);
+  RUN(plugin_cuda_entry_gives_the_cpu_entrys_bytes);
   return kit_summary();
 }
