@@ -75,12 +75,60 @@ static int per_tile(tsr_array_ctx *ctx, const tsr_array *grid, const char *label
   return rc;
 }
 
+/* img cut to the tile grid (drop_partial) when its chunks are regions of
+ * whole tiles (both sides multiples of the tile, at least one larger):
+ * *cut_p then is img itself or a slice the caller frees; else NULL. */
+static int region_grid(tsr_array_ctx *ctx, const tsr_array *img, const tsr_tile_opts *o, tsr_array **cut_p)
+{
+  *cut_p = NULL;
+  int64_t t = o->tile;
+  if (img->dtype != TSR_U8 || img->ndim != 3 || img->shape[2] != 3 || t < 1 || img->chunk[2] != 3 ||
+      img->chunk[0] % t != 0 || img->chunk[1] % t != 0 || (img->chunk[0] == t && img->chunk[1] == t))
+    return 0;
+  int64_t h = img->shape[0], w = img->shape[1];
+  if (o->drop_partial) h -= h % t, w -= w % t;
+  if (h == 0 || w == 0) return 0;  /* gtile_grid names the problem */
+  int64_t start[3] = {0, 0, 0}, stop[3] = {h, w, 3};
+  if (h == img->shape[0] && w == img->shape[1]) return garray_view(ctx, "tilegrid", img, cut_p);
+  return tsr_slice(ctx, img, start, stop, cut_p);
+}
+
+/* Statistics of every tile of a region-chunked image: one tile_stats task
+ * a region (param tile), its block of the output [H/t, W/t, N]. */
+static int region_stats(tsr_array_ctx *ctx, const tsr_array *cut, int64_t t, tsr_array **out_p)
+{
+  int64_t shape[3] = {(cut->shape[0] + t - 1) / t, (cut->shape[1] + t - 1) / t, TSR_TILE_NSTATS};
+  int64_t chunks[3] = {cut->chunk[0] / t, cut->chunk[1] / t, TSR_TILE_NSTATS};
+  tsr_array *out = NULL;
+  tsr_args *args = NULL;
+  int rc = garray_new(ctx, "tilestats", TSR_F64, 3, shape, chunks, &out);
+  if (rc == 0 && (tsr_args_new(&args) != 0 || tsr_args_int(args, "tile", t) != 0))
+    rc = client_fail(TSR_ENOMEM, "tile_stats: out of memory");
+  for (size_t b = 0; rc == 0 && b < out->nblocks; b++) {
+    int64_t idx[3];
+    garray_index(out, b, idx);
+    const char *in = cut->keys[garray_block(cut, idx)];
+    rc = gtask_add(ctx, out->keys[b], "tile_stats", args, &in, 1);
+  }
+  tsr_args_destroy(&args);
+  if (rc != 0) tsr_array_free(ctx, &out);
+  if (rc == 0) *out_p = out;
+  return rc;
+}
+
 TSR_API int tsr_tile_stats(tsr_array_ctx *ctx, const tsr_array *img, const tsr_tile_opts *opts, tsr_array **stats_p)
 {
   if (ctx == NULL || img == NULL || stats_p == NULL) return client_fail(TSR_EINVAL, "tile_stats: NULL argument");
   tsr_tile_opts o = opts != NULL ? *opts : (tsr_tile_opts)TSR_TILE_OPTS_DEFAULT;
   tsr_array *grid = NULL;
-  int rc = gtile_grid(ctx, img, &o, "tile_stats", &grid);
+  int rc = region_grid(ctx, img, &o, &grid);
+  if (rc == 0 && grid != NULL && grid->chunk[0] % o.tile == 0 && grid->chunk[1] % o.tile == 0) {
+    rc = region_stats(ctx, grid, o.tile, stats_p);
+    tsr_array_free(ctx, &grid);
+    return rc;
+  }
+  tsr_array_free(ctx, &grid);
+  if (rc == 0) rc = gtile_grid(ctx, img, &o, "tile_stats", &grid);
   int64_t tail[1] = {TSR_TILE_NSTATS};
   if (rc == 0) rc = per_tile(ctx, grid, "tilestats", "tile_stats", NULL, TSR_F64, tail, stats_p);
   tsr_array_free(ctx, &grid);

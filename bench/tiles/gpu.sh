@@ -13,6 +13,8 @@
 # TSR_NVJPEG_BACKEND=default, its default backend (GPU_DEFAULT=0 skips it). Prints the times, decoded MB/s and the ratio, and compares the kept
 # decisions of the two runs (nvJPEG's IDCT is not libjpeg-turbo's: a tile
 # near a threshold may flip; the count of differing rows is printed).
+# Then the Python GPU peer on the same slides:
+#   python3 bench/tiles/peer_gpu.py S... 256 [BATCH]   (PEER_BATCH, default 256)
 set -uo pipefail
 size=${1:-40000}; n=${2:-1}
 ppm=${TSR_WSI_DATA:?}/CMU-1-Small-Region_level0_rgb.ppm
@@ -40,6 +42,21 @@ printf "tsr-tiles, 1 GPU worker, %s threads, nvJPEG hardware   %8.2f s  %8.1f MB
 [ "$t_gpu_sw" = nan ] || printf "tsr-tiles, 1 GPU worker, %s threads, nvJPEG default    %8.2f s  %8.1f MB/s decoded\n" "$gt" "$t_gpu_sw" "$(python3 -c "print($mp / $t_gpu_sw)")"
 printf "tsr-tiles, %d CPU workers          %8.2f s  %8.1f MB/s decoded\n" "$(nproc)" "$t_cpu" "$(python3 -c "print($mp / $t_cpu)")"
 python3 -c "print(f'ratio: the GPU worker is {$t_cpu/$t_gpu:.2f}x the $(nproc) CPU workers')"
+# The Python GPU peer (bench/tiles/peer_gpu.py: tifffile, torchvision's
+# batched nvJPEG decode, PyTorch statistics), where its packages exist.
+if python3 -c "import torch, torchvision, tifffile" 2>/dev/null; then
+  peer=$(timeout 900 python3 bench/tiles/peer_gpu.py "${slides[@]}" 256 ${PEER_BATCH:-256} 2>&1 | tail -1)
+  t_peer=$(echo "$peer" | awk '/^tiles/ {print $6}')
+  if [ -n "$t_peer" ]; then
+    printf "Python GPU peer (tifffile + torchvision nvJPEG, batch %s)  %8.2f s  %8.1f MB/s decoded  (%s)\n" \
+      "${PEER_BATCH:-256}" "$t_peer" "$(python3 -c "print($mp / $t_peer)")" "$peer"
+    python3 -c "print(f'ratio: the GPU worker is {$t_peer/$t_gpu:.2f}x the Python GPU peer')"
+  else
+    echo "Python GPU peer failed: $peer"
+  fi
+else
+  echo "Python GPU peer: torch, torchvision or tifffile missing here"
+fi
 python3 - "$dir/gpu.tsv" "$dir/cpu.tsv" <<'PY'
 import sys
 def rows(p):

@@ -23,7 +23,7 @@
 
 static void usage(FILE *f)
 {
-  fprintf(f, "usage: tsr-tiles (--slides FILE... | --slide-dir DIR) [--tile 256] [--level 0] [--drop-edges]\n"
+  fprintf(f, "usage: tsr-tiles (--slides FILE... | --slide-dir DIR) [--tile 256] [--region N] [--level 0] [--drop-edges]\n"
              "                 [--filter seed|none|FILE] [--save-tiles DIR] [--out-thumbs DIR]\n"
              "                 [--embed OP [--embed-dim 64]] [--no-progress] [--report FILE.html|.json]\n"
              "                 --out tiles.tsv\n"
@@ -111,6 +111,7 @@ static int parse_args(int argc, char **argv, tl_opts *o)
     if (next == NULL && strcmp(a, "--drop-edges") != 0) return bad("missing value or unknown flag", a);
     if (strcmp(a, "--slide-dir") == 0) dir = argv[++i];
     else if (strcmp(a, "--tile") == 0) rc = parse_int(a, argv[++i], 16, 16384, &o->tile);
+    else if (strcmp(a, "--region") == 0) rc = parse_int(a, argv[++i], 1, 64, &o->region);
     else if (strcmp(a, "--level") == 0) rc = parse_int(a, argv[++i], 0, TSR_TIFF_MAX_LEVELS - 1, &v), o->level = (int)v;
     else if (strcmp(a, "--drop-edges") == 0) o->drop_edges = true;
     else if (strcmp(a, "--filter") == 0) o->filter_name = argv[++i];
@@ -152,10 +153,25 @@ static int64_t thumb_factor(int64_t tile, int64_t w, int64_t h)
   return tile;
 }
 
+/* --region's default: on a cluster with a GPU worker each read task
+ * decodes a region of 8 x 8 tiles as one nvJPEG batch (a task a tile left
+ * the JPEG engines waiting on small batches: bench/RESULTS.md); on CPU
+ * workers a tile a task spreads a slide over every core. */
+static int64_t default_region(tsr_client *client)
+{
+  tsr_cluster_info *info = NULL;
+  int64_t region = 1;
+  if (tsr_cluster_info_get(client, 10000, &info) != 0) return region;
+  for (size_t i = 0; i < info->n_workers; i++)
+    if (strncmp(info->workers[i].device, "gpu", 3) == 0) region = 8;
+  tsr_cluster_info_destroy(&info);
+  return region;
+}
+
 static int slide_build(tsr_array_ctx *ctx, const tl_opts *o, tl_slide *s)
 {
   tsr_tile_opts to = {o->tile, o->drop_edges};
-  if (tsr_from_tiff(ctx, s->path, o->level, o->tile, &s->img) != 0) return slide_fail(s, tsr_errmsg()), -1;
+  if (tsr_from_tiff(ctx, s->path, o->level, o->tile * o->region, &s->img) != 0) return slide_fail(s, tsr_errmsg()), -1;
   s->width = tsr_array_dim(s->img, 1), s->height = tsr_array_dim(s->img, 0);
   if (tsr_tile_stats(ctx, s->img, &to, &s->stats) != 0 || tsr_tile_filter(ctx, s->stats, &o->rule, &s->kept) != 0)
     return slide_fail(s, tsr_errmsg()), -1;
@@ -267,6 +283,7 @@ int main(int argc, char **argv)
   copts.name = "tsr-tiles";
   if (tsr_client_open(&client, NULL, &copts) != 0 || tsr_array_ctx_new(client, &ctx) != 0)
     return fprintf(stderr, "tsr-tiles: connecting: %s\n", tsr_errmsg()), 1;
+  if (o.region == 0) o.region = default_region(client);
   clireport cr;
   if (clireport_begin(&cr, client, "tsr-tiles", argc, argv, o.report, !o.no_progress) != 0) return 1;
   bar_drawn = cr.bar != NULL && !o.no_progress;

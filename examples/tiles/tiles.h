@@ -11,6 +11,7 @@ typedef struct tl_opts {
   const char **slides;
   size_t n_slides;
   int64_t tile;
+  int64_t region;            /* tiles a side each read task decodes; 0: 8 with a GPU worker, else 1 */
   int level;
   bool drop_edges;
   tsr_tile_rule rule;

@@ -2,7 +2,11 @@
  * `tile_thumb` (docs/tiles.md has the definitions, which match the
  * reference table of ../shared/data/wsi_cmu1_small_region).
  *
- * tile_stats: u8 [h, w, 3] (RGB) -> f64 [1, 1, TSR_K_TS_N]:
+ * tile_stats: u8 [h, w, 3] (RGB) -> f64 [1, 1, TSR_K_TS_N], or with the
+ *   param `tile` t, f64 [ceil(h/t), ceil(w/t), TSR_K_TS_N]: the statistics
+ *   of each t x t tile of the chunk (smaller at its bottom and right
+ *   edges), each exactly as for a chunk of that tile alone — so a GPU
+ *   worker reads and decodes a region of many tiles as one task:
  *   grey8 = Pillow's Image.convert("L") of a pixel, (19595 R + 38470 G +
  *   7471 B + 2^15) >> 16; its min, max, and 5th / 50th percentiles as
  *   numpy.percentile's default (linear) computes them, read from a
@@ -125,23 +129,56 @@ static int rgb_input(const char *op, const tsr_meta *in, int n, tsr_errbuf *err)
   return 0;
 }
 
+/* The sub-tile size: the param `tile`, or the whole chunk without it. */
+int tsr_k_tile_size(const tsr_params *p, const tsr_meta *in, int64_t *th_p, int64_t *tw_p, tsr_errbuf *err)
+{
+  *th_p = in->shape[0], *tw_p = in->shape[1];
+  if (p == NULL || tsr_params_find(p, "tile") == NULL) return 0;
+  int64_t t;
+  int rc = tsr_params_get_int(p, "tile", &t, err);
+  if (rc != 0) return tsr_k_param_fail("tile_stats", rc, err);
+  if (t < 1) return tsr_fail(err, TSR_EINVAL, "tile_stats: tile (%lld) must be >= 1", (long long)t);
+  *th_p = t, *tw_p = t;
+  return 0;
+}
+
 static int stats_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
 {
-  (void)p;
   int rc = rgb_input("tile_stats", in, n, err);
-  int64_t shape[3] = {1, 1, TSR_K_TS_N};
+  int64_t th, tw;
+  if (rc == 0) rc = tsr_k_tile_size(p, &in[0], &th, &tw, err);
+  int64_t shape[3] = {(in[0].shape[0] + th - 1) / th, (in[0].shape[1] + tw - 1) / tw, TSR_K_TS_N};
   if (rc == 0) tsr_k_meta_set(out, TSR_F64, 3, shape);
   return rc;
 }
 
 static int stats_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
 {
-  (void)p, (void)n;
-  size_t npx = (size_t)(in[0].meta.shape[0] * in[0].meta.shape[1]);
-  double *gray = malloc(npx * sizeof *gray);
-  if (gray == NULL) return tsr_fail(err, TSR_ENOMEM, "tile_stats: out of memory");
-  tsr_k_tile_stats(in[0].data, npx, gray, out->data);
-  free(gray);
+  (void)n;
+  int64_t h = in[0].meta.shape[0], w = in[0].meta.shape[1], th, tw;
+  int rc = tsr_k_tile_size(p, &in[0].meta, &th, &tw, err);
+  if (rc != 0) return rc;
+  double *gray = malloc((size_t)(th * tw) * sizeof *gray);
+  uint8_t *tile = th == h && tw == w ? NULL : malloc((size_t)(th * tw * 3));
+  if (gray == NULL || (tile == NULL && !(th == h && tw == w))) {
+    free(gray), free(tile);
+    return tsr_fail(err, TSR_ENOMEM, "tile_stats: out of memory");
+  }
+  const uint8_t *px = in[0].data;
+  double *o = out->data;
+  for (int64_t y = 0; y < h; y += th)
+    for (int64_t x = 0; x < w; x += tw, o += TSR_K_TS_N) {
+      int64_t rows = h - y < th ? h - y : th, cols = w - x < tw ? w - x : tw;
+      if (tile == NULL) {
+        tsr_k_tile_stats(px, (size_t)(rows * cols), gray, o);
+        continue;
+      }
+      /* the tile's rows side by side, as a chunk of it alone holds them */
+      for (int64_t r = 0; r < rows; r++)
+        memcpy(tile + r * cols * 3, px + ((y + r) * w + x) * 3, (size_t)(cols * 3));
+      tsr_k_tile_stats(tile, (size_t)(rows * cols), gray, o);
+    }
+  free(gray), free(tile);
   return 0;
 }
 

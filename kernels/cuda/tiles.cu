@@ -9,7 +9,8 @@
  *   or no libnvjpeg: TSR_ENODEV, so the worker runs the CPU variant.
  *   nvJPEG's IDCT is not libjpeg-turbo's: pixels may differ by a few
  *   levels from the CPU decode (docs/tiles.md, "On GPU workers").
- * - tile_stats: one block per tile, a 256-bin shared-memory histogram of
+ * - tile_stats: one block per tile (a chunk may hold many: the param
+ *   `tile`), a 256-bin shared-memory histogram of
  *   grey8 (percentiles, min, max: no sort) and block reductions of the
  *   sums; the same formulas as kernels/cpu/tiles.c, so on the same pixels
  *   the histogram values are exact and the means agree to rounding. */
@@ -299,8 +300,17 @@ static __device__ double gray_of(unsigned r, unsigned g, unsigned b)
   return 0.299 * r + 0.587 * g + 0.114 * b;
 }
 
-__global__ void k_tile_stats(const uint8_t *px, int64_t n, double *out)
+/* Block (blockIdx.x, blockIdx.y) takes sub-tile (x, y) of the h x w chunk
+ * (th x tw, smaller at the edges; output row-major over the sub-tiles).
+ * Pixel i of the sub-tile is its row i / cols, column i % cols: the order
+ * a chunk of that tile alone has, so the sums run in the same order. */
+__global__ void k_tile_stats(const uint8_t *chunk, int64_t h, int64_t w, int64_t th, int64_t tw, double *out_all)
 {
+  int64_t y0 = (int64_t)blockIdx.y * th, x0 = (int64_t)blockIdx.x * tw;
+  int64_t rows = h - y0 < th ? h - y0 : th, cols = w - x0 < tw ? w - x0 : tw, n = rows * cols;
+  double *out = out_all + ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * TSR_K_TS_N;
+  const uint8_t *base = chunk + (y0 * w + x0) * 3;
+#define px_at(i) (base + (((i) / cols) * w + (i) % cols) * 3)
   __shared__ unsigned hist[256];
   __shared__ double dsum[STATS_THREADS];
   __shared__ unsigned long long usum[STATS_THREADS];
@@ -309,7 +319,8 @@ __global__ void k_tile_stats(const uint8_t *px, int64_t n, double *out)
   unsigned long long rgb[3] = {0, 0, 0}, bg = 0;
   double gsum = 0, ssum = 0;
   for (int64_t i = threadIdx.x; i < n; i += STATS_THREADS) {
-    unsigned r = px[3 * i], g = px[3 * i + 1], b = px[3 * i + 2];
+    const uint8_t *q = px_at(i);
+    unsigned r = q[0], g = q[1], b = q[2];
     atomicAdd(&hist[(19595u * r + 38470u * g + 7471u * b + 32768u) >> 16], 1u);
     rgb[0] += r, rgb[1] += g, rgb[2] += b;
     double gray = gray_of(r, g, b);
@@ -322,7 +333,8 @@ __global__ void k_tile_stats(const uint8_t *px, int64_t n, double *out)
   double sum_gray = block_sum(gsum, dsum), sum_sat = block_sum(ssum, dsum);
   double dn = (double)n, mean = sum_gray / dn, ss = 0;
   for (int64_t i = threadIdx.x; i < n; i += STATS_THREADS) {
-    double d = gray_of(px[3 * i], px[3 * i + 1], px[3 * i + 2]) - mean;
+    const uint8_t *q = px_at(i);
+    double d = gray_of(q[0], q[1], q[2]) - mean;
     ss += d * d;
   }
   ss = block_sum(ss, dsum);
@@ -342,13 +354,18 @@ __global__ void k_tile_stats(const uint8_t *px, int64_t n, double *out)
   out[TSR_K_TS_MEAN_SAT] = sum_sat / dn;
   out[TSR_K_TS_FRAC_BG] = (double)nbg / dn;
   out[TSR_K_TS_PIXELS] = dn;
+#undef px_at
 }
 
 extern "C" int tsr_cuda_tile_stats(const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *out,
                                    const tsr_gpu_ctx *gpu, tsr_errbuf *err)
 {
-  (void)p, (void)n_in;
-  int64_t n = in[0].meta.shape[0] * in[0].meta.shape[1];
-  k_tile_stats<<<1, STATS_THREADS, 0, tsr_stream(gpu)>>>((const uint8_t *)in[0].data, n, (double *)out->data);
+  (void)n_in;
+  int64_t h = in[0].meta.shape[0], w = in[0].meta.shape[1], th, tw;
+  int rc = tsr_k_tile_size(p, &in[0].meta, &th, &tw, err);
+  if (rc != 0) return rc;
+  dim3 grid((unsigned)((w + tw - 1) / tw), (unsigned)((h + th - 1) / th));
+  k_tile_stats<<<grid, STATS_THREADS, 0, tsr_stream(gpu)>>>((const uint8_t *)in[0].data, h, w, th, tw,
+                                                             (double *)out->data);
   return TSR_CUDA_LAUNCHED("k_tile_stats", err);
 }

@@ -243,9 +243,21 @@ TEST(grids_for_any_tile_size_with_edges_kept_or_dropped_and_any_chunking)
     ASSERT_EQ(tsr_array_dim(a, 1), nx);
     ASSERT_EQ(tsr_array_dim(d, 0), SLIDE_H / t);
     ASSERT_EQ(tsr_array_dim(d, 1), SLIDE_W / t);
+    /* chunks of 3 x 3 tiles: one tile_stats task a region (param tile) */
+    tsr_array *img_region = NULL, *r = NULL, *rd = NULL;
+    ASSERT_OK(tsr_from_tiff(ctx, svs, 0, 3 * t, &img_region));
+    ASSERT_OK(tsr_tile_stats(ctx, img_region, &keep, &r));
+    ASSERT_OK(tsr_tile_stats(ctx, img_region, &drop, &rd));
+    if (3 * t < SLIDE_W) ASSERT_EQ(tsr_array_chunk(r, 1), 3);  /* a task a region, not a tile */
     double *sa = compute_stats(a), *sb = compute_stats(b), *sd = compute_stats(d);
-    ASSERT_TRUE(sa && sb && sd);
+    double *sr = compute_stats(r), *srd = compute_stats(rd);
+    ASSERT_TRUE(sa && sb && sd && sr && srd);
     ASSERT_EQ(memcmp(sa, sb, (size_t)tsr_array_size(a) * sizeof(double)), 0);
+    ASSERT_EQ(tsr_array_size(r), tsr_array_size(a));
+    ASSERT_EQ(memcmp(sa, sr, (size_t)tsr_array_size(a) * sizeof(double)), 0);
+    ASSERT_EQ(tsr_array_size(rd), tsr_array_size(d));
+    ASSERT_EQ(memcmp(sd, srd, (size_t)tsr_array_size(d) * sizeof(double)), 0);
+    free(sr), free(srd);
     const double *corner = sa + ((size_t)(ny - 1) * nx + nx - 1) * TSR_TILE_NSTATS;
     ASSERT_EQ(corner[TSR_TILE_PIXELS], (double)((SLIDE_H - (ny - 1) * t) * (SLIDE_W - (nx - 1) * t)));
     for (int64_t y = 0; y < SLIDE_H / t; y++)

@@ -143,6 +143,37 @@ TEST(tile_stats_gpu_equals_cpu)
   free(px.data), free(syn.data);
 }
 
+/* A chunk of many tiles (param tile 256: 3 x 4 tiles, the last row and
+ * column partial): one block a tile on the GPU, the CPU op's per-tile
+ * loop, the same values as above. */
+TEST(tile_stats_of_a_region_gpu_equals_cpu)
+{
+  tsr_params p;
+  region_params(&p, 0, SLIDE_W, SLIDE_H, 300, 200, 900, 700);
+  tsr_buf px, cs, gs;
+  tsr_errbuf err = {{0}};
+  int rc = cpu_run("tiff_read", &p, NULL, 0, &px, &err);
+  tsr_params_clear(&p);
+  ASSERT_OK(rc);
+  tsr_params t = TSR_PARAMS_INIT;
+  tsr_params_add_int(&t, "tile", 256);
+  ASSERT_OK(cpu_run("tile_stats", &t, &px, 1, &cs, &err));
+  ASSERT_OK(gpu_run("tile_stats", &t, &px, 1, &gs, &err));
+  tsr_params_clear(&t);
+  ASSERT_EQ(cs.meta.shape[0], 3);
+  ASSERT_EQ(cs.meta.shape[1], 4);
+  const double *c = cs.data, *g = gs.data;
+  for (int k = 0; k < 12 * TSR_K_TS_N; k++) {
+    int s = k % TSR_K_TS_N;
+    bool exact = s <= TSR_K_TS_P50 || s == TSR_K_TS_PIXELS;
+    double tol = exact ? 0 : 1e-12 * fmax(1.0, fabs(c[k]));
+    if (fabs(c[k] - g[k]) > tol) fprintf(stderr, "  tile %d stat %d: cpu %.17g gpu %.17g\n", k / TSR_K_TS_N, s, c[k], g[k]);
+    ASSERT_TRUE(fabs(c[k] - g[k]) <= tol);
+  }
+  ASSERT_EQ(c[11 * TSR_K_TS_N + TSR_K_TS_PIXELS], (double)((700 - 512) * (900 - 768)));  /* the corner tile */
+  free(cs.data), free(gs.data), free(px.data);
+}
+
 int main(void)
 {
   const char *dir = getenv("TSR_WSI_DATA");
@@ -154,5 +185,6 @@ int main(void)
   RUN(tiff_read_gpu_matches_cpu_within_idct_rounding);
   RUN(tiff_read_not_jpeg_is_left_to_the_cpu);
   RUN(tile_stats_gpu_equals_cpu);
+  RUN(tile_stats_of_a_region_gpu_equals_cpu);
   return kit_summary();
 }
