@@ -229,6 +229,11 @@ static int start_executor(tsr_worker *w)
 static int open_tiers(tsr_worker *w)
 {
   if (w->opts.memory_limit == 0) return 0;
+  /* Idle receive buffers (UCX's pool) count in RSS like chunks: keep at
+   * most an eighth of the limit of them. */
+  uint64_t idle = w->opts.memory_limit / 8;
+  tsr_xfer_pool_configure(idle < TSR_XFER_POOL_IDLE_DEFAULT ? (size_t)idle : TSR_XFER_POOL_IDLE_DEFAULT,
+                          TSR_XFER_POOL_MAX_CLASS);
   tsr_tiers_opts o = w->opts.tiers;
   o.memory_limit = w->opts.memory_limit;
   tsr_tiers *tiers;
@@ -374,6 +379,8 @@ static bool worker_teardown(tsr_worker *w)
   log_gpu_stats(w);
   if (w->gpu != NULL) tsr_wgpu_set_reclaim(w->gpu, NULL, NULL);
   tsr_wstore_destroy(&w->store);
+  /* every received chunk is released: unmap the idle receive buffers */
+  tsr_xfer_pool_trim();
   tsr_tiers_destroy(&tiers);
   tsr_devtier_destroy(&w->devtier);
   /* After the store: its device chunks free into the GPU's pool. */
