@@ -233,7 +233,7 @@ static int open_tiers(tsr_worker *w)
    * most an eighth of the limit of them. */
   uint64_t idle = w->opts.memory_limit / 8;
   tsr_xfer_pool_configure(idle < TSR_XFER_POOL_IDLE_DEFAULT ? (size_t)idle : TSR_XFER_POOL_IDLE_DEFAULT,
-                          TSR_XFER_POOL_MAX_CLASS);
+                          TSR_XFER_POOL_MAX_CLASS, true);
   tsr_tiers_opts o = w->opts.tiers;
   o.memory_limit = w->opts.memory_limit;
   tsr_tiers *tiers;

@@ -88,7 +88,7 @@ static int serve(const char *endpoint, size_t nbytes, const char *transport_name
 static int get(const char *address, size_t nbytes, int repeats, const char *key)
 {
   const char *no_pool = getenv("TSR_PROBE_NO_POOL");
-  if (no_pool != NULL && strcmp(no_pool, "1") == 0) tsr_xfer_pool_configure(0, 0);
+  if (no_pool != NULL && strcmp(no_pool, "1") == 0) tsr_xfer_pool_configure(0, 0, false);
   void *zctx = zmq_ctx_new();
   tsr_xfer_conn *conn = NULL;
   tsr_errbuf err = {{0}};

@@ -119,14 +119,16 @@ typedef struct tsr_xfer_pool_stats {
   uint64_t taken;         /* receive buffers handed out, pooled or not */
   uint64_t reused;        /* of those, idle pool buffers reused */
   uint64_t unpooled;      /* of those, plain allocations (too small or too large) */
+  uint64_t spares;        /* buffers made ahead in the background (docs/transport.md) */
   uint64_t lent_buffers;  /* pool buffers holding a chunk now */
   uint64_t idle_buffers;  /* pool buffers waiting for a chunk now */
   uint64_t idle_bytes;
 } tsr_xfer_pool_stats;
 
 /* Keeps at most idle_limit bytes of idle buffers, pools chunks up to
- * max_class bytes. Any thread; takes effect for later puts and takes. */
-void tsr_xfer_pool_configure(size_t idle_limit, size_t max_class);
+ * max_class bytes, makes spares in the background (default) or not. Any
+ * thread; takes effect for later puts and takes. */
+void tsr_xfer_pool_configure(size_t idle_limit, size_t max_class, bool spares);
 void tsr_xfer_pool_get_stats(tsr_xfer_pool_stats *stats);
 /* Unmaps every idle buffer (shutdown; memory pressure). Buffers lent to
  * chunks are unmapped when those are released after it. */

@@ -47,6 +47,9 @@ int tsr_ucx_server_serve(tsr_ucx_server *srv, tsr_xfer_lookup_fn lookup, void *a
 
 /* No UCX, no pool: nothing is ever lent. */
 void tsr_ucx_buf_put(tsr_ucx_buf *buf) { (void)buf; }
-void tsr_xfer_pool_configure(size_t idle_limit, size_t max_class) { (void)idle_limit, (void)max_class; }
+void tsr_xfer_pool_configure(size_t idle_limit, size_t max_class, bool spares)
+{
+  (void)idle_limit, (void)max_class, (void)spares;
+}
 void tsr_xfer_pool_get_stats(tsr_xfer_pool_stats *stats) { memset(stats, 0, sizeof *stats); }
 void tsr_xfer_pool_trim(void) {}

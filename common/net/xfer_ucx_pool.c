@@ -17,6 +17,15 @@
  * allocation, freed at release). Idle buffers are kept up to the idle
  * limit; a buffer put back beyond it is unmapped.
  *
+ * A spare: when a chunk takes the last idle buffer that fits it (or a new
+ * one), a background thread maps, faults and registers one more of that
+ * capacity, when the idle limit allows: a worker that fetches chunk after
+ * chunk still holds the last one (its release comes a round trip later)
+ * when the next arrives, and a second buffer made inside that fetch costs
+ * as much as the first (100-300 ms on a busy VM). A take that finds no
+ * idle buffer while a fitting spare is being made waits for it rather
+ * than mapping another. One spare at a time.
+ *
  * Threading: one pool per process under a mutex: a chunk is released on
  * whichever thread drops its last reference (a worker's executor, ZeroMQ's
  * I/O thread). Each mapped buffer holds a reference on the UCP context, so
@@ -46,20 +55,26 @@ struct tsr_ucx_buf {
 
 static struct {
   pthread_mutex_t lock;
+  pthread_cond_t spare_done;
   tsr_ucx_buf *idle;
   size_t idle_limit, max_class;
+  bool spares;             /* make spares (tsr_xfer_pool_configure) */
+  size_t spare_capacity;   /* the spare being made, 0 when none */
   tsr_xfer_pool_stats stats;
 } pool = {
   .lock = PTHREAD_MUTEX_INITIALIZER,
+  .spare_done = PTHREAD_COND_INITIALIZER,
   .idle_limit = TSR_XFER_POOL_IDLE_DEFAULT,
   .max_class = TSR_XFER_POOL_MAX_CLASS,
+  .spares = true,
 };
 
-void tsr_xfer_pool_configure(size_t idle_limit, size_t max_class)
+void tsr_xfer_pool_configure(size_t idle_limit, size_t max_class, bool spares)
 {
   pthread_mutex_lock(&pool.lock);
   pool.idle_limit = idle_limit;
   pool.max_class = max_class;
+  pool.spares = spares;
   pthread_mutex_unlock(&pool.lock);
 }
 
@@ -142,15 +157,20 @@ static void buf_free(tsr_ucx_buf *buf)
   free(buf);
 }
 
+/* True when a buffer of capacity may take a chunk of nbytes: it holds it
+ * and wastes at most a quarter (+ 2 MiB) of itself. */
+static bool fits(size_t capacity, size_t nbytes)
+{
+  return capacity >= nbytes && capacity <= nbytes + nbytes / 4 + HUGE_2M;
+}
+
 /* Unlinks and returns the smallest idle buffer that holds nbytes without
  * wasting more than a quarter (+ 2 MiB) of it, or NULL. Under the lock. */
 static tsr_ucx_buf *take_idle(size_t nbytes)
 {
   tsr_ucx_buf **best = NULL;
-  size_t most = nbytes + nbytes / 4 + HUGE_2M;
   for (tsr_ucx_buf **at = &pool.idle; *at != NULL; at = &(*at)->next)
-    if ((*at)->capacity >= nbytes && (*at)->capacity <= most && (best == NULL || (*at)->capacity < (*best)->capacity))
-      best = at;
+    if (fits((*at)->capacity, nbytes) && (best == NULL || (*at)->capacity < (*best)->capacity)) best = at;
   if (best == NULL) return NULL;
   tsr_ucx_buf *buf = *best;
   *best = buf->next;
@@ -160,27 +180,92 @@ static tsr_ucx_buf *take_idle(size_t nbytes)
   return buf;
 }
 
+/* Under the lock: an idle buffer fits nbytes. */
+static bool idle_fits(size_t nbytes)
+{
+  for (tsr_ucx_buf *b = pool.idle; b != NULL; b = b->next)
+    if (fits(b->capacity, nbytes)) return true;
+  return false;
+}
+
+/* Adds buf to the idle list if the limit allows; false when it does not
+ * (the caller frees it). Under the lock. */
+static bool keep_idle(tsr_ucx_buf *buf)
+{
+  if (pool.stats.idle_bytes + buf->capacity > pool.idle_limit) return false;
+  buf->next = pool.idle;
+  pool.idle = buf;
+  pool.stats.idle_buffers++;
+  pool.stats.idle_bytes += buf->capacity;
+  return true;
+}
+
+static void *make_spare(void *arg)
+{
+  size_t capacity = (size_t)(uintptr_t)arg;
+  uint64_t t0 = tsr_now_us();
+  tsr_ucx_buf *buf = buf_new_pooled(capacity);
+  pthread_mutex_lock(&pool.lock);
+  bool kept = buf != NULL && keep_idle(buf);
+  if (kept) pool.stats.spares++;
+  pool.spare_capacity = 0;
+  pthread_cond_broadcast(&pool.spare_done);
+  pthread_mutex_unlock(&pool.lock);
+  if (buf != NULL && !kept) buf_free(buf);
+  if (kept) TSR_DEBUG("receive pool: spare %zu-byte buffer ready in %.3f ms", capacity, (double)(tsr_now_us() - t0) / 1e3);
+  return NULL;
+}
+
+/* Under the lock, after a take of a buffer of capacity: starts making a
+ * spare of that capacity when none fits among the idle ones, none is
+ * being made and the idle limit has room for it. */
+static void want_spare(size_t capacity)
+{
+  if (!pool.spares || pool.spare_capacity != 0 || idle_fits(capacity) || pool.stats.idle_bytes + capacity > pool.idle_limit) return;
+  pthread_attr_t attr;
+  pthread_t thread;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&thread, &attr, make_spare, (void *)(uintptr_t)capacity) == 0) pool.spare_capacity = capacity;
+  pthread_attr_destroy(&attr);
+}
+
+/* Under the lock: a fitting idle buffer, waiting for a fitting spare
+ * being made; NULL when neither. */
+static tsr_ucx_buf *take_pooled(size_t nbytes)
+{
+  tsr_ucx_buf *buf = take_idle(nbytes);
+  while (buf == NULL && pool.spare_capacity != 0 && fits(pool.spare_capacity, nbytes)) {
+    pthread_cond_wait(&pool.spare_done, &pool.lock);
+    buf = take_idle(nbytes);
+  }
+  return buf;
+}
+
+static tsr_ucx_buf *new_pooled_logged(size_t nbytes)
+{
+  uint64_t t0 = tsr_now_us();
+  tsr_ucx_buf *buf = buf_new_pooled(nbytes);
+  if (buf != NULL)
+    TSR_DEBUG("receive pool: new %zu-byte buffer for a %zu-byte chunk, mapped and faulted in %.3f ms%s", buf->capacity,
+              nbytes, (double)(tsr_now_us() - t0) / 1e3, buf->memh ? ", registered" : "");
+  return buf;
+}
+
 tsr_ucx_buf *tsr_ucx_buf_take(size_t nbytes)
 {
   pthread_mutex_lock(&pool.lock);
   bool pooled = nbytes >= TSR_XFER_POOL_MIN && nbytes <= pool.max_class;
-  tsr_ucx_buf *buf = pooled ? take_idle(nbytes) : NULL;
+  tsr_ucx_buf *buf = pooled ? take_pooled(nbytes) : NULL;
   pool.stats.taken++;
   if (buf != NULL) pool.stats.reused++;
   if (!pooled) pool.stats.unpooled++;
   pthread_mutex_unlock(&pool.lock);
-  if (buf == NULL && pooled) {
-    uint64_t t0 = tsr_now_us();
-    buf = buf_new_pooled(nbytes);
-    if (buf != NULL)
-      TSR_DEBUG("receive pool: new %zu-byte buffer for a %zu-byte chunk, mapped and faulted in %.3f ms%s",
-                buf->capacity, nbytes, (double)(tsr_now_us() - t0) / 1e3, buf->memh ? ", registered" : "");
-  } else if (buf == NULL) {
-    buf = buf_new_plain(nbytes);
-  }
-  if (buf == NULL) return NULL;
+  if (buf == NULL) buf = pooled ? new_pooled_logged(nbytes) : buf_new_plain(nbytes);
+  if (buf == NULL || !pooled) return buf;
   pthread_mutex_lock(&pool.lock);
-  if (pooled) pool.stats.lent_buffers++;
+  pool.stats.lent_buffers++;
+  want_spare(buf->capacity);
   pthread_mutex_unlock(&pool.lock);
   return buf;
 }
@@ -197,20 +282,15 @@ void tsr_ucx_buf_put(tsr_ucx_buf *buf)
   }
   pthread_mutex_lock(&pool.lock);
   pool.stats.lent_buffers--;
-  bool keep = pool.stats.idle_bytes + buf->capacity <= pool.idle_limit;
-  if (keep) {
-    buf->next = pool.idle;
-    pool.idle = buf;
-    pool.stats.idle_buffers++;
-    pool.stats.idle_bytes += buf->capacity;
-  }
+  bool kept = keep_idle(buf);
   pthread_mutex_unlock(&pool.lock);
-  if (!keep) buf_free(buf);
+  if (!kept) buf_free(buf);
 }
 
 void tsr_xfer_pool_trim(void)
 {
   pthread_mutex_lock(&pool.lock);
+  while (pool.spare_capacity != 0) pthread_cond_wait(&pool.spare_done, &pool.lock);   /* it lands in idle */
   tsr_ucx_buf *idle = pool.idle;
   pool.idle = NULL;
   pool.stats.idle_buffers = 0;

@@ -270,6 +270,7 @@ static bool fetched_ok(int rc, const tsr_xfer_data *out, const unsigned char *wa
 TEST(ucx_pool_reuses_a_released_buffer_and_trim_unmaps_it)
 {
   tsr_xfer_pool_trim();
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, false);   /* exact reuse: no spare */
   tsr_xfer_pool_stats st0, st1, st2, st3;
   tsr_xfer_pool_get_stats(&st0);
   served s;
@@ -299,6 +300,7 @@ TEST(ucx_pool_reuses_a_released_buffer_and_trim_unmaps_it)
   tsr_xfer_close(&conn);
   serve_stop(&s);
   tsr_xfer_pool_trim();   /* what a worker does at shutdown */
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, true);
   tsr_xfer_pool_get_stats(&st3);
   ASSERT_TRUE(ok_a && ok_b && ok_c);
   ASSERT_TRUE(pooled_a);
@@ -330,14 +332,14 @@ TEST(ucx_pool_chunk_bigger_than_its_class_and_idle_limit)
   tsr_xfer_data a = {0}, b = {0};
   tsr_xfer_pool_stats st0, st1, st2;
   /* classes up to 16 MiB: a 64 MiB chunk gets a plain buffer, never kept */
-  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, 16u << 20);
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, 16u << 20, false);
   tsr_xfer_pool_get_stats(&st0);
   int rc_big = tsr_xfer_get(conn, "big", 10000, &hdr, &a, &err);
   bool ok_big = fetched_ok(rc_big, &a, s.big) && (uintptr_t)a.data % 64 == 0;
   tsr_xfer_data_release(&a);
   tsr_xfer_pool_get_stats(&st1);
   /* idle limit of one buffer: of two released, the second is unmapped */
-  tsr_xfer_pool_configure(BIG_BYTES, TSR_XFER_POOL_MAX_CLASS);
+  tsr_xfer_pool_configure(BIG_BYTES, TSR_XFER_POOL_MAX_CLASS, false);
   int rc_a = tsr_xfer_get(conn, "big", 10000, &hdr, &a, &err);
   int rc_b = tsr_xfer_get(conn, "big2", 10000, &hdr, &b, &err);
   bool ok_two = fetched_ok(rc_a, &a, s.big) && fetched_ok(rc_b, &b, s.big2);
@@ -346,7 +348,7 @@ TEST(ucx_pool_chunk_bigger_than_its_class_and_idle_limit)
   tsr_xfer_data_release(&b);
   tsr_xfer_pool_get_stats(&st2);
   bool second_mapped = is_mapped(second);
-  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS);
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, true);
   tsr_xfer_close(&conn);
   serve_stop(&s);
   tsr_xfer_pool_trim();
@@ -358,6 +360,52 @@ TEST(ucx_pool_chunk_bigger_than_its_class_and_idle_limit)
   ASSERT_EQ(st2.idle_buffers, 1u);
   ASSERT_EQ(st2.idle_bytes, (uint64_t)BIG_BYTES);
   ASSERT_TRUE(!second_mapped);
+}
+
+/* Waits up to 5 s for the background spare count to reach n. */
+static bool spares_reach(uint64_t n)
+{
+  tsr_xfer_pool_stats st;
+  for (int i = 0; i < 500; i++) {
+    tsr_xfer_pool_get_stats(&st);
+    if (st.spares >= n) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+TEST(ucx_pool_makes_a_spare_so_the_next_chunk_finds_a_buffer_while_one_is_held)
+{
+  tsr_xfer_pool_trim();
+  tsr_xfer_pool_stats st0, st1, st2;
+  tsr_xfer_pool_get_stats(&st0);
+  served s;
+  tsr_errbuf err = {{0}};
+  ASSERT_OK(serve_start(&s, TSR_TRANSPORT_UCX, &err));
+  tsr_xfer_set_fetch_transport(TSR_TRANSPORT_UCX);
+  tsr_xfer_conn *conn = NULL;
+  ASSERT_OK(tsr_xfer_open(zctx, tsr_xfer_server_address(s.srv), &conn, &err));
+  tsr_chunk_header hdr;
+  tsr_xfer_data a = {0}, b = {0};
+  int rc_a = tsr_xfer_get(conn, "big", 10000, &hdr, &a, &err);
+  bool spare_made = spares_reach(st0.spares + 1);
+  tsr_xfer_pool_get_stats(&st1);
+  /* a still holds its buffer: b gets the spare, not a fresh mapping */
+  int rc_b = tsr_xfer_get(conn, "big2", 10000, &hdr, &b, &err);
+  bool ok = fetched_ok(rc_a, &a, s.big) && fetched_ok(rc_b, &b, s.big2) && a.data != b.data;
+  tsr_xfer_data_release(&a);
+  tsr_xfer_data_release(&b);
+  tsr_xfer_close(&conn);
+  serve_stop(&s);
+  tsr_xfer_pool_trim();   /* waits for a spare still being made */
+  tsr_xfer_pool_get_stats(&st2);
+  ASSERT_TRUE(ok);
+  ASSERT_TRUE(spare_made);
+  ASSERT_EQ(st1.idle_buffers, 1u);
+  ASSERT_EQ(st1.lent_buffers, 1u);
+  ASSERT_EQ(st2.reused - st0.reused, 1u);   /* b took the spare */
+  ASSERT_EQ(st2.idle_buffers, 0u);
+  ASSERT_EQ(st2.lent_buffers, 0u);
 }
 
 TEST(zmq_receives_are_not_pooled_and_small_ucx_chunks_neither)
@@ -521,6 +569,7 @@ int main(int argc, char **argv)
   RUN(ucx_listener_refuses_ipv6_hosts);
   RUN(ucx_pool_reuses_a_released_buffer_and_trim_unmaps_it);
   RUN(ucx_pool_chunk_bigger_than_its_class_and_idle_limit);
+  RUN(ucx_pool_makes_a_spare_so_the_next_chunk_finds_a_buffer_while_one_is_held);
   RUN(zmq_receives_are_not_pooled_and_small_ucx_chunks_neither);
   RUN(ucx_fetch_from_a_stalled_peer_is_abandoned_by_abort);
   RUN(ucx_peer_killed_holding_the_request_fails_fast);
