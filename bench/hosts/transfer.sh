@@ -3,7 +3,7 @@
 # link, against iperf3 (Debian's) on the same link, in the same run.
 #
 #   sudo bench/hosts/transfer.sh [BIN_DIR] [CHUNKS] [MIB] [REPEATS] [TRANSPORTS]
-#   sudo bench/hosts/transfer.sh build-cpu/bin 16 64 5 "zmq ucx"   # the recorded run
+#   sudo bench/hosts/transfer.sh build-cpu/bin 16 64 5     # the recorded run
 #
 # Hosts (network namespaces on a switch, tests/hosts/netns.sh): sched (the
 # scheduler), a and b (a worker each, --threads 1), client. The peer:
@@ -16,9 +16,10 @@
 # Also printed: one chunk gathered by the client from a (worker-to-client).
 # Each side runs REPEATS times, alternating; medians and bests compared,
 # and one fetch's own time (b's debug log) against iperf3's median.
-# TRANSPORTS (default "zmq ucx"): the Tessera runs, one per transport after
-# each iperf3 run: both workers `--transport T`, the client
-# TESSERA_TRANSPORT=T. UCX runs with UCX_TLS=tcp (the link under test:
+# TRANSPORTS (default "zmq ucx ucx-nopool"): the Tessera runs, one per
+# transport after each iperf3 run: both workers `--transport T`, the client
+# TESSERA_TRANSPORT=T; ucx-nopool is ucx with TESSERA_RECV_POOL=0 (every
+# chunk received into a fresh buffer, as before the receive pool). UCX runs with UCX_TLS=tcp (the link under test:
 # UCX would otherwise move the bytes through shared memory between the
 # namespaces, which share one kernel) and receives into the worker's
 # receive pool (docs/transport.md). KEEP_LOGS=DIR keeps b's debug log of
@@ -27,7 +28,7 @@
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$(cd "${1:-$src/build/bin}" && pwd) || exit 2
-chunks=${2:-16} mib=${3:-64} repeats=${4:-3} transports=${5:-zmq ucx}
+chunks=${2:-16} mib=${3:-64} repeats=${4:-3} transports=${5:-zmq ucx ucx-nopool}
 [ "$(id -u)" = 0 ] || { echo "transfer.sh: needs root (network namespaces)" >&2; exit 2; }
 command -v iperf3 >/dev/null || { echo "transfer.sh: iperf3 is not installed (scripts/install-deps.sh --deploy)" >&2; exit 2; }
 for b in tessera-scheduler tessera-worker tsr-hosts-client; do
@@ -56,18 +57,20 @@ iperf_runs=()
 declare -A w2w_runs w2c_runs fetch_ms
 # one Tessera run over transport $1: appends to the arrays above
 tessera_run() {
-  local t=$1 client w2w w2c ms
+  local t=$1 tr=${1%-nopool} pool=1 client w2w w2c ms
+  [ "$t" = "$tr" ] || pool=0
+  export TESSERA_RECV_POOL=$pool
   host_spawn sched "$logs/scheduler.log" "$bin/tessera-scheduler" --listen "$addr" --log-level warn
   pids+=("$HOST_PID")
   TESSERA_TEST_OPS=1 host_spawn a "$logs/a.log" "$bin/tessera-worker" --scheduler "$addr" --name a --threads 1 \
-    --transport "$t" --log-level warn
+    --transport "$tr" --log-level warn
   pids+=("$HOST_PID")
-  TESSERA_TRANSPORT=$t host_spawn client "$logs/client.out" "$bin/tsr-hosts-client" transfer "$addr" "$chunks" "$mib"
+  TESSERA_TRANSPORT=$tr host_spawn client "$logs/client.out" "$bin/tsr-hosts-client" transfer "$addr" "$chunks" "$mib"
   client=$HOST_PID
   for _ in $(seq 1 600); do grep -q '^READY' "$logs/client.out" && break; kill -0 "$client" 2>/dev/null || break; sleep 0.1; done
   grep -q '^READY' "$logs/client.out" || { cat "$logs/client.out" "$logs"/*.log; exit 1; }
   # debug: b logs each fetch with its time
-  host_spawn b "$logs/b.log" "$bin/tessera-worker" --scheduler "$addr" --name b --threads 1 --transport "$t" \
+  host_spawn b "$logs/b.log" "$bin/tessera-worker" --scheduler "$addr" --name b --threads 1 --transport "$tr" \
     --log-level debug
   pids+=("$HOST_PID")
   wait "$client" || { echo "tsr-hosts-client failed ($t):"; cat "$logs/client.out" "$logs"/*.log; exit 1; }

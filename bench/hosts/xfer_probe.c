@@ -8,7 +8,7 @@
  *     ucx or auto (docs/transport.md); prints the address to fetch from
  *   tsr-xfer-probe get ADDRESS MIB REPEATS [KEY]
  *     fetches "probe" (or KEY, from a running worker's data address)
- *     REPEATS times, prints each time; with TSR_PROBE_NO_POOL=1 in the
+ *     REPEATS times, prints each time; with TESSERA_RECV_POOL=0 in the
  *     environment, UCX receives go into fresh buffers (the A/B of the
  *     receive pool, docs/transport.md)
  *
@@ -87,8 +87,6 @@ static int serve(const char *endpoint, size_t nbytes, const char *transport_name
 
 static int get(const char *address, size_t nbytes, int repeats, const char *key)
 {
-  const char *no_pool = getenv("TSR_PROBE_NO_POOL");
-  if (no_pool != NULL && strcmp(no_pool, "1") == 0) tsr_xfer_pool_configure(0, 0, false);
   void *zctx = zmq_ctx_new();
   tsr_xfer_conn *conn = NULL;
   tsr_errbuf err = {{0}};

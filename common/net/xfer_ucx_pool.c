@@ -33,6 +33,7 @@
 #define _GNU_SOURCE
 #include "ucx_int.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,10 +98,13 @@ static void *map_faulted(size_t capacity)
   size_t tail = (size_t)((raw + span) - (start + capacity));
   if (tail > 0) munmap(start + capacity, tail);
   madvise(start, capacity, MADV_HUGEPAGE);
-  if (madvise(start, capacity, MADV_POPULATE_WRITE) != 0) {
-    long page = sysconf(_SC_PAGESIZE);
-    for (size_t off = 0; off < capacity; off += (size_t)page) start[off] = 0;   /* kernels before 5.14 */
+  if (madvise(start, capacity, MADV_POPULATE_WRITE) == 0) return start;
+  if (errno != EINVAL) {   /* out of memory: say so rather than be killed touching pages */
+    munmap(start, capacity);
+    return NULL;
   }
+  long page = sysconf(_SC_PAGESIZE);   /* kernels before 5.14 */
+  for (size_t off = 0; off < capacity; off += (size_t)page) start[off] = 0;
   return start;
 }
 
@@ -252,10 +256,22 @@ static tsr_ucx_buf *new_pooled_logged(size_t nbytes)
   return buf;
 }
 
+/* TESSERA_RECV_POOL=0 (or off): every receive gets a fresh buffer, as
+ * before the pool (the A/B of bench/hosts/transfer.sh; a way out). */
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static bool pool_off;
+
+static void read_env(void)
+{
+  const char *v = getenv("TESSERA_RECV_POOL");
+  pool_off = v != NULL && (strcmp(v, "0") == 0 || strcmp(v, "off") == 0);
+}
+
 tsr_ucx_buf *tsr_ucx_buf_take(size_t nbytes)
 {
+  pthread_once(&env_once, read_env);
   pthread_mutex_lock(&pool.lock);
-  bool pooled = nbytes >= TSR_XFER_POOL_MIN && nbytes <= pool.max_class;
+  bool pooled = !pool_off && nbytes >= TSR_XFER_POOL_MIN && nbytes <= pool.max_class;
   tsr_ucx_buf *buf = pooled ? take_pooled(nbytes) : NULL;
   pool.stats.taken++;
   if (buf != NULL) pool.stats.reused++;
