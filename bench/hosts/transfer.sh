@@ -40,6 +40,8 @@ done
 logs=$(mktemp -d /tmp/tsr-bench-hosts-XXXXXX)
 pids=()
 cleanup() { stop_pids; hosts_down; rm -rf "$logs"; }
+# every log of this run, each under its name (a failed run's evidence)
+show_logs() { local f; for f in "$logs/client.out" "$logs"/*.log; do echo "----- $f"; cat "$f"; done; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -60,6 +62,7 @@ tessera_run() {
   local t=$1 tr=${1%-nopool} pool=1 client w2w w2c ms
   [ "$t" = "$tr" ] || pool=0
   export TESSERA_RECV_POOL=$pool
+  rm -f "$logs"/*.log "$logs/client.out"   # a failure shows this run's logs only
   host_spawn sched "$logs/scheduler.log" "$bin/tessera-scheduler" --listen "$addr" --log-level warn
   pids+=("$HOST_PID")
   TESSERA_TEST_OPS=1 host_spawn a "$logs/a.log" "$bin/tessera-worker" --scheduler "$addr" --name a --threads 1 \
@@ -67,13 +70,13 @@ tessera_run() {
   pids+=("$HOST_PID")
   TESSERA_TRANSPORT=$tr host_spawn client "$logs/client.out" "$bin/tsr-hosts-client" transfer "$addr" "$chunks" "$mib"
   client=$HOST_PID
-  for _ in $(seq 1 600); do grep -q '^READY' "$logs/client.out" && break; kill -0 "$client" 2>/dev/null || break; sleep 0.1; done
-  grep -q '^READY' "$logs/client.out" || { cat "$logs/client.out" "$logs"/*.log; exit 1; }
+  for _ in $(seq 1 600); do grep -q '^READY' "$logs/client.out" 2>/dev/null && break; kill -0 "$client" 2>/dev/null || break; sleep 0.1; done
+  grep -q '^READY' "$logs/client.out" || { echo "tsr-hosts-client never got ready ($t):"; show_logs; exit 1; }
   # debug: b logs each fetch with its time
   host_spawn b "$logs/b.log" "$bin/tessera-worker" --scheduler "$addr" --name b --threads 1 --transport "$tr" \
     --log-level debug
   pids+=("$HOST_PID")
-  wait "$client" || { echo "tsr-hosts-client failed ($t):"; cat "$logs/client.out" "$logs"/*.log; exit 1; }
+  wait "$client" || { echo "tsr-hosts-client failed ($t):"; show_logs; exit 1; }
   w2w=$(sed -n 's/^worker-to-worker: .* = \([0-9.]*\) Gbit\/s.*/\1/p' "$logs/client.out")
   w2c=$(sed -n 's/^worker-to-client: .* = \([0-9.]*\) Gbit\/s.*/\1/p' "$logs/client.out")
   ms=$(sed -n "s/.*fetched input 'xfer\/c[0-9]*' .* in \([0-9.]*\) ms$/\1/p" "$logs/b.log" | tr '\n' ' ')
