@@ -126,8 +126,10 @@ typedef struct tsr_xfer_pool_stats {
 } tsr_xfer_pool_stats;
 
 /* Keeps at most idle_limit bytes of idle buffers, pools chunks up to
- * max_class bytes, makes spares in the background (default) or not. Any
- * thread; takes effect for later puts and takes. */
+ * max_class bytes, makes spares in the background or not (default: not;
+ * a process that makes them calls tsr_xfer_pool_trim before it exits,
+ * which waits for a spare in the making). Any thread; takes effect for
+ * later puts and takes. */
 void tsr_xfer_pool_configure(size_t idle_limit, size_t max_class, bool spares);
 void tsr_xfer_pool_get_stats(tsr_xfer_pool_stats *stats);
 /* Unmaps every idle buffer (shutdown; memory pressure). Buffers lent to

@@ -24,7 +24,9 @@
  * when the next arrives, and a second buffer made inside that fetch costs
  * as much as the first (100-300 ms on a busy VM). A take that finds no
  * idle buffer while a fitting spare is being made waits for it rather
- * than mapping another. One spare at a time.
+ * than mapping another. One spare at a time; only in a process that asks
+ * (tsr_xfer_pool_configure: the worker): a detached thread still mapping
+ * when a client program exits would race UCX's own teardown.
  *
  * Threading: one pool per process under a mutex: a chunk is released on
  * whichever thread drops its last reference (a worker's executor, ZeroMQ's
@@ -67,7 +69,7 @@ static struct {
   .spare_done = PTHREAD_COND_INITIALIZER,
   .idle_limit = TSR_XFER_POOL_IDLE_DEFAULT,
   .max_class = TSR_XFER_POOL_MAX_CLASS,
-  .spares = true,
+  .spares = false,   /* a worker turns them on; a client exits too soon after a gather */
 };
 
 void tsr_xfer_pool_configure(size_t idle_limit, size_t max_class, bool spares)

@@ -300,7 +300,7 @@ TEST(ucx_pool_reuses_a_released_buffer_and_trim_unmaps_it)
   tsr_xfer_close(&conn);
   serve_stop(&s);
   tsr_xfer_pool_trim();   /* what a worker does at shutdown */
-  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, true);
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, false);
   tsr_xfer_pool_get_stats(&st3);
   ASSERT_TRUE(ok_a && ok_b && ok_c);
   ASSERT_TRUE(pooled_a);
@@ -348,7 +348,7 @@ TEST(ucx_pool_chunk_bigger_than_its_class_and_idle_limit)
   tsr_xfer_data_release(&b);
   tsr_xfer_pool_get_stats(&st2);
   bool second_mapped = is_mapped(second);
-  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, true);
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, false);
   tsr_xfer_close(&conn);
   serve_stop(&s);
   tsr_xfer_pool_trim();
@@ -377,6 +377,7 @@ static bool spares_reach(uint64_t n)
 TEST(ucx_pool_makes_a_spare_so_the_next_chunk_finds_a_buffer_while_one_is_held)
 {
   tsr_xfer_pool_trim();
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, true);   /* as a worker does */
   tsr_xfer_pool_stats st0, st1, st2;
   tsr_xfer_pool_get_stats(&st0);
   served s;
@@ -398,6 +399,7 @@ TEST(ucx_pool_makes_a_spare_so_the_next_chunk_finds_a_buffer_while_one_is_held)
   tsr_xfer_close(&conn);
   serve_stop(&s);
   tsr_xfer_pool_trim();   /* waits for a spare still being made */
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, false);
   tsr_xfer_pool_get_stats(&st2);
   ASSERT_TRUE(ok);
   ASSERT_TRUE(spare_made);
