@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "net/net.h"
 #include "spill.h"
 
 typedef struct spill_entry {
@@ -322,6 +323,20 @@ static bool evict_one(tsr_tiers *t, tsr_wstore *store, tsr_chunk *chunk)
   return ok;
 }
 
+/* Idle receive buffers (the UCX fetcher's pool, net.h) are only a cache of
+ * mapped pages: under RSS pressure they go before any chunk is spilled or
+ * dropped. True when some were unmapped; *rss_p is then measured again. */
+static bool trim_receive_pool(tsr_tiers *t, uint64_t *rss_p)
+{
+  tsr_xfer_pool_stats ps;
+  tsr_xfer_pool_get_stats(&ps);
+  if (ps.idle_bytes == 0) return false;
+  tsr_xfer_pool_trim();
+  uint64_t rss = tsr_process_rss();
+  *rss_p = rss > t->rss_base ? rss - t->rss_base : 0;
+  return true;
+}
+
 void tsr_tiers_balance(tsr_tiers *t, tsr_wstore *store)
 {
   uint64_t limit = t->opts.memory_limit;
@@ -335,6 +350,8 @@ void tsr_tiers_balance(tsr_tiers *t, tsr_wstore *store)
     rss = rss > t->rss_base ? rss - t->rss_base : 0;
   }
   if (tsr_wstore_bytes(store) <= target && (spill == 0 || rss <= spill)) return;
+  if (spill > 0 && rss > spill && trim_receive_pool(t, &rss) && rss <= spill && tsr_wstore_bytes(store) <= target)
+    return;
   if (pthread_mutex_trylock(&t->balancing) != 0) return;
   tsr_chunk **idle = NULL;
   size_t n = tsr_wstore_idle(store, &idle);

@@ -224,6 +224,20 @@ static int start_executor(tsr_worker *w)
   return 0;
 }
 
+/* The UCX fetcher's receive pool (net.h): a worker makes spares (its
+ * teardown waits for one in the making; a client that exits right after
+ * a gather would not). Idle buffers count in RSS like chunks: with a
+ * memory limit keep at most a sixteenth of it idle (with
+ * integration.memory's 20 MB, an eighth kept one 2 MiB chunk's buffer and
+ * spilled chunks the test expects dropped); the tiers trim them first
+ * under pressure. */
+static void setup_receive_pool(const tsr_worker *w)
+{
+  uint64_t idle = TSR_XFER_POOL_IDLE_DEFAULT;
+  if (w->opts.memory_limit != 0 && w->opts.memory_limit / 16 < idle) idle = w->opts.memory_limit / 16;
+  tsr_xfer_pool_configure((size_t)idle, TSR_XFER_POOL_MAX_CLASS, true);
+}
+
 /* The host and disk tiers, only with a memory limit: without one nothing
  * is ever evicted, so no spill directory is made. */
 static int open_tiers(tsr_worker *w)
@@ -266,6 +280,7 @@ static int worker_setup(tsr_worker *w, const tsr_worker_opts *opts, int stop_fd)
     TSR_ERROR("out of memory starting the worker");
     return TSR_ENOMEM;
   }
+  setup_receive_pool(w);
   if (open_tiers(w) != 0) return TSR_EIO;
   int rc = open_gpu(w);
   if (rc == 0) rc = open_data_plane(w, stop_fd);
@@ -374,6 +389,8 @@ static bool worker_teardown(tsr_worker *w)
   log_gpu_stats(w);
   if (w->gpu != NULL) tsr_wgpu_set_reclaim(w->gpu, NULL, NULL);
   tsr_wstore_destroy(&w->store);
+  /* every received chunk is released: unmap the idle receive buffers */
+  tsr_xfer_pool_trim();
   tsr_tiers_destroy(&tiers);
   tsr_devtier_destroy(&w->devtier);
   /* After the store: its device chunks free into the GPU's pool. */

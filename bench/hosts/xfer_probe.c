@@ -3,10 +3,14 @@
  * gathering a result both call), without scheduler or tasks, to see where
  * a transfer's time goes.
  *
- *   tsr-xfer-probe serve ENDPOINT MIB          serves one chunk "probe" of MIB MiB until killed
+ *   tsr-xfer-probe serve ENDPOINT MIB [TRANSPORT]
+ *     serves one chunk "probe" of MIB MiB until killed, over zmq (default),
+ *     ucx or auto (docs/transport.md); prints the address to fetch from
  *   tsr-xfer-probe get ADDRESS MIB REPEATS [KEY]
  *     fetches "probe" (or KEY, from a running worker's data address)
- *     REPEATS times, prints each time
+ *     REPEATS times, prints each time; with TESSERA_RECV_POOL=0 in the
+ *     environment, UCX receives go into fresh buffers (the A/B of the
+ *     receive pool, docs/transport.md)
  *
  * bench/hosts/transfer.sh --probe runs it across the veth link beside
  * iperf3. Uses internal headers (common/net): it is not a client program. */
@@ -49,15 +53,20 @@ static int lookup(void *arg, const char *key, tsr_xfer_chunk *out)
   return 0;
 }
 
-static int serve(const char *endpoint, size_t nbytes)
+static int serve(const char *endpoint, size_t nbytes, const char *transport_name)
 {
+  tsr_transport transport;
+  tsr_errbuf err = {{0}};
+  if (tsr_transport_parse(transport_name, &transport, &err) != 0) {
+    fprintf(stderr, "tsr-xfer-probe: %s\n", err.text);
+    return 2;
+  }
   probe_chunk c = {NULL, nbytes};
   if (posix_memalign(&c.data, 64, nbytes) != 0) return 1;
   memset(c.data, 7, nbytes);
   void *zctx = zmq_ctx_new();
   tsr_xfer_server *srv = NULL;
-  tsr_errbuf err = {{0}};
-  if (tsr_xfer_server_open(zctx, endpoint, NULL, &srv, &err) != 0) {
+  if (tsr_xfer_server_open_transport(zctx, endpoint, NULL, NULL, transport, &srv, &err) != 0) {
     fprintf(stderr, "tsr-xfer-probe: %s\n", err.text);
     return 1;
   }
@@ -66,8 +75,9 @@ static int serve(const char *endpoint, size_t nbytes)
   signal(SIGTERM, on_signal);
   signal(SIGINT, on_signal);
   while (!stop) {
-    zmq_pollitem_t item = {tsr_xfer_server_socket(srv), 0, ZMQ_POLLIN, 0};
-    if (zmq_poll(&item, 1, 200) > 0) tsr_xfer_server_serve(srv, lookup, &c);
+    zmq_pollitem_t items[2];
+    int n = tsr_xfer_server_pollitems(srv, items, 2);
+    if (zmq_poll(items, n, 200) > 0) tsr_xfer_server_serve(srv, lookup, &c);
   }
   tsr_xfer_server_close(&srv);
   zmq_ctx_term(zctx);
@@ -102,16 +112,22 @@ static int get(const char *address, size_t nbytes, int repeats, const char *key)
   }
   printf("xfer probe: %zu bytes, best %.2f Gbit/s, mean %.2f Gbit/s\n", nbytes, (double)nbytes * 8 / best / 1e9,
          (double)nbytes * 8 * repeats / sum / 1e9);
+  tsr_xfer_pool_stats ps;
+  tsr_xfer_pool_get_stats(&ps);
+  printf("receive pool: %llu taken, %llu reused, %llu unpooled\n", (unsigned long long)ps.taken,
+         (unsigned long long)ps.reused, (unsigned long long)ps.unpooled);
   tsr_xfer_close(&conn);
+  tsr_xfer_pool_trim();
   zmq_ctx_term(zctx);
   return 0;
 }
 
 int main(int argc, char **argv)
 {
-  if (argc == 4 && strcmp(argv[1], "serve") == 0) return serve(argv[2], (size_t)(atof(argv[3]) * 1048576.0));
+  if ((argc == 4 || argc == 5) && strcmp(argv[1], "serve") == 0)
+    return serve(argv[2], (size_t)(atof(argv[3]) * 1048576.0), argc == 5 ? argv[4] : "zmq");
   if ((argc == 5 || argc == 6) && strcmp(argv[1], "get") == 0)
     return get(argv[2], (size_t)(atof(argv[3]) * 1048576.0), atoi(argv[4]), argc == 6 ? argv[5] : "probe");
-  fprintf(stderr, "usage: tsr-xfer-probe serve ENDPOINT MIB | get ADDRESS MIB REPEATS [KEY]\n");
+  fprintf(stderr, "usage: tsr-xfer-probe serve ENDPOINT MIB [zmq|ucx|auto] | get ADDRESS MIB REPEATS [KEY]\n");
   return 2;
 }

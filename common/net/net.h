@@ -101,7 +101,40 @@ typedef struct tsr_xfer_data {
   size_t nbytes;
   void *owner;      /* private: the zmq message holding the bytes, or NULL */
   void *copy;       /* private: an aligned copy when ZeroMQ's buffer was not */
+  void *pooled;     /* private: the receive-pool buffer holding the bytes (UCX), or NULL */
 } tsr_xfer_data;
+
+/* ---------- data plane: the receive-buffer pool (UCX) ----------
+ * A chunk fetched over UCX lands in a buffer of the process's pool:
+ * mapped, faulted in and registered with UCX once, and put back into the
+ * pool by tsr_xfer_data_release (on any thread) for the next chunk of a
+ * fitting size (docs/transport.md "Receive-buffer pool"). Chunks under
+ * TSR_XFER_POOL_MIN or over the largest class get plain allocations.
+ * ZeroMQ allocates its own receive buffers: never pooled. */
+#define TSR_XFER_POOL_MIN ((size_t)1 << 20)
+#define TSR_XFER_POOL_MAX_CLASS ((size_t)1 << 30)
+#define TSR_XFER_POOL_IDLE_DEFAULT ((size_t)256 << 20)
+
+typedef struct tsr_xfer_pool_stats {
+  uint64_t taken;         /* receive buffers handed out, pooled or not */
+  uint64_t reused;        /* of those, idle pool buffers reused */
+  uint64_t unpooled;      /* of those, plain allocations (too small or too large) */
+  uint64_t spares;        /* buffers made ahead in the background (docs/transport.md) */
+  uint64_t lent_buffers;  /* pool buffers holding a chunk now */
+  uint64_t idle_buffers;  /* pool buffers waiting for a chunk now */
+  uint64_t idle_bytes;
+} tsr_xfer_pool_stats;
+
+/* Keeps at most idle_limit bytes of idle buffers, pools chunks up to
+ * max_class bytes, makes spares in the background or not (default: not;
+ * a process that makes them calls tsr_xfer_pool_trim before it exits,
+ * which waits for a spare in the making). Any thread; takes effect for
+ * later puts and takes. */
+void tsr_xfer_pool_configure(size_t idle_limit, size_t max_class, bool spares);
+void tsr_xfer_pool_get_stats(tsr_xfer_pool_stats *stats);
+/* Unmaps every idle buffer (shutdown; memory pressure). Buffers lent to
+ * chunks are unmapped when those are released after it. */
+void tsr_xfer_pool_trim(void);
 
 /* Received bytes are aligned to the largest element size (8: i64, f64), so
  * every element load is aligned. Not to a cache line: ZeroMQ puts a large

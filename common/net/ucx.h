@@ -53,6 +53,16 @@ void tsr_ucx_conn_close(tsr_ucx_conn **conn_p);   /* NULL is a no-op */
 int tsr_ucx_get(tsr_ucx_conn *conn, const char *address, const char *key, int timeout_ms, tsr_xfer_abort_fn abort,
                 void *ctx, tsr_chunk_header *hdr, tsr_xfer_data *out, tsr_errbuf *err);
 
+/* A receive buffer of the pool (xfer_ucx_pool.c; net.h). take: a buffer
+ * of at least nbytes, 64-byte aligned, or NULL when out of memory; put:
+ * back to the pool (or freed), any thread, NULL is a no-op. memh is the
+ * buffer's ucp_mem_h, or NULL when it is not registered. */
+typedef struct tsr_ucx_buf tsr_ucx_buf;
+tsr_ucx_buf *tsr_ucx_buf_take(size_t nbytes);
+void tsr_ucx_buf_put(tsr_ucx_buf *buf);
+void *tsr_ucx_buf_data(const tsr_ucx_buf *buf);
+void *tsr_ucx_buf_memh(const tsr_ucx_buf *buf);
+
 /* Listens on HOST:PORT (host "*" or "0.0.0.0": every interface; port 0
  * picks one) and writes "ucx://ADVERTISED:PORT" to address (a wildcard is
  * advertised as advertise_host). 0 or TSR_ECONN. */

@@ -134,9 +134,11 @@ void tsr_xfer_data_release(tsr_xfer_data *data)
     zmq_msg_close(data->owner);
     free(data->owner);
   }
+  tsr_ucx_buf_put(data->pooled);
   free(data->copy);
   data->owner = NULL;
   data->copy = NULL;
+  data->pooled = NULL;
   data->data = NULL;
   data->nbytes = 0;
 }

@@ -6,8 +6,9 @@
  * the reply AM, polling the worker's wakeup fd in slices of
  * TSR_XFER_ABORT_SLICE_MS so that abort() is asked as on the ZeroMQ path.
  * An eager reply's bytes are copied once out of UCX's buffer (they are
- * small); a rendezvous reply is received straight into a 64-byte aligned
- * buffer that becomes the caller's (out->copy).
+ * small); a rendezvous reply is received straight into a buffer of the
+ * receive pool (xfer_ucx_pool.c: faulted in and registered once, reused)
+ * that becomes the caller's (out->pooled) until tsr_xfer_data_release.
  *
  * Invariant: anything UCX may still write into or read from (the request
  * bytes, a rendezvous buffer whose receive did not complete) stays owned
@@ -169,7 +170,7 @@ struct tsr_ucx_conn {
   size_t data_len;
   /* a rendezvous receive in flight */
   void *recv_req;
-  void *recv_buf;           /* owned here until the receive completed */
+  tsr_ucx_buf *recv_buf;    /* owned here until the receive completed */
   bool recv_done;
   ucs_status_t recv_status;
 };
@@ -282,7 +283,7 @@ void tsr_ucx_conn_close(tsr_ucx_conn **conn_p)
     ucp_worker_destroy(conn->worker);
     tsr_ucx_context_drop();
   }
-  free(conn->recv_buf);
+  tsr_ucx_buf_put(conn->recv_buf);   /* the worker is gone: UCX writes no more */
   free(conn->request);
   free(conn);
   *conn_p = NULL;
@@ -365,35 +366,46 @@ static void on_recv_data(void *request, ucs_status_t status, size_t length, void
   conn->recv_done = true;
 }
 
-/* Receives the rendezvous data into a fresh aligned buffer (the GPU seam:
- * a device buffer with UCS_MEMORY_TYPE_CUDA would go here). */
+/* Receives the rendezvous data into a pool buffer, registered once (the
+ * GPU seam: a device buffer with UCS_MEMORY_TYPE_CUDA would go here). */
 static int receive_rndv(tsr_ucx_conn *conn, wait_ctx *w, const char *key, tsr_errbuf *err)
 {
   size_t len = conn->data_len;
-  if (posix_memalign(&conn->recv_buf, 64, len ? len : 1) != 0)
-    return tsr_fail(err, TSR_ENOMEM, "cannot allocate %zu bytes for chunk '%s'", len, key);
+  conn->recv_buf = tsr_ucx_buf_take(len);
+  if (conn->recv_buf == NULL) return tsr_fail(err, TSR_ENOMEM, "cannot allocate %zu bytes for chunk '%s'", len, key);
   ucp_request_param_t p = {
     .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE,
     .cb.recv_am = on_recv_data,
     .user_data = conn,
     .memory_type = UCS_MEMORY_TYPE_HOST,
   };
+  void *memh = tsr_ucx_buf_memh(conn->recv_buf);
+  if (memh != NULL) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = memh;
+  }
   conn->recv_done = false;
   void *desc = conn->rndv_desc;
   conn->rndv_desc = NULL;   /* UCX owns it from here */
-  ucs_status_ptr_t req = ucp_am_recv_data_nbx(conn->worker, desc, conn->recv_buf, len, &p);
-  if (UCS_PTR_IS_ERR(req))
+  ucs_status_ptr_t req = ucp_am_recv_data_nbx(conn->worker, desc, tsr_ucx_buf_data(conn->recv_buf), len, &p);
+  if (UCS_PTR_IS_ERR(req)) {
+    tsr_ucx_buf_put(conn->recv_buf);   /* refused at once: UCX never took it */
+    conn->recv_buf = NULL;
     return tsr_fail(err, TSR_ECONN, "receive of '%s' from %s: %s", key, w->address,
                     ucs_status_string(UCS_PTR_STATUS(req)));
+  }
   if (req == NULL) return 0;
   conn->recv_req = req;
   int waited = wait_for(conn, &conn->recv_done, w);
   if (waited != 1) return wait_fail(conn, waited, "receiving the chunk", key, w->address, err);
   ucp_request_free(req);
   conn->recv_req = NULL;
-  if (conn->recv_status != UCS_OK)
+  if (conn->recv_status != UCS_OK) {
+    tsr_ucx_buf_put(conn->recv_buf);   /* the receive ended: UCX is done with it */
+    conn->recv_buf = NULL;
     return tsr_fail(err, TSR_ECONN, "receive of '%s' from %s: %s", key, w->address,
                     ucs_status_string(conn->recv_status));
+  }
   return 0;
 }
 
@@ -403,16 +415,19 @@ static int take_data(tsr_ucx_conn *conn, wait_ctx *w, const char *key, tsr_xfer_
   if (conn->rndv_desc != NULL) {
     int rc = receive_rndv(conn, w, key, err);
     if (rc != 0) return rc;
-    out->copy = conn->recv_buf;
+    out->pooled = conn->recv_buf;
+    out->data = tsr_ucx_buf_data(conn->recv_buf);
+    out->copy = NULL;
     conn->recv_buf = NULL;
   } else if (conn->data_len > 0) {
     if (conn->eager == NULL) return tsr_fail(err, TSR_ENOMEM, "no memory for chunk '%s' (%zu bytes)", key, conn->data_len);
-    out->copy = conn->eager;
+    out->data = out->copy = conn->eager;
     conn->eager = NULL;
   } else if (posix_memalign(&out->copy, 64, 1) != 0) {
     return TSR_ENOMEM;
+  } else {
+    out->data = out->copy;
   }
-  out->data = out->copy;
   out->nbytes = conn->data_len;
   out->owner = NULL;
   return 0;
@@ -428,12 +443,20 @@ int tsr_ucx_get(tsr_ucx_conn *conn, const char *address, const char *key, int ti
   forget_reply(conn);
   conn->awaiting = true;
   int rc = send_get(conn, key, address, err);
+  uint64_t t_sent = tsr_now_us();
   int waited = rc == 0 ? wait_for(conn, &conn->replied, &w) : 1;
+  uint64_t t_replied = tsr_now_us();
   if (rc == 0 && waited != 1) rc = wait_fail(conn, waited, "awaiting the reply", key, address, err);
   if (rc == 0) rc = tsr_xfer_decode_reply(conn->reply_hdr, conn->reply_hdr_len, key, hdr, err);
   if (rc == 0 && hdr->nbytes != conn->data_len)
     rc = tsr_fail(err, TSR_EPROTO, "chunk '%s' from %s: payload does not match its header", key, address);
   if (rc == 0) rc = take_data(conn, &w, key, out, err);
+  /* where a slow fetch's time went: the reply's round trip (the first
+   * includes connecting) or the bytes (a fresh buffer's faults included) */
+  if (rc == 0)
+    TSR_DEBUG("ucx: '%s' from %s: reply after %.3f ms, %zu bytes in %.3f ms (%s buffer)", key, address,
+              (double)(t_replied - t_sent) / 1e3, out->nbytes, (double)(tsr_now_us() - t_replied) / 1e3,
+              out->pooled != NULL ? "pool" : "plain");
   /* a failed rendezvous receive keeps its buffer in the conn until close */
   if (rc == 0 || conn->recv_req == NULL) forget_reply(conn);
   return rc;

@@ -3,6 +3,8 @@
  * offers it (xfer.c asks tsr_ucx_built first). */
 #include "ucx.h"
 
+#include <string.h>
+
 struct tsr_ucx_conn {
   int unused;
 };
@@ -42,3 +44,19 @@ int tsr_ucx_server_serve(tsr_ucx_server *srv, tsr_xfer_lookup_fn lookup, void *a
   (void)srv, (void)lookup, (void)arg, (void)bytes;
   return 0;
 }
+
+/* No UCX, no pool: nothing is ever lent. */
+tsr_ucx_buf *tsr_ucx_buf_take(size_t nbytes)
+{
+  (void)nbytes;
+  return NULL;
+}
+void tsr_ucx_buf_put(tsr_ucx_buf *buf) { (void)buf; }
+void *tsr_ucx_buf_data(const tsr_ucx_buf *buf) { (void)buf; return NULL; }
+void *tsr_ucx_buf_memh(const tsr_ucx_buf *buf) { (void)buf; return NULL; }
+void tsr_xfer_pool_configure(size_t idle_limit, size_t max_class, bool spares)
+{
+  (void)idle_limit, (void)max_class, (void)spares;
+}
+void tsr_xfer_pool_get_stats(tsr_xfer_pool_stats *stats) { memset(stats, 0, sizeof *stats); }
+void tsr_xfer_pool_trim(void) {}

@@ -16,6 +16,8 @@
 #include "executor.h"
 #include "kernels.h"
 #include "kit.h"
+#include "net/net.h"
+#include "net/ucx.h"
 #include "spill.h"
 #include "store.h"
 #include "task.h"
@@ -482,6 +484,44 @@ TEST(tiers_pause_over_the_pause_fraction)
   close_store(&store, &tiers);
 }
 
+/* Idle receive buffers (net's UCX pool) are unmapped before any chunk is
+ * spilled or dropped for RSS: here they are all the RSS over the spill
+ * threshold, so the chunk stays. */
+TEST(tiers_trim_idle_receive_buffers_before_evicting_for_rss)
+{
+  if (!tsr_xfer_ucx_built()) {   /* TSR_UCX off: no pool to trim */
+    fprintf(stderr, "  not run: this build has no UCX, so no receive pool\n");
+    return;
+  }
+  tsr_xfer_pool_trim();
+  tsr_tiers_opts o = TSR_TIERS_OPTS_DEFAULT;
+  o.memory_limit = 64u << 20;
+  o.target = 0.5;
+  o.spill = 0.5;   /* RSS over 32 MiB above the base evicts */
+  snprintf(o.dir, sizeof o.dir, "%s", tmp_dir);
+  tsr_tiers *tiers = NULL;
+  tsr_errbuf err = {{0}};
+  ASSERT_OK(tsr_tiers_new(&o, &tiers, &err));   /* measures the base RSS */
+  tsr_wstore *store = tsr_wstore_new(o.memory_limit);
+  tsr_wstore_set_tiers(store, tiers);
+  put(store, "a", 2000, 1, false);
+  /* a 64 MiB receive buffer, faulted in, then idle in the pool */
+  tsr_ucx_buf *buf = tsr_ucx_buf_take(64u << 20);
+  ASSERT_TRUE(buf != NULL);
+  tsr_ucx_buf_put(buf);
+  tsr_xfer_pool_stats before, after;
+  tsr_xfer_pool_get_stats(&before);
+  tsr_wstore_balance(store);
+  tsr_xfer_pool_get_stats(&after);
+  tsr_tiers_stats st;
+  tsr_tiers_stats_get(tiers, &st);
+  close_store(&store, &tiers);
+  ASSERT_EQ(before.idle_buffers, 1u);
+  ASSERT_EQ(after.idle_buffers, 0u);
+  ASSERT_EQ(st.chunks_spilled, 0);
+  ASSERT_EQ(st.chunks_dropped, 0);
+}
+
 /* ---------- the executor ---------- */
 
 static tsr_wtask *uniform_task(const char *key, int64_t n, tsr_wstore *store)
@@ -658,6 +698,7 @@ int main(void)
   RUN(tiers_options);
   RUN(tiers_unread_recomputable_chunks_never_stall_a_pause);
   RUN(tiers_pause_over_the_pause_fraction);
+  RUN(tiers_trim_idle_receive_buffers_before_evicting_for_rss);
   RUN(executor_chunk_larger_than_limit_fails);
   RUN(executor_marks_root_outputs_recomputable);
   RUN(executor_follows_the_schedulers_recompute_flag);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@ typedef struct served {
   atomic_int released;
   double *small;        /* 3 f64 */
   unsigned char *big;   /* BIG_BYTES */
+  unsigned char *big2;  /* BIG_BYTES, other bytes: "big2" */
   pthread_t thread;
 } served;
 
@@ -39,7 +41,7 @@ static int lookup(void *arg, const char *key, tsr_xfer_chunk *chunk)
 {
   served *s = arg;
   memset(chunk, 0, sizeof *chunk);
-  chunk->meta.dtype = strcmp(key, "big") == 0 ? TSR_U8 : TSR_F64;
+  chunk->meta.dtype = strncmp(key, "big", 3) == 0 ? TSR_U8 : TSR_F64;
   chunk->meta.ndim = 1;
   chunk->release = release_ref;
   chunk->hint = s;
@@ -49,9 +51,9 @@ static int lookup(void *arg, const char *key, tsr_xfer_chunk *chunk)
     chunk->nbytes = 3 * sizeof(double);
     return 0;
   }
-  if (strcmp(key, "big") == 0) {
+  if (strcmp(key, "big") == 0 || strcmp(key, "big2") == 0) {
     chunk->meta.shape[0] = BIG_BYTES;
-    chunk->data = s->big;
+    chunk->data = key[3] == '2' ? s->big2 : s->big;
     chunk->nbytes = BIG_BYTES;
     return 0;
   }
@@ -78,8 +80,10 @@ static int serve_start(served *s, tsr_transport transport, tsr_errbuf *err)
   memset(s, 0, sizeof *s);
   s->small = malloc(3 * sizeof(double));
   s->big = malloc(BIG_BYTES);
+  s->big2 = malloc(BIG_BYTES);
   for (int i = 0; i < 3; i++) s->small[i] = 1.5 * (i + 1);
   for (size_t i = 0; i < BIG_BYTES; i++) s->big[i] = (unsigned char)(i * 131 + (i >> 20));
+  for (size_t i = 0; i < BIG_BYTES; i++) s->big2[i] = (unsigned char)(i * 7 + 3);
   int rc = tsr_xfer_server_open_transport(zctx, "tcp://127.0.0.1:0", NULL, NULL, transport, &s->srv, err);
   if (rc == 0) pthread_create(&s->thread, NULL, serve_loop, s);
   return rc;
@@ -94,6 +98,7 @@ static void serve_stop(served *s)
   }
   free(s->small);
   free(s->big);
+  free(s->big2);
 }
 
 /* Fetches key from address over the given preference. */
@@ -247,6 +252,185 @@ TEST(ucx_fetch_from_a_stalled_peer_is_abandoned_by_abort)
   ASSERT_TRUE(took < 3000);
 }
 
+
+/* ---- the receive pool (xfer_ucx_pool.c) ---- */
+
+/* True when [p, p + 4096) is mapped in this process. */
+static bool is_mapped(void *p)
+{
+  unsigned char vec;
+  return mincore(p, 4096, &vec) == 0;
+}
+
+static bool fetched_ok(int rc, const tsr_xfer_data *out, const unsigned char *want)
+{
+  return rc == 0 && out->nbytes == BIG_BYTES && memcmp(out->data, want, BIG_BYTES) == 0;
+}
+
+TEST(ucx_pool_reuses_a_released_buffer_and_trim_unmaps_it)
+{
+  tsr_xfer_pool_trim();
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, false);   /* exact reuse: no spare */
+  tsr_xfer_pool_stats st0, st1, st2, st3;
+  tsr_xfer_pool_get_stats(&st0);
+  served s;
+  tsr_errbuf err = {{0}};
+  ASSERT_OK(serve_start(&s, TSR_TRANSPORT_UCX, &err));
+  tsr_xfer_set_fetch_transport(TSR_TRANSPORT_UCX);
+  tsr_xfer_conn *conn = NULL;
+  ASSERT_OK(tsr_xfer_open(zctx, tsr_xfer_server_address(s.srv), &conn, &err));
+  tsr_chunk_header hdr;
+  tsr_xfer_data a = {0}, b = {0}, c = {0};
+  int rc_a = tsr_xfer_get(conn, "big", 10000, &hdr, &a, &err);
+  bool ok_a = fetched_ok(rc_a, &a, s.big), pooled_a = a.pooled != NULL;
+  void *first = a.data;
+  tsr_xfer_data_release(&a);
+  tsr_xfer_pool_get_stats(&st1);
+  /* the released buffer comes back for the next chunk, overwritten */
+  int rc_b = tsr_xfer_get(conn, "big2", 10000, &hdr, &b, &err);
+  bool ok_b = fetched_ok(rc_b, &b, s.big2), same_buffer = b.data == first;
+  /* while b holds it, another chunk needs a buffer of its own */
+  int rc_c = tsr_xfer_get(conn, "big", 10000, &hdr, &c, &err);
+  bool ok_c = fetched_ok(rc_c, &c, s.big), other_buffer = c.data != first && c.data != NULL;
+  void *second = c.data;
+  tsr_xfer_data_release(&b);
+  tsr_xfer_data_release(&c);
+  tsr_xfer_pool_get_stats(&st2);
+  bool mapped_before = is_mapped(first) && is_mapped(second);
+  tsr_xfer_close(&conn);
+  serve_stop(&s);
+  tsr_xfer_pool_trim();   /* what a worker does at shutdown */
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, false);
+  tsr_xfer_pool_get_stats(&st3);
+  ASSERT_TRUE(ok_a && ok_b && ok_c);
+  ASSERT_TRUE(pooled_a);
+  ASSERT_EQ(st1.lent_buffers, 0u);
+  ASSERT_EQ(st1.idle_buffers, 1u);
+  ASSERT_TRUE(same_buffer);
+  ASSERT_TRUE(other_buffer);
+  ASSERT_EQ(st2.taken - st0.taken, 3u);
+  ASSERT_EQ(st2.reused - st0.reused, 1u);
+  ASSERT_EQ(st2.idle_buffers, 2u);
+  ASSERT_TRUE(st2.idle_bytes >= 2u * BIG_BYTES);
+  ASSERT_TRUE(mapped_before);
+  ASSERT_EQ(st3.idle_buffers, 0u);
+  ASSERT_EQ(st3.idle_bytes, 0u);
+  ASSERT_EQ(st3.lent_buffers, 0u);
+  ASSERT_TRUE(!is_mapped(first) && !is_mapped(second));   /* unmapped, not just listed as free */
+}
+
+TEST(ucx_pool_chunk_bigger_than_its_class_and_idle_limit)
+{
+  tsr_xfer_pool_trim();
+  served s;
+  tsr_errbuf err = {{0}};
+  ASSERT_OK(serve_start(&s, TSR_TRANSPORT_UCX, &err));
+  tsr_xfer_set_fetch_transport(TSR_TRANSPORT_UCX);
+  tsr_xfer_conn *conn = NULL;
+  ASSERT_OK(tsr_xfer_open(zctx, tsr_xfer_server_address(s.srv), &conn, &err));
+  tsr_chunk_header hdr;
+  tsr_xfer_data a = {0}, b = {0};
+  tsr_xfer_pool_stats st0, st1, st2;
+  /* classes up to 16 MiB: a 64 MiB chunk gets a plain buffer, never kept */
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, 16u << 20, false);
+  tsr_xfer_pool_get_stats(&st0);
+  int rc_big = tsr_xfer_get(conn, "big", 10000, &hdr, &a, &err);
+  bool ok_big = fetched_ok(rc_big, &a, s.big) && (uintptr_t)a.data % 64 == 0;
+  tsr_xfer_data_release(&a);
+  tsr_xfer_pool_get_stats(&st1);
+  /* idle limit of one buffer: of two released, the second is unmapped */
+  tsr_xfer_pool_configure(BIG_BYTES, TSR_XFER_POOL_MAX_CLASS, false);
+  int rc_a = tsr_xfer_get(conn, "big", 10000, &hdr, &a, &err);
+  int rc_b = tsr_xfer_get(conn, "big2", 10000, &hdr, &b, &err);
+  bool ok_two = fetched_ok(rc_a, &a, s.big) && fetched_ok(rc_b, &b, s.big2);
+  void *second = b.data;
+  tsr_xfer_data_release(&a);
+  tsr_xfer_data_release(&b);
+  tsr_xfer_pool_get_stats(&st2);
+  bool second_mapped = is_mapped(second);
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, false);
+  tsr_xfer_close(&conn);
+  serve_stop(&s);
+  tsr_xfer_pool_trim();
+  ASSERT_TRUE(ok_big);
+  ASSERT_EQ(st1.unpooled - st0.unpooled, 1u);
+  ASSERT_EQ(st1.idle_buffers, 0u);
+  ASSERT_EQ(st1.lent_buffers, 0u);
+  ASSERT_TRUE(ok_two);
+  ASSERT_EQ(st2.idle_buffers, 1u);
+  ASSERT_EQ(st2.idle_bytes, (uint64_t)BIG_BYTES);
+  ASSERT_TRUE(!second_mapped);
+}
+
+/* Waits up to 5 s for the background spare count to reach n. */
+static bool spares_reach(uint64_t n)
+{
+  tsr_xfer_pool_stats st;
+  for (int i = 0; i < 500; i++) {
+    tsr_xfer_pool_get_stats(&st);
+    if (st.spares >= n) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+TEST(ucx_pool_makes_a_spare_so_the_next_chunk_finds_a_buffer_while_one_is_held)
+{
+  tsr_xfer_pool_trim();
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, true);   /* as a worker does */
+  tsr_xfer_pool_stats st0, st1, st2;
+  tsr_xfer_pool_get_stats(&st0);
+  served s;
+  tsr_errbuf err = {{0}};
+  ASSERT_OK(serve_start(&s, TSR_TRANSPORT_UCX, &err));
+  tsr_xfer_set_fetch_transport(TSR_TRANSPORT_UCX);
+  tsr_xfer_conn *conn = NULL;
+  ASSERT_OK(tsr_xfer_open(zctx, tsr_xfer_server_address(s.srv), &conn, &err));
+  tsr_chunk_header hdr;
+  tsr_xfer_data a = {0}, b = {0};
+  int rc_a = tsr_xfer_get(conn, "big", 10000, &hdr, &a, &err);
+  bool spare_made = spares_reach(st0.spares + 1);
+  tsr_xfer_pool_get_stats(&st1);
+  /* a still holds its buffer: b gets the spare, not a fresh mapping */
+  int rc_b = tsr_xfer_get(conn, "big2", 10000, &hdr, &b, &err);
+  bool ok = fetched_ok(rc_a, &a, s.big) && fetched_ok(rc_b, &b, s.big2) && a.data != b.data;
+  tsr_xfer_data_release(&a);
+  tsr_xfer_data_release(&b);
+  tsr_xfer_close(&conn);
+  serve_stop(&s);
+  tsr_xfer_pool_trim();   /* waits for a spare still being made */
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, false);
+  tsr_xfer_pool_get_stats(&st2);
+  ASSERT_TRUE(ok);
+  ASSERT_TRUE(spare_made);
+  ASSERT_EQ(st1.idle_buffers, 1u);
+  ASSERT_EQ(st1.lent_buffers, 1u);
+  ASSERT_EQ(st2.reused - st0.reused, 1u);   /* b took the spare */
+  ASSERT_EQ(st2.idle_buffers, 0u);
+  ASSERT_EQ(st2.lent_buffers, 0u);
+}
+
+TEST(zmq_receives_are_not_pooled_and_small_ucx_chunks_neither)
+{
+  served s;
+  tsr_errbuf err = {{0}};
+  ASSERT_OK(serve_start(&s, TSR_TRANSPORT_AUTO, &err));
+  tsr_chunk_header hdr;
+  tsr_xfer_data z = {0}, u = {0};
+  int rc_z = fetch(tsr_xfer_server_address(s.srv), TSR_TRANSPORT_ZMQ, "big", &hdr, &z, &err);
+  bool z_pooled = z.pooled != NULL;
+  int rc_u = fetch(tsr_xfer_server_address(s.srv), TSR_TRANSPORT_UCX, "small", &hdr, &u, &err);
+  bool u_ok = rc_u == 0 && u.nbytes == 3 * sizeof(double) && ((double *)u.data)[2] == 4.5;
+  bool u_pooled = u.pooled != NULL;
+  tsr_xfer_data_release(&z);
+  tsr_xfer_data_release(&u);
+  serve_stop(&s);
+  ASSERT_OK(rc_z);
+  ASSERT_TRUE(!z_pooled);
+  ASSERT_TRUE(u_ok);
+  ASSERT_TRUE(!u_pooled);
+}
+
 /* ---- a peer in another process that dies ---- */
 
 static int child_lookup(void *arg, const char *key, tsr_xfer_chunk *chunk)
@@ -357,6 +541,13 @@ TEST(ucx_peer_killed_mid_transfer_of_256_mib_never_hangs)
   tsr_xfer_data_release(&out);
   pthread_join(killer, NULL);
   waitpid(pid, NULL, 0);
+  /* the receive buffer of the broken transfer went back to the pool when
+   * the connection closed (fetch closes it): none is still lent */
+  tsr_xfer_pool_stats st;
+  tsr_xfer_pool_get_stats(&st);
+  tsr_xfer_pool_trim();
+  ASSERT_EQ(st.lent_buffers, 0u);
+  ASSERT_TRUE(st.idle_buffers >= 1u);
   ASSERT_OK(warm);
   ASSERT_TRUE(warm_ok);
   /* either it finished before the kill, whole, or it failed as a lost connection */
@@ -378,6 +569,10 @@ int main(int argc, char **argv)
   RUN(ucx_only_server_small_chunk_and_missing_key);
   RUN(ucx_with_curve_keys_is_refused);
   RUN(ucx_listener_refuses_ipv6_hosts);
+  RUN(ucx_pool_reuses_a_released_buffer_and_trim_unmaps_it);
+  RUN(ucx_pool_chunk_bigger_than_its_class_and_idle_limit);
+  RUN(ucx_pool_makes_a_spare_so_the_next_chunk_finds_a_buffer_while_one_is_held);
+  RUN(zmq_receives_are_not_pooled_and_small_ucx_chunks_neither);
   RUN(ucx_fetch_from_a_stalled_peer_is_abandoned_by_abort);
   RUN(ucx_peer_killed_holding_the_request_fails_fast);
   RUN(ucx_peer_killed_mid_transfer_of_256_mib_never_hangs);
