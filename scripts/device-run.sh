@@ -46,7 +46,8 @@ if [ $build = 1 ]; then
 fi
 bins=(tessera tessera-scheduler tessera-worker test_gpu test_gpu_cli test_kernels_cuda tsr-svd tsr-svd-gpu tsr-memory-svd tsr-pca tsr-gen-bed tsr-cluster test_gpu_cluster tsr-knn-time test_tiles_cuda tsr-tiles tsr-gen-slide)
 for b in "${bins[@]}"; do [ -x build-device/bin/$b ] || { echo "device-run.sh: build-device/bin/$b missing" >&2; exit 1; }; done
-if ! ldd build-device/bin/tessera-worker | grep -q libcudart; then
+# grep reads all of ldd: with -q it stops early and pipefail reads ldd's SIGPIPE as "no CUDA"
+if ! ldd build-device/bin/tessera-worker | grep libcudart >/dev/null; then
   echo "device-run.sh: warning: tessera-worker has no CUDA (GPU tests will skip)" >&2
 fi
 

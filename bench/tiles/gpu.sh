@@ -9,8 +9,8 @@
 #   tessera local --cpu-workers $(nproc) --threads-per-worker 1 -- tsr-tiles --slides S... --drop-edges --out cpu.tsv
 #
 # GPU_THREADS (8) sets the GPU worker's executor threads; the GPU run is
-# made twice, nvJPEG's hardware backend (the default) and, with
-# TSR_NVJPEG_BACKEND=default, its default backend (GPU_DEFAULT=0 skips it). Prints the times, decoded MB/s and the ratio, and compares the kept
+# made twice, nvJPEG's default backend (the default) and, with
+# TSR_NVJPEG_BACKEND=hardware, the JPEG engines (GPU_HW=0 skips it). Prints the times, decoded MB/s and the ratio, and compares the kept
 # decisions of the two runs (nvJPEG's IDCT is not libjpeg-turbo's: a tile
 # near a threshold may flip; the count of differing rows is printed).
 # Then the Python GPU peer on the same slides:
@@ -35,11 +35,11 @@ run() {
 }
 gt=${GPU_THREADS:-8}
 t_gpu=$(run gpu --gpus 0 --worker-arg --threads --worker-arg "$gt" | tail -1)
-t_gpu_sw=nan
-[ "${GPU_DEFAULT:-1}" = 0 ] || t_gpu_sw=$(TSR_NVJPEG_BACKEND=default run gpu_sw --gpus 0 --worker-arg --threads --worker-arg "$gt" | tail -1)
+t_gpu_hw=nan
+[ "${GPU_HW:-1}" = 0 ] || t_gpu_hw=$(TSR_NVJPEG_BACKEND=hardware run gpu_hw --gpus 0 --worker-arg --threads --worker-arg "$gt" | tail -1)
 t_cpu=$(run cpu --cpu-workers "$(nproc)" --threads-per-worker 1 | tail -1)
-printf "tsr-tiles, 1 GPU worker, %s threads, nvJPEG hardware   %8.2f s  %8.1f MB/s decoded\n" "$gt" "$t_gpu" "$(python3 -c "print($mp / $t_gpu)")"
-[ "$t_gpu_sw" = nan ] || printf "tsr-tiles, 1 GPU worker, %s threads, nvJPEG default    %8.2f s  %8.1f MB/s decoded\n" "$gt" "$t_gpu_sw" "$(python3 -c "print($mp / $t_gpu_sw)")"
+printf "tsr-tiles, 1 GPU worker, %s threads, nvJPEG default    %8.2f s  %8.1f MB/s decoded\n" "$gt" "$t_gpu" "$(python3 -c "print($mp / $t_gpu)")"
+[ "$t_gpu_hw" = nan ] || printf "tsr-tiles, 1 GPU worker, %s threads, nvJPEG hardware   %8.2f s  %8.1f MB/s decoded\n" "$gt" "$t_gpu_hw" "$(python3 -c "print($mp / $t_gpu_hw)")"
 printf "tsr-tiles, %d CPU workers          %8.2f s  %8.1f MB/s decoded\n" "$(nproc)" "$t_cpu" "$(python3 -c "print($mp / $t_cpu)")"
 python3 -c "print(f'ratio: the GPU worker is {$t_cpu/$t_gpu:.2f}x the $(nproc) CPU workers')"
 # The Python GPU peer (bench/tiles/peer_gpu.py: tifffile, torchvision's

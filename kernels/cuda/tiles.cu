@@ -2,9 +2,10 @@
  *
  * - tiff_read: the region's compressed JPEG tiles are read on the host
  *   (tsr_k_tiff_jpeg_blocks: libtiff, the shared tables spliced in) and
- *   decoded on the device by nvJPEG — the JPEG engines of an A100/H100/H200
- *   when nvJPEG's hardware backend takes the batch, else its default
- *   backend — into scratch, then one kernel copies each tile's overlap
+ *   decoded on the device by nvJPEG's default backend (or the JPEG
+ *   engines of an A100/H100/H200 through its hardware backend, with
+ *   TSR_NVJPEG_BACKEND=hardware) into scratch, then one kernel copies each
+ *   tile's overlap
  *   into the output (planar RGB interleaved, grey replicated). Not JPEG,
  *   or no libnvjpeg: TSR_ENODEV, so the worker runs the CPU variant.
  *   nvJPEG's IDCT is not libjpeg-turbo's: pixels may differ by a few
@@ -67,9 +68,14 @@ const tsr_nvjpeg_api *tsr_nvjpeg(const char **why_p)
  * costs milliseconds; with a pair per executor thread a 16-thread GPU
  * worker took 12.35 s on bench/tiles/gpu.sh's 40,000² slide, shared 11.22
  * s, 8 threads 9.66 s either way), and a pair of states per thread.
- * hw: the hardware backend exists here (it refuses to be created on GPUs
- * without JPEG engines). TSR_NVJPEG_BACKEND=default leaves the engines
- * alone (a diagnostic: bench/tiles/gpu.sh times both). */
+ * hw: the hardware backend, made only when TSR_NVJPEG_BACKEND=hardware
+ * asks for the JPEG engines (it refuses to be created on GPUs without
+ * them). They won with a task a tile (~4 source tiles a batch: 9.95 s
+ * against 13.19 s for a 40,000² slide on an H200) and lose with the
+ * regions tsr-tiles reads on GPU workers (~100 a batch: 2.3-2.4 s of
+ * tsr-tiles' own clock against 1.3-2.0 s on the default backend, which
+ * also slowed while the hardware handle merely existed; bench/RESULTS.md,
+ * 2026-11-25), so the default backend is the default. */
 #define NVJPEG_MAX_DEVICES 64
 struct jpeg_handles {
   bool made = false;
@@ -92,7 +98,7 @@ static const jpeg_handles *handles_get(const tsr_nvjpeg_api *api, int device)
   jpeg_handles *h = &g_handles[device];
   if (!h->made) {
     const char *want = getenv("TSR_NVJPEG_BACKEND");
-    bool try_hw = want == NULL || strcmp(want, "default") != 0;
+    bool try_hw = want != NULL && strcmp(want, "hardware") == 0;
     if (!try_hw || api->CreateEx(TSR_NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &h->hw) != 0) h->hw = nullptr;
     h->status = api->CreateEx(TSR_NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &h->sw);
     h->made = true;
@@ -186,8 +192,9 @@ static int check_streams(const tsr_nvjpeg_api *api, nvjpegHandle_t h, const tsr_
   return 0;
 }
 
-/* The whole batch on the JPEG engines, else one by one on the default
- * backend. 0, or the nvJPEG status of the failure. */
+/* The whole batch on the JPEG engines when they were asked for, else (or
+ * when they refuse it) one by one on the default backend. 0, or the nvJPEG
+ * status of the failure. */
 static int decode_all(const tsr_nvjpeg_api *api, jpeg_decoder *d, const tsr_k_jpeg_blocks *b, int format,
                       nvjpegImage_t *img, cudaStream_t stream)
 {
