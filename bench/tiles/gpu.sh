@@ -15,6 +15,7 @@
 # near a threshold may flip; the count of differing rows is printed).
 # Then the Python GPU peer on the same slides:
 #   python3 bench/tiles/peer_gpu.py S... 256 [BATCH]   (PEER_BATCH, default 256)
+# and, with SEPARATE=1, one tsr-tiles run a slide (the job-array pattern).
 set -uo pipefail
 size=${1:-40000}; n=${2:-1}
 ppm=${TSR_WSI_DATA:?}/CMU-1-Small-Region_level0_rgb.ppm
@@ -42,6 +43,18 @@ printf "tsr-tiles, 1 GPU worker, %s threads, nvJPEG default    %8.2f s  %8.1f MB
 [ "$t_gpu_hw" = nan ] || printf "tsr-tiles, 1 GPU worker, %s threads, nvJPEG hardware   %8.2f s  %8.1f MB/s decoded\n" "$gt" "$t_gpu_hw" "$(python3 -c "print($mp / $t_gpu_hw)")"
 printf "tsr-tiles, %d CPU workers          %8.2f s  %8.1f MB/s decoded\n" "$(nproc)" "$t_cpu" "$(python3 -c "print($mp / $t_cpu)")"
 python3 -c "print(f'ratio: the GPU worker is {$t_cpu/$t_gpu:.2f}x the $(nproc) CPU workers')"
+# SEPARATE=1: the batch as one tsr-tiles run a slide (the seed's job-array
+# pattern), each under its own `tessera local`, against the one graph.
+if [ "${SEPARATE:-0}" = 1 ] && [ "$n" -gt 1 ]; then
+  t0=$(date +%s.%N)
+  for sl in "${slides[@]}"; do
+    timeout 500 tessera local --gpus 0 --worker-arg --threads --worker-arg "$gt" -- tsr-tiles --slides "$sl" \
+      --drop-edges --no-progress --out "$dir/one.tsv" >/dev/null 2>&1
+  done
+  t_sep=$(python3 -c "print($(date +%s.%N) - $t0)")
+  printf "tsr-tiles, 1 GPU worker, %d separate runs     %8.2f s  %8.1f MB/s decoded\n" "$n" "$t_sep" "$(python3 -c "print($mp / $t_sep)")"
+  python3 -c "print(f'ratio: one graph over the batch is {$t_sep/$t_gpu:.2f}x the separate runs')"
+fi
 # The Python GPU peer (bench/tiles/peer_gpu.py: tifffile, torchvision's
 # batched nvJPEG decode, PyTorch statistics), where its packages exist.
 if python3 -c "import torch, torchvision, tifffile" 2>/dev/null; then
