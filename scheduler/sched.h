@@ -163,6 +163,45 @@ int sched_limits_check_task(const sched_state *st, size_t key_len, size_t params
 
 int sched_submit_maps(sched_state *st, uint32_t client, uint64_t graph_id, const msgpack_object *const *maps,
                       uint32_t nmaps, tsr_errbuf *err);
+/* Appends the tasks and wants of one `submit` map to d. Strings borrow the
+ * map's bytes; with kept != NULL, the map was unpacked from raw and kept is
+ * a copy of those bytes that the caller keeps until d is freed: the
+ * strings then point into kept. 0, or EPROTO / ELIMIT / ENOMEM naming the
+ * task (its index in the whole graph). */
+int sched_decode_part(sched_state *st, sched_decoded *d, const msgpack_object *map, const char *raw, const char *kept,
+                      tsr_errbuf *err);
+/* The last part is in: turns the specs' offsets into pointers. */
+void sched_decoded_resolve(sched_decoded *d);
+void sched_decoded_free(sched_decoded *d);
+/* Frees a pending graph's kept parts, decoded tasks and error. */
+void sched_pending_free(sched_pending *pd);
+
+/* ---------- submit.c: admission in slices ---------- */
+/* Admits the graph of client's pending pd (whose last part, `last`, is
+ * decoded into pd->dec) over the next loop iterations, a slice at a time
+ * (sched_admit_run), taking pd's contents (pd is left empty). A graph of at
+ * most SCHED_ADMIT_NOW tasks is admitted at once when it can be. Replies
+ * `submitted` / `submit_error` when done, as sched_graph_add does; 0, or a
+ * negative TSR_E* with err set when it could not even start (then nothing
+ * was kept and the caller replies). */
+#define SCHED_ADMIT_NOW 20000u
+int sched_admit_start(sched_state *st, uint32_t client, sched_pending *pd, char *last, size_t last_len, bool *queued_p,
+                      tsr_errbuf *err);
+/* The admission after a in the queue, or NULL. */
+const struct sched_admission *sched_admission_next(const struct sched_admission *a);
+/* What the first admission in progress is doing ("idle" when none). */
+const char *sched_admit_phase(const sched_state *st);
+/* Works on the admissions in progress for about budget_us; returns true
+ * while some are left (the loop then polls without waiting). */
+bool sched_admit_run(sched_state *st, uint64_t budget_us);
+/* The client left: its admissions in progress are abandoned (their tasks
+ * discarded a slice at a time, or, once accepted, admitted for nobody). */
+void sched_admit_client_gone(sched_state *st, uint32_t client);
+/* Frees every admission (state teardown). */
+void sched_admit_destroy_all(sched_state *st);
+/* Whether a record may be forgotten now; false while an admission runs
+ * (it may hold the id), then the id is kept and re-examined at its end. */
+bool sched_admit_may_forget(sched_state *st, uint32_t id);
 
 /* ---------- fuse.c ---------- */
 /* Fuses linear chains and narrow fan-ins among the n NEW tasks fresh[] of

@@ -124,6 +124,7 @@ typedef struct sched_task {
   uint8_t ndim;
   /* memory-aware eviction (policy_evict.h) */
   uint8_t evict;              /* SCHED_EV_* bits */
+  uint8_t admitting;          /* its graph is being admitted in slices (submit.c): needed, never freed */
   uint16_t pgroup;            /* its progress group in its graph (progress.h), set at admission */
   uint32_t cost_us;           /* recompute cost of the result, memoized when it was made (saturating) */
   uint32_t ndeferred_deps;    /* deps (with multiplicity) that are deferred drops (meaningful while WAITING) */
@@ -264,12 +265,31 @@ typedef struct sched_pending_part {
   size_t len;
 } sched_pending_part;
 
+/* The tasks of a graph's parts, decoded as each part arrives
+ * (submit_decode.c). Strings borrow the kept part bytes; while parts are
+ * still arriving, `inputs` and `params` of a spec are offsets into refs
+ * and params (which move as they grow), turned into pointers by
+ * sched_decoded_resolve() at the last part. */
+typedef struct sched_decoded {
+  struct sched_task_spec *specs;
+  uint32_t nspecs, cap_specs;
+  struct sched_strref *refs;  /* every task's inputs */
+  uint32_t nrefs, cap_refs;
+  struct sched_strref *wants; /* the `wants` of every part */
+  uint32_t nwants, cap_wants;
+  bool wants_given;           /* some part had a `wants` array (else: the sinks) */
+  msgpack_sbuffer params;     /* params maps, re-encoded */
+} sched_decoded;
+
 typedef struct sched_pending {
   uint64_t graph_id;
   sched_pending_part *parts;
   uint32_t nparts, cap;
   size_t bytes;
   bool resending;             /* parts marked `resend`: older parts were dropped */
+  int failed;                 /* a part was rejected: this code and `error` answer the last part */
+  char *error;
+  sched_decoded dec;          /* the parts' tasks so far */
 } sched_pending;
 
 typedef struct sched_client {
@@ -410,6 +430,19 @@ typedef struct sched_state {
   char frame_key[41];         /* CURVE key of the frame being handled, "" none (security.c) */
   struct sched_dash *dash;    /* the dashboard's counters (dashboard.h), NULL when off */
   bool trim_wanted;           /* a graph or a client's parts were freed: trim the heap (loop.c) */
+
+  /* graphs being admitted a slice per loop iteration, first in first out
+   * (submit.c); the first one is in progress */
+  struct sched_admission *adm_first, *adm_last;
+  uint32_t *forget_later;     /* records kept while an admission runs (it may hold their ids) */
+  uint32_t nforget_later, cap_forget_later;
+
+  /* the loop's own timing (loop.c, /metrics): iterations by duration */
+  uint64_t loop_iterations, loop_busy_us, loop_max_us;
+  uint64_t loop_hist[8];      /* <= 1, 5, 10, 50, 100, 500, 1000 ms, more */
+  char loop_max_what[96];     /* what the longest iteration spent its time on */
+  uint64_t slowest_msg_us;    /* this iteration's slowest message handler, and its op */
+  char slowest_msg_op[32];
 } sched_state;
 
 /* ---------- lifetime ---------- */
