@@ -254,27 +254,27 @@ static sched_pending *pending_for(msgctx *m, sched_client *c, uint64_t graph, bo
   return pd;
 }
 
-/* Decodes this part's tasks into pd (as it arrives, so the last part costs
- * no more than any other); a malformed task or a graph over its limit
- * marks pd failed: the rest of its parts are dropped unread and the last
- * one is answered with this error (the check stays at the last part). */
-static void decode_into(msgctx *m, sched_pending *pd, const char *kept, uint32_t ci)
+/* Keeps a copy of this part's bytes in pd: its tasks are decoded a slice
+ * per loop iteration (sched_admit_run), not here, so a frame holding
+ * several large parts does not hold the loop. */
+static int keep_bytes(msgctx *m, sched_pending *pd)
 {
-  int rc = sched_decode_part(m->st, &pd->dec, m->map, m->raw, kept, &m->err);
-  if (rc == 0) rc = sched_limits_check_graph(m->st, ci, pd->graph_id, pd->dec.nspecs, &m->err);
-  if (rc == 0) return;
-  pd->failed = rc;
-  pd->error = strdup(m->err.text);
-  for (uint32_t k = 0; k < pd->nparts; k++) free(pd->parts[k].bytes);
-  pd->nparts = 0;
-  sched_decoded_free(&pd->dec);
-  msgpack_sbuffer_init(&pd->dec.params);
+  char *copy = malloc(m->raw_len ? m->raw_len : 1);
+  if (copy == NULL || sched_grow((void **)&pd->parts, &pd->cap, pd->nparts + 1, sizeof *pd->parts) != 0) {
+    free(copy);
+    return tsr_fail(&m->err, TSR_ENOMEM, "out of memory keeping a part of graph %llu", (unsigned long long)pd->graph_id);
+  }
+  memcpy(copy, m->raw, m->raw_len);
+  pd->parts[pd->nparts++] = (sched_pending_part){copy, m->raw_len};
+  pd->bytes += m->raw_len;
+  m->st->decode_wanted = true;
+  return 0;
 }
 
-/* A part with `more`: its bytes are kept (the specs borrow them; the
- * journal writes them) and its tasks decoded now. The first part of a
- * resend (the client's session resumed, docs/journal.md) drops what the
- * interrupted sending left. */
+/* A part with `more`. A part of a graph whose earlier part was malformed
+ * is dropped unread: the last part is answered with that error. The first
+ * part of a resend (the client's session resumed, docs/journal.md) drops
+ * what the interrupted sending left. */
 static int keep_part(msgctx *m, uint32_t ci, uint64_t graph, bool resend)
 {
   sched_client *c = &m->st->clients[ci];
@@ -283,44 +283,25 @@ static int keep_part(msgctx *m, uint32_t ci, uint64_t graph, bool resend)
   if (rc != 0) return rc;
   sched_pending *pd = pending_for(m, c, graph, resend);
   if (pd == NULL) return TSR_ENOMEM;
-  if (pd->failed) return 0;
-  char *copy = malloc(m->raw_len ? m->raw_len : 1);
-  if (copy == NULL || sched_grow((void **)&pd->parts, &pd->cap, pd->nparts + 1, sizeof *pd->parts) != 0) {
-    free(copy);
-    return tsr_fail(&m->err, TSR_ENOMEM, "out of memory keeping a part of graph %llu", (unsigned long long)graph);
-  }
-  memcpy(copy, m->raw, m->raw_len);
-  pd->parts[pd->nparts++] = (sched_pending_part){copy, m->raw_len};
-  pd->bytes += m->raw_len;
-  decode_into(m, pd, copy, ci);
-  return 0;
+  return pd->failed ? 0 : keep_bytes(m, pd);
 }
 
-/* The last part: decoded like the others, then the graph is validated and
- * admitted, at once when small, else a slice per loop iteration
- * (*queued_p: the admission replies and journals by itself). */
-static int submit_last(msgctx *m, uint32_t ci, uint64_t graph, bool resend, bool *queued_p)
+/* The last part: kept like the others, then the graph is decoded,
+ * validated and admitted, at once when small, else a slice per loop
+ * iteration (*queued_p: the admission replies and journals by itself). */
+static int submit_last(msgctx *m, uint32_t ci, uint64_t graph, bool resend, uint32_t ntasks, bool *queued_p)
 {
   sched_client *c = &m->st->clients[ci];
   *queued_p = false;
   sched_pending *pd = pending_for(m, c, graph, resend);
   if (pd == NULL) return TSR_ENOMEM;
-  char *copy = pd->failed ? NULL : malloc(m->raw_len ? m->raw_len : 1);
-  if (copy != NULL) {
-    memcpy(copy, m->raw, m->raw_len);
-    decode_into(m, pd, copy, ci);
-  }
-  int rc = pd->failed ? pd->failed : copy ? 0 : tsr_fail(&m->err, TSR_ENOMEM, "out of memory");
+  int rc = pd->failed ? pd->failed : keep_bytes(m, pd);
   if (pd->failed) snprintf(m->err.text, sizeof m->err.text, "%s", pd->error ? pd->error : "malformed graph");
-  if (rc == 0) {
-    sched_decoded_resolve(&pd->dec);
-    rc = sched_admit_start(m->st, ci, pd, copy, m->raw_len, queued_p, &m->err);
-  }
-  if (*queued_p) copy = NULL;  /* the admission owns it */
-  else if (rc >= 0) sched_journal_submit(m->st, ci, graph, pd, m->raw, m->raw_len);
-  free(copy);
+  if (rc == 0) rc = sched_admit_start(m->st, ci, pd, ntasks, queued_p, &m->err);
   c = &m->st->clients[ci];
-  if ((pd = find_pending(c, graph)) != NULL) drop_pending(c, pd);
+  pd = find_pending(c, graph);
+  if (!*queued_p && rc >= 0 && pd != NULL) sched_journal_pending(m->st, ci, pd);
+  if (pd != NULL) drop_pending(c, pd);
   return rc;
 }
 
@@ -362,7 +343,7 @@ static void on_submit(msgctx *m)
     return;
   }
   uint64_t t0 = tsr_now_us();
-  if (rc == 0) rc = more ? keep_part(m, ci, graph, resend) : submit_last(m, ci, graph, resend, &queued);
+  if (rc == 0) rc = more ? keep_part(m, ci, graph, resend) : submit_last(m, ci, graph, resend, (uint32_t)n, &queued);
   if ((rc == 0 && more) || queued) return;
   if (rc >= 0) {
     /* sched_graph_add already queued `submitted` (before any key_done) */

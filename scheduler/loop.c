@@ -23,6 +23,7 @@
 #include "sched.h"
 
 #define MAX_FRAMES_PER_ITERATION 10000
+#define DRAIN_BUDGET_US 20000
 #define ZERO_COPY_BYTES (64u << 10)
 
 static void free_buffer(void *data, void *hint)
@@ -70,16 +71,20 @@ static void flush(void *sock, sched_state *st)
   st->ndirty = 0;
 }
 
-/* Receives what is waiting; returns the number of frames handled. */
-static int drain(void *sock, sched_state *st)
+/* Receives what is waiting, for at most MAX_FRAMES_PER_ITERATION frames
+ * or DRAIN_BUDGET_US (the parts of a large submit take ~25 ms each to
+ * decode, and several may be waiting); returns true when it stopped at a
+ * bound with more possibly waiting. */
+static bool drain(void *sock, sched_state *st)
 {
-  int n;
-  for (n = 0; n < MAX_FRAMES_PER_ITERATION; n++) {
+  uint64_t deadline = tsr_now_us() + DRAIN_BUDGET_US;
+  for (int n = 0; n < MAX_FRAMES_PER_ITERATION; n++) {
+    if (n > 0 && tsr_now_us() >= deadline) return true;
     tsr_frames fr;
     int count = tsr_frames_recv(sock, &fr, ZMQ_DONTWAIT);
     if (count < 0) {
       if (errno != EAGAIN && errno != EINTR) TSR_ERROR("receive failed: %s", zmq_strerror(errno));
-      break;
+      return false;
     }
     uint64_t now = tsr_now_ms();
     if (count == 2) sched_security_note_frame(st, &fr.part[1]);
@@ -90,7 +95,7 @@ static int drain(void *sock, sched_state *st)
       sched_handle_bad_frame(st, tsr_frame_data(&fr, 0), tsr_frame_size(&fr, 0), fr.truncated ? TSR_NET_MAX_FRAMES : count - 1, now);
     tsr_frames_close(&fr);
   }
-  return n;
+  return true;
 }
 
 static int write_address_file(const char *path, const char *address)
@@ -233,7 +238,7 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
     if (rc < 0 && zmq_errno() != EINTR) TSR_ERROR("poll failed: %s", zmq_strerror(zmq_errno()));
     uint64_t us[NSTAGES], mark = tsr_now_us(), t;
     st->slowest_msg_us = 0;
-    busy = rc > 0 && drain(sock, st) == MAX_FRAMES_PER_ITERATION;
+    busy = rc > 0 && drain(sock, st);
     us[STAGE_DRAIN] = (t = tsr_now_us()) - mark;
     mark = t;
     now = tsr_now_ms();
@@ -255,8 +260,8 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
     }
     us[STAGE_TIMERS] = (t = tsr_now_us()) - mark;
     mark = t;
-    const char *admit_phase = sched_admit_phase(st);
     admitting = sched_admit_run(st, ADMIT_SLICE_US);  /* a slice of the graphs being admitted */
+    const char *admit_phase = sched_admit_phase(st);
     us[STAGE_ADMIT] = (t = tsr_now_us()) - mark;
     mark = t;
     /* after a restart, wait for the workers that hold results (journal.h) */

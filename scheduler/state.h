@@ -278,6 +278,7 @@ typedef struct sched_decoded {
   struct sched_strref *wants; /* the `wants` of every part */
   uint32_t nwants, cap_wants;
   bool wants_given;           /* some part had a `wants` array (else: the sinks) */
+  bool resolved;              /* offsets turned into pointers: no more parts */
   msgpack_sbuffer params;     /* params maps, re-encoded */
 } sched_decoded;
 
@@ -289,7 +290,13 @@ typedef struct sched_pending {
   bool resending;             /* parts marked `resend`: older parts were dropped */
   int failed;                 /* a part was rejected: this code and `error` answer the last part */
   char *error;
-  sched_decoded dec;          /* the parts' tasks so far */
+  sched_decoded dec;          /* the tasks of parts [0, ndecoded) */
+  uint32_t ndecoded;
+  /* the part being decoded, a slice per loop iteration (submit_decode.c) */
+  msgpack_unpacked unp;
+  bool unp_live;
+  const msgpack_object *cur_tasks;
+  uint32_t cur_n, cur_next;
 } sched_pending;
 
 typedef struct sched_client {
@@ -436,6 +443,9 @@ typedef struct sched_state {
   struct sched_admission *adm_first, *adm_last;
   uint32_t *forget_later;     /* records kept while an admission runs (it may hold their ids) */
   uint32_t nforget_later, cap_forget_later;
+  bool decode_wanted;         /* some client's kept parts are not decoded yet */
+  uint64_t adm_slowest_us;    /* the longest admission step of the last sched_admit_run, and its phase */
+  const char *adm_slowest_phase;
 
   /* the loop's own timing (loop.c, /metrics): iterations by duration */
   uint64_t loop_iterations, loop_busy_us, loop_max_us;

@@ -81,12 +81,12 @@ static const char *differs_from_task(const sched_state *st, uint32_t id, const s
 #define ADMIT_CHUNK 4096u
 
 enum {
-  PH_PREP, PH_HASH, PH_DEFINE, PH_OPS, PH_INPUTS, PH_DEPCOUNT, PH_DEPLAYOUT, PH_DEPFILL, PH_CYCINIT, PH_CYCRUN,
+  PH_DECODE, PH_PREP, PH_HASH, PH_DEFINE, PH_OPS, PH_INPUTS, PH_DEPCOUNT, PH_DEPLAYOUT, PH_DEPFILL, PH_CYCINIT, PH_CYCRUN,
   PH_CYCEND, PH_WANTS, PH_USED, PH_SINKS, PH_FUSE, PH_LINKOLD, PH_ORDER, PH_CLEAR, PH_WANT, PH_ADMIT, PH_UNHOLD,
   PH_ROLLBACK, PH_DONE
 };
 static const char *const phase_names[] = {
-  "prepare", "hash keys", "define tasks", "check ops", "link inputs", "count dependents", "lay out dependents",
+  "decode parts", "prepare", "hash keys", "define tasks", "check ops", "link inputs", "count dependents", "lay out dependents",
   "link dependents", "cycle check", "cycle check", "cycle check", "wanted keys", "wanted keys", "wanted keys",
   "fusion", "link existing inputs", "order", "order", "register wants", "admit", "release hold", "roll back", "done"};
 
@@ -115,15 +115,14 @@ typedef struct sched_admission {
   uint32_t qhead, qtail;
   sched_idset used;  /* existing tasks the graph uses (the sinks without `wants`) */
   sched_edge *block; /* the same-graph dependents being laid out */
+  sched_fusion *fusion; /* the fusion pass under way, or NULL */
   int phase;
   uint32_t cur;      /* position in the phase */
   int rc;            /* the validation's result; SCHED_ECONFLICT */
   bool accepted;     /* past validation: only admission is left */
   bool queued;       /* owns pd and last; replies and journals itself */
   uint64_t t0_us;
-  sched_pending pd;  /* the kept and decoded parts */
-  char *last;        /* the last part's bytes (journal) */
-  size_t last_len;
+  sched_pending pd;  /* the kept and decoded parts, the last one last */
   tsr_errbuf own_err;
   tsr_errbuf *err;
 } sched_admission;
@@ -372,7 +371,7 @@ static void reply_submitted(sched_admission *a)
   if (a->client == SCHED_NONE) return;
   /* write-ahead: the graph is in the journal before its first task runs
    * (a graph admitted at once is journaled by its caller, after) */
-  if (a->queued) sched_journal_submit(st, a->client, a->graph_id, &a->pd, a->last, a->last_len);
+  if (a->queued) sched_journal_pending(st, a->client, &a->pd);
   tsr_wbuf *wb = sched_out(st, st->clients[a->client].peer);
   tsr_wbuf_begin(wb, "submitted", 3);
   tsr_pack_kv_uint(&wb->pk, "graph", a->graph_id);
@@ -475,6 +474,24 @@ static int discard_new(sched_admission *a, uint32_t k)
   return 0;
 }
 
+/* Validation is over: the graph is accepted, fusion runs a step at a
+ * time, and nothing is rolled back from here. */
+static void fuse_some(sched_admission *a)
+{
+  if (!a->accepted) {
+    a->nparts = a->nfresh;
+    a->accepted = true;
+    sched_fusion_start(a->st, a->g, a->fresh, a->nfresh, a->want_ids, a->nwant, &a->fusion);
+    if (a->fusion != NULL) return;
+  } else if (!sched_fusion_step(a->fusion, ADMIT_CHUNK)) {
+    return;
+  } else {
+    a->nfresh = sched_fusion_end(&a->fusion);
+  }
+  a->phase = PH_LINKOLD;
+  a->cur = 0;
+}
+
 /* The phases that are one step each (linear too, but short or not
  * divisible here: fusion and ordering walk the graph as a whole). */
 static int single_step(sched_admission *a)
@@ -485,12 +502,6 @@ static int single_step(sched_admission *a)
   case PH_PREP: rc = prepare(a); a->phase = PH_HASH; break;
   case PH_DEPLAYOUT: rc = alloc_dependents(a); a->phase = PH_DEPFILL; break;
   case PH_CYCEND: rc = cycle_end(a); a->phase = a->wants_given ? PH_WANTS : PH_USED; break;
-  case PH_FUSE:
-    a->nparts = a->nfresh;
-    a->accepted = true;
-    a->nfresh = (uint32_t)sched_fuse_graph(st, a->g, a->fresh, a->nfresh, a->want_ids, a->nwant);
-    a->phase = PH_LINKOLD;
-    break;
   case PH_ORDER:
     reply_submitted(a);
     sched_policy_order(st, a->fresh, a->nfresh, st->next_priority, a->order);
@@ -502,9 +513,27 @@ static int single_step(sched_admission *a)
   return rc;
 }
 
+/* The parts not decoded when the last one came, a slice at a time; then
+ * the specs are final. */
+static int decode_some(sched_admission *a)
+{
+  sched_decoded *d = &a->pd.dec;
+  int rc = sched_pending_decode(a->st, &a->pd, a->client, ADMIT_CHUNK, a->err);
+  if (rc != 0 || a->pd.ndecoded < a->pd.nparts) return rc;
+  sched_decoded_resolve(d);
+  a->specs = d->specs;
+  a->n = d->nspecs;
+  a->wants_given = d->wants_given;
+  a->wants = d->wants_given ? d->wants : NULL;
+  a->nwants = d->nwants;
+  a->phase = PH_PREP;
+  return 0;
+}
+
 static int step(sched_admission *a)
 {
   switch (a->phase) {
+  case PH_DECODE: return decode_some(a);
   case PH_HASH: return over_range(a, a->n, hash_key, PH_DEFINE);
   case PH_DEFINE: return over_range(a, a->n, define_prefetched, PH_OPS);
   case PH_OPS: return over_range(a, a->nfresh, check_op, PH_INPUTS);
@@ -519,6 +548,7 @@ static int step(sched_admission *a)
   case PH_WANTS: return over_range(a, a->nwants, want_listed, PH_FUSE);
   case PH_USED: return over_range(a, a->n, note_used, PH_SINKS);
   case PH_SINKS: return over_range(a, a->n, want_sink_fn, PH_FUSE);
+  case PH_FUSE: fuse_some(a); return 0;
   case PH_LINKOLD: return over_range(a, a->nfresh, link_existing_fn, PH_ORDER);
   case PH_CLEAR: return over_range(a, a->nfresh, clear_new, PH_WANT);
   case PH_WANT: return over_range(a, a->nwant, register_want_fn, PH_ADMIT);
@@ -549,10 +579,19 @@ static void fail(sched_admission *a, int rc)
 /* Works on a until it is done or the clock passes deadline_us (0: none). */
 static void advance(sched_admission *a, uint64_t deadline_us)
 {
+  sched_state *st = a->st;
+  uint64_t t = tsr_now_us();
   while (a->phase != PH_DONE) {
+    int phase = a->phase;
     int rc = step(a);
     if (rc != 0 && !a->accepted) fail(a, rc);
-    if (deadline_us != 0 && tsr_now_us() >= deadline_us) return;
+    uint64_t after = tsr_now_us();
+    if (after - t > st->adm_slowest_us) {
+      st->adm_slowest_us = after - t;
+      st->adm_slowest_phase = phase_names[phase];
+    }
+    t = after;
+    if (deadline_us != 0 && after >= deadline_us) return;
   }
 }
 
@@ -590,6 +629,7 @@ static int admission_end(sched_admission *a)
   } else {
     sched_graph_free(st, a->g);
   }
+  if (a->fusion != NULL) sched_fusion_end(&a->fusion);
   free(a->want_ids);
   free(a->local);
   free(a->fresh);
@@ -597,10 +637,7 @@ static int admission_end(sched_admission *a)
   free(a->hashes);
   free(a->order);
   sched_idset_free(&a->used);
-  if (a->queued) {
-    sched_pending_free(&a->pd);
-    free(a->last);
-  }
+  if (a->queued) sched_pending_free(&a->pd);
   free(a);
   return rc;
 }
@@ -616,6 +653,7 @@ int sched_graph_add(sched_state *st, uint32_t client, uint64_t graph_id, const s
   a->wants = wants;
   a->nwants = nwants;
   a->wants_given = wants != NULL;
+  a->phase = PH_PREP;
   advance(a, 0);
   return admission_end(a);
 }
@@ -664,15 +702,26 @@ static void enqueue(sched_state *st, sched_admission *a)
   st->adm_last = a;
 }
 
-int sched_admit_start(sched_state *st, uint32_t client, sched_pending *pd, char *last, size_t last_len, bool *queued_p,
+void sched_journal_pending(sched_state *st, uint32_t client, const sched_pending *pd)
+{
+  if (pd->nparts == 0) return;
+  sched_pending head = *pd;
+  head.nparts--;
+  const sched_pending_part *last = &pd->parts[pd->nparts - 1];
+  sched_journal_submit(st, client, pd->graph_id, &head, last->bytes, last->len);
+}
+
+int sched_admit_start(sched_state *st, uint32_t client, sched_pending *pd, uint32_t last_tasks, bool *queued_p,
                       tsr_errbuf *err)
 {
   sched_decoded *d = &pd->dec;
   *queued_p = false;
-  if (d->nspecs <= SCHED_ADMIT_NOW) {
+  if (pd->nparts - pd->ndecoded <= 1 && (uint64_t)d->nspecs + last_tasks <= SCHED_ADMIT_NOW) {
     /* small: at once, unless it meets a graph still being admitted */
-    int rc = sched_graph_add(st, client, pd->graph_id, d->specs, d->nspecs, d->wants_given ? d->wants : NULL,
-                             d->nwants, err);
+    int rc = sched_pending_decode(st, pd, client, UINT32_MAX, err);
+    if (rc != 0) return rc;
+    sched_decoded_resolve(d);
+    rc = sched_graph_add(st, client, pd->graph_id, d->specs, d->nspecs, d->wants_given ? d->wants : NULL, d->nwants, err);
     if (rc != SCHED_ECONFLICT) return rc;
   }
   sched_admission *a = NULL;
@@ -681,14 +730,8 @@ int sched_admit_start(sched_state *st, uint32_t client, sched_pending *pd, char 
   a->queued = true;
   a->pd = *pd;
   memset(pd, 0, sizeof *pd);
-  a->last = last;
-  a->last_len = last_len;
   a->err = &a->own_err;
-  a->specs = a->pd.dec.specs;
-  a->n = a->pd.dec.nspecs;
-  a->wants_given = a->pd.dec.wants_given;
-  a->wants = a->wants_given ? a->pd.dec.wants : NULL;
-  a->nwants = a->pd.dec.nwants;
+  a->phase = PH_DECODE;
   enqueue(st, a);
   *queued_p = true;
   return 0;
@@ -696,12 +739,42 @@ int sched_admit_start(sched_state *st, uint32_t client, sched_pending *pd, char 
 
 const char *sched_admit_phase(const sched_state *st)
 {
-  return st->adm_first != NULL ? phase_names[st->adm_first->phase] : "idle";
+  return st->adm_slowest_phase != NULL ? st->adm_slowest_phase : "idle";
+}
+
+/* Decodes the kept parts of graphs whose last part has not come, so that
+ * little is left when it does; returns true when time ran out first. */
+static bool decode_pending(sched_state *st, uint64_t deadline)
+{
+  if (!st->decode_wanted) return false;
+  for (uint32_t c = 0; c < st->nclients_slots; c++) {
+    sched_client *cl = &st->clients[c];
+    for (uint32_t k = 0; cl->alive && k < cl->npending; k++) {
+      sched_pending *pd = &cl->pending[k];
+      while (!pd->failed && pd->ndecoded < pd->nparts) {
+        tsr_errbuf err;
+        uint64_t t = tsr_now_us();
+        int rc = sched_pending_decode(st, pd, c, ADMIT_CHUNK, &err);
+        if (rc != 0) sched_pending_fail(pd, rc, err.text);
+        uint64_t after = tsr_now_us();
+        if (after - t > st->adm_slowest_us) {
+          st->adm_slowest_us = after - t;
+          st->adm_slowest_phase = "decode parts";
+        }
+        if (after >= deadline) return true;
+      }
+    }
+  }
+  st->decode_wanted = false;
+  return false;
 }
 
 bool sched_admit_run(sched_state *st, uint64_t budget_us)
 {
   uint64_t deadline = tsr_now_us() + budget_us;
+  st->adm_slowest_us = 0;
+  st->adm_slowest_phase = NULL;
+  if (decode_pending(st, deadline)) return true;
   while (st->adm_first != NULL) {
     sched_admission *a = st->adm_first;
     advance(a, deadline);

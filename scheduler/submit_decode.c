@@ -111,42 +111,88 @@ static int decode_wants(sched_decoded *d, const msgpack_object *w, size_t nw, ts
   return 0;
 }
 
-/* The strings of the entries from spec s0, ref r0 and want w0 on point
- * into the frame the part arrived in: point them into the kept copy. */
-static const char *moved(const char *p, const char *raw, const char *kept) { return kept + (p - raw); }
-
-static void rebase(sched_decoded *d, uint32_t s0, uint32_t r0, uint32_t w0, const char *raw, const char *kept)
-{
-  for (uint32_t i = s0; i < d->nspecs; i++) {
-    d->specs[i].key.s = moved(d->specs[i].key.s, raw, kept);
-    d->specs[i].op.s = moved(d->specs[i].op.s, raw, kept);
-  }
-  for (uint32_t i = r0; i < d->nrefs; i++) d->refs[i].s = moved(d->refs[i].s, raw, kept);
-  for (uint32_t i = w0; i < d->nwants; i++) d->wants[i].s = moved(d->wants[i].s, raw, kept);
-}
-
-int sched_decode_part(sched_state *st, sched_decoded *d, const msgpack_object *map, const char *raw, const char *kept,
+/* Checks a part's arrays and makes room for them; *tasks_p, *n_p: its tasks. */
+static int part_begin(sched_decoded *d, const msgpack_object *map, const msgpack_object **tasks_p, size_t *n_p,
                       tsr_errbuf *err)
 {
-  uint32_t s0 = d->nspecs, r0 = d->nrefs, w0 = d->nwants;
-  const msgpack_object *tasks, *w;
-  size_t n, nw;
-  int rc = tsr_wire_array(map, "tasks", TSR_MAX_BATCH_TASKS, &tasks, &n, err);
+  const msgpack_object *w;
+  size_t nw;
+  int rc = tsr_wire_array(map, "tasks", TSR_MAX_BATCH_TASKS, tasks_p, n_p, err);
   if (rc == 0) rc = tsr_wire_opt_array(map, "wants", TSR_MAX_BATCH_TASKS, &w, &nw, err);
-  if (rc == 0) rc = reserve_part(d, tasks, n, nw, err);
-  if (rc != 0) return rc;
+  if (rc == 0) rc = reserve_part(d, *tasks_p, *n_p, nw, err);
   const msgpack_object *wf = tsr_wire_field(map, "wants");
   d->wants_given = d->wants_given || (wf != NULL && wf->type == MSGPACK_OBJECT_ARRAY);  /* nil means absent */
+  return rc;
+}
+
+static int part_end(sched_decoded *d, const msgpack_object *map, tsr_errbuf *err)
+{
+  const msgpack_object *w;
+  size_t nw;
+  int rc = tsr_wire_opt_array(map, "wants", TSR_MAX_BATCH_TASKS, &w, &nw, err);
+  return rc == 0 ? decode_wants(d, w, nw, err) : rc;
+}
+
+int sched_decode_part(sched_state *st, sched_decoded *d, const msgpack_object *map, tsr_errbuf *err)
+{
+  const msgpack_object *tasks;
+  size_t n;
+  int rc = part_begin(d, map, &tasks, &n, err);
   msgpack_packer pk;
   msgpack_packer_init(&pk, &d->params, msgpack_sbuffer_write);
   for (size_t i = 0; rc == 0 && i < n; i++) rc = decode_task(st, d, &pk, &tasks[i], err);
-  if (rc == 0) rc = decode_wants(d, w, nw, err);
-  if (rc == 0 && kept != NULL) rebase(d, s0, r0, w0, raw, kept);
+  return rc == 0 ? part_end(d, map, err) : rc;
+}
+
+/* Opens kept part k of pd for decoding: unpacked from its bytes (which its
+ * strings then borrow), its arrays checked and room made. */
+static int open_part(sched_pending *pd, uint32_t k, tsr_errbuf *err)
+{
+  size_t off = 0;
+  msgpack_unpacked_init(&pd->unp);
+  pd->unp_live = true;
+  /* these bytes passed tsr_wire_validate when they arrived */
+  if (msgpack_unpack_next(&pd->unp, pd->parts[k].bytes, pd->parts[k].len, &off) != MSGPACK_UNPACK_SUCCESS)
+    return tsr_fail(err, TSR_EINTERNAL, "part %u of graph %llu cannot be decoded again", k, (unsigned long long)pd->graph_id);
+  size_t n = 0;
+  int rc = part_begin(&pd->dec, &pd->unp.data, &pd->cur_tasks, &n, err);
+  pd->cur_n = (uint32_t)n;
+  pd->cur_next = 0;
+  return rc;
+}
+
+static void close_part(sched_pending *pd)
+{
+  if (pd->unp_live) msgpack_unpacked_destroy(&pd->unp);
+  pd->unp_live = false;
+}
+
+int sched_pending_decode(sched_state *st, sched_pending *pd, uint32_t client, uint32_t budget, tsr_errbuf *err)
+{
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &pd->dec.params, msgpack_sbuffer_write);
+  uint32_t done = 0;
+  int rc = 0;
+  while (rc == 0 && pd->ndecoded < pd->nparts && done < budget) {
+    if (!pd->unp_live && (rc = open_part(pd, pd->ndecoded, err)) != 0) break;
+    uint32_t stop = pd->cur_n - pd->cur_next > budget - done ? pd->cur_next + (budget - done) : pd->cur_n;
+    for (; rc == 0 && pd->cur_next < stop; pd->cur_next++, done++)
+      rc = decode_task(st, &pd->dec, &pk, &pd->cur_tasks[pd->cur_next], err);
+    if (rc != 0 || pd->cur_next < pd->cur_n) break;
+    rc = part_end(&pd->dec, &pd->unp.data, err);
+    if (rc == 0) rc = sched_limits_check_graph(st, client, pd->graph_id, pd->dec.nspecs, err);
+    close_part(pd);
+    pd->ndecoded++;
+    done++;  /* an empty part still counts */
+  }
+  if (rc != 0) close_part(pd);
   return rc;
 }
 
 void sched_decoded_resolve(sched_decoded *d)
 {
+  if (d->resolved) return;
+  d->resolved = true;
   for (uint32_t i = 0; i < d->nspecs; i++) {
     d->specs[i].inputs = d->refs + (uintptr_t)d->specs[i].inputs;
     d->specs[i].params = d->specs[i].params_len ? d->params.data + (uintptr_t)d->specs[i].params : NULL;
@@ -162,8 +208,20 @@ void sched_decoded_free(sched_decoded *d)
   memset(d, 0, sizeof *d);
 }
 
+void sched_pending_fail(sched_pending *pd, int rc, const char *text)
+{
+  close_part(pd);
+  for (uint32_t k = 0; k < pd->nparts; k++) free(pd->parts[k].bytes);
+  pd->nparts = pd->ndecoded = 0;
+  sched_decoded_free(&pd->dec);
+  free(pd->error);
+  pd->failed = rc;
+  pd->error = strdup(text);
+}
+
 void sched_pending_free(sched_pending *pd)
 {
+  close_part(pd);
   for (uint32_t k = 0; k < pd->nparts; k++) free(pd->parts[k].bytes);
   free(pd->parts);
   free(pd->error);
@@ -178,7 +236,7 @@ int sched_submit_maps(sched_state *st, uint32_t client, uint64_t graph_id, const
   memset(&d, 0, sizeof d);
   msgpack_sbuffer_init(&d.params);
   int rc = 0;
-  for (uint32_t m = 0; rc == 0 && m < nmaps; m++) rc = sched_decode_part(st, &d, maps[m], NULL, NULL, err);
+  for (uint32_t m = 0; rc == 0 && m < nmaps; m++) rc = sched_decode_part(st, &d, maps[m], err);
   if (rc == 0) rc = sched_limits_check_graph(st, client, graph_id, d.nspecs, err);
   if (rc == 0) {
     sched_decoded_resolve(&d);
