@@ -79,6 +79,7 @@ typedef struct fuser {
   uint32_t nwant;
   int stage;
   uint32_t cur, tail, kept;
+  uint64_t work;         /* of this step: tasks + the edges visited */
 } fuser;
 
 enum { FS_WANTED, FS_CONSUMERS, FS_TOPO_INIT, FS_TOPO_RUN, FS_DECIDE, FS_ALLOC_EXT, FS_BUILD, FS_RELINK_INIT, FS_RELINK,
@@ -191,6 +192,7 @@ static void topo_source(fuser *f, uint32_t p)
   f->aux[p] = 0;
   for (uint32_t j = 0; j < t->ndeps; j++) f->aux[p] += is_new(st, t->deps[j]);
   if (f->aux[p] == 0) f->order[f->tail++] = p;
+  f->work += t->ndeps;
 }
 
 static void topo_pop(fuser *f, uint32_t head)
@@ -201,6 +203,7 @@ static void topo_pop(fuser *f, uint32_t head)
     uint32_t q = pos_of(st, t->dependents[e].id);
     if (--f->aux[q] == 0) f->order[f->tail++] = q;
   }
+  f->work += t->ndependents;
 }
 
 static bool absorbable(const fuser *f, uint32_t d, uint32_t consumer)
@@ -243,6 +246,7 @@ static void decide(fuser *f, uint32_t p)
     if ((f->flags[q] & F_MARK) && take) f->flags[q] |= F_ABSORBED;
     f->flags[q] &= (uint8_t)~F_MARK;
   }
+  f->work += 2u * t->ndeps;
   f->width[p] = take ? (uint32_t)width : 1;
   f->nparts[p] = take ? (uint32_t)parts : 1;
   f->ext_edges[p] = take ? (uint32_t)ext : t->ndeps;
@@ -410,6 +414,7 @@ static void relink_dependents(fuser *f, uint32_t p)
     }
     edges[out++] = (sched_edge){target, st->tasks[target].gen};
   }
+  f->work += t->ndependents;
   t->ndependents = t->nlive_dependents = out;
 }
 
@@ -488,11 +493,9 @@ int sched_fusion_start(sched_state *st, uint32_t g, uint32_t *fresh, uint32_t n,
   return 0;
 }
 
-/* The end of the current stage's range [cur, end) for this step. */
-static uint32_t stage_stop(const fuser *f, uint32_t end, uint32_t budget)
-{
-  return end - f->cur > budget ? f->cur + budget : end;
-}
+/* Whether this step may take one more task: within the range and the
+ * step's budget of tasks + edges. */
+static bool more(fuser *f, uint32_t end, uint32_t budget) { return f->cur < end && f->work++ < budget; }
 
 static void next_stage(fuser *f, uint32_t end, int next)
 {
@@ -504,20 +507,18 @@ static void next_stage(fuser *f, uint32_t end, int next)
 /* One building step: groups whose parts add up to about budget. */
 static void build_some(fuser *f, uint32_t budget)
 {
-  uint64_t done = 0;
-  for (; f->cur < f->n && done < budget; f->cur++) {
+  for (; more(f, f->n, budget); f->cur++) {
     uint32_t p = f->cur;
-    done++;
     if ((f->flags[p] & F_ABSORBED) || f->nparts[p] < 2) continue;
     build_group(f, f->fresh[p]);
-    done += f->nparts[p];
+    f->work += f->nparts[p] + f->ext_edges[p];
   }
   next_stage(f, f->n, FS_RELINK_INIT);
 }
 
-static void compact_some(fuser *f, uint32_t stop)
+static void compact_some(fuser *f, uint32_t budget)
 {
-  for (; f->cur < stop; f->cur++) {
+  for (; more(f, f->n, budget); f->cur++) {
     uint32_t p = f->cur;
     if (f->flags[p] & F_ABSORBED) sched_tr_discard_new(f->st, f->fresh[p]);
     else f->fresh[f->kept++] = f->fresh[p];
@@ -528,7 +529,7 @@ bool sched_fusion_step(sched_fusion *fu, uint32_t budget)
 {
   fuser *f = &fu->f;
   sched_state *st = f->st;
-  uint32_t stop;
+  f->work = 0;
   switch (f->stage) {
   case FS_WANTED:
     for (uint32_t i = 0; i < f->nwant; i++)
@@ -536,19 +537,19 @@ bool sched_fusion_step(sched_fusion *fu, uint32_t budget)
     f->stage = FS_CONSUMERS;
     break;
   case FS_CONSUMERS:
-    for (stop = stage_stop(f, f->n, budget); f->cur < stop; f->cur++) find_consumer(f, f->cur);
+    for (; more(f, f->n, budget); f->cur++) find_consumer(f, f->cur);
     next_stage(f, f->n, FS_TOPO_INIT);
     break;
   case FS_TOPO_INIT:
-    for (stop = stage_stop(f, f->n, budget); f->cur < stop; f->cur++) topo_source(f, f->cur);
+    for (; more(f, f->n, budget); f->cur++) topo_source(f, f->cur);
     next_stage(f, f->n, FS_TOPO_RUN);
     break;
   case FS_TOPO_RUN:
-    for (uint32_t i = 0; i < budget && f->cur < f->tail; i++) topo_pop(f, f->cur++);
+    while (more(f, f->tail, budget)) topo_pop(f, f->cur++);
     if (f->cur == f->tail) next_stage(f, 0, FS_DECIDE);
     break;
   case FS_DECIDE:
-    for (stop = stage_stop(f, f->n, budget); f->cur < stop; f->cur++) decide(f, f->order[f->cur]);
+    for (; more(f, f->n, budget); f->cur++) decide(f, f->order[f->cur]);
     next_stage(f, f->n, FS_ALLOC_EXT);
     break;
   case FS_ALLOC_EXT:
@@ -564,11 +565,11 @@ bool sched_fusion_step(sched_fusion *fu, uint32_t budget)
     f->stage = FS_RELINK;
     break;
   case FS_RELINK:
-    for (stop = stage_stop(f, f->n, budget); f->cur < stop; f->cur++) relink_dependents(f, f->cur);
+    for (; more(f, f->n, budget); f->cur++) relink_dependents(f, f->cur);
     next_stage(f, f->n, FS_COMPACT);
     break;
   case FS_COMPACT:
-    compact_some(f, stage_stop(f, f->n, budget));
+    compact_some(f, budget);
     next_stage(f, f->n, FS_DONE);
     break;
   default: break;

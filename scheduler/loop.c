@@ -231,7 +231,7 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
     now = tsr_now_ms();
     uint64_t due = next_hb < next_check ? next_hb : next_check;
     if (next_progress < due) due = next_progress;
-    long timeout = busy || admitting ? 0 : (due > now ? (long)(due - now) : 0);
+    long timeout = busy || admitting || st->place_more ? 0 : (due > now ? (long)(due - now) : 0);
     zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
     int rc = zmq_poll(&item, 1, timeout);
     if (*stop) break;

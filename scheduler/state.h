@@ -444,6 +444,7 @@ typedef struct sched_state {
   uint32_t *forget_later;     /* records kept while an admission runs (it may hold their ids) */
   uint32_t nforget_later, cap_forget_later;
   bool decode_wanted;         /* some client's kept parts are not decoded yet */
+  bool place_more;            /* the last placement pass stopped at its time budget */
   uint64_t adm_slowest_us;    /* the longest admission step of the last sched_admit_run, and its phase */
   const char *adm_slowest_phase;
 

@@ -77,7 +77,8 @@ static const char *differs_from_task(const sched_state *st, uint32_t id, const s
 /* Internal only, never sent: the graph met a task another admission has
  * not finished defining; it is rolled back and queued behind it. */
 #define SCHED_ECONFLICT (-1000)
-/* Items per step between two looks at the clock. */
+/* Work per step between two looks at the clock: a task counts 1 plus its
+ * input edges (a fan-in of 100,000 inputs is a long step by itself). */
 #define ADMIT_CHUNK 4096u
 
 enum {
@@ -118,6 +119,7 @@ typedef struct sched_admission {
   sched_fusion *fusion; /* the fusion pass under way, or NULL */
   int phase;
   uint32_t cur;      /* position in the phase */
+  uint64_t work;     /* of this step: tasks + the edges they visited */
   int rc;            /* the validation's result; SCHED_ECONFLICT */
   bool accepted;     /* past validation: only admission is left */
   bool queued;       /* owns pd and last; replies and journals itself */
@@ -126,11 +128,6 @@ typedef struct sched_admission {
   tsr_errbuf own_err;
   tsr_errbuf *err;
 } sched_admission;
-
-static uint32_t chunk_end(const sched_admission *a, uint32_t end)
-{
-  return end - a->cur > ADMIT_CHUNK ? a->cur + ADMIT_CHUNK : end;
-}
 
 /* A task found by key that another admission is still defining. */
 static bool foreign_new(const sched_admission *a, uint32_t id)
@@ -223,6 +220,7 @@ static int link_inputs(sched_admission *a, uint32_t k)
   }
   st->tasks[id].deps = deps;
   st->tasks[id].ndeps = s->ninputs;
+  a->work += s->ninputs;
   return 0;
 }
 
@@ -233,6 +231,7 @@ static void count_dependents(sched_admission *a, uint32_t k)
   const sched_task *t = &st->tasks[a->fresh[k]];
   for (uint32_t j = 0; j < t->ndeps; j++)
     if (st->tasks[t->deps[j]].state == TS_NEW) st->tasks[t->deps[j]].ndependents++;
+  a->work += t->ndeps;
 }
 
 static int alloc_dependents(sched_admission *a)
@@ -260,6 +259,7 @@ static void fill_dependents(sched_admission *a, uint32_t k)
     sched_task *d = &st->tasks[t->deps[j]];
     if (d->state == TS_NEW) ((sched_edge *)d->dependents)[d->nlive_dependents++] = (sched_edge){id, t->gen};
   }
+  a->work += t->ndeps;
 }
 
 /* Walks back along unfinished inputs from a task Kahn could not finish
@@ -304,6 +304,7 @@ static void cycle_init(sched_admission *a, uint32_t k)
   t->nwaiting_deps = 0;
   for (uint32_t j = 0; j < t->ndeps; j++) t->nwaiting_deps += st->tasks[t->deps[j]].state == TS_NEW;
   if (t->nwaiting_deps == 0) a->order[a->qtail++] = a->fresh[k];
+  a->work += t->ndeps;
 }
 
 static void cycle_pop(sched_admission *a)
@@ -312,6 +313,7 @@ static void cycle_pop(sched_admission *a)
   const sched_task *t = &st->tasks[a->order[a->qhead++]];
   for (uint32_t e = 0; e < t->ndependents; e++)
     if (--st->tasks[t->dependents[e].id].nwaiting_deps == 0) a->order[a->qtail++] = t->dependents[e].id;
+  a->work += 1 + t->ndependents;
 }
 
 static int cycle_end(sched_admission *a)
@@ -340,6 +342,7 @@ static int note_used(sched_admission *a, uint32_t i)
   for (uint32_t j = 0; j < t->ndeps; j++)
     if (a->st->tasks[t->deps[j]].state != TS_NEW && sched_idset_add(&a->used, t->deps[j]) < 0)
       return tsr_fail(a->err, TSR_ENOMEM, "out of memory");
+  a->work += t->ndeps;
   return 0;
 }
 
@@ -361,6 +364,7 @@ static void link_existing(sched_admission *a, uint32_t k)
   for (uint32_t j = 0; j < t->ndeps; j++)
     if (st->tasks[t->deps[j]].state != TS_NEW && sched_task_add_dependent(st, t->deps[j], id) != 0)
       TSR_ERROR("out of memory linking task '%s' to its input", t->key);
+  a->work += t->ndeps;
 }
 
 /* The client hears `submitted` before any key_done of this graph. */
@@ -414,9 +418,8 @@ typedef int (*item_fn)(sched_admission *a, uint32_t i);
 
 static int over_range(sched_admission *a, uint32_t end, item_fn fn, int next)
 {
-  uint32_t stop = chunk_end(a, end);
   int rc = 0;
-  for (; rc == 0 && a->cur < stop; a->cur++) rc = fn(a, a->cur);
+  for (a->work = 0; rc == 0 && a->cur < end && a->work < ADMIT_CHUNK; a->cur++, a->work++) rc = fn(a, a->cur);
   if (rc == 0 && a->cur == end) {
     a->phase = next;
     a->cur = 0;
@@ -457,6 +460,7 @@ static int clear_new(sched_admission *a, uint32_t k)
 static int admit_one(sched_admission *a, uint32_t k)
 {
   sched_tr_admit(a->st, a->order[k]);
+  a->work += a->st->tasks[a->order[k]].ndeps;
   return 0;
 }
 
@@ -542,7 +546,7 @@ static int step(sched_admission *a)
   case PH_DEPFILL: return over_range(a, a->nfresh, fill_dependents_fn, PH_CYCINIT);
   case PH_CYCINIT: return over_range(a, a->nfresh, cycle_init_fn, PH_CYCRUN);
   case PH_CYCRUN:
-    for (uint32_t i = 0; i < ADMIT_CHUNK && a->qhead < a->qtail; i++) cycle_pop(a);
+    for (a->work = 0; a->work < ADMIT_CHUNK && a->qhead < a->qtail;) cycle_pop(a);
     if (a->qhead == a->qtail) a->phase = PH_CYCEND;
     return 0;
   case PH_WANTS: return over_range(a, a->nwants, want_listed, PH_FUSE);
