@@ -176,8 +176,11 @@ int sched_pending_decode(sched_state *st, sched_pending *pd, uint32_t client, ui
   while (rc == 0 && pd->ndecoded < pd->nparts && done < budget) {
     if (!pd->unp_live && (rc = open_part(pd, pd->ndecoded, err)) != 0) break;
     uint32_t stop = pd->cur_n - pd->cur_next > budget - done ? pd->cur_next + (budget - done) : pd->cur_n;
-    for (; rc == 0 && pd->cur_next < stop; pd->cur_next++, done++)
+    /* a task costs 1 + its inputs (a fan-in's 100,000 are the bulk) */
+    for (; rc == 0 && pd->cur_next < stop && done < budget; pd->cur_next++) {
       rc = decode_task(st, &pd->dec, &pk, &pd->cur_tasks[pd->cur_next], err);
+      done += 1 + (rc == 0 ? pd->dec.specs[pd->dec.nspecs - 1].ninputs : 0);
+    }
     if (rc != 0 || pd->cur_next < pd->cur_n) break;
     rc = part_end(&pd->dec, &pd->unp.data, err);
     if (rc == 0) rc = sched_limits_check_graph(st, client, pd->graph_id, pd->dec.nspecs, err);
