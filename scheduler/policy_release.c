@@ -9,12 +9,12 @@
  * the last dependent record goes and nobody wants it. */
 #include "sched.h"
 
-bool sched_needed(const sched_task *t) { return t->nwanted > 0 || t->nneeded > 0 || t->admitting; }
+bool sched_needed(const sched_task *t) { return t->nwanted > 0 || t->nneeded > 0; }
 
 bool sched_releasable(const sched_task *t) { return t->state == TS_MEMORY && !sched_needed(t); }
 
 bool sched_forgettable(const sched_task *t)
 {
-  return (t->state == TS_RELEASED || t->state == TS_ERRED) && t->nwanted == 0 && t->nlive_dependents == 0 && !t->admitting &&
+  return (t->state == TS_RELEASED || t->state == TS_ERRED) && t->nwanted == 0 && t->nlive_dependents == 0 &&
          (t->state == TS_ERRED || t->nneeded == 0);
 }

@@ -124,7 +124,6 @@ typedef struct sched_task {
   uint8_t ndim;
   /* memory-aware eviction (policy_evict.h) */
   uint8_t evict;              /* SCHED_EV_* bits */
-  uint8_t admitting;          /* its graph is being admitted in slices (submit.c): needed, never freed */
   uint16_t pgroup;            /* its progress group in its graph (progress.h), set at admission */
   uint32_t cost_us;           /* recompute cost of the result, memoized when it was made (saturating) */
   uint32_t ndeferred_deps;    /* deps (with multiplicity) that are deferred drops (meaningful while WAITING) */

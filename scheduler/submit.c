@@ -83,13 +83,13 @@ static const char *differs_from_task(const sched_state *st, uint32_t id, const s
 
 enum {
   PH_DECODE, PH_PREP, PH_HASH, PH_DEFINE, PH_OPS, PH_INPUTS, PH_DEPCOUNT, PH_DEPLAYOUT, PH_DEPFILL, PH_CYCINIT, PH_CYCRUN,
-  PH_CYCEND, PH_WANTS, PH_USED, PH_SINKS, PH_FUSE, PH_LINKOLD, PH_ORDER, PH_CLEAR, PH_WANT, PH_ADMIT, PH_UNHOLD,
+  PH_CYCEND, PH_WANTS, PH_USED, PH_SINKS, PH_FUSE, PH_LINKOLD, PH_ORDER, PH_CLEAR, PH_WANT, PH_ADMIT,
   PH_ROLLBACK, PH_DONE
 };
 static const char *const phase_names[] = {
   "decode parts", "prepare", "hash keys", "define tasks", "check ops", "link inputs", "count dependents", "lay out dependents",
   "link dependents", "cycle check", "cycle check", "cycle check", "wanted keys", "wanted keys", "wanted keys",
-  "fusion", "link existing inputs", "order", "order", "register wants", "admit", "release hold", "roll back", "done"};
+  "fusion", "link existing inputs", "order", "order", "register wants", "admit", "roll back", "done"};
 
 /* One graph's admission: the validation context, the phase it is in and
  * the cursor in that phase, and (when queued by sched_admit_start) the
@@ -447,27 +447,22 @@ static int want_sink_fn(sched_admission *a, uint32_t i) { want_sink(a, i); retur
 static int link_existing_fn(sched_admission *a, uint32_t k) { link_existing(a, k); return 0; }
 static int register_want_fn(sched_admission *a, uint32_t i) { register_want(a, i); return 0; }
 
-/* nbytes held the position in fresh while NEW; `admitting` keeps each
- * task needed until the whole graph is in the state machine. */
+/* nbytes held the position in fresh while NEW. */
 static int clear_new(sched_admission *a, uint32_t k)
 {
-  sched_task *t = &a->st->tasks[a->fresh[k]];
-  t->nbytes = 0;
-  t->admitting = 1;
+  a->st->tasks[a->fresh[k]].nbytes = 0;
   return 0;
 }
 
+/* Consumers first (the admission order backwards): a task admitted counts
+ * as needed by its NEW inputs at once, so no input is released for want
+ * of a consumer that is not admitted yet; a task whose input is still NEW
+ * counts it as missing. */
 static int admit_one(sched_admission *a, uint32_t k)
 {
-  sched_tr_admit(a->st, a->order[k]);
-  a->work += a->st->tasks[a->order[k]].ndeps;
-  return 0;
-}
-
-static int unhold(sched_admission *a, uint32_t k)
-{
-  a->st->tasks[a->order[k]].admitting = 0;
-  sched_recheck(a->st, a->order[k]);
+  uint32_t id = a->order[a->nfresh - 1 - k];
+  sched_tr_admit(a->st, id);
+  a->work += a->st->tasks[id].ndeps;
   return 0;
 }
 
@@ -558,12 +553,7 @@ static int step(sched_admission *a)
   case PH_WANT: return over_range(a, a->nwant, register_want_fn, PH_ADMIT);
   case PH_ADMIT: {
     if (a->cur == 0) sched_progress_admit(a->st, a->g, a->fresh, a->nfresh);
-    int rc = over_range(a, a->nfresh, admit_one, PH_UNHOLD);
-    sched_settle(a->st);
-    return rc;
-  }
-  case PH_UNHOLD: {
-    int rc = over_range(a, a->nfresh, unhold, PH_DONE);
+    int rc = over_range(a, a->nfresh, admit_one, PH_DONE);
     sched_settle(a->st);
     return rc;
   }
