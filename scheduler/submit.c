@@ -27,9 +27,11 @@
  * - an existing task this graph shares or uses must keep its id until the
  *   graph links to it: while any admission runs, records that would be
  *   forgotten are kept and re-examined when the last one ends;
- * - tasks enter the state machine in slices (priority order, inputs
- *   first); `admitting` keeps each needed until the whole graph is in, so
- *   no result is freed because its consumer is not admitted yet;
+ * - tasks enter the state machine in slices, consumers first (the
+ *   priority order backwards): a task is needed by its consumer from the
+ *   moment it is admitted, so no task is released (or its result freed)
+ *   because its consumer is not admitted yet, and a consumer counts its
+ *   inputs that are still NEW as missing;
  * - a client that leaves mid-way: before acceptance its tasks are
  *   discarded (in slices), after it the graph is admitted for nobody and
  *   released by the usual rules. */
