@@ -179,6 +179,7 @@ static void trim_heap(sched_state *st, uint64_t now, uint64_t *next_trim)
  * admit ~10^6 tasks a second, short enough that heartbeats, completions
  * and other clients wait at most this long behind it. */
 #define ADMIT_SLICE_US 10000
+#define ADMIT_SLICE_MAX_US 50000
 /* An iteration longer than this is logged at info level with its parts. */
 #define SLOW_ITERATION_US 100000
 
@@ -230,6 +231,7 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
   uint64_t now = tsr_now_ms(), next_hb = now + hb_ms, next_check = now + check_ms;
   uint64_t next_progress = now + SCHED_PROGRESS_MS, next_trim = now;
   bool busy = false, admitting = false;
+  uint64_t other_us = 0;     /* the last iteration's time outside admission */
   while (!*stop) {
     now = tsr_now_ms();
     uint64_t due = next_hb < next_check ? next_hb : next_check;
@@ -263,7 +265,12 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
     }
     us[STAGE_TIMERS] = (t = tsr_now_us()) - mark;
     mark = t;
-    admitting = sched_admit_run(st, ADMIT_SLICE_US);  /* a slice of the graphs being admitted */
+    /* a slice of the graphs being admitted: ADMIT_SLICE_US, or as long as
+     * the rest of the last iteration took, up to ADMIT_SLICE_MAX_US, so a
+     * graph whose first tasks already keep the loop busy still gets half
+     * of it */
+    uint64_t slice = other_us < ADMIT_SLICE_US ? ADMIT_SLICE_US : other_us > ADMIT_SLICE_MAX_US ? ADMIT_SLICE_MAX_US : other_us;
+    admitting = sched_admit_run(st, slice);
     const char *admit_phase = sched_admit_phase(st);
     us[STAGE_ADMIT] = (t = tsr_now_us()) - mark;
     mark = t;
@@ -276,6 +283,7 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
     flush(sock, st);
     sched_dash_tick(st, now);  /* only while someone watches (dashboard.h) */
     us[STAGE_FLUSH] = tsr_now_us() - mark;
+    other_us = us[STAGE_DRAIN] + us[STAGE_TIMERS] + us[STAGE_PLACE] + us[STAGE_FLUSH];
     note_iteration(st, us, admit_phase);
   }
 }
