@@ -217,12 +217,16 @@ static void *sim_main(void *arg)
 
 /* ---------- the scheduler process ---------- */
 
-static pid_t start_scheduler(const char *binary, const char *address_file)
+/* The scheduler logs at info into log_file: its "admitted in" and "slow
+ * loop iteration" lines are how long its loop was held (read_stalls). */
+static pid_t start_scheduler(const char *binary, const char *address_file, const char *log_file)
 {
   unlink(address_file);
   pid_t pid = fork();
   if (pid == 0) {
-    execl(binary, binary, "--listen", "tcp://127.0.0.1:0", "--address-file", address_file, "--log-level", "warn",
+    FILE *log = freopen(log_file, "w", stderr);
+    (void)log;
+    execl(binary, binary, "--listen", "tcp://127.0.0.1:0", "--address-file", address_file, "--log-level", "info",
           "--no-dashboard", (char *)NULL);
     perror(binary);
     _exit(127);
@@ -251,6 +255,24 @@ static long proc_kib(pid_t pid, const char *field)
     if (strncmp(line, field, strlen(field)) == 0) kib = atol(line + strlen(field));
   if (f != NULL) fclose(f);
   return kib;
+}
+
+/* From the scheduler's log: the longest "slow loop iteration" (logged
+ * over 100 ms; 0 when none) and the graph's "admitted in" seconds (one
+ * handler before issue 13: the loop was held that long). */
+static void read_stalls(const char *log_file, double *longest_s, double *admitted_s)
+{
+  FILE *f = fopen(log_file, "r");
+  char line[1024];
+  *longest_s = 0;
+  *admitted_s = -1;
+  while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+    const char *p = strstr(line, "slow loop iteration: ");
+    if (p != NULL && atof(p + 21) >= 500) fprintf(stderr, "# scheduler: %s", p);  /* where the time went */
+    if (p != NULL && atof(p + 21) / 1e3 > *longest_s) *longest_s = atof(p + 21) / 1e3;
+    if ((p = strstr(line, "admitted in ")) != NULL) *admitted_s = atof(p + 12);
+  }
+  if (f != NULL) fclose(f);
 }
 
 /* ---------- the graph ---------- */
@@ -299,8 +321,10 @@ typedef struct point_opts {
 static void run_point(const point_opts *o)
 {
   char address_file[64], address[256];
+  char log_file[64];
   snprintf(address_file, sizeof address_file, "/tmp/tsr-bench-scale-%d.addr", (int)getpid());
-  pid_t sched = start_scheduler(o->scheduler, address_file);
+  snprintf(log_file, sizeof log_file, "/tmp/tsr-bench-scale-%d.log", (int)getpid());
+  pid_t sched = start_scheduler(o->scheduler, address_file, log_file);
   sched_pid = sched;
   for (int i = 0; i < 500 && !read_address(address_file, address, sizeof address); i++) usleep(10000);
   unlink(address_file);
@@ -341,10 +365,12 @@ static void run_point(const point_opts *o)
   if (rc != 0) die("wait", rc);
   long peak_kib = proc_kib(sched, "VmHWM:");
   long computes = atomic_load(&sim_computes);
+  double longest_s, admitted_s;
+  read_stalls(log_file, &longest_s, &admitted_s);
   printf("%s workers=%d tasks=%zu ingest_s=%.3f submit_to_last_s=%.3f decisions=%ld decisions_per_s=%.0f "
-         "sched_base_kib=%ld sched_peak_kib=%ld bytes_per_task=%.0f\n",
+         "sched_base_kib=%ld sched_peak_kib=%ld bytes_per_task=%.0f admitted_in_s=%.3f longest_logged_iteration_s=%.3f\n",
          o->label, o->workers, ntasks, t1 - t0, sim_last_done - t0, computes, (double)computes / (t2 - t1), base_kib, peak_kib,
-         (double)(peak_kib - base_kib) * 1024.0 / (double)ntasks);
+         (double)(peak_kib - base_kib) * 1024.0 / (double)ntasks, admitted_s, longest_s);
   fflush(stdout);
   tsr_future_release(&f);
   tsr_client_close(client);
@@ -356,6 +382,7 @@ static void run_point(const point_opts *o)
   kill(sched, SIGTERM);
   waitpid(sched, NULL, 0);
   sched_pid = 0;
+  unlink(log_file);
 }
 
 static void raise_fd_limit(void)

@@ -65,10 +65,10 @@ static int new_future(const tsr_graph *graph, tsr_future **f_p, const char ***wa
  * interrupted: a resumed session gets the whole graph again, and until
  * that resend starts no part of the first pass goes (the scheduler would
  * take a last part after lost ones for a whole graph). */
-static int send_part(tsr_client *c, pending_submit *p, const tsr_graph *g, uint64_t graph_id, size_t k,
-                     const char **wants, size_t n_wants, bool resend)
+static int send_part(tsr_client *c, pending_submit *p, const tsr_graph *g, uint64_t graph_id, size_t first,
+                     size_t count, const char **wants, size_t n_wants, bool resend)
 {
-  out_frame *part = graph_encode_part(g, graph_id, k, wants, n_wants, resend);
+  out_frame *part = graph_encode_part(g, graph_id, first, count, wants, n_wants, resend);
   if (part == NULL) return client_fail(TSR_ENOMEM, "tsr_submit: out of memory encoding the graph");
   pthread_mutex_lock(&c->mu);
   bool done = p->done, up = c->state == CONN_UP;
@@ -103,7 +103,7 @@ static int acquire_slice(tsr_client *c, tsr_future *f, const char **wants, size_
  * failure the future holds no key. */
 static int submit_parts(tsr_client *c, tsr_future *f, const tsr_graph *g, const char **wants, uint64_t graph_id)
 {
-  size_t n = f->n, nparts = graph_nparts(g);
+  size_t n = f->n, total = tsr_graph_size(g), first = 0, count = graph_part_tasks(g, 0);
   pending_submit p = {.graph = graph_id};
   f->n = 0;
   pthread_mutex_lock(&c->mu);
@@ -118,10 +118,14 @@ static int submit_parts(tsr_client *c, tsr_future *f, const tsr_graph *g, const 
   pthread_mutex_lock(&c->mu);
   tsr_strmap_reserve(c->keys, n);   /* best effort: puts grow the map anyway */
   pthread_mutex_unlock(&c->mu);
-  for (size_t k = 0; rc == 0 && k + 1 < nparts; k++) rc = send_part(c, &p, g, graph_id, k, wants, n, false);
+  while (rc == 0 && first + count < total) {
+    rc = send_part(c, &p, g, graph_id, first, count, wants, n, false);
+    first += count;
+    count = graph_part_tasks(g, first);
+  }
   for (size_t i = 0; rc == 0 && i < n; i += SUBMIT_ACQUIRE_SLICE)
     rc = acquire_slice(c, f, wants, i, n - i < SUBMIT_ACQUIRE_SLICE ? n : i + SUBMIT_ACQUIRE_SLICE);
-  if (rc == 0) rc = send_part(c, &p, g, graph_id, nparts - 1, wants, n, false);
+  if (rc == 0) rc = send_part(c, &p, g, graph_id, first, count, wants, n, false);
   pthread_mutex_lock(&c->mu);
   while (rc == 0 && !p.done) {
     if (p.resend) {   /* a resumed session: the graph again, every part */
@@ -129,7 +133,10 @@ static int submit_parts(tsr_client *c, tsr_future *f, const tsr_graph *g, const 
       client_log(c, TSR_LOG_INFO, "graph %llu: sending it again, its parts may be lost with the old connection",
                  (unsigned long long)graph_id);
       pthread_mutex_unlock(&c->mu);
-      for (size_t k = 0; rc == 0 && k < nparts; k++) rc = send_part(c, &p, g, graph_id, k, wants, n, true);
+      for (size_t s = 0, k = graph_part_tasks(g, 0); rc == 0; s += k, k = graph_part_tasks(g, s)) {
+        rc = send_part(c, &p, g, graph_id, s, k, wants, n, true);
+        if (s + k >= total) break;
+      }
       pthread_mutex_lock(&c->mu);
       continue;
     }

@@ -304,16 +304,19 @@ static out_frame *encode_part(const tsr_graph *g, uint64_t graph_id, size_t firs
 }
 
 
-size_t graph_nparts(const tsr_graph *graph)
+size_t graph_part_tasks(const tsr_graph *graph, size_t first)
 {
-  size_t n = (graph->n + CLIENT_SUBMIT_PART_TASKS - 1) / CLIENT_SUBMIT_PART_TASKS;
-  return n ? n : 1;
+  size_t count = 0, weight = 0;
+  while (first + count < graph->n && count < CLIENT_SUBMIT_PART_TASKS) {
+    weight += 1 + graph->tasks[first + count].n_inputs;
+    if (count > 0 && weight > CLIENT_SUBMIT_PART_WEIGHT) break;
+    count++;
+  }
+  return count;
 }
 
-out_frame *graph_encode_part(const tsr_graph *graph, uint64_t graph_id, size_t k, const char **wants, size_t n_wants,
-                             bool resend)
+out_frame *graph_encode_part(const tsr_graph *graph, uint64_t graph_id, size_t first, size_t count, const char **wants,
+                             size_t n_wants, bool resend)
 {
-  size_t first = k * CLIENT_SUBMIT_PART_TASKS, count = graph->n - first;
-  if (count > CLIENT_SUBMIT_PART_TASKS) count = CLIENT_SUBMIT_PART_TASKS;
-  return encode_part(graph, graph_id, first, count, k + 1 == graph_nparts(graph), wants, n_wants, resend);
+  return encode_part(graph, graph_id, first, count, first + count >= graph->n, wants, n_wants, resend);
 }

@@ -36,6 +36,7 @@
 
 /* Tasks per submit message: big graphs travel as several parts. */
 #define CLIENT_SUBMIT_PART_TASKS 50000
+#define CLIENT_SUBMIT_PART_WEIGHT 250000
 /* Keys per release message. */
 #define CLIENT_RELEASE_PART_KEYS 50000
 /* Addresses kept per key_done. */
@@ -267,14 +268,19 @@ int keys_on_lost_locked(tsr_client *c, const msgpack_object *map, tsr_errbuf *er
 
 /* ---------- graph.c ---------- */
 /* A graph travels as submit parts of at most CLIENT_SUBMIT_PART_TASKS
- * tasks: how many, and part k (0-based) as one frame for graph id (the
- * last part carries the wanted keys); NULL on ENOMEM. */
-size_t graph_nparts(const tsr_graph *graph);
-/* resend: the same graph again after a resumed session (its parts may
- * have been lost with the old connection); the scheduler answers a graph
- * it already holds with `submitted` instead of an error. */
-out_frame *graph_encode_part(const tsr_graph *graph, uint64_t graph_id, size_t k, const char **wants, size_t n_wants,
-                             bool resend);
+ * tasks and CLIENT_SUBMIT_PART_WEIGHT tasks + input keys (the scheduler
+ * unpacks a part in one go: a part of fan-ins of 100,000 inputs each held
+ * its loop for a second, issue 13). graph_part_tasks: how many tasks the
+ * part that starts at task `first` holds (at least one while first is
+ * below the graph's size; 0 for an empty graph). graph_encode_part: that
+ * part as one frame for graph id (the last part, first + count == the
+ * graph's size, carries the wanted keys); NULL on ENOMEM. resend: the same
+ * graph again after a resumed session (its parts may have been lost with
+ * the old connection); the scheduler answers a graph it already holds with
+ * `submitted` instead of an error. */
+size_t graph_part_tasks(const tsr_graph *graph, size_t first);
+out_frame *graph_encode_part(const tsr_graph *graph, uint64_t graph_id, size_t first, size_t count, const char **wants,
+                             size_t n_wants, bool resend);
 /* The wanted keys: the marked ones, or every task with no dependents. The
  * array is malloc'd; its strings are borrowed from the graph. */
 int graph_wanted(const tsr_graph *graph, const char ***keys_p, size_t *n_p);

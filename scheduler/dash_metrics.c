@@ -192,6 +192,33 @@ static void pending_submits(tsr_text *t, const sched_state *st)
   tsr_text_printf(t, "tessera_submit_pending_bytes %llu\n", (unsigned long long)pending_bytes);
 }
 
+/* The event loop's own time per iteration (not its wait for messages):
+ * a long iteration is a stall every peer sees (issue 13). */
+static void loop_iterations(tsr_text *t, const sched_state *st)
+{
+  static const char *const le[7] = {"0.001", "0.005", "0.01", "0.05", "0.1", "0.5", "1"};
+  tsr_prom_head(t, "tessera_loop_iteration_seconds", "histogram",
+                "Event-loop iterations by the time they took (messages, timers, admission, placement, flush).");
+  uint64_t cum = 0;
+  for (int b = 0; b < 7; b++) {
+    cum += st->loop_hist[b];
+    tsr_text_printf(t, "tessera_loop_iteration_seconds_bucket{le=\"%s\"} %llu\n", le[b], (unsigned long long)cum);
+  }
+  tsr_text_printf(t, "tessera_loop_iteration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)st->loop_iterations);
+  tsr_text_printf(t, "tessera_loop_iteration_seconds_sum %.6f\n", (double)st->loop_busy_us / 1e6);
+  tsr_text_printf(t, "tessera_loop_iteration_seconds_count %llu\n", (unsigned long long)st->loop_iterations);
+  char what[sizeof st->loop_max_what];
+  size_t n = 0;
+  for (const char *c = st->loop_max_what; *c && n + 1 < sizeof what; c++) what[n++] = *c == '"' || *c == '\\' ? '\'' : *c;
+  what[n] = '\0';
+  tsr_prom_head(t, "tessera_loop_iteration_max_seconds", "gauge", "The longest event-loop iteration so far; `what` says where its time went.");
+  tsr_text_printf(t, "tessera_loop_iteration_max_seconds{what=\"%s\"} %.6f\n", what, (double)st->loop_max_us / 1e6);
+  uint32_t nadmitting = 0;
+  for (const struct sched_admission *a = st->adm_first; a != NULL; a = sched_admission_next(a)) nadmitting++;
+  tsr_prom_head(t, "tessera_graphs_admitting", "gauge", "Graphs being admitted a slice per loop iteration, or queued for it.");
+  tsr_text_printf(t, "tessera_graphs_admitting %u\n", nadmitting);
+}
+
 static void scheduler_counters(tsr_text *t, const sched_state *st)
 {
   const sched_dash *d = st->dash;
@@ -202,6 +229,7 @@ static void scheduler_counters(tsr_text *t, const sched_state *st)
   tsr_prom_head(t, "tessera_clients", "gauge", "Clients connected.");
   tsr_text_printf(t, "tessera_clients %u\n", st->nclients_alive);
   pending_submits(t, st);
+  loop_iterations(t, st);
   tsr_prom_head(t, "tessera_graphs", "gauge", "Graphs the scheduler holds.");
   tsr_text_printf(t, "tessera_graphs %u\n", ngraphs);
   tsr_prom_head(t, "tessera_tasks", "gauge", "Task records by state.");

@@ -73,7 +73,17 @@ typedef struct fuser {
   uint32_t ext_cap, stamp;
   msgpack_sbuffer buf;
   uint32_t ngroups, nabsorbed;
+  /* resumable (sched_fusion_step): the stage, its cursor, Kahn's tail,
+   * the surviving tasks so far */
+  const uint32_t *want_ids;
+  uint32_t nwant;
+  int stage;
+  uint32_t cur, tail, kept;
+  uint64_t work;         /* of this step: tasks + the edges visited */
 } fuser;
+
+enum { FS_WANTED, FS_CONSUMERS, FS_TOPO_INIT, FS_TOPO_RUN, FS_DECIDE, FS_ALLOC_EXT, FS_BUILD, FS_RELINK_INIT, FS_RELINK,
+       FS_COMPACT, FS_DONE };
 
 static inline uint32_t pos_of(const sched_state *st, uint32_t id) { return (uint32_t)st->tasks[id].nbytes; }
 static inline bool is_new(const sched_state *st, uint32_t id) { return st->tasks[id].state == TS_NEW; }
@@ -164,35 +174,36 @@ static int fused_op(sched_state *st, const uint16_t *ops, uint32_t n)
 
 /* ---------- deciding the groups ---------- */
 
-static void find_consumers(fuser *f)
+static void find_consumer(fuser *f, uint32_t p)
 {
-  for (uint32_t p = 0; p < f->n; p++) {
-    const sched_task *t = &f->st->tasks[f->fresh[p]];
-    uint32_t c = t->ndependents > 0 ? t->dependents[0].id : SCHED_NONE;
-    for (uint32_t e = 1; e < t->ndependents && c != SCHED_NONE; e++)
-      if (t->dependents[e].id != c) c = SCHED_NONE;
-    f->consumer[p] = c;
-  }
+  const sched_task *t = &f->st->tasks[f->fresh[p]];
+  uint32_t c = t->ndependents > 0 ? t->dependents[0].id : SCHED_NONE;
+  for (uint32_t e = 1; e < t->ndependents && c != SCHED_NONE; e++)
+    if (t->dependents[e].id != c) c = SCHED_NONE;
+  f->consumer[p] = c;
 }
 
-/* Kahn's order over the new tasks (the graph is known to be acyclic). */
-static void topo_order(fuser *f)
+/* Kahn's order over the new tasks (the graph is known to be acyclic):
+ * the sources, then a pop at a time. */
+static void topo_source(fuser *f, uint32_t p)
 {
   sched_state *st = f->st;
-  uint32_t tail = 0;
-  for (uint32_t p = 0; p < f->n; p++) {
-    const sched_task *t = &st->tasks[f->fresh[p]];
-    f->aux[p] = 0;
-    for (uint32_t j = 0; j < t->ndeps; j++) f->aux[p] += is_new(st, t->deps[j]);
-    if (f->aux[p] == 0) f->order[tail++] = p;
+  const sched_task *t = &st->tasks[f->fresh[p]];
+  f->aux[p] = 0;
+  for (uint32_t j = 0; j < t->ndeps; j++) f->aux[p] += is_new(st, t->deps[j]);
+  if (f->aux[p] == 0) f->order[f->tail++] = p;
+  f->work += t->ndeps;
+}
+
+static void topo_pop(fuser *f, uint32_t head)
+{
+  sched_state *st = f->st;
+  const sched_task *t = &st->tasks[f->fresh[f->order[head]]];
+  for (uint32_t e = 0; e < t->ndependents; e++) {
+    uint32_t q = pos_of(st, t->dependents[e].id);
+    if (--f->aux[q] == 0) f->order[f->tail++] = q;
   }
-  for (uint32_t head = 0; head < tail; head++) {
-    const sched_task *t = &st->tasks[f->fresh[f->order[head]]];
-    for (uint32_t e = 0; e < t->ndependents; e++) {
-      uint32_t q = pos_of(st, t->dependents[e].id);
-      if (--f->aux[q] == 0) f->order[tail++] = q;
-    }
-  }
+  f->work += t->ndependents;
 }
 
 static bool absorbable(const fuser *f, uint32_t d, uint32_t consumer)
@@ -235,6 +246,7 @@ static void decide(fuser *f, uint32_t p)
     if ((f->flags[q] & F_MARK) && take) f->flags[q] |= F_ABSORBED;
     f->flags[q] &= (uint8_t)~F_MARK;
   }
+  f->work += 2u * t->ndeps;
   f->width[p] = take ? (uint32_t)width : 1;
   f->nparts[p] = take ? (uint32_t)parts : 1;
   f->ext_edges[p] = take ? (uint32_t)ext : t->ndeps;
@@ -385,27 +397,25 @@ static void build_group(fuser *f, uint32_t root)
 /* Dependents edges of the surviving new tasks: an edge to a part now
  * points at its group's root, once per fused root (whose inputs are
  * listed once each). */
-static void relink_dependents(fuser *f)
+static void relink_dependents(fuser *f, uint32_t p)
 {
   sched_state *st = f->st;
-  memset(f->cursor, 0, f->n * sizeof *f->cursor);
-  for (uint32_t p = 0; p < f->n; p++) {
-    if (f->flags[p] & F_ABSORBED) continue;
-    sched_task *t = &st->tasks[f->fresh[p]];
-    sched_edge *edges = (sched_edge *)t->dependents;
-    uint32_t out = 0;
-    for (uint32_t e = 0; e < t->ndependents; e++) {
-      uint32_t q = pos_of(st, edges[e].id);
-      uint32_t target = (f->flags[q] & F_ABSORBED) ? f->rootof[q] : edges[e].id;
-      if (sched_task_fused_parts(&st->tasks[target]) > 0) {
-        uint32_t tq = pos_of(st, target);
-        if (f->cursor[tq] == p + 1) continue;
-        f->cursor[tq] = p + 1;
-      }
-      edges[out++] = (sched_edge){target, st->tasks[target].gen};
+  if (f->flags[p] & F_ABSORBED) return;
+  sched_task *t = &st->tasks[f->fresh[p]];
+  sched_edge *edges = (sched_edge *)t->dependents;
+  uint32_t out = 0;
+  for (uint32_t e = 0; e < t->ndependents; e++) {
+    uint32_t q = pos_of(st, edges[e].id);
+    uint32_t target = (f->flags[q] & F_ABSORBED) ? f->rootof[q] : edges[e].id;
+    if (sched_task_fused_parts(&st->tasks[target]) > 0) {
+      uint32_t tq = pos_of(st, target);
+      if (f->cursor[tq] == p + 1) continue;
+      f->cursor[tq] = p + 1;
     }
-    t->ndependents = t->nlive_dependents = out;
+    edges[out++] = (sched_edge){target, st->tasks[target].gen};
   }
+  f->work += t->ndependents;
+  t->ndependents = t->nlive_dependents = out;
 }
 
 /* ---------- the pass ---------- */
@@ -460,39 +470,134 @@ static bool fusion_possible(const sched_state *st, uint32_t n)
   return plain >= 0 && st->ops[plain].nworkers > 0;  /* some live worker runs fused tasks */
 }
 
+struct sched_fusion {
+  fuser f;
+};
+
+int sched_fusion_start(sched_state *st, uint32_t g, uint32_t *fresh, uint32_t n, const uint32_t *want_ids, uint32_t nwant,
+                       sched_fusion **fusion_p)
+{
+  *fusion_p = NULL;
+  if (!fusion_possible(st, n)) return 0;
+  sched_fusion *fu = malloc(sizeof *fu);
+  if (fu == NULL || fuser_init(&fu->f, st, g, fresh, n) != 0) {
+    if (fu != NULL) fuser_free(&fu->f);
+    free(fu);
+    TSR_WARN("out of memory fusing graph %llu; admitted unfused", (unsigned long long)st->graphs[g]->graph_id);
+    return TSR_ENOMEM;
+  }
+  fu->f.want_ids = want_ids;
+  fu->f.nwant = nwant;
+  fu->f.stage = FS_WANTED;
+  *fusion_p = fu;
+  return 0;
+}
+
+/* Whether this step may take one more task: within the range and the
+ * step's budget of tasks + edges. */
+static bool more(fuser *f, uint32_t end, uint32_t budget) { return f->cur < end && f->work++ < budget; }
+
+static void next_stage(fuser *f, uint32_t end, int next)
+{
+  if (f->cur < end) return;
+  f->stage = next;
+  f->cur = 0;
+}
+
+/* One building step: groups whose parts add up to about budget. */
+static void build_some(fuser *f, uint32_t budget)
+{
+  for (; more(f, f->n, budget); f->cur++) {
+    uint32_t p = f->cur;
+    if ((f->flags[p] & F_ABSORBED) || f->nparts[p] < 2) continue;
+    build_group(f, f->fresh[p]);
+    f->work += f->nparts[p] + f->ext_edges[p];
+  }
+  next_stage(f, f->n, FS_RELINK_INIT);
+}
+
+static void compact_some(fuser *f, uint32_t budget)
+{
+  for (; more(f, f->n, budget); f->cur++) {
+    uint32_t p = f->cur;
+    if (f->flags[p] & F_ABSORBED) sched_tr_discard_new(f->st, f->fresh[p]);
+    else f->fresh[f->kept++] = f->fresh[p];
+  }
+}
+
+bool sched_fusion_step(sched_fusion *fu, uint32_t budget)
+{
+  fuser *f = &fu->f;
+  sched_state *st = f->st;
+  f->work = 0;
+  switch (f->stage) {
+  case FS_WANTED:
+    for (uint32_t i = 0; i < f->nwant; i++)
+      if (is_new(st, f->want_ids[i])) f->flags[pos_of(st, f->want_ids[i])] |= F_WANTED;
+    f->stage = FS_CONSUMERS;
+    break;
+  case FS_CONSUMERS:
+    for (; more(f, f->n, budget); f->cur++) find_consumer(f, f->cur);
+    next_stage(f, f->n, FS_TOPO_INIT);
+    break;
+  case FS_TOPO_INIT:
+    for (; more(f, f->n, budget); f->cur++) topo_source(f, f->cur);
+    next_stage(f, f->n, FS_TOPO_RUN);
+    break;
+  case FS_TOPO_RUN:
+    while (more(f, f->tail, budget)) topo_pop(f, f->cur++);
+    if (f->cur == f->tail) next_stage(f, 0, FS_DECIDE);
+    break;
+  case FS_DECIDE:
+    for (; more(f, f->n, budget); f->cur++) decide(f, f->order[f->cur]);
+    next_stage(f, f->n, FS_ALLOC_EXT);
+    break;
+  case FS_ALLOC_EXT:
+    if (alloc_ext(f) == 0) f->stage = FS_BUILD;
+    else {
+      memset(f->flags, 0, f->n);  /* nothing fused */
+      f->stage = FS_RELINK_INIT;
+    }
+    break;
+  case FS_BUILD: build_some(f, budget); break;
+  case FS_RELINK_INIT:
+    memset(f->cursor, 0, f->n * sizeof *f->cursor);
+    f->stage = FS_RELINK;
+    break;
+  case FS_RELINK:
+    for (; more(f, f->n, budget); f->cur++) relink_dependents(f, f->cur);
+    next_stage(f, f->n, FS_COMPACT);
+    break;
+  case FS_COMPACT:
+    compact_some(f, budget);
+    next_stage(f, f->n, FS_DONE);
+    break;
+  default: break;
+  }
+  return f->stage == FS_DONE;
+}
+
+uint32_t sched_fusion_end(sched_fusion **fusion_p)
+{
+  sched_fusion *fu = *fusion_p;
+  fuser *f = &fu->f;
+  if (f->ngroups > 0)
+    TSR_DEBUG("graph %llu: %u tasks fused into %u", (unsigned long long)f->st->graphs[f->g]->graph_id,
+              f->nabsorbed + f->ngroups, f->ngroups);
+  uint32_t kept = f->kept;
+  fuser_free(f);
+  free(fu);
+  *fusion_p = NULL;
+  return kept;
+}
+
 int sched_fuse_graph(sched_state *st, uint32_t g, uint32_t *fresh, uint32_t n, const uint32_t *want_ids, uint32_t nwant)
 {
-  if (!fusion_possible(st, n)) return (int)n;
-  fuser f;
-  if (fuser_init(&f, st, g, fresh, n) != 0) {
-    fuser_free(&f);
-    TSR_WARN("out of memory fusing graph %llu; admitted unfused", (unsigned long long)st->graphs[g]->graph_id);
-    return (int)n;
-  }
-  for (uint32_t i = 0; i < nwant; i++)
-    if (is_new(st, want_ids[i])) f.flags[pos_of(st, want_ids[i])] |= F_WANTED;
-  find_consumers(&f);
-  topo_order(&f);
-  for (uint32_t k = 0; k < n; k++) decide(&f, f.order[k]);
-  if (alloc_ext(&f) == 0) {
-    for (uint32_t p = 0; p < n; p++) {
-      if ((f.flags[p] & F_ABSORBED) || f.nparts[p] < 2) continue;
-      build_group(&f, fresh[p]);
-    }
-  } else {
-    memset(f.flags, 0, n);  /* nothing fused */
-  }
-  relink_dependents(&f);
-  uint32_t kept = 0;
-  for (uint32_t p = 0; p < n; p++) {
-    if (f.flags[p] & F_ABSORBED) sched_tr_discard_new(st, fresh[p]);
-    else fresh[kept++] = fresh[p];
-  }
-  if (f.ngroups > 0)
-    TSR_DEBUG("graph %llu: %u tasks fused into %u", (unsigned long long)st->graphs[g]->graph_id, f.nabsorbed + f.ngroups,
-              f.ngroups);
-  fuser_free(&f);
-  return (int)kept;
+  sched_fusion *fu = NULL;
+  sched_fusion_start(st, g, fresh, n, want_ids, nwant, &fu);
+  if (fu == NULL) return (int)n;
+  while (!sched_fusion_step(fu, UINT32_MAX)) {}
+  return (int)sched_fusion_end(&fu);
 }
 
 /* ---------- a fused task against a new definition of its key ---------- */

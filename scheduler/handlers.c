@@ -230,69 +230,78 @@ static sched_pending *find_pending(sched_client *c, uint64_t graph)
 
 static void drop_pending(sched_client *c, sched_pending *pd)
 {
-  for (uint32_t k = 0; k < pd->nparts; k++) free(pd->parts[k].bytes);
-  free(pd->parts);
+  sched_pending_free(pd);
   *pd = c->pending[--c->npending];
 }
 
-/* A part with `more`: kept as bytes until the last part arrives. The
- * first part of a resend (the client's session resumed, docs/journal.md)
- * drops what the interrupted sending left. */
-static int keep_part(msgctx *m, sched_client *c, uint64_t graph, bool resend)
+static sched_pending *pending_for(msgctx *m, sched_client *c, uint64_t graph, bool resend)
 {
-  /* before anything is kept: over all the graphs this client is sending */
-  int rc = sched_limits_check_pending(m->st, c, m->raw_len, &m->err);
-  if (rc != 0) return rc;
   sched_pending *pd = find_pending(c, graph);
   if (pd != NULL && resend && !pd->resending) {
     drop_pending(c, pd);
     pd = NULL;
   }
-  if (pd == NULL) {
-    if (sched_grow((void **)&c->pending, &c->cap_pending, c->npending + 1, sizeof *c->pending) != 0)
-      return tsr_fail(&m->err, TSR_ENOMEM, "out of memory keeping a part of graph %llu", (unsigned long long)graph);
-    pd = &c->pending[c->npending++];
-    memset(pd, 0, sizeof *pd);
-    pd->graph_id = graph;
-    pd->resending = resend;
+  if (pd != NULL) return pd;
+  if (sched_grow((void **)&c->pending, &c->cap_pending, c->npending + 1, sizeof *c->pending) != 0) {
+    tsr_fail(&m->err, TSR_ENOMEM, "out of memory keeping a part of graph %llu", (unsigned long long)graph);
+    return NULL;
   }
+  pd = &c->pending[c->npending++];
+  memset(pd, 0, sizeof *pd);
+  msgpack_sbuffer_init(&pd->dec.params);
+  pd->graph_id = graph;
+  pd->resending = resend;
+  return pd;
+}
+
+/* Keeps a copy of this part's bytes in pd: its tasks are decoded a slice
+ * per loop iteration (sched_admit_run), not here, so a frame holding
+ * several large parts does not hold the loop. */
+static int keep_bytes(msgctx *m, sched_pending *pd)
+{
   char *copy = malloc(m->raw_len ? m->raw_len : 1);
   if (copy == NULL || sched_grow((void **)&pd->parts, &pd->cap, pd->nparts + 1, sizeof *pd->parts) != 0) {
     free(copy);
-    return tsr_fail(&m->err, TSR_ENOMEM, "out of memory keeping a part of graph %llu", (unsigned long long)graph);
+    return tsr_fail(&m->err, TSR_ENOMEM, "out of memory keeping a part of graph %llu", (unsigned long long)pd->graph_id);
   }
   memcpy(copy, m->raw, m->raw_len);
   pd->parts[pd->nparts++] = (sched_pending_part){copy, m->raw_len};
   pd->bytes += m->raw_len;
+  m->st->decode_wanted = true;
   return 0;
 }
 
-/* The last part: every kept part is decoded again, then the whole graph
- * is validated and admitted at once. */
-static int submit_all(msgctx *m, uint32_t ci, uint64_t graph)
+/* A part with `more`. A part of a graph whose earlier part was malformed
+ * is dropped unread: the last part is answered with that error. The first
+ * part of a resend (the client's session resumed, docs/journal.md) drops
+ * what the interrupted sending left. */
+static int keep_part(msgctx *m, uint32_t ci, uint64_t graph, bool resend)
 {
   sched_client *c = &m->st->clients[ci];
-  sched_pending *pd = find_pending(c, graph);
-  uint32_t nparts = pd ? pd->nparts : 0;
-  msgpack_unpacked *unp = calloc(nparts ? nparts : 1, sizeof *unp);
-  const msgpack_object **maps = calloc(nparts + 1, sizeof *maps);
-  int rc = unp && maps ? 0 : tsr_fail(&m->err, TSR_ENOMEM, "out of memory");
-  for (uint32_t k = 0; rc == 0 && k < nparts; k++) {
-    size_t off = 0;
-    msgpack_unpacked_init(&unp[k]);
-    /* these bytes passed tsr_wire_validate when they arrived */
-    if (msgpack_unpack_next(&unp[k], pd->parts[k].bytes, pd->parts[k].len, &off) != MSGPACK_UNPACK_SUCCESS)
-      rc = tsr_fail(&m->err, TSR_EINTERNAL, "part %u of graph %llu cannot be decoded again", k, (unsigned long long)graph);
-    maps[k] = &unp[k].data;
-  }
-  maps[nparts] = m->map;
-  if (rc == 0) rc = sched_submit_maps(m->st, ci, graph, maps, nparts + 1, &m->err);
-  if (rc >= 0) sched_journal_submit(m->st, ci, graph, find_pending(&m->st->clients[ci], graph), m->raw, m->raw_len);
-  for (uint32_t k = 0; unp && k < nparts; k++) msgpack_unpacked_destroy(&unp[k]);
-  free(unp);
-  free(maps);
+  /* before anything is kept: over all the graphs this client is sending */
+  int rc = sched_limits_check_pending(m->st, c, m->raw_len, &m->err);
+  if (rc != 0) return rc;
+  sched_pending *pd = pending_for(m, c, graph, resend);
+  if (pd == NULL) return TSR_ENOMEM;
+  return pd->failed ? 0 : keep_bytes(m, pd);
+}
+
+/* The last part: kept like the others, then the graph is decoded,
+ * validated and admitted, at once when small, else a slice per loop
+ * iteration (*queued_p: the admission replies and journals by itself). */
+static int submit_last(msgctx *m, uint32_t ci, uint64_t graph, bool resend, uint32_t ntasks, bool *queued_p)
+{
+  sched_client *c = &m->st->clients[ci];
+  *queued_p = false;
+  sched_pending *pd = pending_for(m, c, graph, resend);
+  if (pd == NULL) return TSR_ENOMEM;
+  int rc = pd->failed ? pd->failed : keep_bytes(m, pd);
+  if (pd->failed) snprintf(m->err.text, sizeof m->err.text, "%s", pd->error ? pd->error : "malformed graph");
+  if (rc == 0) rc = sched_admit_start(m->st, ci, pd, ntasks, queued_p, &m->err);
   c = &m->st->clients[ci];
-  if ((pd = find_pending(c, graph)) != NULL) drop_pending(c, pd);
+  pd = find_pending(c, graph);
+  if (!*queued_p && rc >= 0 && pd != NULL) sched_journal_pending(m->st, ci, pd);
+  if (pd != NULL) drop_pending(c, pd);
   return rc;
 }
 
@@ -318,7 +327,7 @@ static void on_submit(msgctx *m)
   sched_state *st = m->st;
   uint32_t ci = st->peers[m->p].index;
   uint64_t graph;
-  bool more = false, resend = false;
+  bool more = false, resend = false, queued = false;
   const msgpack_object *items;
   size_t n;
   int rc = tsr_wire_uint(m->map, "graph", &graph, &m->err);
@@ -334,8 +343,8 @@ static void on_submit(msgctx *m)
     return;
   }
   uint64_t t0 = tsr_now_us();
-  if (rc == 0) rc = more ? keep_part(m, &st->clients[ci], graph, resend) : submit_all(m, ci, graph);
-  if (rc == 0 && more) return;
+  if (rc == 0) rc = more ? keep_part(m, ci, graph, resend) : submit_last(m, ci, graph, resend, (uint32_t)n, &queued);
+  if ((rc == 0 && more) || queued) return;
   if (rc >= 0) {
     /* sched_graph_add already queued `submitted` (before any key_done) */
     TSR_INFO("client '%s' submitted graph %llu: %d new tasks, admitted in %.3f s (%u tasks in the scheduler)",
@@ -482,6 +491,14 @@ static uint32_t peer_for(sched_state *st, const void *identity, size_t id_len, u
   return p;
 }
 
+/* The loop logs the slowest message of a slow iteration (loop.c). */
+static void note_handler_time(sched_state *st, const char *op, uint64_t us)
+{
+  if (us <= st->slowest_msg_us) return;
+  st->slowest_msg_us = us;
+  snprintf(st->slowest_msg_op, sizeof st->slowest_msg_op, "%s", op);
+}
+
 void sched_handle_frame(sched_state *st, const void *identity, size_t id_len, const void *data, size_t len,
                         uint64_t now_ms)
 {
@@ -512,8 +529,10 @@ void sched_handle_frame(sched_state *st, const void *identity, size_t id_len, co
     }
     m.raw = (const char *)data + start;
     m.raw_len = rd.offset - start;
+    uint64_t t0 = tsr_now_us();
     dispatch(&m);
     sched_settle(st);
+    note_handler_time(st, m.op, tsr_now_us() - t0);
     if (!st->peers[m.p].in_use) break;  /* it said goodbye */
   }
   tsr_reader_done(&rd);

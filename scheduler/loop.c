@@ -23,6 +23,7 @@
 #include "sched.h"
 
 #define MAX_FRAMES_PER_ITERATION 10000
+#define DRAIN_BUDGET_US 50000
 #define ZERO_COPY_BYTES (64u << 10)
 
 static void free_buffer(void *data, void *hint)
@@ -70,16 +71,23 @@ static void flush(void *sock, sched_state *st)
   st->ndirty = 0;
 }
 
-/* Receives what is waiting; returns the number of frames handled. */
-static int drain(void *sock, sched_state *st)
+/* Receives what is waiting, for at most MAX_FRAMES_PER_ITERATION frames
+ * or DRAIN_BUDGET_US; returns true when it stopped at a bound (more may be
+ * waiting). The time bound is for a backlog of submit parts (a client
+ * sending 10^7 tasks queues 200 parts of ~3 MB, each copied here: 0.6 s
+ * in one iteration without it); it is generous because a large batch is
+ * what makes the throughput (one `compute` frame per worker per
+ * iteration). */
+static bool drain(void *sock, sched_state *st)
 {
-  int n;
-  for (n = 0; n < MAX_FRAMES_PER_ITERATION; n++) {
+  uint64_t deadline = tsr_now_us() + DRAIN_BUDGET_US;
+  for (int n = 0; n < MAX_FRAMES_PER_ITERATION; n++) {
+    if (n > 0 && tsr_now_us() >= deadline) return true;
     tsr_frames fr;
     int count = tsr_frames_recv(sock, &fr, ZMQ_DONTWAIT);
     if (count < 0) {
       if (errno != EAGAIN && errno != EINTR) TSR_ERROR("receive failed: %s", zmq_strerror(errno));
-      break;
+      return false;
     }
     uint64_t now = tsr_now_ms();
     if (count == 2) sched_security_note_frame(st, &fr.part[1]);
@@ -90,7 +98,7 @@ static int drain(void *sock, sched_state *st)
       sched_handle_bad_frame(st, tsr_frame_data(&fr, 0), tsr_frame_size(&fr, 0), fr.truncated ? TSR_NET_MAX_FRAMES : count - 1, now);
     tsr_frames_close(&fr);
   }
-  return n;
+  return true;
 }
 
 static int write_address_file(const char *path, const char *address)
@@ -167,6 +175,54 @@ static void trim_heap(sched_state *st, uint64_t now, uint64_t *next_trim)
   *next_trim = now + TRIM_MIN_MS;
 }
 
+/* Work on graphs being admitted per iteration (submit.c): long enough to
+ * admit ~10^6 tasks a second, short enough that heartbeats, completions
+ * and other clients wait at most this long behind it. */
+#define ADMIT_SLICE_US 10000
+#define ADMIT_SLICE_MAX_US 50000
+/* An iteration longer than this is logged at info level with its parts. */
+#define SLOW_ITERATION_US 100000
+
+enum { STAGE_DRAIN, STAGE_TIMERS, STAGE_ADMIT, STAGE_PLACE, STAGE_FLUSH, NSTAGES };
+static const char *const stage_names[NSTAGES] = {"messages", "timers", "admission", "placement", "journal+flush+dashboard"};
+
+static void describe_iteration(const sched_state *st, const uint64_t *us, const char *admit_phase, char *out, size_t cap)
+{
+  size_t len = 0;
+  out[0] = '\0';
+  for (int s = 0; s < NSTAGES && len < cap; s++) {
+    if (us[s] < 1000 && s != STAGE_DRAIN) continue;
+    len += (size_t)snprintf(out + len, cap - len, "%s%s %.1f ms", len ? ", " : "", stage_names[s], (double)us[s] / 1e3);
+    if (s == STAGE_DRAIN && st->slowest_msg_us > 0 && len < cap)
+      len += (size_t)snprintf(out + len, cap - len, " (slowest '%s' %.1f ms)", st->slowest_msg_op,
+                              (double)st->slowest_msg_us / 1e3);
+    if (s == STAGE_ADMIT && len < cap) len += (size_t)snprintf(out + len, cap - len, " (%s)", admit_phase);
+  }
+}
+
+/* Counts one iteration (the loop's own work, not its wait in zmq_poll)
+ * in the histogram /metrics shows, keeps the longest with what it did,
+ * and logs one over SLOW_ITERATION_US. */
+static void note_iteration(sched_state *st, const uint64_t *us, const char *admit_phase)
+{
+  static const uint64_t bounds_us[7] = {1000, 5000, 10000, 50000, 100000, 500000, 1000000};
+  uint64_t total = 0;
+  for (int s = 0; s < NSTAGES; s++) total += us[s];
+  int b = 0;
+  while (b < 7 && total > bounds_us[b]) b++;
+  st->loop_hist[b]++;
+  st->loop_iterations++;
+  st->loop_busy_us += total;
+  if (total <= st->loop_max_us && total <= SLOW_ITERATION_US) return;
+  char what[sizeof st->loop_max_what];
+  describe_iteration(st, us, admit_phase, what, sizeof what);
+  if (total > st->loop_max_us) {
+    st->loop_max_us = total;
+    snprintf(st->loop_max_what, sizeof st->loop_max_what, "%s", what);
+  }
+  if (total > SLOW_ITERATION_US) TSR_INFO("slow loop iteration: %.1f ms (%s)", (double)total / 1e3, what);
+}
+
 static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
 {
   uint64_t hb_ms = st->cfg.heartbeat_ms ? st->cfg.heartbeat_ms : 1000;
@@ -174,17 +230,22 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
   if (check_ms < 10) check_ms = 10;
   uint64_t now = tsr_now_ms(), next_hb = now + hb_ms, next_check = now + check_ms;
   uint64_t next_progress = now + SCHED_PROGRESS_MS, next_trim = now;
-  bool busy = false;
+  bool busy = false, admitting = false;
+  uint64_t other_us = 0;     /* the last iteration's time outside admission */
   while (!*stop) {
     now = tsr_now_ms();
     uint64_t due = next_hb < next_check ? next_hb : next_check;
     if (next_progress < due) due = next_progress;
-    long timeout = busy ? 0 : (due > now ? (long)(due - now) : 0);
+    long timeout = busy || admitting || st->place_more ? 0 : (due > now ? (long)(due - now) : 0);
     zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
     int rc = zmq_poll(&item, 1, timeout);
     if (*stop) break;
     if (rc < 0 && zmq_errno() != EINTR) TSR_ERROR("poll failed: %s", zmq_strerror(zmq_errno()));
-    busy = rc > 0 && drain(sock, st) == MAX_FRAMES_PER_ITERATION;
+    uint64_t us[NSTAGES], mark = tsr_now_us(), t;
+    st->slowest_msg_us = 0;
+    busy = rc > 0 && drain(sock, st);
+    us[STAGE_DRAIN] = (t = tsr_now_us()) - mark;
+    mark = t;
     now = tsr_now_ms();
     if (now >= next_hb) {
       sched_emit_heartbeats(st);
@@ -202,12 +263,28 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
       sched_progress_tick(st);   /* throttled: changed graphs once per period */
       next_progress = now + SCHED_PROGRESS_MS;
     }
+    us[STAGE_TIMERS] = (t = tsr_now_us()) - mark;
+    mark = t;
+    /* a slice of the graphs being admitted: ADMIT_SLICE_US, or as long as
+     * the rest of the last iteration took, up to ADMIT_SLICE_MAX_US, so a
+     * graph whose first tasks already keep the loop busy still gets half
+     * of it */
+    uint64_t slice = other_us < ADMIT_SLICE_US ? ADMIT_SLICE_US : other_us > ADMIT_SLICE_MAX_US ? ADMIT_SLICE_MAX_US : other_us;
+    admitting = sched_admit_run(st, slice);
+    const char *admit_phase = sched_admit_phase(st);
+    us[STAGE_ADMIT] = (t = tsr_now_us()) - mark;
+    mark = t;
     /* after a restart, wait for the workers that hold results (journal.h) */
     if (sched_journal_holding(st, now)) sched_flush_frees(st);
     else sched_place_pass(st);
+    us[STAGE_PLACE] = (t = tsr_now_us()) - mark;
+    mark = t;
     sched_journal_sync(st);   /* write-ahead: durable before any reply leaves */
     flush(sock, st);
     sched_dash_tick(st, now);  /* only while someone watches (dashboard.h) */
+    us[STAGE_FLUSH] = tsr_now_us() - mark;
+    other_us = us[STAGE_DRAIN] + us[STAGE_TIMERS] + us[STAGE_PLACE] + us[STAGE_FLUSH];
+    note_iteration(st, us, admit_phase);
   }
 }
 

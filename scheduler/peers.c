@@ -178,10 +178,8 @@ static void client_gone(sched_state *st, uint32_t c, const char *why)
   sched_idset_free(&wants);
   for (uint32_t g = 0; g < st->ngraphs; g++)
     if (st->graphs[g] != NULL && st->graphs[g]->client == c) st->graphs[g]->client = SCHED_NONE;
-  for (uint32_t k = 0; k < cl->npending; k++) {
-    for (uint32_t j = 0; j < cl->pending[k].nparts; j++) free(cl->pending[k].parts[j].bytes);
-    free(cl->pending[k].parts);
-  }
+  sched_admit_client_gone(st, c);
+  for (uint32_t k = 0; k < cl->npending; k++) sched_pending_free(&cl->pending[k]);
   cl->npending = 0;
   st->trim_wanted = true;
   sched_journal_client_gone(st, c);

@@ -339,15 +339,27 @@ static uint32_t most_urgent(const sched_state *st)
   return best;
 }
 
+/* A pass stops after this long (a `compute` of a fan-in of 100,000 inputs
+ * takes milliseconds to build): the rest waits for the next iteration,
+ * which then polls without waiting (st->place_more), so the pass never
+ * holds the loop for long (issue 13). */
+#define PLACE_BUDGET_US 20000
+
 uint32_t sched_place_pass(sched_state *st)
 {
   /* Frees first: a key freed and recomputed on the same worker in one
    * iteration must see `free` before its new `compute`. */
   sched_flush_frees(st);
   uint32_t placed = 0;
+  st->place_more = false;
   if (st->count_by_state[TS_READY] + st->count_by_state[TS_QUEUED] > 0 && st->nworkers_alive > 0) {
+    uint64_t deadline = tsr_now_us() + PLACE_BUDGET_US;
     for (uint32_t o = 0; o < st->nops; o++) st->ops[o].blocked = false;
     for (;;) {
+      if (placed > 0 && tsr_now_us() >= deadline) {
+        st->place_more = true;
+        break;
+      }
       uint32_t id = most_urgent(st);
       if (id == SCHED_NONE) break;
       uint32_t op = st->tasks[id].op;

@@ -163,6 +163,56 @@ int sched_limits_check_task(const sched_state *st, size_t key_len, size_t params
 
 int sched_submit_maps(sched_state *st, uint32_t client, uint64_t graph_id, const msgpack_object *const *maps,
                       uint32_t nmaps, tsr_errbuf *err);
+/* Appends the tasks and wants of one `submit` map to d (strings borrow the
+ * map's bytes, which must outlive d). 0, or EPROTO / ELIMIT / ENOMEM
+ * naming the task (its index in the whole graph). */
+int sched_decode_part(sched_state *st, sched_decoded *d, const msgpack_object *map, tsr_errbuf *err);
+/* Decodes about budget more tasks of pd's kept parts that are not decoded
+ * yet (pd->ndecoded < pd->nparts), checking the graph's size limits for
+ * client after each part. 0 (done when ndecoded == nparts), or the error
+ * of a malformed task or a limit, naming it. */
+int sched_pending_decode(sched_state *st, sched_pending *pd, uint32_t client, uint32_t budget, tsr_errbuf *err);
+/* The last part is in: turns the specs' offsets into pointers. */
+void sched_decoded_resolve(sched_decoded *d);
+void sched_decoded_free(sched_decoded *d);
+/* Marks pd failed with rc and text (its last part is answered so), freeing
+ * what it kept. */
+void sched_pending_fail(sched_pending *pd, int rc, const char *text);
+/* Frees a pending graph's kept parts, decoded tasks and error. */
+void sched_pending_free(sched_pending *pd);
+
+/* ---------- submit.c: admission in slices ---------- */
+/* Admits the graph of client's pending pd, whose last part (of last_tasks
+ * tasks) was just kept as its last part. A small graph whose other parts
+ * are decoded is decoded and admitted at once when it can be (no task in
+ * common with a graph still being admitted): returns its count of new
+ * tasks or its error, as sched_graph_add. Else it takes pd's contents (pd
+ * is left empty), sets *queued_p, and returns 0: the rest of the decoding
+ * and the admission happen a slice per loop iteration (sched_admit_run),
+ * which replies `submitted` / `submit_error` and journals it. */
+#define SCHED_ADMIT_NOW 20000u
+int sched_admit_start(sched_state *st, uint32_t client, sched_pending *pd, uint32_t last_tasks, bool *queued_p,
+                      tsr_errbuf *err);
+/* Writes pd (all its parts, the last one last) to the journal as client's
+ * accepted graph. */
+void sched_journal_pending(sched_state *st, uint32_t client, const sched_pending *pd);
+/* What the longest admission step of the last sched_admit_run did
+ * ("idle" when it did nothing). */
+const char *sched_admit_phase(const sched_state *st);
+/* The admission after a in the queue, or NULL (st->adm_first is the first). */
+const struct sched_admission *sched_admission_next(const struct sched_admission *a);
+/* Decodes kept parts of graphs still arriving, then works on the
+ * admissions in progress, for about budget_us; returns true while some
+ * work is left (the loop then polls without waiting). */
+bool sched_admit_run(sched_state *st, uint64_t budget_us);
+/* The client left: its admissions in progress are abandoned (their tasks
+ * discarded a slice at a time, or, once accepted, admitted for nobody). */
+void sched_admit_client_gone(sched_state *st, uint32_t client);
+/* Frees every admission (state teardown). */
+void sched_admit_destroy_all(sched_state *st);
+/* Whether a record may be forgotten now; false while an admission runs
+ * (it may hold the id), then the id is kept and re-examined at its end. */
+bool sched_admit_may_forget(sched_state *st, uint32_t id);
 
 /* ---------- fuse.c ---------- */
 /* Fuses linear chains and narrow fan-ins among the n NEW tasks fresh[] of
@@ -173,6 +223,16 @@ int sched_submit_maps(sched_state *st, uint32_t client, uint64_t graph_id, const
  * compacted. Returns the number of tasks left in fresh[]. Never fails: a
  * group that cannot be built stays unfused. No-op when cfg.fuse_width is 0. */
 int sched_fuse_graph(sched_state *st, uint32_t g, uint32_t *fresh, uint32_t n, const uint32_t *want_ids, uint32_t nwant);
+/* The same pass in steps, for admission in slices (submit.c): start (a
+ * NULL *fusion_p when nothing can be fused: the graph stays as it is),
+ * step until it returns true (each step does about budget tasks' work),
+ * then end, which returns the number of surviving ids left at the front
+ * of fresh and frees the pass. */
+typedef struct sched_fusion sched_fusion;
+int sched_fusion_start(sched_state *st, uint32_t g, uint32_t *fresh, uint32_t n, const uint32_t *want_ids, uint32_t nwant,
+                       sched_fusion **fusion_p);
+bool sched_fusion_step(sched_fusion *fusion, uint32_t budget);
+uint32_t sched_fusion_end(sched_fusion **fusion_p);
 /* Gives worker w the fused ops it can run (after its advertised ops are
  * set). 0 or TSR_ENOMEM. */
 int sched_fuse_worker_ops(sched_state *st, uint32_t w);

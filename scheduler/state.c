@@ -4,6 +4,7 @@
  * are transitions.c and policy_*.c); this file only allocates, finds and
  * frees. */
 #include "progress.h"
+#include "sched.h"
 #include "state.h"
 
 #include <stdarg.h>
@@ -106,6 +107,7 @@ void sched_state_destroy(sched_state **st_p)
 {
   if (st_p == NULL || *st_p == NULL) return;
   sched_state *st = *st_p;
+  sched_admit_destroy_all(st);
   for (uint32_t i = 0; i < st->ntasks; i++) {
     sched_task_ext *ext = st->tasks[i].ext;
     if (st->tasks[i].state == TS_FREE || ext == NULL) continue;
@@ -138,10 +140,7 @@ void sched_state_destroy(sched_state **st_p)
   free(st->walk);
   for (uint32_t c = 0; c < st->nclients_slots; c++) {
     sched_idset_free(&st->clients[c].wants);
-    for (uint32_t p = 0; p < st->clients[c].npending; p++) {
-      for (uint32_t k = 0; k < st->clients[c].pending[p].nparts; k++) free(st->clients[c].pending[p].parts[k].bytes);
-      free(st->clients[c].pending[p].parts);
-    }
+    for (uint32_t p = 0; p < st->clients[c].npending; p++) sched_pending_free(&st->clients[c].pending[p]);
     free(st->clients[c].pending);
   }
   free(st->clients);
@@ -177,7 +176,7 @@ size_t sched_state_bytes(const sched_state *st)
 
 bool sched_state_shrink(sched_state *st)
 {
-  if (st->nlive != 0 || st->nwork != 0 || st->nready != 0 || st->nstack != 0) return false;
+  if (st->nlive != 0 || st->nwork != 0 || st->nready != 0 || st->nstack != 0 || st->adm_first != NULL) return false;
   free(st->tasks);
   st->tasks = NULL;
   st->ntasks = st->cap_tasks = 0;

@@ -264,12 +264,38 @@ typedef struct sched_pending_part {
   size_t len;
 } sched_pending_part;
 
+/* The tasks of a graph's parts, decoded as each part arrives
+ * (submit_decode.c). Strings borrow the kept part bytes; while parts are
+ * still arriving, `inputs` and `params` of a spec are offsets into refs
+ * and params (which move as they grow), turned into pointers by
+ * sched_decoded_resolve() at the last part. */
+typedef struct sched_decoded {
+  struct sched_task_spec *specs;
+  uint32_t nspecs, cap_specs;
+  struct sched_strref *refs;  /* every task's inputs */
+  uint32_t nrefs, cap_refs;
+  struct sched_strref *wants; /* the `wants` of every part */
+  uint32_t nwants, cap_wants;
+  bool wants_given;           /* some part had a `wants` array (else: the sinks) */
+  bool resolved;              /* offsets turned into pointers: no more parts */
+  msgpack_sbuffer params;     /* params maps, re-encoded */
+} sched_decoded;
+
 typedef struct sched_pending {
   uint64_t graph_id;
   sched_pending_part *parts;
   uint32_t nparts, cap;
   size_t bytes;
   bool resending;             /* parts marked `resend`: older parts were dropped */
+  int failed;                 /* a part was rejected: this code and `error` answer the last part */
+  char *error;
+  sched_decoded dec;          /* the tasks of parts [0, ndecoded) */
+  uint32_t ndecoded;
+  /* the part being decoded, a slice per loop iteration (submit_decode.c) */
+  msgpack_unpacked unp;
+  bool unp_live;
+  const msgpack_object *cur_tasks;
+  uint32_t cur_n, cur_next;
 } sched_pending;
 
 typedef struct sched_client {
@@ -410,6 +436,23 @@ typedef struct sched_state {
   char frame_key[41];         /* CURVE key of the frame being handled, "" none (security.c) */
   struct sched_dash *dash;    /* the dashboard's counters (dashboard.h), NULL when off */
   bool trim_wanted;           /* a graph or a client's parts were freed: trim the heap (loop.c) */
+
+  /* graphs being admitted a slice per loop iteration, first in first out
+   * (submit.c); the first one is in progress */
+  struct sched_admission *adm_first, *adm_last;
+  uint32_t *forget_later;     /* records kept while an admission runs (it may hold their ids) */
+  uint32_t nforget_later, cap_forget_later;
+  bool decode_wanted;         /* some client's kept parts are not decoded yet */
+  bool place_more;            /* the last placement pass stopped at its time budget */
+  uint64_t adm_slowest_us;    /* the longest admission step of the last sched_admit_run, and its phase */
+  const char *adm_slowest_phase;
+
+  /* the loop's own timing (loop.c, /metrics): iterations by duration */
+  uint64_t loop_iterations, loop_busy_us, loop_max_us;
+  uint64_t loop_hist[8];      /* <= 1, 5, 10, 50, 100, 500, 1000 ms, more */
+  char loop_max_what[96];     /* what the longest iteration spent its time on */
+  uint64_t slowest_msg_us;    /* this iteration's slowest message handler, and its op */
+  char slowest_msg_op[32];
 } sched_state;
 
 /* ---------- lifetime ---------- */

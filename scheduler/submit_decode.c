@@ -1,8 +1,10 @@
-/* Decoding the `tasks` and `wants` of one or more `submit` messages (the
- * parts of one graph) into task specs for sched_graph_add(). Specs borrow
- * the strings of the decoded messages; params maps are re-encoded, once,
- * into st->scratch and copied into the graph's arena on admission. Every
- * malformed task is reported as EPROTO naming the task. */
+/* Decoding the `tasks` and `wants` of the `submit` messages of one graph
+ * (its parts) into task specs for sched_graph_add(), one part at a time,
+ * as each arrives (sched_decode_part), so the last part costs no more
+ * than any other. Specs borrow the strings of the part bytes the caller
+ * keeps; params maps are re-encoded, once, into the decoded graph's own
+ * buffer and copied into the graph's arena on admission. Every malformed
+ * task is reported as EPROTO naming the task and its index in the graph. */
 #include "sched.h"
 
 #include <stdint.h>
@@ -36,20 +38,12 @@ static int check_params(const msgpack_object *p, tsr_errbuf *err)
   return 0;
 }
 
-typedef struct decode {
-  sched_state *st;
-  sched_task_spec *specs;
-  uint32_t nspecs;
-  sched_strref *refs;    /* inputs of all tasks, then wants */
-  uint64_t nrefs;
-  msgpack_packer pk;     /* params, into st->scratch */
-  tsr_errbuf *err;
-} decode;
-
-static int decode_task(decode *d, const msgpack_object *obj, uint32_t index)
+static int decode_task(sched_state *st, sched_decoded *d, msgpack_packer *pk, const msgpack_object *obj,
+                       tsr_errbuf *err)
 {
   tsr_errbuf inner;
-  sched_task_spec *s = &d->specs[d->nspecs];
+  uint32_t index = d->nspecs;
+  sched_task_spec *s = &d->specs[index];
   memset(s, 0, sizeof *s);
   const msgpack_object *inputs = NULL, *params = tsr_wire_field(obj, "params");
   size_t n = 0, len = 0;
@@ -69,102 +63,188 @@ static int decode_task(decode *d, const msgpack_object *obj, uint32_t index)
     else d->refs[d->nrefs++] = (sched_strref){str, (uint32_t)len};
   }
   if (rc != 0) {
-    if (s->key.len == 0) return tsr_fail(d->err, TSR_EPROTO, "task %u: %s", index, inner.text);
-    return tsr_fail(d->err, TSR_EPROTO, "task %u ('%.*s'): %s", index, (int)(s->key.len > 64 ? 64 : s->key.len),
+    if (s->key.len == 0) return tsr_fail(err, TSR_EPROTO, "task %u: %s", index, inner.text);
+    return tsr_fail(err, TSR_EPROTO, "task %u ('%.*s'): %s", index, (int)(s->key.len > 64 ? 64 : s->key.len),
                     s->key.s, inner.text);
   }
-  s->params = (const void *)(uintptr_t)d->st->scratch.size;
+  s->params = (const void *)(uintptr_t)d->params.size;
   if (params != NULL && params->type == MSGPACK_OBJECT_MAP && params->via.map.size > 0) {
-    size_t before = d->st->scratch.size;
-    if (msgpack_pack_object(&d->pk, *params) != 0) return tsr_fail(d->err, TSR_ENOMEM, "out of memory");
-    s->params_len = (uint32_t)(d->st->scratch.size - before);
+    size_t before = d->params.size;
+    if (msgpack_pack_object(pk, *params) != 0) return tsr_fail(err, TSR_ENOMEM, "out of memory");
+    s->params_len = (uint32_t)(d->params.size - before);
   }
-  if (sched_limits_check_task(d->st, s->key.len, s->params_len, &inner) != 0)
-    return tsr_fail(d->err, TSR_ELIMIT, "task %u ('%.*s'): %s", index, (int)(s->key.len > 64 ? 64 : s->key.len), s->key.s,
+  if (sched_limits_check_task(st, s->key.len, s->params_len, &inner) != 0)
+    return tsr_fail(err, TSR_ELIMIT, "task %u ('%.*s'): %s", index, (int)(s->key.len > 64 ? 64 : s->key.len), s->key.s,
                     inner.text);
   d->nspecs++;
   return 0;
 }
 
-/* Counts tasks and strings over all parts, so each array is allocated once. */
-static int count_parts(const msgpack_object *const *maps, uint32_t nmaps, uint64_t *ntasks_p, uint64_t *nrefs_p,
-                       bool *wants_p, tsr_errbuf *err)
+/* Room for one more part: its tasks, their inputs and its wants, so each
+ * array grows at most once per part. */
+static int reserve_part(sched_decoded *d, const msgpack_object *tasks, size_t n, size_t nw, tsr_errbuf *err)
 {
-  uint64_t ntasks = 0, nrefs = 0;
-  bool wants = false;
-  for (uint32_t m = 0; m < nmaps; m++) {
-    const msgpack_object *tasks, *w;
-    size_t n, nw;
-    int rc = tsr_wire_array(maps[m], "tasks", TSR_MAX_BATCH_TASKS, &tasks, &n, err);
-    if (rc == 0) rc = tsr_wire_opt_array(maps[m], "wants", TSR_MAX_BATCH_TASKS, &w, &nw, err);
-    if (rc != 0) return rc;
-    const msgpack_object *wf = tsr_wire_field(maps[m], "wants");
-    wants = wants || (wf != NULL && wf->type == MSGPACK_OBJECT_ARRAY);  /* nil means absent */
-    ntasks += n;
-    nrefs += nw;
-    for (size_t i = 0; i < n; i++) {
-      const msgpack_object *in = tsr_wire_field(&tasks[i], "inputs");
-      if (in != NULL && in->type == MSGPACK_OBJECT_ARRAY) nrefs += in->via.array.size;
-    }
+  uint64_t nrefs = 0;
+  for (size_t i = 0; i < n; i++) {
+    const msgpack_object *in = tsr_wire_field(&tasks[i], "inputs");
+    if (in != NULL && in->type == MSGPACK_OBJECT_ARRAY) nrefs += in->via.array.size;
   }
-  if (ntasks > UINT32_MAX / 2) return tsr_fail(err, TSR_ELIMIT, "a graph of %llu tasks is too large", (unsigned long long)ntasks);
-  *ntasks_p = ntasks;
-  *nrefs_p = nrefs;
-  *wants_p = wants;
+  if ((uint64_t)d->nspecs + n > UINT32_MAX / 2 || (uint64_t)d->nrefs + nrefs > UINT32_MAX / 2 ||
+      (uint64_t)d->nwants + nw > UINT32_MAX / 2)
+    return tsr_fail(err, TSR_ELIMIT, "a graph of more than %u tasks or inputs is too large", UINT32_MAX / 2);
+  if (sched_grow((void **)&d->specs, &d->cap_specs, d->nspecs + (uint32_t)n + 1, sizeof *d->specs) != 0 ||
+      sched_grow((void **)&d->refs, &d->cap_refs, d->nrefs + (uint32_t)nrefs + 1, sizeof *d->refs) != 0 ||
+      sched_grow((void **)&d->wants, &d->cap_wants, d->nwants + (uint32_t)nw + 1, sizeof *d->wants) != 0)
+    return tsr_fail(err, TSR_ENOMEM, "out of memory decoding a graph of %u tasks", d->nspecs + (uint32_t)n);
   return 0;
 }
 
-static int decode_wants(decode *d, const msgpack_object *map)
+static int decode_wants(sched_decoded *d, const msgpack_object *w, size_t nw, tsr_errbuf *err)
 {
-  const msgpack_object *w;
-  size_t nw, len;
-  int rc = tsr_wire_opt_array(map, "wants", TSR_MAX_BATCH_TASKS, &w, &nw, d->err);
-  for (size_t i = 0; rc == 0 && i < nw; i++) {
+  size_t len;
+  for (size_t i = 0; i < nw; i++) {
     const char *s;
     if (tsr_obj_str(&w[i], TSR_MAX_KEY_LEN, &s, &len, NULL) != 0)
-      return tsr_fail(d->err, TSR_EPROTO, "field 'wants' must hold key strings of at most %d bytes", TSR_MAX_KEY_LEN);
-    d->refs[d->nrefs++] = (sched_strref){s, (uint32_t)len};
+      return tsr_fail(err, TSR_EPROTO, "field 'wants' must hold key strings of at most %d bytes", TSR_MAX_KEY_LEN);
+    d->wants[d->nwants++] = (sched_strref){s, (uint32_t)len};
   }
+  return 0;
+}
+
+/* Checks a part's arrays and makes room for them; *tasks_p, *n_p: its tasks. */
+static int part_begin(sched_decoded *d, const msgpack_object *map, const msgpack_object **tasks_p, size_t *n_p,
+                      tsr_errbuf *err)
+{
+  const msgpack_object *w;
+  size_t nw;
+  int rc = tsr_wire_array(map, "tasks", TSR_MAX_BATCH_TASKS, tasks_p, n_p, err);
+  if (rc == 0) rc = tsr_wire_opt_array(map, "wants", TSR_MAX_BATCH_TASKS, &w, &nw, err);
+  if (rc == 0) rc = reserve_part(d, *tasks_p, *n_p, nw, err);
+  const msgpack_object *wf = tsr_wire_field(map, "wants");
+  d->wants_given = d->wants_given || (wf != NULL && wf->type == MSGPACK_OBJECT_ARRAY);  /* nil means absent */
   return rc;
+}
+
+static int part_end(sched_decoded *d, const msgpack_object *map, tsr_errbuf *err)
+{
+  const msgpack_object *w;
+  size_t nw;
+  int rc = tsr_wire_opt_array(map, "wants", TSR_MAX_BATCH_TASKS, &w, &nw, err);
+  return rc == 0 ? decode_wants(d, w, nw, err) : rc;
+}
+
+int sched_decode_part(sched_state *st, sched_decoded *d, const msgpack_object *map, tsr_errbuf *err)
+{
+  const msgpack_object *tasks;
+  size_t n;
+  int rc = part_begin(d, map, &tasks, &n, err);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &d->params, msgpack_sbuffer_write);
+  for (size_t i = 0; rc == 0 && i < n; i++) rc = decode_task(st, d, &pk, &tasks[i], err);
+  return rc == 0 ? part_end(d, map, err) : rc;
+}
+
+/* Opens kept part k of pd for decoding: unpacked from its bytes (which its
+ * strings then borrow), its arrays checked and room made. */
+static int open_part(sched_pending *pd, uint32_t k, tsr_errbuf *err)
+{
+  size_t off = 0;
+  msgpack_unpacked_init(&pd->unp);
+  pd->unp_live = true;
+  /* these bytes passed tsr_wire_validate when they arrived */
+  if (msgpack_unpack_next(&pd->unp, pd->parts[k].bytes, pd->parts[k].len, &off) != MSGPACK_UNPACK_SUCCESS)
+    return tsr_fail(err, TSR_EINTERNAL, "part %u of graph %llu cannot be decoded again", k, (unsigned long long)pd->graph_id);
+  size_t n = 0;
+  int rc = part_begin(&pd->dec, &pd->unp.data, &pd->cur_tasks, &n, err);
+  pd->cur_n = (uint32_t)n;
+  pd->cur_next = 0;
+  return rc;
+}
+
+static void close_part(sched_pending *pd)
+{
+  if (pd->unp_live) msgpack_unpacked_destroy(&pd->unp);
+  pd->unp_live = false;
+}
+
+int sched_pending_decode(sched_state *st, sched_pending *pd, uint32_t client, uint32_t budget, tsr_errbuf *err)
+{
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &pd->dec.params, msgpack_sbuffer_write);
+  uint32_t done = 0;
+  int rc = 0;
+  while (rc == 0 && pd->ndecoded < pd->nparts && done < budget) {
+    if (!pd->unp_live && (rc = open_part(pd, pd->ndecoded, err)) != 0) break;
+    uint32_t stop = pd->cur_n - pd->cur_next > budget - done ? pd->cur_next + (budget - done) : pd->cur_n;
+    /* a task costs 1 + its inputs (a fan-in's 100,000 are the bulk) */
+    for (; rc == 0 && pd->cur_next < stop && done < budget; pd->cur_next++) {
+      rc = decode_task(st, &pd->dec, &pk, &pd->cur_tasks[pd->cur_next], err);
+      done += 1 + (rc == 0 ? pd->dec.specs[pd->dec.nspecs - 1].ninputs : 0);
+    }
+    if (rc != 0 || pd->cur_next < pd->cur_n) break;
+    rc = part_end(&pd->dec, &pd->unp.data, err);
+    if (rc == 0) rc = sched_limits_check_graph(st, client, pd->graph_id, pd->dec.nspecs, err);
+    close_part(pd);
+    pd->ndecoded++;
+    done++;  /* an empty part still counts */
+  }
+  if (rc != 0) close_part(pd);
+  return rc;
+}
+
+void sched_decoded_resolve(sched_decoded *d)
+{
+  if (d->resolved) return;
+  d->resolved = true;
+  for (uint32_t i = 0; i < d->nspecs; i++) {
+    d->specs[i].inputs = d->refs + (uintptr_t)d->specs[i].inputs;
+    d->specs[i].params = d->specs[i].params_len ? d->params.data + (uintptr_t)d->specs[i].params : NULL;
+  }
+}
+
+void sched_decoded_free(sched_decoded *d)
+{
+  free(d->specs);
+  free(d->refs);
+  free(d->wants);
+  msgpack_sbuffer_destroy(&d->params);
+  memset(d, 0, sizeof *d);
+}
+
+void sched_pending_fail(sched_pending *pd, int rc, const char *text)
+{
+  close_part(pd);
+  for (uint32_t k = 0; k < pd->nparts; k++) free(pd->parts[k].bytes);
+  pd->nparts = pd->ndecoded = 0;
+  sched_decoded_free(&pd->dec);
+  free(pd->error);
+  pd->failed = rc;
+  pd->error = strdup(text);
+}
+
+void sched_pending_free(sched_pending *pd)
+{
+  close_part(pd);
+  for (uint32_t k = 0; k < pd->nparts; k++) free(pd->parts[k].bytes);
+  free(pd->parts);
+  free(pd->error);
+  sched_decoded_free(&pd->dec);
+  memset(pd, 0, sizeof *pd);
 }
 
 int sched_submit_maps(sched_state *st, uint32_t client, uint64_t graph_id, const msgpack_object *const *maps,
                       uint32_t nmaps, tsr_errbuf *err)
 {
-  uint64_t ntasks = 0, nrefs = 0;
-  bool wants_given = false;
-  int rc = count_parts(maps, nmaps, &ntasks, &nrefs, &wants_given, err);
-  if (rc == 0) rc = sched_limits_check_graph(st, client, graph_id, ntasks, err);
-  if (rc != 0) return rc;
-  decode d = {.st = st, .err = err};
-  d.specs = malloc((size_t)(ntasks ? ntasks : 1) * sizeof *d.specs);
-  d.refs = malloc((size_t)(nrefs ? nrefs : 1) * sizeof *d.refs);
-  st->scratch.size = 0;
-  msgpack_packer_init(&d.pk, &st->scratch, msgpack_sbuffer_write);
-  if (d.specs == NULL || d.refs == NULL) rc = tsr_fail(err, TSR_ENOMEM, "out of memory decoding graph %llu", (unsigned long long)graph_id);
-  for (uint32_t m = 0; rc == 0 && m < nmaps; m++) {
-    const msgpack_object *tasks;
-    size_t n;
-    tsr_wire_array(maps[m], "tasks", TSR_MAX_BATCH_TASKS, &tasks, &n, NULL);
-    for (size_t i = 0; rc == 0 && i < n; i++) rc = decode_task(&d, &tasks[i], d.nspecs);
-  }
-  uint64_t want_start = d.nrefs;
-  for (uint32_t m = 0; rc == 0 && m < nmaps; m++) rc = decode_wants(&d, maps[m]);
+  sched_decoded d;
+  memset(&d, 0, sizeof d);
+  msgpack_sbuffer_init(&d.params);
+  int rc = 0;
+  for (uint32_t m = 0; rc == 0 && m < nmaps; m++) rc = sched_decode_part(st, &d, maps[m], err);
+  if (rc == 0) rc = sched_limits_check_graph(st, client, graph_id, d.nspecs, err);
   if (rc == 0) {
-    /* scratch and refs are complete: turn offsets into pointers */
-    for (uint32_t i = 0; i < d.nspecs; i++) {
-      d.specs[i].inputs = d.refs + (uintptr_t)d.specs[i].inputs;
-      d.specs[i].params = d.specs[i].params_len ? st->scratch.data + (uintptr_t)d.specs[i].params : NULL;
-    }
-    rc = sched_graph_add(st, client, graph_id, d.specs, d.nspecs, wants_given ? d.refs + want_start : NULL,
-                         (uint32_t)(d.nrefs - want_start), err);
+    sched_decoded_resolve(&d);
+    rc = sched_graph_add(st, client, graph_id, d.specs, d.nspecs, d.wants_given ? d.wants : NULL, d.nwants, err);
   }
-  free(d.specs);
-  free(d.refs);
-  if (st->scratch.alloc > (64u << 20)) {
-    /* a huge graph's params: give the memory back */
-    msgpack_sbuffer_destroy(&st->scratch);
-    msgpack_sbuffer_init(&st->scratch);
-  }
+  sched_decoded_free(&d);
   return rc;
 }

@@ -396,10 +396,10 @@ static void examine(sched_state *st, uint32_t id)
       return;
     }
     undefer(st, id);
-    if (sched_forgettable(t)) forget(st, id);
+    if (sched_forgettable(t) && sched_admit_may_forget(st, id)) forget(st, id);
     return;
   case TS_ERRED:
-    if (sched_forgettable(t)) forget(st, id);
+    if (sched_forgettable(t) && sched_admit_may_forget(st, id)) forget(st, id);
     return;
   default: return;
   }
