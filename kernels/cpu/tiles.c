@@ -147,9 +147,10 @@ static int stats_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta 
   int rc = rgb_input("tile_stats", in, n, err);
   int64_t th, tw;
   if (rc == 0) rc = tsr_k_tile_size(p, &in[0], &th, &tw, err);
+  if (rc != 0) return rc;
   int64_t shape[3] = {(in[0].shape[0] + th - 1) / th, (in[0].shape[1] + tw - 1) / tw, TSR_K_TS_N};
-  if (rc == 0) tsr_k_meta_set(out, TSR_F64, 3, shape);
-  return rc;
+  tsr_k_meta_set(out, TSR_F64, 3, shape);
+  return 0;
 }
 
 static int stats_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
