@@ -23,10 +23,11 @@ TSR_API const char *tsr_tile_stat_name(tsr_tile_stat stat)
   return stat >= 0 && stat < TSR_TILE_NSTATS ? stat_names[stat] : "?";
 }
 
-/* img cut to the tile grid (drop_partial) and chunked by tile x tile x 3.
- * *grid_p is img itself or a new array the caller frees. */
-int gtile_grid(tsr_array_ctx *ctx, const tsr_array *img, const tsr_tile_opts *o, const char *what,
-                     tsr_array **grid_p)
+/* img cut to the tile grid (drop_partial) and chunked by tile x tile x 3,
+ * or, with regions, kept in chunks that are whole multiples of the tile.
+ * *grid_p is a new array the caller frees. */
+int gtile_grid(tsr_array_ctx *ctx, const tsr_array *img, const tsr_tile_opts *o, const char *what, bool regions,
+               tsr_array **grid_p)
 {
   if (img->dtype != TSR_U8 || img->ndim != 3 || img->shape[2] != 3)
     return client_fail(TSR_ESHAPE, "%s: the image must be u8 [H, W, 3]", what);
@@ -44,7 +45,9 @@ int gtile_grid(tsr_array_ctx *ctx, const tsr_array *img, const tsr_tile_opts *o,
     rc = tsr_slice(ctx, img, start, stop, &sliced);
     cut = sliced;
   }
-  if (rc == 0 && (cut->chunk[0] != o->tile || cut->chunk[1] != o->tile || cut->chunk[2] != 3)) {
+  bool keep = cut->chunk[2] == 3 && (regions ? cut->chunk[0] % o->tile == 0 && cut->chunk[1] % o->tile == 0
+                                             : cut->chunk[0] == o->tile && cut->chunk[1] == o->tile);
+  if (rc == 0 && !keep) {
     int64_t chunks[3] = {o->tile, o->tile, 3};
     rc = tsr_rechunk(ctx, cut, chunks, &re);
   } else if (rc == 0) {
@@ -55,50 +58,13 @@ int gtile_grid(tsr_array_ctx *ctx, const tsr_array *img, const tsr_tile_opts *o,
   return rc;
 }
 
-/* out = op(grid chunk) for every tile, out chunked per tile. */
-static int per_tile(tsr_array_ctx *ctx, const tsr_array *grid, const char *label, const char *op,
-                    const tsr_args *args, tsr_dtype dtype, const int64_t *tail, tsr_array **out_p)
+/* Statistics of every tile of a grid whose chunks are regions of whole
+ * tiles (one tile or many): one tile_stats task a chunk (param tile), its
+ * block of the output [H/t, W/t, N]. */
+static int region_stats(tsr_array_ctx *ctx, const tsr_array *grid, int64_t t, tsr_array **out_p)
 {
-  int64_t shape[3] = {grid->nchunks[0], grid->nchunks[1], tail[0]}, chunks[3] = {1, 1, tail[0]};
-  int ndim = tail[0] > 0 ? 3 : 2;
-  tsr_array *out = NULL;
-  int rc = garray_new(ctx, label, dtype, ndim, shape, chunks, &out);
-  for (size_t b = 0; rc == 0 && b < out->nblocks; b++) {
-    int64_t idx[3];
-    garray_index(out, b, idx);
-    idx[2] = 0;
-    const char *in = grid->keys[garray_block(grid, idx)];
-    rc = gtask_add(ctx, out->keys[b], op, args, &in, 1);
-  }
-  if (rc != 0) tsr_array_free(ctx, &out);
-  if (rc == 0) *out_p = out;
-  return rc;
-}
-
-/* img cut to the tile grid (drop_partial) when its chunks are regions of
- * whole tiles (both sides multiples of the tile, at least one larger):
- * *cut_p then is img itself or a slice the caller frees; else NULL. */
-static int region_grid(tsr_array_ctx *ctx, const tsr_array *img, const tsr_tile_opts *o, tsr_array **cut_p)
-{
-  *cut_p = NULL;
-  int64_t t = o->tile;
-  if (img->dtype != TSR_U8 || img->ndim != 3 || img->shape[2] != 3 || t < 1 || img->chunk[2] != 3 ||
-      img->chunk[0] % t != 0 || img->chunk[1] % t != 0 || (img->chunk[0] == t && img->chunk[1] == t))
-    return 0;
-  int64_t h = img->shape[0], w = img->shape[1];
-  if (o->drop_partial) h -= h % t, w -= w % t;
-  if (h == 0 || w == 0) return 0;  /* gtile_grid names the problem */
-  int64_t start[3] = {0, 0, 0}, stop[3] = {h, w, 3};
-  if (h == img->shape[0] && w == img->shape[1]) return garray_view(ctx, "tilegrid", img, cut_p);
-  return tsr_slice(ctx, img, start, stop, cut_p);
-}
-
-/* Statistics of every tile of a region-chunked image: one tile_stats task
- * a region (param tile), its block of the output [H/t, W/t, N]. */
-static int region_stats(tsr_array_ctx *ctx, const tsr_array *cut, int64_t t, tsr_array **out_p)
-{
-  int64_t shape[3] = {(cut->shape[0] + t - 1) / t, (cut->shape[1] + t - 1) / t, TSR_TILE_NSTATS};
-  int64_t chunks[3] = {cut->chunk[0] / t, cut->chunk[1] / t, TSR_TILE_NSTATS};
+  int64_t shape[3] = {(grid->shape[0] + t - 1) / t, (grid->shape[1] + t - 1) / t, TSR_TILE_NSTATS};
+  int64_t chunks[3] = {grid->chunk[0] / t, grid->chunk[1] / t, TSR_TILE_NSTATS};
   tsr_array *out = NULL;
   tsr_args *args = NULL;
   int rc = garray_new(ctx, "tilestats", TSR_F64, 3, shape, chunks, &out);
@@ -107,7 +73,7 @@ static int region_stats(tsr_array_ctx *ctx, const tsr_array *cut, int64_t t, tsr
   for (size_t b = 0; rc == 0 && b < out->nblocks; b++) {
     int64_t idx[3];
     garray_index(out, b, idx);
-    const char *in = cut->keys[garray_block(cut, idx)];
+    const char *in = grid->keys[garray_block(grid, idx)];
     rc = gtask_add(ctx, out->keys[b], "tile_stats", args, &in, 1);
   }
   tsr_args_destroy(&args);
@@ -121,16 +87,8 @@ TSR_API int tsr_tile_stats(tsr_array_ctx *ctx, const tsr_array *img, const tsr_t
   if (ctx == NULL || img == NULL || stats_p == NULL) return client_fail(TSR_EINVAL, "tile_stats: NULL argument");
   tsr_tile_opts o = opts != NULL ? *opts : (tsr_tile_opts)TSR_TILE_OPTS_DEFAULT;
   tsr_array *grid = NULL;
-  int rc = region_grid(ctx, img, &o, &grid);
-  if (rc == 0 && grid != NULL && grid->chunk[0] % o.tile == 0 && grid->chunk[1] % o.tile == 0) {
-    rc = region_stats(ctx, grid, o.tile, stats_p);
-    tsr_array_free(ctx, &grid);
-    return rc;
-  }
-  tsr_array_free(ctx, &grid);
-  if (rc == 0) rc = gtile_grid(ctx, img, &o, "tile_stats", &grid);
-  int64_t tail[1] = {TSR_TILE_NSTATS};
-  if (rc == 0) rc = per_tile(ctx, grid, "tilestats", "tile_stats", NULL, TSR_F64, tail, stats_p);
+  int rc = gtile_grid(ctx, img, &o, "tile_stats", true, &grid);
+  if (rc == 0) rc = region_stats(ctx, grid, o.tile, stats_p);
   tsr_array_free(ctx, &grid);
   return rc;
 }
@@ -144,7 +102,7 @@ TSR_API int tsr_tile_thumb(tsr_array_ctx *ctx, const tsr_array *img, const tsr_t
     return client_fail(TSR_EINVAL, "tile_thumb: factor %lld must divide the tile (%lld)", (long long)factor,
                        (long long)o.tile);
   tsr_array *grid = NULL, *out = NULL;
-  int rc = gtile_grid(ctx, img, &o, "tile_thumb", &grid);
+  int rc = gtile_grid(ctx, img, &o, "tile_thumb", false, &grid);
   int64_t shape[3], chunks[3] = {o.tile / factor, o.tile / factor, 3};
   if (rc == 0) {
     shape[0] = (grid->shape[0] + factor - 1) / factor, shape[1] = (grid->shape[1] + factor - 1) / factor;

@@ -147,7 +147,7 @@ TSR_API int tsr_tile_map(tsr_array_ctx *ctx, const tsr_array *img, const tsr_til
   tsr_tile_opts o = opts != NULL ? *opts : (tsr_tile_opts)TSR_TILE_OPTS_DEFAULT;
   tsr_array *grid = NULL, *out = NULL;
   tsr_args *args = NULL;
-  int rc = gtile_grid(ctx, img, &o, "tile_map", &grid);
+  int rc = gtile_grid(ctx, img, &o, "tile_map", false, &grid);
   if (rc == 0) rc = map_args(params, dim, &args);
   if (rc == 0) {
     int64_t shape[3] = {grid->nchunks[0], grid->nchunks[1], dim}, chunks[3] = {1, 1, dim};

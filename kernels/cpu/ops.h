@@ -368,7 +368,7 @@ enum {
 /* The statistics of n RGB pixels (tile_stats without the op around it);
  * gray_scratch holds n doubles. */
 void tsr_k_tile_stats(const uint8_t *px, size_t n, double *gray_scratch, double out[TSR_K_TS_N]);
-/* tile_stats's sub-tile: th x tw from its param `tile`, or the chunk's
+/* tile_stats's sub-tile: th x tw from its param `tile` (at most the chunk's sides), or the chunk's
  * whole in's h x w without it; 0 or a named error. */
 int tsr_k_tile_size(const tsr_params *p, const tsr_meta *in, int64_t *th_p, int64_t *tw_p, tsr_errbuf *err);
 

@@ -129,7 +129,8 @@ static int rgb_input(const char *op, const tsr_meta *in, int n, tsr_errbuf *err)
   return 0;
 }
 
-/* The sub-tile size: the param `tile`, or the whole chunk without it. */
+/* The sub-tile size: the param `tile` (at most the chunk's sides), or the
+ * whole chunk without it. */
 int tsr_k_tile_size(const tsr_params *p, const tsr_meta *in, int64_t *th_p, int64_t *tw_p, tsr_errbuf *err)
 {
   *th_p = in->shape[0], *tw_p = in->shape[1];
@@ -138,7 +139,9 @@ int tsr_k_tile_size(const tsr_params *p, const tsr_meta *in, int64_t *th_p, int6
   int rc = tsr_params_get_int(p, "tile", &t, err);
   if (rc != 0) return tsr_k_param_fail("tile_stats", rc, err);
   if (t < 1) return tsr_fail(err, TSR_EINVAL, "tile_stats: tile (%lld) must be >= 1", (long long)t);
-  *th_p = t, *tw_p = t;
+  /* a tile past the chunk's edge is the chunk (and no overflow sizing it) */
+  if (t < *th_p) *th_p = t;
+  if (t < *tw_p) *tw_p = t;
   return 0;
 }
 
@@ -159,9 +162,10 @@ static int stats_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out
   int64_t h = in[0].meta.shape[0], w = in[0].meta.shape[1], th, tw;
   int rc = tsr_k_tile_size(p, &in[0].meta, &th, &tw, err);
   if (rc != 0) return rc;
+  bool whole = th == h && tw == w;  /* one tile: its pixels are already side by side */
   double *gray = malloc((size_t)(th * tw) * sizeof *gray);
-  uint8_t *tile = th == h && tw == w ? NULL : malloc((size_t)(th * tw * 3));
-  if (gray == NULL || (tile == NULL && !(th == h && tw == w))) {
+  uint8_t *tile = whole ? NULL : malloc((size_t)(th * tw * 3));
+  if (gray == NULL || (!whole && tile == NULL)) {
     free(gray), free(tile);
     return tsr_fail(err, TSR_ENOMEM, "tile_stats: out of memory");
   }
@@ -170,14 +174,10 @@ static int stats_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out
   for (int64_t y = 0; y < h; y += th)
     for (int64_t x = 0; x < w; x += tw, o += TSR_K_TS_N) {
       int64_t rows = h - y < th ? h - y : th, cols = w - x < tw ? w - x : tw;
-      if (tile == NULL) {
-        tsr_k_tile_stats(px, (size_t)(rows * cols), gray, o);
-        continue;
-      }
       /* the tile's rows side by side, as a chunk of it alone holds them */
-      for (int64_t r = 0; r < rows; r++)
+      for (int64_t r = 0; !whole && r < rows; r++)
         memcpy(tile + r * cols * 3, px + ((y + r) * w + x) * 3, (size_t)(cols * 3));
-      tsr_k_tile_stats(tile, (size_t)(rows * cols), gray, o);
+      tsr_k_tile_stats(whole ? px : tile, (size_t)(rows * cols), gray, o);
     }
   free(gray), free(tile);
   return 0;

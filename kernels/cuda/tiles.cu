@@ -307,17 +307,31 @@ static __device__ double gray_of(unsigned r, unsigned g, unsigned b)
   return 0.299 * r + 0.587 * g + 0.114 * b;
 }
 
+/* A thread's walk over a sub-tile's pixels i = first, first + step, ...
+ * in the order a chunk of that tile alone has (row i / cols, column
+ * i % cols), the position kept by additions: no division per pixel. */
+struct px_walk {
+  const uint8_t *base;
+  int64_t w, cols, row, col;
+  __device__ px_walk(const uint8_t *b, int64_t width, int64_t c, int64_t first)
+      : base(b), w(width), cols(c), row(first / c), col(first % c) {}
+  __device__ const uint8_t *at() const { return base + (row * w + col) * 3; }
+  __device__ void next(int64_t step)
+  {
+    for (col += step; col >= cols; col -= cols) row++;  /* one pass when cols >= step */
+  }
+};
+
 /* Block (blockIdx.x, blockIdx.y) takes sub-tile (x, y) of the h x w chunk
- * (th x tw, smaller at the edges; output row-major over the sub-tiles).
- * Pixel i of the sub-tile is its row i / cols, column i % cols: the order
- * a chunk of that tile alone has, so the sums run in the same order. */
+ * (th x tw, smaller at the edges; output row-major over the sub-tiles),
+ * its pixels in a chunk of that tile alone's order, so the sums run in the
+ * same order. */
 __global__ void k_tile_stats(const uint8_t *chunk, int64_t h, int64_t w, int64_t th, int64_t tw, double *out_all)
 {
   int64_t y0 = (int64_t)blockIdx.y * th, x0 = (int64_t)blockIdx.x * tw;
   int64_t rows = h - y0 < th ? h - y0 : th, cols = w - x0 < tw ? w - x0 : tw, n = rows * cols;
   double *out = out_all + ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * TSR_K_TS_N;
   const uint8_t *base = chunk + (y0 * w + x0) * 3;
-#define px_at(i) (base + (((i) / cols) * w + (i) % cols) * 3)
   __shared__ unsigned hist[256];
   __shared__ double dsum[STATS_THREADS];
   __shared__ unsigned long long usum[STATS_THREADS];
@@ -325,8 +339,9 @@ __global__ void k_tile_stats(const uint8_t *chunk, int64_t h, int64_t w, int64_t
   __syncthreads();
   unsigned long long rgb[3] = {0, 0, 0}, bg = 0;
   double gsum = 0, ssum = 0;
-  for (int64_t i = threadIdx.x; i < n; i += STATS_THREADS) {
-    const uint8_t *q = px_at(i);
+  px_walk p(base, w, cols, threadIdx.x);
+  for (int64_t i = threadIdx.x; i < n; i += STATS_THREADS, p.next(STATS_THREADS)) {
+    const uint8_t *q = p.at();
     unsigned r = q[0], g = q[1], b = q[2];
     atomicAdd(&hist[(19595u * r + 38470u * g + 7471u * b + 32768u) >> 16], 1u);
     rgb[0] += r, rgb[1] += g, rgb[2] += b;
@@ -339,8 +354,9 @@ __global__ void k_tile_stats(const uint8_t *chunk, int64_t h, int64_t w, int64_t
   unsigned long long nbg = block_sum(bg, usum);
   double sum_gray = block_sum(gsum, dsum), sum_sat = block_sum(ssum, dsum);
   double dn = (double)n, mean = sum_gray / dn, ss = 0;
-  for (int64_t i = threadIdx.x; i < n; i += STATS_THREADS) {
-    const uint8_t *q = px_at(i);
+  px_walk p2(base, w, cols, threadIdx.x);
+  for (int64_t i = threadIdx.x; i < n; i += STATS_THREADS, p2.next(STATS_THREADS)) {
+    const uint8_t *q = p2.at();
     double d = gray_of(q[0], q[1], q[2]) - mean;
     ss += d * d;
   }
@@ -361,7 +377,6 @@ __global__ void k_tile_stats(const uint8_t *chunk, int64_t h, int64_t w, int64_t
   out[TSR_K_TS_MEAN_SAT] = sum_sat / dn;
   out[TSR_K_TS_FRAC_BG] = (double)nbg / dn;
   out[TSR_K_TS_PIXELS] = dn;
-#undef px_at
 }
 
 extern "C" int tsr_cuda_tile_stats(const tsr_params *p, const tsr_buf *in, int n_in, tsr_buf *out,

@@ -267,6 +267,25 @@ static bool fetched_ok(int rc, const tsr_xfer_data *out, const unsigned char *wa
   return rc == 0 && out->nbytes == BIG_BYTES && memcmp(out->data, want, BIG_BYTES) == 0;
 }
 
+/* A UCX server and one connection to it, for the pool tests. */
+static int pool_session_open(served *s, tsr_xfer_conn **conn, tsr_errbuf *err)
+{
+  *conn = NULL;
+  int rc = serve_start(s, TSR_TRANSPORT_UCX, err);
+  tsr_xfer_set_fetch_transport(TSR_TRANSPORT_UCX);
+  return rc != 0 ? rc : tsr_xfer_open(zctx, tsr_xfer_server_address(s->srv), conn, err);
+}
+
+/* Closes both, then what a worker does at shutdown (trim, which waits for
+ * a spare still being made), and puts the pool's defaults back. */
+static void pool_session_close(served *s, tsr_xfer_conn **conn)
+{
+  tsr_xfer_close(conn);
+  serve_stop(s);
+  tsr_xfer_pool_trim();
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, false);
+}
+
 TEST(ucx_pool_reuses_a_released_buffer_and_trim_unmaps_it)
 {
   tsr_xfer_pool_trim();
@@ -275,10 +294,8 @@ TEST(ucx_pool_reuses_a_released_buffer_and_trim_unmaps_it)
   tsr_xfer_pool_get_stats(&st0);
   served s;
   tsr_errbuf err = {{0}};
-  ASSERT_OK(serve_start(&s, TSR_TRANSPORT_UCX, &err));
-  tsr_xfer_set_fetch_transport(TSR_TRANSPORT_UCX);
   tsr_xfer_conn *conn = NULL;
-  ASSERT_OK(tsr_xfer_open(zctx, tsr_xfer_server_address(s.srv), &conn, &err));
+  ASSERT_OK(pool_session_open(&s, &conn, &err));
   tsr_chunk_header hdr;
   tsr_xfer_data a = {0}, b = {0}, c = {0};
   int rc_a = tsr_xfer_get(conn, "big", 10000, &hdr, &a, &err);
@@ -297,10 +314,7 @@ TEST(ucx_pool_reuses_a_released_buffer_and_trim_unmaps_it)
   tsr_xfer_data_release(&c);
   tsr_xfer_pool_get_stats(&st2);
   bool mapped_before = is_mapped(first) && is_mapped(second);
-  tsr_xfer_close(&conn);
-  serve_stop(&s);
-  tsr_xfer_pool_trim();   /* what a worker does at shutdown */
-  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, false);
+  pool_session_close(&s, &conn);
   tsr_xfer_pool_get_stats(&st3);
   ASSERT_TRUE(ok_a && ok_b && ok_c);
   ASSERT_TRUE(pooled_a);
@@ -324,10 +338,8 @@ TEST(ucx_pool_chunk_bigger_than_its_class_and_idle_limit)
   tsr_xfer_pool_trim();
   served s;
   tsr_errbuf err = {{0}};
-  ASSERT_OK(serve_start(&s, TSR_TRANSPORT_UCX, &err));
-  tsr_xfer_set_fetch_transport(TSR_TRANSPORT_UCX);
   tsr_xfer_conn *conn = NULL;
-  ASSERT_OK(tsr_xfer_open(zctx, tsr_xfer_server_address(s.srv), &conn, &err));
+  ASSERT_OK(pool_session_open(&s, &conn, &err));
   tsr_chunk_header hdr;
   tsr_xfer_data a = {0}, b = {0};
   tsr_xfer_pool_stats st0, st1, st2;
@@ -348,10 +360,7 @@ TEST(ucx_pool_chunk_bigger_than_its_class_and_idle_limit)
   tsr_xfer_data_release(&b);
   tsr_xfer_pool_get_stats(&st2);
   bool second_mapped = is_mapped(second);
-  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, false);
-  tsr_xfer_close(&conn);
-  serve_stop(&s);
-  tsr_xfer_pool_trim();
+  pool_session_close(&s, &conn);
   ASSERT_TRUE(ok_big);
   ASSERT_EQ(st1.unpooled - st0.unpooled, 1u);
   ASSERT_EQ(st1.idle_buffers, 0u);
@@ -382,10 +391,8 @@ TEST(ucx_pool_makes_a_spare_so_the_next_chunk_finds_a_buffer_while_one_is_held)
   tsr_xfer_pool_get_stats(&st0);
   served s;
   tsr_errbuf err = {{0}};
-  ASSERT_OK(serve_start(&s, TSR_TRANSPORT_UCX, &err));
-  tsr_xfer_set_fetch_transport(TSR_TRANSPORT_UCX);
   tsr_xfer_conn *conn = NULL;
-  ASSERT_OK(tsr_xfer_open(zctx, tsr_xfer_server_address(s.srv), &conn, &err));
+  ASSERT_OK(pool_session_open(&s, &conn, &err));
   tsr_chunk_header hdr;
   tsr_xfer_data a = {0}, b = {0};
   int rc_a = tsr_xfer_get(conn, "big", 10000, &hdr, &a, &err);
@@ -396,10 +403,7 @@ TEST(ucx_pool_makes_a_spare_so_the_next_chunk_finds_a_buffer_while_one_is_held)
   bool ok = fetched_ok(rc_a, &a, s.big) && fetched_ok(rc_b, &b, s.big2) && a.data != b.data;
   tsr_xfer_data_release(&a);
   tsr_xfer_data_release(&b);
-  tsr_xfer_close(&conn);
-  serve_stop(&s);
-  tsr_xfer_pool_trim();   /* waits for a spare still being made */
-  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, false);
+  pool_session_close(&s, &conn);
   tsr_xfer_pool_get_stats(&st2);
   ASSERT_TRUE(ok);
   ASSERT_TRUE(spare_made);
