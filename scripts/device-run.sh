@@ -44,7 +44,7 @@ if [ $build = 1 ]; then
   cmake --build build-device -j"$(nproc)" --target "${targets[@]}" >>$log 2>&1 \
     || { grep -E "error|Error" $log | head -30; exit 1; }
 fi
-bins=(tessera tessera-scheduler tessera-worker test_gpu test_gpu_cli test_kernels_cuda tsr-svd tsr-svd-gpu tsr-memory-svd tsr-pca tsr-gen-bed tsr-cluster test_gpu_cluster tsr-knn-time test_tiles_cuda tsr-tiles tsr-gen-slide)
+bins=(tessera tessera-scheduler tessera-worker test_gpu test_gpu_cli test_kernels_cuda tsr-svd tsr-svd-gpu tsr-memory-svd tsr-pca tsr-gen-bed tsr-cluster test_gpu_cluster tsr-knn-time test_tiles_cuda tsr-tiles tsr-gen-slide test_gpu_xfer)
 for b in "${bins[@]}"; do [ -x build-device/bin/$b ] || { echo "device-run.sh: build-device/bin/$b missing" >&2; exit 1; }; done
 # grep reads all of ldd: with -q it stops early and pipefail reads ldd's SIGPIPE as "no CUDA"
 if ! ldd build-device/bin/tessera-worker | grep libcudart >/dev/null; then
@@ -99,6 +99,17 @@ cp ../shared/data/wsi_cmu1_small_region/CMU-1-Small-Region{.svs,_level0_rgb.ppm}
 # The example op plugin with its CUDA entry (test_gpu's plugin test).
 mkdir -p "$stage/plugins" && strip -o "$stage/plugins/libtsr_tile_embed.so" build-device/plugins/libtsr_tile_embed.so
 tar -C "$stage" -cf - bin lib data plugins | xz -T0 -6 > .deps/carry/tessera-device.tar.xz
+# A CUDA-aware UCX for device-to-device chunks (docs/gpu.md): the one a
+# device run built before (its $OUT/ucx-cuda.tar.xz, kept as
+# .deps/ucx-cuda.tar.xz), else the source with its configure, built there
+# by scripts/device-tests.sh (about 90 s).
+if [ -f .deps/ucx-cuda.tar.xz ]; then
+  cp .deps/ucx-cuda.tar.xz .deps/carry/
+elif [ -x third_party/ucx-src/ucx/configure ]; then
+  tar -C third_party/ucx-src -cf - --exclude=ucx/build-cuda ucx | xz -T0 -6 > .deps/carry/ucx-src.tar.xz
+else
+  echo "device-run.sh: no CUDA-aware UCX to carry (scripts/build-ucx-cuda.sh --fetch-only): gpu.xfer will skip" >&2
+fi
 
 # ---- wheels for bench/svd_gpu_dask.py ----
 if [ $wheels = 1 ]; then

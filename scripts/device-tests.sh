@@ -6,7 +6,7 @@
 # (CTest does not travel: the build tree's paths are this machine's) and
 # the GPU benchmark. Logs go to $OUT (or ./device-out).
 #
-#   bash scripts/device-tests.sh [all|tests|sc|tiles|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]] [BENCH ARGS...]
+#   bash scripts/device-tests.sh [all|tests|xfer|sc|tiles|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]] [BENCH ARGS...]
 # (kbench: test_kernels_cuda --bench ARGS, e.g. genotype64; memory: bench/gpu_memory.sh, the
 # device-limited SVD against an unlimited one; pca: bench/pca_gpu.sh, tsr-pca on a 25 GB .bed
 # generated on the machine's disk, ARGS: SAMPLES SNPS DIR; cluster: bench/cluster/gpu.sh, kNN, Leiden,
@@ -37,6 +37,28 @@ fi
 # PyTorch benchmarks) does not: each binary is reached through a wrapper
 # that sets LD_LIBRARY_PATH for it and its children.
 libpath="$t/lib${cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# A CUDA-aware UCX (cuda_copy, cuda_ipc) ahead of the carried Debian one:
+# unpacked when a previous run built it, else built from the carried
+# source and packed into $OUT/ucx-cuda.tar.xz (keep it as
+# .deps/ucx-cuda.tar.xz for the next run). TSR_UCX_CUDA=1 tells gpu.xfer.
+setup_ucx_cuda() {
+  local prefix="$t/ucx-cuda"
+  if [ -f .deps/carry/ucx-cuda.tar.xz ]; then
+    tar -C "$t" -xJf .deps/carry/ucx-cuda.tar.xz
+  elif [ -f .deps/carry/ucx-src.tar.xz ]; then
+    mkdir -p third_party/ucx-src && tar -C third_party/ucx-src -xJf .deps/carry/ucx-src.tar.xz
+    bash scripts/build-ucx-cuda.sh "$prefix" > "$out/ucx-build.log" 2>&1 || { tail -20 "$out/ucx-build.log"; return; }
+    tail -8 "$out/ucx-build.log"
+    tar -C "$t" -cf - ucx-cuda | xz -T0 -6 > "$out/ucx-cuda.tar.xz"
+  fi
+  if LD_LIBRARY_PATH="$prefix/lib:$libpath" "$prefix/bin/ucx_info" -d 2>/dev/null | grep -q "Transport: cuda_ipc"; then
+    echo "UCX with CUDA: $prefix ($(LD_LIBRARY_PATH="$prefix/lib:$libpath" "$prefix/bin/ucx_info" -v | head -1))"
+  else
+    echo "no CUDA-aware UCX: gpu.xfer will skip"
+  fi
+}
+setup_ucx_cuda 2>&1 | tee "$out/ucx.log"
+grep -q "^UCX with CUDA" "$out/ucx.log" && { libpath="$t/ucx-cuda/lib:$libpath"; export TSR_UCX_CUDA=1; }
 mkdir -p "$t/wrap"
 for b in "$t"/bin/*; do
   printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$libpath" "$b" > "$t/wrap/$(basename "$b")"
@@ -66,12 +88,27 @@ run_tests() {
   local r2=$?
   echo "test_gpu_cli exit $r2" | tee -a "$out/tests.log"
   [ $r2 = 0 ] || rc=1
+  run_xfer
   (cd /tmp && timeout 300 "$t/wrap/test_kernels_cuda") >"$out/kernels.log" 2>&1
   local r3=$?
   echo "test_kernels_cuda exit $r3" | tee -a "$out/tests.log"
   grep -E "^\[ (FAIL)|passed|failed|:[0-9]+: " "$out/kernels.log" | head -20
   [ $r3 = 0 ] || rc=1
   grep -E "^\[ (RUN|FAIL|  OK  )|passed|relative|bit-identical|SIGKILL|eight chunks|one big|limited:|DIFFERENT|svd:|after the kill|SKIPPED|:[0-9]+: " "$out/tests.log" | head -60
+  [ $r = 0 ] || rc=1
+}
+# Device chunks between two GPU workers (gpu.xfer), logs kept: each
+# worker's transfer counters and its per-fetch times.
+run_xfer() {
+  local logs=/tmp/tessera-xfer-logs
+  rm -rf "$logs" && mkdir -p "$logs"
+  (cd /tmp && TESSERA_TEST_KEEP_LOGS="$logs" timeout 300 "$t/wrap/test_gpu_xfer") >"$out/xfer.log" 2>&1
+  local r=$?
+  echo "test_gpu_xfer exit $r" | tee -a "$out/tests.log"
+  grep -E "^\[ |SKIPPED|served|:[0-9]+: " "$out/xfer.log" | head -20
+  grep -hoE "ucx: '[^']*' from [^ ]* reply after [0-9.]+ ms, [0-9]+ bytes in [0-9.]+ ms \([a-z]+ buffer\)" \
+    "$logs"/*.log 2>/dev/null | sed -E "s/'[^']*' from [^ ]* //" | sort | uniq -c | sort -rn | head -12
+  tar -C "$logs" -cf - . | xz -T0 -6 >"$out/xfer-logs.tar.xz"
   [ $r = 0 ] || rc=1
 }
 # The single-cell GPU checks: the kernels against the CPU ops, and
@@ -178,12 +215,13 @@ case $what in
   pca) bash bench/pca_gpu.sh "$@" 2>&1 | tee "$out/pca.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
   cluster) bash bench/cluster/gpu.sh "$@" 2>&1 | tee "$out/cluster.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
   tests) run_tests ;;
+  xfer) run_xfer ;;
   tiles) run_tiles "$@" ;;
   watch) run_watch ;;
   sc) run_sc_tests ;;
   bench) run_bench "$@" ;;
   kbench) (cd /tmp && timeout 300 "$t/wrap/test_kernels_cuda" --bench "$@") 2>&1 | tee "$out/kbench.log" ;;
   all) run_tests; run_bench "$@" ;;
-  *) echo "device-tests.sh: all|tests|sc|tiles|watch|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]" >&2; exit 2 ;;
+  *) echo "device-tests.sh: all|tests|xfer|sc|tiles|watch|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]" >&2; exit 2 ;;
 esac
 exit $rc

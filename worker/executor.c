@@ -5,6 +5,7 @@
  * fight over the cores. */
 #include "exec_int.h"
 #include "fused.h"
+#include "share.h"
 #include "tiers.h"
 
 #include <errno.h>
@@ -49,12 +50,14 @@ static int fetch_input(tsr_wtask *task, size_t i, tsr_wstore *store, tsr_wfetche
 {
   tsr_winput *in = &task->inputs[i];
   tsr_chunk_header hdr;
-  tsr_xfer_data data = {0};
+  tsr_xfer_data data = {.sink = tsr_wshare_sink(fetcher->share)};
   uint64_t t0 = tsr_now_us();
   int rc = tsr_wfetcher_get(fetcher, in->from, in->key, &hdr, &data, err);
   if (rc != 0) return rc;
-  rc = tsr_chunk_new_xfer(store, in->key, &hdr.meta, &data, chunk_p);
-  if (rc != 0) {
+  if (data.on_device) {
+    rc = tsr_wshare_adopt(fetcher->share, fetcher->gpu_slot, store, in->key, &hdr.meta, &data, chunk_p, err);
+    if (rc != 0) return rc;
+  } else if ((rc = tsr_chunk_new_xfer(store, in->key, &hdr.meta, &data, chunk_p)) != 0) {
     tsr_xfer_data_release(&data);
     return tsr_fail(err, rc, "out of memory");
   }
@@ -270,6 +273,10 @@ static void *thread_main(void *arg)
   fetcher.group = &exec->fetches;
   fetcher.self_address = exec->opts.data_address;
   fetcher.curve = exec->opts.curve;
+  if (self->slot != NULL && exec->opts.share != NULL) {
+    fetcher.share = exec->opts.share;
+    fetcher.gpu_slot = self->slot;
+  }
   tsr_wtask *task;
   while ((task = tsr_wqueue_pop(exec->queue)) != NULL) {
     atomic_fetch_add(&exec->running, 1);

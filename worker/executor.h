@@ -33,6 +33,7 @@ typedef struct tsr_wexec_opts {
   const char *data_address;    /* this worker's advertised data address, or NULL */
   const tsr_curve *curve;      /* CURVE keys for fetches from peers (borrowed), or NULL */
   tsr_wgpu *gpu;               /* a GPU worker's device (each thread gets a slot), or NULL */
+  struct tsr_wshare *share;    /* device-to-device fetches (share.h), or NULL */
 } tsr_wexec_opts;
 
 /* Starts the threads (with opts->gpu, one GPU slot each: a stream and its

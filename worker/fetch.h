@@ -61,6 +61,11 @@ typedef struct tsr_wfetcher {
    * would only say so after a round trip. */
   const char *self_address;
   const tsr_curve *curve;    /* this worker's CURVE keys for fetching from peers, or NULL */
+  /* A GPU worker's thread over a CUDA-aware UCX: large inputs land in
+   * device memory (share.h) and become device chunks on this slot; else
+   * both NULL. */
+  struct tsr_wshare *share;
+  struct tsr_wgpu_slot *gpu_slot;
   uint64_t tick;
   struct {
     tsr_xfer_conn *conn;

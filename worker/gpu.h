@@ -150,6 +150,18 @@ void tsr_wgpu_release(void *gpu, void *ptr, size_t nbytes);
  * (until then, other slots waiting for memory count it as coming back). */
 void tsr_wgpu_slot_reset(tsr_wgpu_slot *slot);
 
+/* Device memory outside the pool, for buffers another process maps
+ * (share.h): cudaMalloc'd, because UCX 1.13's cuda_ipc exports memory with
+ * cuIpcGetMemHandle, which refuses the pool's stream-ordered allocations
+ * (openucx/ucx#7110). Counted against the limit but never waits: NULL when
+ * it does not fit (or CUDA refuses). cudaFree synchronizes the device: free
+ * rarely. Any thread but ZeroMQ's I/O thread. */
+void *tsr_wgpu_ipc_alloc(tsr_wgpu *gpu, size_t nbytes);
+void tsr_wgpu_ipc_free(tsr_wgpu *gpu, void *ptr, size_t nbytes);
+/* Device -> device on the slot's stream; returns once dst holds the bytes.
+ * Not a staging copy: the counters above do not see it. */
+int tsr_wgpu_copy(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err);
+
 /* Host -> device through the pinned staging blocks, on the slot's stream.
  * Returns once src may be reused. 0 or TSR_EINTERNAL. */
 int tsr_wgpu_upload(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err);

@@ -696,3 +696,34 @@ int tsr_wgpu_download(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nb
   count_copy(slot->gpu, false, nbytes, t0);
   return rc;
 }
+
+/* ---------- memory another process maps ---------- */
+
+void *tsr_wgpu_ipc_alloc(tsr_wgpu *gpu, size_t nbytes)
+{
+  pthread_mutex_lock(&gpu->lock);
+  bool fits = gpu->used + nbytes <= gpu->limit;
+  if (fits) gpu->used += nbytes;
+  pthread_mutex_unlock(&gpu->lock);
+  if (!fits) return NULL;
+  void *ptr = NULL;
+  cudaSetDevice(gpu->device);
+  if (cudaMalloc(&ptr, nbytes ? nbytes : 256) == cudaSuccess) return ptr;
+  cudaGetLastError();
+  unreserve(gpu, NULL, nbytes, false);
+  return NULL;
+}
+
+void tsr_wgpu_ipc_free(tsr_wgpu *gpu, void *ptr, size_t nbytes)
+{
+  if (ptr == NULL) return;
+  cudaSetDevice(gpu->device);
+  cudaFree(ptr);
+  unreserve(gpu, NULL, nbytes, false);
+}
+
+int tsr_wgpu_copy(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err)
+{
+  int rc = CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, slot->stream), err);
+  return rc == 0 ? tsr_wgpu_sync(slot, err) : rc;
+}

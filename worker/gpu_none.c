@@ -98,3 +98,12 @@ int tsr_wgpu_sync(tsr_wgpu_slot *slot, tsr_errbuf *err)
   (void)slot;
   return tsr_fail(err, TSR_ENODEV, NO_CUDA);
 }
+
+void *tsr_wgpu_ipc_alloc(tsr_wgpu *gpu, size_t nbytes) { (void)gpu, (void)nbytes; return NULL; }
+void tsr_wgpu_ipc_free(tsr_wgpu *gpu, void *ptr, size_t nbytes) { (void)gpu, (void)ptr, (void)nbytes; }
+
+int tsr_wgpu_copy(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err)
+{
+  (void)slot, (void)dst, (void)src, (void)nbytes;
+  return tsr_fail(err, TSR_ENODEV, NO_CUDA);
+}

@@ -22,6 +22,9 @@ struct tsr_wstore {
   atomic_uint_fast64_t peak, device_peak;  /* the most bytes / device_bytes ever held (docs/report.md) */
   tsr_device_copy_fn device_copy;
   void *device_copy_arg;
+  tsr_device_serve_fn device_serve;
+  void *device_serve_arg;
+  _Atomic uint64_t host_copies;   /* device chunks served through a host copy */
   atomic_uint_fast64_t live;
   atomic_bool warned_limit;
   struct tsr_tiers *tiers;   /* set before tasks run, then read-only */
@@ -406,6 +409,14 @@ void tsr_wstore_set_device_copy(tsr_wstore *store, tsr_device_copy_fn copy, void
   store->device_copy_arg = arg;
 }
 
+void tsr_wstore_set_device_serve(tsr_wstore *store, tsr_device_serve_fn serve, void *arg)
+{
+  store->device_serve = serve;
+  store->device_serve_arg = arg;
+}
+
+uint64_t tsr_wstore_host_copies(const tsr_wstore *store) { return atomic_load(&store->host_copies); }
+
 /* ZeroMQ's free callback for the host copy of a device chunk. */
 static void free_copy(void *data, void *hint)
 {
@@ -413,10 +424,18 @@ static void free_copy(void *data, void *hint)
   free(hint);
 }
 
-/* Serves a device chunk from a host copy: the chunk's reference is dropped
- * here, on the serving thread, never on ZeroMQ's. */
+/* Serves a device chunk from device memory when the peer's transport
+ * takes it, else from a host copy: the chunk's reference is dropped here,
+ * on the serving thread, never on ZeroMQ's (both copy it first). */
 static int lookup_device(tsr_wstore *store, tsr_chunk *chunk, tsr_xfer_chunk *out)
 {
+  if (out->device_ok && store->device_serve != NULL &&
+      store->device_serve(store->device_serve_arg, chunk->data, chunk->nbytes, out) == 0) {
+    out->meta = chunk->meta;
+    tsr_chunk_unref(&chunk);
+    return 0;
+  }
+  atomic_fetch_add(&store->host_copies, 1);
   tsr_errbuf err = {{0}};
   void *copy = malloc(chunk->nbytes ? chunk->nbytes : 1);
   int rc = copy == NULL ? tsr_fail(&err, TSR_ENOMEM, "out of memory")

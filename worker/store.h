@@ -202,6 +202,15 @@ typedef int (*tsr_device_copy_fn)(void *arg, void *dst, const void *src, size_t 
 /* Installs the copy that serving a device chunk uses (main thread, before
  * serving starts). Without one, device chunks are not served. */
 void tsr_wstore_set_device_copy(tsr_wstore *store, tsr_device_copy_fn copy, void *arg);
+/* Serves nbytes of device memory at dev from device memory (share.h):
+ * fills out's data, nbytes, release, hint and on_device; 0, or an error
+ * (then a host copy is served). Runs on the serving thread. */
+typedef int (*tsr_device_serve_fn)(void *arg, const void *dev, size_t nbytes, tsr_xfer_chunk *out);
+/* Installs it (main thread, before serving starts): used when the server
+ * says the peer's transport takes device memory (out->device_ok). */
+void tsr_wstore_set_device_serve(tsr_wstore *store, tsr_device_serve_fn serve, void *arg);
+/* Device chunks served through a host copy since start (any thread). */
+uint64_t tsr_wstore_host_copies(const tsr_wstore *store);
 
 /* The data-plane server's lookup (tsr_xfer_lookup_fn with arg = store):
  * for a host chunk, a new reference that the server drops through

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "share.h"
 #include "wmetrics.h"
 #include "worker_int.h"
 
@@ -204,6 +205,17 @@ static int open_gpu(tsr_worker *w)
   return 0;
 }
 
+/* A GPU worker serving over a CUDA-aware UCX moves device chunks device
+ * to device (share.h); without one, through host copies. */
+static void open_share(tsr_worker *w)
+{
+  if (w->gpu == NULL || !tsr_xfer_server_has_ucx(w->server)) return;
+  w->share = tsr_wshare_new(w->gpu, w->serve_slot);
+  if (w->share == NULL) return;
+  tsr_wstore_set_device_serve(w->store, tsr_wshare_serve, w->share);
+  TSR_INFO("gpu:%d: device chunks move device to device over UCX (cuda_ipc, cuda_copy)", w->opts.gpu);
+}
+
 static int start_executor(tsr_worker *w)
 {
   tsr_wexec_opts eo = {
@@ -215,6 +227,7 @@ static int start_executor(tsr_worker *w)
     .data_address = w->data_address,
     .curve = w->opts.curve.on ? &w->opts.curve : NULL,
     .gpu = w->gpu,
+    .share = w->share,
   };
   tsr_errbuf err = {{0}};
   if (tsr_wexec_start(&eo, w->store, &w->exec, &err) != 0) {
@@ -284,6 +297,7 @@ static int worker_setup(tsr_worker *w, const tsr_worker_opts *opts, int stop_fd)
   if (open_tiers(w) != 0) return TSR_EIO;
   int rc = open_gpu(w);
   if (rc == 0) rc = open_data_plane(w, stop_fd);
+  if (rc == 0) open_share(w);
   if (rc == 0) rc = open_completions(w);
   if (rc == 0) rc = start_executor(w);
   w->beat_ms = opts->heartbeat_interval_ms;
@@ -345,6 +359,21 @@ static void loop_once(tsr_worker *w, int stop_fd)
   tsr_link_flush(w);
 }
 
+/* How device chunks moved between workers (info, once at exit; gpu.workers
+ * reads this line). */
+static void log_share_stats(tsr_worker *w)
+{
+  tsr_wshare_stats s = {0};
+  if (w->share != NULL) tsr_wshare_stats_get(w->share, &s);
+  char sent[32], got[32], bufs[32];
+  TSR_INFO("gpu:%d: served %llu device chunks from device memory (%s), %llu through host copies; received %llu "
+           "inputs into device memory (%s); %llu shared buffers made (%s)",
+           w->opts.gpu, (unsigned long long)s.served, tsr_format_bytes(s.served_bytes, sent, sizeof sent),
+           (unsigned long long)tsr_wstore_host_copies(w->store), (unsigned long long)s.received,
+           tsr_format_bytes(s.received_bytes, got, sizeof got), (unsigned long long)s.buffers,
+           tsr_format_bytes(s.buffer_bytes, bufs, sizeof bufs));
+}
+
 /* What the GPU and its device tier did, for tuning (info, once at exit). */
 static void log_gpu_stats(tsr_worker *w)
 {
@@ -363,6 +392,7 @@ static void log_gpu_stats(tsr_worker *w)
            tsr_format_bytes(d.bytes_pinned, pinned, sizeof pinned), tsr_format_bytes(g.pinned_bytes, slabs, sizeof slabs),
            (double)g.pin_us / 1e6, tsr_format_bytes(d.bytes_dropped, dropped, sizeof dropped), (unsigned long long)d.reclaims,
            (double)d.reclaim_us / 1e6);
+  log_share_stats(w);
 }
 
 /* Frees everything. Returns false when an executor thread would not stop:
@@ -395,6 +425,7 @@ static bool worker_teardown(tsr_worker *w)
   tsr_devtier_destroy(&w->devtier);
   /* After the store: its device chunks free into the GPU's pool. */
   tsr_wgpu_slot_destroy(&w->tier_slot);
+  tsr_wshare_free(&w->share);   /* the server and executor are gone: every shared buffer is back */
   tsr_wgpu_slot_destroy(&w->serve_slot);
   tsr_wgpu_close(&w->gpu);
   tsr_strmap_destroy(&w->pending);

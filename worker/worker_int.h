@@ -35,6 +35,7 @@ typedef struct tsr_worker {
   tsr_wgpu *gpu;              /* a GPU worker's device, or NULL */
   tsr_wgpu_slot *serve_slot;  /* the main thread's stream: copies device chunks it serves */
   tsr_wgpu_slot *tier_slot;   /* the device tier's stream: moves device chunks down */
+  struct tsr_wshare *share;   /* device-to-device transfers (share.h), or NULL */
   tsr_devtier *devtier;       /* a GPU worker's device tier, or NULL */
 
   /* scheduler link */

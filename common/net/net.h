@@ -96,13 +96,37 @@ const char *tsr_xfer_address(const tsr_xfer_conn *conn);
 
 /* Received chunk bytes, 64-byte aligned (kernels may load whole vectors).
  * `data` is valid until tsr_xfer_data_release(). */
+struct tsr_xfer_device_sink;
 typedef struct tsr_xfer_data {
   void *data;
   size_t nbytes;
+  /* in: where a large chunk may land in device memory (below), or NULL */
+  const struct tsr_xfer_device_sink *sink;
+  bool on_device;   /* out: data is the sink's device buffer */
   void *owner;      /* private: the zmq message holding the bytes, or NULL */
   void *copy;       /* private: an aligned copy when ZeroMQ's buffer was not */
   void *pooled;     /* private: the receive-pool buffer holding the bytes (UCX), or NULL */
 } tsr_xfer_data;
+
+/* ---------- data plane: device memory ----------
+ * Over a CUDA-aware UCX (cuda_copy, cuda_ipc: docs/transport.md "Device to
+ * device") a GPU worker serves a device chunk from device memory and
+ * receives a large chunk into device memory, so a chunk between two GPU
+ * workers of one host never passes through host memory. Over ZeroMQ, or a
+ * UCX without CUDA, bytes are host memory as before. */
+typedef struct tsr_xfer_device_sink {
+  /* A device buffer of nbytes UCX may write into, or NULL (the chunk then
+   * lands in host memory). Called on the fetching thread. */
+  void *(*alloc)(void *arg, size_t nbytes);
+  /* Gives it back (tsr_xfer_data_release, or a failed fetch). */
+  void (*free)(void *arg, void *ptr, size_t nbytes);
+  void *arg;
+} tsr_xfer_device_sink;
+
+/* True when this process's UCX moves CUDA memory (its context lists the
+ * CUDA memory type) and TESSERA_DEVICE_TRANSFER is not "0". Creates the
+ * UCX context when none exists (and drops it again). */
+bool tsr_xfer_device_capable(void);
 
 /* ---------- data plane: the receive-buffer pool (UCX) ----------
  * A chunk fetched over UCX lands in a buffer of the process's pool:
@@ -181,6 +205,8 @@ typedef struct tsr_xfer_chunk {
   size_t nbytes;
   void (*release)(void *data, void *hint);
   void *hint;
+  bool device_ok;   /* in: set by the server before the lookup: data may be CUDA device memory */
+  bool on_device;   /* out: data is device memory (only when device_ok) */
 } tsr_xfer_chunk;
 
 /* Returns 0 and fills chunk, or TSR_ENOTFOUND. Runs on the serving thread. */

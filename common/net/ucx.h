@@ -39,6 +39,9 @@ typedef struct tsr_ucx_server tsr_ucx_server;
 
 /* True when this build has UCX (it may still fail to initialize). */
 bool tsr_ucx_built(void);
+/* True when the process's UCP context moves CUDA memory (a CUDA-aware UCX
+ * with its cuda modules loaded). Takes and drops a context reference. */
+bool tsr_ucx_cuda_capable(void);
 
 /* Connects to "ucx://HOST:PORT" (a server's listener). The connection is
  * established in the background: a refused or dead peer shows in
@@ -48,7 +51,9 @@ int tsr_ucx_conn_open(const char *endpoint, tsr_ucx_conn **conn_p, tsr_errbuf *e
 void tsr_ucx_conn_close(tsr_ucx_conn **conn_p);   /* NULL is a no-op */
 
 /* tsr_xfer_get_abortable over UCX; `address` names the peer in messages
- * and for abort. On success out->copy owns the bytes (64-byte aligned).
+ * and for abort. A rendezvous reply goes to out->sink's device buffer when
+ * out->sink is set and UCX moves CUDA memory (out->on_device), else to a
+ * pool buffer. On success out->copy owns the bytes (64-byte aligned).
  * After TSR_ETIMEDOUT or TSR_ECONN the conn is unusable: close it. */
 int tsr_ucx_get(tsr_ucx_conn *conn, const char *address, const char *key, int timeout_ms, tsr_xfer_abort_fn abort,
                 void *ctx, tsr_chunk_header *hdr, tsr_xfer_data *out, tsr_errbuf *err);

@@ -128,8 +128,17 @@ void tsr_xfer_close(tsr_xfer_conn **conn_p)
 
 const char *tsr_xfer_address(const tsr_xfer_conn *conn) { return conn->address; }
 
+bool tsr_xfer_device_capable(void)
+{
+  const char *env = getenv("TESSERA_DEVICE_TRANSFER");
+  if (env != NULL && strcmp(env, "0") == 0) return false;
+  return tsr_ucx_built() && tsr_ucx_cuda_capable();
+}
+
 void tsr_xfer_data_release(tsr_xfer_data *data)
 {
+  if (data->on_device && data->data != NULL) data->sink->free(data->sink->arg, data->data, data->nbytes);
+  data->on_device = false;
   if (data->owner != NULL) {
     zmq_msg_close(data->owner);
     free(data->owner);
@@ -379,7 +388,7 @@ static int serve_one(tsr_xfer_server *srv, tsr_frames *frames, tsr_xfer_lookup_f
     send_error(srv, &frames->part[0], key, TSR_EPROTO, err.text);
     return TSR_EPROTO;
   }
-  tsr_xfer_chunk chunk;
+  tsr_xfer_chunk chunk = {.device_ok = false};   /* ZeroMQ sends host memory only */
   if (lookup(arg, key, &chunk) != 0) {
     send_error(srv, &frames->part[0], key, TSR_ENOTFOUND, "no such chunk on this worker");
     return 0;

@@ -20,6 +20,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,23 @@ static int context_create(ucp_context_h *ctx_p, tsr_errbuf *err)
   ucp_config_release(config);
   if (st != UCS_OK) return tsr_fail(err, TSR_ECONN, "UCX initialization (ucp_init): %s", ucs_status_string(st));
   return 0;
+}
+
+/* Asked once: the answer is the loaded transports', fixed for the process. */
+static _Atomic int cuda_capable = -1;
+
+bool tsr_ucx_cuda_capable(void)
+{
+  int known = atomic_load(&cuda_capable);
+  if (known >= 0) return known == 1;
+  ucp_context_h ctx;
+  tsr_errbuf err = {{0}};
+  if (tsr_ucx_context_take(&ctx, &err) != 0) return false;
+  ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+  bool cuda = ucp_context_query(ctx, &attr) == UCS_OK && (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+  tsr_ucx_context_drop();
+  atomic_store(&cuda_capable, cuda ? 1 : 0);
+  return cuda;
 }
 
 int tsr_ucx_context_take(ucp_context_h *ctx_p, tsr_errbuf *err)
@@ -171,6 +189,9 @@ struct tsr_ucx_conn {
   /* a rendezvous receive in flight */
   void *recv_req;
   tsr_ucx_buf *recv_buf;    /* owned here until the receive completed */
+  void *recv_dev;           /* or a device buffer of recv_sink's, the same */
+  const tsr_xfer_device_sink *recv_sink;
+  size_t recv_dev_len;
   bool recv_done;
   ucs_status_t recv_status;
 };
@@ -261,6 +282,15 @@ int tsr_ucx_conn_open(const char *endpoint, tsr_ucx_conn **conn_p, tsr_errbuf *e
   return 0;
 }
 
+/* Gives the receive buffer back, host or device. */
+static void drop_recv(tsr_ucx_conn *conn)
+{
+  tsr_ucx_buf_put(conn->recv_buf);
+  conn->recv_buf = NULL;
+  if (conn->recv_dev != NULL) conn->recv_sink->free(conn->recv_sink->arg, conn->recv_dev, conn->recv_dev_len);
+  conn->recv_dev = NULL;
+}
+
 static void forget_reply(tsr_ucx_conn *conn)
 {
   if (conn->rndv_desc != NULL) ucp_am_data_release(conn->worker, conn->rndv_desc);
@@ -283,7 +313,7 @@ void tsr_ucx_conn_close(tsr_ucx_conn **conn_p)
     ucp_worker_destroy(conn->worker);
     tsr_ucx_context_drop();
   }
-  tsr_ucx_buf_put(conn->recv_buf);   /* the worker is gone: UCX writes no more */
+  drop_recv(conn);   /* the worker is gone: UCX writes no more */
   free(conn->request);
   free(conn);
   *conn_p = NULL;
@@ -366,31 +396,48 @@ static void on_recv_data(void *request, ucs_status_t status, size_t length, void
   conn->recv_done = true;
 }
 
-/* Receives the rendezvous data into a pool buffer, registered once (the
- * GPU seam: a device buffer with UCS_MEMORY_TYPE_CUDA would go here). */
-static int receive_rndv(tsr_ucx_conn *conn, wait_ctx *w, const char *key, tsr_errbuf *err)
+/* The rendezvous data's destination: the sink's device buffer when there
+ * is a sink and UCX moves CUDA memory (cuda_ipc from a device sender: no
+ * host memory on either side), else a pool buffer, registered once. */
+static void *recv_target(tsr_ucx_conn *conn, const tsr_xfer_device_sink *sink, ucp_request_param_t *p)
 {
   size_t len = conn->data_len;
+  if (sink != NULL && tsr_ucx_cuda_capable()) conn->recv_dev = sink->alloc(sink->arg, len);
+  if (conn->recv_dev != NULL) {
+    conn->recv_sink = sink;
+    conn->recv_dev_len = len;
+    p->memory_type = UCS_MEMORY_TYPE_CUDA;
+    return conn->recv_dev;
+  }
   conn->recv_buf = tsr_ucx_buf_take(len);
-  if (conn->recv_buf == NULL) return tsr_fail(err, TSR_ENOMEM, "cannot allocate %zu bytes for chunk '%s'", len, key);
+  if (conn->recv_buf == NULL) return NULL;
+  void *memh = tsr_ucx_buf_memh(conn->recv_buf);
+  if (memh != NULL) {
+    p->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p->memh = memh;
+  }
+  return tsr_ucx_buf_data(conn->recv_buf);
+}
+
+/* Receives the rendezvous data (into recv_target's buffer). */
+static int receive_rndv(tsr_ucx_conn *conn, wait_ctx *w, const char *key, const tsr_xfer_device_sink *sink,
+                        tsr_errbuf *err)
+{
+  size_t len = conn->data_len;
   ucp_request_param_t p = {
     .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE,
     .cb.recv_am = on_recv_data,
     .user_data = conn,
     .memory_type = UCS_MEMORY_TYPE_HOST,
   };
-  void *memh = tsr_ucx_buf_memh(conn->recv_buf);
-  if (memh != NULL) {
-    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-    p.memh = memh;
-  }
+  void *target = recv_target(conn, sink, &p);
+  if (target == NULL) return tsr_fail(err, TSR_ENOMEM, "cannot allocate %zu bytes for chunk '%s'", len, key);
   conn->recv_done = false;
   void *desc = conn->rndv_desc;
   conn->rndv_desc = NULL;   /* UCX owns it from here */
-  ucs_status_ptr_t req = ucp_am_recv_data_nbx(conn->worker, desc, tsr_ucx_buf_data(conn->recv_buf), len, &p);
+  ucs_status_ptr_t req = ucp_am_recv_data_nbx(conn->worker, desc, target, len, &p);
   if (UCS_PTR_IS_ERR(req)) {
-    tsr_ucx_buf_put(conn->recv_buf);   /* refused at once: UCX never took it */
-    conn->recv_buf = NULL;
+    drop_recv(conn);   /* refused at once: UCX never took it */
     return tsr_fail(err, TSR_ECONN, "receive of '%s' from %s: %s", key, w->address,
                     ucs_status_string(UCS_PTR_STATUS(req)));
   }
@@ -401,8 +448,7 @@ static int receive_rndv(tsr_ucx_conn *conn, wait_ctx *w, const char *key, tsr_er
   ucp_request_free(req);
   conn->recv_req = NULL;
   if (conn->recv_status != UCS_OK) {
-    tsr_ucx_buf_put(conn->recv_buf);   /* the receive ended: UCX is done with it */
-    conn->recv_buf = NULL;
+    drop_recv(conn);   /* the receive ended: UCX is done with it */
     return tsr_fail(err, TSR_ECONN, "receive of '%s' from %s: %s", key, w->address,
                     ucs_status_string(conn->recv_status));
   }
@@ -413,12 +459,14 @@ static int receive_rndv(tsr_ucx_conn *conn, wait_ctx *w, const char *key, tsr_er
 static int take_data(tsr_ucx_conn *conn, wait_ctx *w, const char *key, tsr_xfer_data *out, tsr_errbuf *err)
 {
   if (conn->rndv_desc != NULL) {
-    int rc = receive_rndv(conn, w, key, err);
+    int rc = receive_rndv(conn, w, key, out->sink, err);
     if (rc != 0) return rc;
+    out->on_device = conn->recv_dev != NULL;
     out->pooled = conn->recv_buf;
-    out->data = tsr_ucx_buf_data(conn->recv_buf);
+    out->data = out->on_device ? conn->recv_dev : tsr_ucx_buf_data(conn->recv_buf);
     out->copy = NULL;
     conn->recv_buf = NULL;
+    conn->recv_dev = NULL;
   } else if (conn->data_len > 0) {
     if (conn->eager == NULL) return tsr_fail(err, TSR_ENOMEM, "no memory for chunk '%s' (%zu bytes)", key, conn->data_len);
     out->data = out->copy = conn->eager;
@@ -456,7 +504,7 @@ int tsr_ucx_get(tsr_ucx_conn *conn, const char *address, const char *key, int ti
   if (rc == 0)
     TSR_DEBUG("ucx: '%s' from %s: reply after %.3f ms, %zu bytes in %.3f ms (%s buffer)", key, address,
               (double)(t_replied - t_sent) / 1e3, out->nbytes, (double)(tsr_now_us() - t_replied) / 1e3,
-              out->pooled != NULL ? "pool" : "plain");
+              out->on_device ? "device" : out->pooled != NULL ? "pool" : "plain");
   /* a failed rendezvous receive keeps its buffer in the conn until close */
   if (rc == 0 || conn->recv_req == NULL) forget_reply(conn);
   return rc;

@@ -13,6 +13,7 @@ struct tsr_ucx_server {
 };
 
 bool tsr_ucx_built(void) { return false; }
+bool tsr_ucx_cuda_capable(void) { return false; }
 
 int tsr_ucx_conn_open(const char *endpoint, tsr_ucx_conn **conn_p, tsr_errbuf *err)
 {

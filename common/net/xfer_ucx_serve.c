@@ -47,6 +47,7 @@ struct tsr_ucx_server {
   size_t npeers, cap;
   ucx_request *head, *tail;
   unsigned sending;           /* replies UCX has not completed */
+  bool device_ok;             /* UCX here moves CUDA memory: lookups may hand device chunks */
 };
 
 static void on_peer_error(void *arg, ucp_ep_h ep, ucs_status_t status)
@@ -165,6 +166,7 @@ int tsr_ucx_server_open(const char *host, int port, const char *advertise_host, 
     return rc;
   }
   ucp_worker_arm(srv->worker);   /* BUSY is fine: the first serve progresses */
+  srv->device_ok = tsr_xfer_device_capable();
   *srv_p = srv;
   return 0;
 }
@@ -238,8 +240,9 @@ static void send_reply(tsr_ucx_server *srv, ucp_ep_h ep, const tsr_wbuf *wb, con
     .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE,
     .cb.send = on_sent,
     .user_data = s,
-    /* the GPU seam: a device chunk would be sent as UCS_MEMORY_TYPE_CUDA */
-    .memory_type = UCS_MEMORY_TYPE_HOST,
+    /* a device chunk goes from device memory: cuda_ipc to a GPU peer of
+     * this host, UCX's own cuda_copy staging to any other */
+    .memory_type = chunk != NULL && chunk->on_device ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST,
   };
   ucs_status_ptr_t req = ucp_am_send_nbx(ep, TSR_UCX_AM_REPLY, s->header, wb->sbuf.size, chunk ? chunk->data : NULL,
                                          chunk ? chunk->nbytes : 0, &p);
@@ -273,7 +276,7 @@ static void answer(tsr_ucx_server *srv, ucx_request *req, tsr_xfer_lookup_fn loo
     answer_error(srv, req->ep, key, TSR_EPROTO, err.text);
     return;
   }
-  tsr_xfer_chunk chunk;
+  tsr_xfer_chunk chunk = {.device_ok = srv->device_ok};
   if (lookup(arg, key, &chunk) != 0) {
     answer_error(srv, req->ep, key, TSR_ENOTFOUND, "no such chunk on this worker");
     return;

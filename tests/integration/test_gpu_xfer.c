@@ -1,0 +1,163 @@
+/* Device chunks between two GPU workers (label gpu; skipped with 77 where
+ * no GPU can be used): two workers on one GPU, both on --transport ucx,
+ * multiply 16 MiB f64 chunks that were made on either worker, so about
+ * half the products need a chunk from the other worker.
+ *
+ * - With a CUDA-aware UCX (the device machine: scripts/device-tests.sh
+ *   builds one and sets TSR_UCX_CUDA=1) the chunks move by cuda_ipc: the
+ *   workers received inputs into device memory, served every device chunk
+ *   (to each other and to the client) from device memory, made no host copy
+ *   of a device chunk and copied nothing up from the host: zero staging.
+ * - The same graph with TESSERA_DEVICE_TRANSFER=0 goes through host copies
+ *   (so the counters are not blind), and both give the same bytes.
+ * Uses only the public API; the counters come from each worker's exit log
+ * line (worker.c, log_share_stats). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "kit.h"
+#include "tessera/array.h"
+#include "tessera/tessera.h"
+
+#define ROWS 16384
+#define COLS 1024
+#define CHUNK_ROWS 2048   /* 8 chunks of 16 MiB */
+
+typedef struct share_counts {
+  unsigned long long served, host_copies, received;
+  bool copied_up_nothing;
+} share_counts;
+
+static bool have_gpu(void)
+{
+  char out[4096];
+  const char *argv[] = {cluster_bin("tessera-worker"), "--list-gpus", NULL};
+  return run_capture(argv, NULL, out, sizeof out, 60) == 0 && out[0] != '\0';
+}
+
+/* Reads worker i's exit lines (after it stopped) into counts. */
+static bool read_counts(const cluster *c, int i, share_counts *counts)
+{
+  char path[600], line[8192];
+  snprintf(path, sizeof path, "%s/worker-%d.log", c->dir, i);
+  FILE *f = fopen(path, "r");
+  bool found = false;
+  counts->copied_up_nothing = false;
+  while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+    const char *s = strstr(line, "gpu:0: served ");
+    if (s != NULL)
+      found = sscanf(s, "gpu:0: served %llu device chunks from device memory (%*[^)]), %llu through host copies; "
+                        "received %llu",
+                     &counts->served, &counts->host_copies, &counts->received) == 3;
+    if (strstr(line, "gpu:0: copied up 0 B in") != NULL) counts->copied_up_nothing = true;
+  }
+  if (f != NULL) fclose(f);
+  return found;
+}
+
+/* Stops the workers with SIGTERM so that they write their exit lines. */
+static void stop_workers(cluster *c)
+{
+  for (int i = 0; i < c->n_workers; i++) cluster_signal_worker(c, i, SIGTERM);
+  for (int tries = 0; tries < 200; tries++) {
+    bool any = false;
+    for (int i = 0; i < c->n_workers; i++) any |= cluster_alive(c->workers[i]);
+    if (!any) return;
+    usleep(50000);
+  }
+}
+
+/* a * b of two random f64 arrays (8 chunks each), gathered into out. */
+static int multiply(const char *address, double *out)
+{
+  int64_t shape[2] = {ROWS, COLS}, chunks[2] = {CHUNK_ROWS, COLS};
+  tsr_client *client = NULL;
+  tsr_array_ctx *ctx = NULL;
+  tsr_array *a = NULL, *b = NULL, *ab = NULL;
+  int rc = tsr_client_open(&client, address, NULL);
+  if (rc == 0) rc = tsr_wait_for_workers(client, 2, 60000);
+  if (rc == 0) rc = tsr_array_ctx_new(client, &ctx);
+  if (rc == 0) rc = tsr_random_uniform(ctx, 31, TSR_F64, 2, shape, chunks, &a);
+  if (rc == 0) rc = tsr_random_normal(ctx, 32, TSR_F64, 2, shape, chunks, &b);
+  if (rc == 0) rc = tsr_mul(ctx, a, b, &ab);
+  if (rc == 0) rc = tsr_compute(ctx, ab, out, (size_t)ROWS * COLS * sizeof *out, 120000);
+  if (rc != 0) fprintf(stderr, "  multiply: %s: %s\n", tsr_err_name(rc), tsr_errmsg());
+  tsr_array_free(ctx, &a);
+  tsr_array_free(ctx, &b);
+  tsr_array_free(ctx, &ab);
+  tsr_array_ctx_destroy(&ctx);
+  tsr_client_close(client);
+  return rc;
+}
+
+/* Runs the graph on two GPU workers and reads their counters. */
+static int run_pair(bool device_transfer, double *out, share_counts counts[2])
+{
+  const char *args[] = {"--gpu", "0", "--transport", "ucx", "--log-level", "debug", NULL};
+  cluster c;
+  memset(&c, 0, sizeof c);
+  if (!device_transfer) setenv("TESSERA_DEVICE_TRANSFER", "0", 1);
+  int rc = cluster_start_scheduler(&c, NULL) == 0 && cluster_add_worker(&c, 2, args) >= 0 &&
+                   cluster_add_worker(&c, 2, args) >= 0
+               ? 0
+               : -1;
+  unsetenv("TESSERA_DEVICE_TRANSFER");
+  setenv("TESSERA_TRANSPORT", "ucx", 1);   /* the client fetches over UCX too */
+  if (rc == 0) rc = multiply(c.address, out);
+  unsetenv("TESSERA_TRANSPORT");
+  stop_workers(&c);
+  for (int i = 0; i < 2; i++)
+    if (rc == 0 && !read_counts(&c, i, &counts[i])) rc = -1;
+  for (int i = 0; rc == 0 && i < 2; i++)
+    fprintf(stderr, "  %s, worker %d: served %llu from device memory, %llu through host copies; received %llu into "
+                    "device memory; copied up nothing: %s\n",
+            device_transfer ? "device to device" : "through the host", i, counts[i].served, counts[i].host_copies,
+            counts[i].received, counts[i].copied_up_nothing ? "yes" : "no");
+  cluster_stop(&c, rc != 0);
+  return rc;
+}
+
+TEST(chunks_move_device_to_device_between_two_gpu_workers)
+{
+  if (getenv("TSR_UCX_CUDA") == NULL) {
+    fprintf(stderr, "  SKIPPED: no CUDA-aware UCX here (scripts/device-tests.sh builds one and sets TSR_UCX_CUDA=1)\n");
+    return;
+  }
+  size_t n = (size_t)ROWS * COLS;
+  double *direct = malloc(n * sizeof *direct), *staged = malloc(n * sizeof *staged);
+  ASSERT_TRUE(direct != NULL && staged != NULL);
+  share_counts d[2] = {{0}}, s[2] = {{0}};
+  int rc_direct = run_pair(true, direct, d), rc_staged = run_pair(false, staged, s);
+  int same = rc_direct == 0 && rc_staged == 0 && memcmp(direct, staged, n * sizeof *direct) == 0;
+  double norm = 0;
+  for (size_t i = 0; i < n; i += 4099) norm += direct[i] * direct[i];
+  free(direct);
+  free(staged);
+  ASSERT_EQ(rc_direct, 0);
+  ASSERT_EQ(rc_staged, 0);
+  ASSERT_TRUE(same);
+  ASSERT_TRUE(norm > 0);
+  /* device to device: inputs arrived in device memory, nothing through the host */
+  ASSERT_TRUE(d[0].received + d[1].received > 0);
+  ASSERT_TRUE(d[0].served + d[1].served >= d[0].received + d[1].received);
+  ASSERT_EQ(d[0].host_copies + d[1].host_copies, 0);
+  ASSERT_TRUE(d[0].copied_up_nothing && d[1].copied_up_nothing);
+  /* through the host: the same graph counted host copies and uploads */
+  ASSERT_EQ(s[0].received + s[1].received, 0);
+  ASSERT_TRUE(s[0].host_copies + s[1].host_copies > 0);
+  ASSERT_TRUE(!s[0].copied_up_nothing || !s[1].copied_up_nothing);
+}
+
+int main(void)
+{
+  if (!have_gpu()) {
+    printf("SKIPPED: no GPU\n");
+    return KIT_SKIP;
+  }
+  RUN(chunks_move_device_to_device_between_two_gpu_workers);
+  return kit_summary();
+}

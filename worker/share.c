@@ -1,0 +1,205 @@
+/* Shared device buffers: a small table, lent and idle entries, one lock.
+ * A chunk takes the smallest idle buffer that holds it and is not more
+ * than twice its size (a 1 GiB buffer is not tied up by a 1 MiB chunk);
+ * otherwise a new one is made, rounded up to SHARE_ROUND so that chunks of
+ * nearly one size share buffers. */
+#include "share.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#define SHARE_ROUND ((size_t)2 << 20)
+
+typedef struct share_buf {
+  void *ptr;
+  size_t cap;
+  bool lent;
+} share_buf;
+
+struct tsr_wshare {
+  tsr_wgpu *gpu;
+  tsr_wgpu_slot *serve_slot;
+  tsr_xfer_device_sink sink;
+  pthread_mutex_t lock;
+  share_buf bufs[TSR_WSHARE_MAX];   /* under lock; ptr NULL: unused entry */
+  tsr_wshare_stats stats;           /* under lock */
+};
+
+static void *sink_alloc(void *arg, size_t nbytes);
+static void sink_free(void *arg, void *ptr, size_t nbytes);
+
+tsr_wshare *tsr_wshare_new(tsr_wgpu *gpu, tsr_wgpu_slot *serve_slot)
+{
+  if (gpu == NULL || !tsr_xfer_device_capable()) return NULL;
+  tsr_wshare *share = calloc(1, sizeof *share);
+  if (share == NULL) return NULL;
+  share->gpu = gpu;
+  share->serve_slot = serve_slot;
+  share->sink = (tsr_xfer_device_sink){sink_alloc, sink_free, share};
+  pthread_mutex_init(&share->lock, NULL);
+  return share;
+}
+
+void tsr_wshare_free(tsr_wshare **share_p)
+{
+  if (share_p == NULL || *share_p == NULL) return;
+  tsr_wshare *share = *share_p;
+  for (int i = 0; i < TSR_WSHARE_MAX; i++) {
+    share_buf *b = &share->bufs[i];
+    if (b->ptr == NULL) continue;
+    if (b->lent) TSR_ERROR("gpu:%d: a shared buffer of %zu bytes is still lent at exit", tsr_wgpu_device(share->gpu), b->cap);
+    else tsr_wgpu_ipc_free(share->gpu, b->ptr, b->cap);
+  }
+  pthread_mutex_destroy(&share->lock);
+  free(share);
+  *share_p = NULL;
+}
+
+/* The best idle buffer for nbytes, lent out; NULL when none fits (under lock). */
+static void *lend_idle(tsr_wshare *share, size_t nbytes)
+{
+  share_buf *best = NULL;
+  for (int i = 0; i < TSR_WSHARE_MAX; i++) {
+    share_buf *b = &share->bufs[i];
+    if (b->ptr == NULL || b->lent || b->cap < nbytes || b->cap / 2 > nbytes + SHARE_ROUND) continue;
+    if (best == NULL || b->cap < best->cap) best = b;
+  }
+  if (best == NULL) return NULL;
+  best->lent = true;
+  return best->ptr;
+}
+
+/* An entry for a new buffer: an unused one, else an idle one whose buffer
+ * goes (*evicted gets it, to free outside the lock). NULL when every entry
+ * is lent (under lock). */
+static share_buf *free_entry(tsr_wshare *share, share_buf *evicted)
+{
+  share_buf *idle = NULL;
+  for (int i = 0; i < TSR_WSHARE_MAX; i++) {
+    share_buf *b = &share->bufs[i];
+    if (b->ptr == NULL) return b;
+    if (!b->lent && idle == NULL) idle = b;
+  }
+  if (idle != NULL) {
+    *evicted = *idle;
+    *idle = (share_buf){0};
+  }
+  return idle;
+}
+
+static void *take(tsr_wshare *share, size_t nbytes)
+{
+  share_buf evicted = {0};
+  pthread_mutex_lock(&share->lock);
+  void *ptr = lend_idle(share, nbytes);
+  share_buf *entry = ptr == NULL ? free_entry(share, &evicted) : NULL;
+  if (entry != NULL) entry->lent = true;   /* reserved while we allocate */
+  pthread_mutex_unlock(&share->lock);
+  if (evicted.ptr != NULL) tsr_wgpu_ipc_free(share->gpu, evicted.ptr, evicted.cap);
+  if (ptr != NULL || entry == NULL) return ptr;
+  size_t cap = (nbytes + SHARE_ROUND - 1) / SHARE_ROUND * SHARE_ROUND;
+  ptr = tsr_wgpu_ipc_alloc(share->gpu, cap);
+  pthread_mutex_lock(&share->lock);
+  if (ptr != NULL) {
+    *entry = (share_buf){ptr, cap, true};
+    share->stats.buffers++;
+    share->stats.buffer_bytes += cap;
+  } else {
+    entry->lent = false;
+  }
+  pthread_mutex_unlock(&share->lock);
+  return ptr;
+}
+
+/* Back to the table; past TSR_WSHARE_IDLE idle buffers, freed. */
+static void give_back(tsr_wshare *share, void *ptr)
+{
+  share_buf gone = {0};
+  int idle = 0;
+  pthread_mutex_lock(&share->lock);
+  share_buf *entry = NULL;
+  for (int i = 0; i < TSR_WSHARE_MAX; i++) {
+    share_buf *b = &share->bufs[i];
+    if (b->ptr == ptr) entry = b;
+    else if (b->ptr != NULL && !b->lent) idle++;
+  }
+  if (entry != NULL) {
+    entry->lent = false;
+    if (idle >= TSR_WSHARE_IDLE) {
+      gone = *entry;
+      *entry = (share_buf){0};
+    }
+  }
+  pthread_mutex_unlock(&share->lock);
+  if (gone.ptr != NULL) tsr_wgpu_ipc_free(share->gpu, gone.ptr, gone.cap);
+}
+
+static void *sink_alloc(void *arg, size_t nbytes) { return take(arg, nbytes); }
+
+static void sink_free(void *arg, void *ptr, size_t nbytes)
+{
+  (void)nbytes;
+  give_back(arg, ptr);
+}
+
+const tsr_xfer_device_sink *tsr_wshare_sink(tsr_wshare *share) { return share != NULL ? &share->sink : NULL; }
+
+/* The server's release: UCX is done sending from the buffer. */
+static void served(void *data, void *hint) { give_back(hint, data); }
+
+int tsr_wshare_serve(void *arg, const void *dev, size_t nbytes, tsr_xfer_chunk *out)
+{
+  tsr_wshare *share = arg;
+  void *buf = take(share, nbytes);
+  if (buf == NULL) return TSR_ENOMEM;
+  tsr_errbuf err = {{0}};
+  if (tsr_wgpu_copy(share->serve_slot, buf, dev, nbytes, &err) != 0) {
+    TSR_WARN("gpu:%d: cannot copy a chunk of %zu bytes to serve it from device memory: %s",
+             tsr_wgpu_device(share->gpu), nbytes, err.text);
+    give_back(share, buf);
+    return TSR_EINTERNAL;
+  }
+  out->data = buf;
+  out->nbytes = nbytes;
+  out->release = served;
+  out->hint = share;
+  out->on_device = true;
+  pthread_mutex_lock(&share->lock);
+  share->stats.served++;
+  share->stats.served_bytes += nbytes;
+  pthread_mutex_unlock(&share->lock);
+  return 0;
+}
+
+int tsr_wshare_adopt(tsr_wshare *share, tsr_wgpu_slot *slot, tsr_wstore *store, const char *key, const tsr_meta *meta,
+                     tsr_xfer_data *data, tsr_chunk **chunk_p, tsr_errbuf *err)
+{
+  size_t nbytes = data->nbytes;
+  tsr_wgpu *gpu = tsr_wgpu_slot_gpu(slot);
+  void *ptr = NULL;
+  int rc = tsr_wgpu_alloc(slot, nbytes, key, true, &ptr, err);
+  if (rc == 0) rc = tsr_wgpu_copy(slot, ptr, data->data, nbytes, err);
+  tsr_xfer_data_release(data);
+  if (rc != 0) {
+    tsr_wgpu_free(slot, ptr, nbytes, true);
+    return rc;
+  }
+  tsr_wgpu_keep(slot, nbytes);   /* the chunk's from here: freed at its last unref */
+  if (tsr_chunk_new_device(store, key, meta, ptr, nbytes, tsr_wgpu_device(gpu), tsr_wgpu_release, gpu, chunk_p) != 0) {
+    tsr_wgpu_release(gpu, ptr, nbytes);
+    return tsr_fail(err, TSR_ENOMEM, "out of memory");
+  }
+  pthread_mutex_lock(&share->lock);
+  share->stats.received++;
+  share->stats.received_bytes += nbytes;
+  pthread_mutex_unlock(&share->lock);
+  return 0;
+}
+
+void tsr_wshare_stats_get(tsr_wshare *share, tsr_wshare_stats *stats)
+{
+  pthread_mutex_lock(&share->lock);
+  *stats = share->stats;
+  pthread_mutex_unlock(&share->lock);
+}

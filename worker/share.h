@@ -1,0 +1,71 @@
+/* worker/share — device chunks between GPU workers without host memory.
+ *
+ * Over a CUDA-aware UCX (net.h "device memory"; docs/transport.md "Device
+ * to device") a GPU worker serves a device chunk from device memory, and
+ * its executor threads receive large inputs into device memory: between two
+ * GPU workers of one host the bytes move by cuda_ipc, GPU to GPU, and never
+ * through host memory. Everywhere else (ZeroMQ, a UCX without CUDA, no
+ * buffer to be had) a device chunk is served from a host copy as before.
+ *
+ * Both ends need buffers another process can map, and UCX 1.13's cuda_ipc
+ * cannot export the pool's stream-ordered memory (gpu.h,
+ * tsr_wgpu_ipc_alloc). So a served chunk is first copied device to device
+ * into a shared buffer, and a received one lands in a shared buffer and is
+ * copied into the pool as its chunk: two copies at device-memory speed
+ * (about 1.5 TB/s on an H100) in place of a staging round trip through the
+ * host at PCIe speed (about 25 GB/s each way).
+ *
+ * Shared buffers are counted against the device limit and kept for reuse
+ * (at most TSR_WSHARE_IDLE idle; cudaFree synchronizes the whole device);
+ * when none can be had the transfer falls back to host memory.
+ *
+ * Threading: tsr_wshare_serve on the serving thread (its slot is that
+ * thread's); the sink and tsr_wshare_adopt on executor threads, each with
+ * its own slot; buffers come back from any of them. */
+#ifndef TSR_WORKER_SHARE_H
+#define TSR_WORKER_SHARE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu.h"
+#include "net/net.h"
+#include "store.h"
+
+#define TSR_WSHARE_MAX 32   /* shared buffers at once, lent or idle */
+#define TSR_WSHARE_IDLE 4   /* idle ones kept for the next chunk */
+
+typedef struct tsr_wshare tsr_wshare;
+
+/* NULL when this process's UCX cannot move device memory (or
+ * TESSERA_DEVICE_TRANSFER=0): device chunks then go through host copies.
+ * serve_slot is the serving thread's. */
+tsr_wshare *tsr_wshare_new(tsr_wgpu *gpu, tsr_wgpu_slot *serve_slot);
+/* Frees the idle buffers and the share; every lent buffer must be back
+ * (the server closed, the executor stopped). NULL is a no-op. */
+void tsr_wshare_free(tsr_wshare **share_p);
+
+/* Serves nbytes of device memory at dev from a shared copy: fills out's
+ * data, nbytes, release, hint and on_device. 0, or TSR_ENOMEM when no
+ * shared buffer can be had now, or the copy's error. The signature of
+ * tsr_device_serve_fn (store.h), arg = the share. */
+int tsr_wshare_serve(void *share, const void *dev, size_t nbytes, tsr_xfer_chunk *out);
+
+/* The sink an executor thread gives its fetches (net.h). */
+const tsr_xfer_device_sink *tsr_wshare_sink(tsr_wshare *share);
+
+/* A fetched input that landed in device memory (data->on_device) becomes a
+ * device chunk in the pool: copied on slot's stream, the shared buffer given
+ * back (data released whatever the outcome). 0, or the allocation's
+ * TSR_ELIMIT / TSR_ENOMEM, or the copy's error. */
+int tsr_wshare_adopt(tsr_wshare *share, tsr_wgpu_slot *slot, tsr_wstore *store, const char *key, const tsr_meta *meta,
+                     tsr_xfer_data *data, tsr_chunk **chunk_p, tsr_errbuf *err);
+
+typedef struct tsr_wshare_stats {
+  uint64_t served, served_bytes;       /* device chunks sent from device memory */
+  uint64_t received, received_bytes;   /* inputs received into device memory */
+  uint64_t buffers, buffer_bytes;      /* shared buffers made (cudaMalloc) */
+} tsr_wshare_stats;
+void tsr_wshare_stats_get(tsr_wshare *share, tsr_wshare_stats *stats);
+
+#endif
