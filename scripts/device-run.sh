@@ -35,7 +35,7 @@ for a in "$@"; do
 done
 [ "$(uname -m)" = x86_64 ] || { echo "device-run.sh: the device machine is x86-64; build there instead" >&2; exit 1; }
 
-targets=(tessera_cli tessera-scheduler tessera-worker test_gpu test_gpu_cli test_kernels_cuda tsr-svd tsr-svd-gpu tsr-memory-svd tsr-pca tsr-gen-bed tsr-cluster test_gpu_cluster tsr-knn-time test_tiles_cuda tsr-tiles tsr-gen-slide tsr_tile_embed)
+targets=(tessera_cli tessera-scheduler tessera-worker test_gpu test_gpu_cli test_kernels_cuda tsr-svd tsr-svd-gpu tsr-memory-svd tsr-pca tsr-gen-bed tsr-cluster test_gpu_cluster tsr-knn-time test_tiles_cuda tsr-tiles tsr-gen-slide tsr_tile_embed test_gpu_xfer)
 if [ $build = 1 ]; then
   mkdir -p .deps
   log=.deps/build-device.log
