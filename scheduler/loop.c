@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <zmq.h>
 
+#include "util/rttrace.h"
 #include "net/curve.h"
 #include "net/net.h"
 #include "dashboard.h"
@@ -66,7 +67,10 @@ static void flush(void *sock, sched_state *st)
     sched_peer *peer = &st->peers[st->dirty[i]];
     if (!peer->in_use || !peer->dirty) continue;
     peer->dirty = false;
-    if (peer->out.sbuf.size > 0) send_outbox(sock, peer);
+    if (peer->out.sbuf.size > 0) {
+      send_outbox(sock, peer);
+      tsr_rt_stamp(peer->role == PEER_WORKER ? "s.sent_w" : "s.sent_c");
+    }
   }
   st->ndirty = 0;
 }
@@ -89,6 +93,7 @@ static bool drain(void *sock, sched_state *st)
       if (errno != EAGAIN && errno != EINTR) TSR_ERROR("receive failed: %s", zmq_strerror(errno));
       return false;
     }
+    tsr_rt_stamp("s.recv");
     uint64_t now = tsr_now_ms();
     if (count == 2) sched_security_note_frame(st, &fr.part[1]);
     if (count == 2 && !fr.truncated)
@@ -239,6 +244,7 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
     long timeout = busy || admitting || st->place_more ? 0 : (due > now ? (long)(due - now) : 0);
     zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
     int rc = zmq_poll(&item, 1, timeout);
+    tsr_rt_stamp("s.wake");
     if (*stop) break;
     if (rc < 0 && zmq_errno() != EINTR) TSR_ERROR("poll failed: %s", zmq_strerror(zmq_errno()));
     uint64_t us[NSTAGES], mark = tsr_now_us(), t;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "util/rttrace.h"
 #include "util/limits.h"
 #include "wmetrics.h"
 #include "worker_int.h"
@@ -124,6 +125,7 @@ void tsr_link_flush(tsr_worker *w)
   if (w->out.nmsgs == 0) return;
   if (w->sched != NULL && tsr_net_send(w->sched, NULL, 0, w->out.sbuf.data, w->out.sbuf.size, ZMQ_DONTWAIT) != 0)
     TSR_WARN("send to scheduler failed: %s (%zu messages dropped)", zmq_strerror(zmq_errno()), w->out.nmsgs);
+  tsr_rt_stamp("w.sent");
   tsr_wbuf_reset(&w->out);
 }
 
@@ -396,6 +398,7 @@ void tsr_link_recv(tsr_worker *w)
   while (w->sched != NULL && w->link_gen == gen && !w->stopping &&
          tsr_frames_recv(w->sched, &frames, ZMQ_DONTWAIT) >= 0) {
     w->last_heard_ms = tsr_now_ms();
+    tsr_rt_stamp("w.recv");
     if (frames.count != 1 || frames.truncated) {
       TSR_WARN("scheduler sent a message of %d frames (expected one); skipped", frames.count);
       tsr_report_error(w, TSR_EPROTO, "a control message must be one frame", NULL);
