@@ -18,17 +18,19 @@ import sys
 # (label, what the time up to it was spent on)
 HOPS = [
     ("c.submit", "round trip starts: tsr_submit called"),
-    ("c.io_wake", "client: API thread -> client I/O thread (eventfd)"),
-    ("c.sent", "client I/O thread: zmq_send of the submit"),
-    ("s.recv", "client zmq I/O -> TCP -> scheduler zmq I/O -> scheduler thread"),
-    ("s.sent_w", "scheduler: handle submit, admit, place, flush `compute`"),
-    ("w.recv", "scheduler zmq I/O -> TCP -> worker zmq I/O -> worker main"),
+    ("c.sent", "client: API thread -> client I/O thread (eventfd), zmq_send of the submit"),
+    ("s.submit", "client zmq I/O -> TCP -> scheduler zmq I/O -> scheduler thread, frame read"),
+    ("s.handled", "scheduler: decode and handle the submit (admission)"),
+    ("s.placed", "scheduler: timers, placement pass"),
+    ("s.sent_w", "scheduler: flush: `compute` (and `submitted`) handed to zmq"),
+    ("w.compute", "scheduler zmq I/O -> TCP -> worker zmq I/O -> worker main, frame read"),
     ("w.exec_start", "worker: decode compute, queue -> executor thread"),
     ("w.exec_end", "executor: run the no-op, store the output"),
     ("w.complete", "executor -> worker main (inproc PUSH/PULL)"),
     ("w.sent", "worker main: task_done encoded and zmq_send"),
-    ("s.recv", "worker zmq I/O -> TCP -> scheduler zmq I/O -> scheduler thread"),
-    ("s.sent_c", "scheduler: handle task_done, flush `key_done`"),
+    ("s.task_done", "worker zmq I/O -> TCP -> scheduler zmq I/O -> scheduler thread, frame read"),
+    ("s.handled", "scheduler: handle task_done"),
+    ("s.sent_c", "scheduler: placement pass, flush `key_done`"),
     ("c.key_done", "scheduler zmq I/O -> TCP -> client zmq I/O -> client I/O thread"),
     ("c.wait_ret", "client I/O thread -> API thread (condvar), tsr_future_wait returns"),
 ]
@@ -53,15 +55,25 @@ def windows(stamps):
 
 
 def follow(window):
-    """Times of each hop in order, or None when one is missing."""
+    """Times of each hop in order, or None when one is missing. A hop
+    marked '?' may be missing (the client's I/O thread may have been woken
+    before tsr_submit by the previous future's release): it then takes the
+    next hop's time, and that hop's time is counted as its own."""
     times, j = [], 0
     for label, _ in HOPS:
-        while j < len(window) and window[j][1] != label:
-            j += 1
-        if j == len(window):
+        k = j
+        while k < len(window) and window[k][1] != label.rstrip("?"):
+            k += 1
+        if k == len(window):
+            if label.endswith("?"):
+                times.append(None)
+                continue
             return None
-        times.append(window[j][0])
-        j += 1
+        times.append(window[k][0])
+        j = k + 1
+    for h in range(len(times) - 2, -1, -1):
+        if times[h] is None:
+            times[h] = times[h + 1]
     return times
 
 

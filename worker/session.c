@@ -263,6 +263,7 @@ static void accept_task(tsr_worker *w, tsr_wtask *task)
 
 static void on_compute(tsr_worker *w, const msgpack_object *map)
 {
+  tsr_rt_stamp("w.compute");
   if (w->link != TSR_LINK_READY) {
     TSR_WARN("compute before welcome; ignored");
     return;
