@@ -320,43 +320,31 @@ static void requeue(tsr_client *c, out_frame *rest)
   pthread_mutex_unlock(&c->mu);
 }
 
-/* Sends what API calls queued; true when some of it must wait (EAGAIN).
- * *stop_p: the client is closing. */
-static bool send_queued(tsr_client *c, io_clock *clk, bool *stop_p)
-{
-  pthread_mutex_lock(&c->mu);
-  out_frame *chain = c->out_head;
-  c->out_head = c->out_tail = NULL;
-  if (stop_p != NULL) *stop_p = c->stop;
-  pthread_mutex_unlock(&c->mu);
-  int sent = 0;
-  out_frame *rest = chain ? send_chain(c, chain, &sent) : NULL;
-  if (sent > 0) {
-    tsr_rt_stamp("c.sent");
-    clk->last_sent_ms = tsr_now_ms();
-  }
-  if (rest != NULL) requeue(c, rest);
-  return rest != NULL;
-}
-
 void *client_io_main(void *arg)
 {
   tsr_client *c = arg;
   io_clock clk = {tsr_now_ms(), tsr_now_ms()};
   for (;;) {
-    bool stop = false;
-    bool backlog = send_queued(c, &clk, &stop);
+    pthread_mutex_lock(&c->mu);
+    out_frame *chain = c->out_head;
+    c->out_head = c->out_tail = NULL;
+    bool stop = c->stop;
+    pthread_mutex_unlock(&c->mu);
+    int sent = 0;
+    out_frame *rest = chain ? send_chain(c, chain, &sent) : NULL;
+    if (sent > 0) {
+      tsr_rt_stamp("c.sent");
+      clk.last_sent_ms = tsr_now_ms();
+    }
+    if (rest != NULL) requeue(c, rest);
     if (stop) break;
     zmq_pollitem_t items[2] = {{c->sock, 0, ZMQ_POLLIN, 0}, {NULL, c->wake_fd, ZMQ_POLLIN, 0}};
-    if (zmq_poll(items, 2, backlog ? 10 : poll_timeout(c, &clk)) < 0) continue;
+    if (zmq_poll(items, 2, rest != NULL ? 10 : poll_timeout(c, &clk)) < 0) continue;
     tsr_rt_stamp("c.io_wake");
     if (items[1].revents & ZMQ_POLLIN) {
       uint64_t count;
       ssize_t ignored = read(c->wake_fd, &count, sizeof count);
       (void)ignored;
-      /* An API call queued something (a submit): on its way before the
-       * replies are read and the clock kept, which is on nobody's path. */
-      send_queued(c, &clk, NULL);
     }
     if (items[0].revents & ZMQ_POLLIN) receive_all(c, &clk);
     progress_run_callbacks(c);   /* without mu: callbacks may call the API */
