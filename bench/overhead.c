@@ -125,7 +125,6 @@ static void run_latency(tsr_client *client, int reps)
     lat[i] = now_s() - t0;
     if (rc != 0) die("latency", rc);
     tsr_future_release(&f);
-    if (getenv("RT_GAP_US")) usleep((useconds_t)atoi(getenv("RT_GAP_US")));
   }
   qsort(lat, (size_t)reps, sizeof *lat, cmp_double);
   printf("tessera latency_median_us=%.1f p90_us=%.1f reps=%d\n", lat[reps / 2] * 1e6, lat[reps * 9 / 10] * 1e6, reps);
