@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/rttrace.h"
 #include "internal.h"
 
 static void future_free(tsr_future *f)
@@ -162,6 +163,7 @@ TSR_API int tsr_submit(tsr_client *client, tsr_graph **graph_p, tsr_future **fut
 {
   if (client == NULL || graph_p == NULL || *graph_p == NULL || future_p == NULL)
     return client_fail(TSR_EINVAL, "tsr_submit: client, graph and future_p are required");
+  tsr_rt_stamp("c.submit");
   const char **wants = NULL;
   tsr_future *f = NULL;
   int rc = new_future(*graph_p, &f, &wants);
@@ -185,6 +187,7 @@ TSR_API int tsr_submit(tsr_client *client, tsr_graph **graph_p, tsr_future **fut
   f->client = client;
   tsr_graph_destroy(graph_p);
   *future_p = f;
+  tsr_rt_stamp("c.submit_ret");
   return 0;
 }
 
@@ -255,6 +258,7 @@ TSR_API int tsr_future_wait(tsr_future *future, int timeout_ms)
     rc = client_fail(TSR_ETIMEDOUT, "%zu of %zu keys done after %d ms", done, future->n, timeout_ms);
   }
   pthread_mutex_unlock(&c->mu);
+  tsr_rt_stamp("c.wait_ret");
   return rc;
 }
 

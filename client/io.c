@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/rttrace.h"
 #include "internal.h"
 
 typedef struct io_clock {
@@ -199,10 +200,16 @@ static int dispatch(tsr_client *c, const char *op, const msgpack_object *map, ts
   if (strcmp(op, "error") == 0) return on_error(c, map, err);
   if (c->state != CONN_UP) return 0;   /* leftovers of a lost session */
   if (strcmp(op, "heartbeat") == 0) return 0;
-  if (strcmp(op, "key_done") == 0) return keys_on_done_locked(c, map, err);
+  if (strcmp(op, "key_done") == 0) {
+    tsr_rt_stamp("c.key_done");
+    return keys_on_done_locked(c, map, err);
+  }
   if (strcmp(op, "key_erred") == 0) return keys_on_erred_locked(c, map, err);
   if (strcmp(op, "key_lost") == 0) return keys_on_lost_locked(c, map, err);
-  if (strcmp(op, "submitted") == 0) return on_submitted(c, map, err);
+  if (strcmp(op, "submitted") == 0) {
+    tsr_rt_stamp("c.submitted");
+    return on_submitted(c, map, err);
+  }
   if (strcmp(op, "submit_error") == 0) return on_submit_error(c, map, err);
   if (strcmp(op, "progress") == 0) return progress_on_message_locked(c, map, err);
   if (strcmp(op, "status_reply") == 0) return cluster_on_status_reply_locked(c, map, err);
@@ -325,11 +332,15 @@ void *client_io_main(void *arg)
     pthread_mutex_unlock(&c->mu);
     int sent = 0;
     out_frame *rest = chain ? send_chain(c, chain, &sent) : NULL;
-    if (sent > 0) clk.last_sent_ms = tsr_now_ms();
+    if (sent > 0) {
+      tsr_rt_stamp("c.sent");
+      clk.last_sent_ms = tsr_now_ms();
+    }
     if (rest != NULL) requeue(c, rest);
     if (stop) break;
     zmq_pollitem_t items[2] = {{c->sock, 0, ZMQ_POLLIN, 0}, {NULL, c->wake_fd, ZMQ_POLLIN, 0}};
     if (zmq_poll(items, 2, rest != NULL ? 10 : poll_timeout(c, &clk)) < 0) continue;
+    tsr_rt_stamp("c.io_wake");
     if (items[1].revents & ZMQ_POLLIN) {
       uint64_t count;
       ssize_t ignored = read(c->wake_fd, &count, sizeof count);

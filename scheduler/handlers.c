@@ -9,6 +9,7 @@
  * `error` naming the problem with `ref` = its op, one log line naming the
  * peer, and nothing else changes. The state is settled after every
  * message, so each message sees a consistent state. */
+#include "util/rttrace.h"
 #include "dashboard.h"
 #include "journal.h"
 #include "policy_evict.h"
@@ -119,6 +120,7 @@ static uint32_t reported_task(msgctx *m)
 
 static void on_task_done(msgctx *m)
 {
+  tsr_rt_stamp("s.task_done");
   uint64_t nbytes, duration, start_us, lane;
   tsr_meta meta;
   int rc = tsr_wire_uint(m->map, "nbytes", &nbytes, &m->err);
@@ -324,6 +326,7 @@ static void resubmitted(msgctx *m, uint32_t ci, uint64_t graph)
 
 static void on_submit(msgctx *m)
 {
+  tsr_rt_stamp("s.submit");
   sched_state *st = m->st;
   uint32_t ci = st->peers[m->p].index;
   uint64_t graph;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <zmq.h>
 
+#include "util/rttrace.h"
 #include "net/curve.h"
 #include "net/net.h"
 #include "dashboard.h"
@@ -60,13 +61,24 @@ static void send_outbox(void *sock, sched_peer *peer)
   }
 }
 
+/* Workers first: a `compute` is on its task's critical path, while a
+ * client's `submitted` only returns its caller to a wait for the result.
+ * With more busy threads than cores (two here), the frame handed to the
+ * I/O thread first is also the first to get a core: the round-trip stamps
+ * (TESSERA_RTTRACE) showed the `submitted` branch (three client wake-ups)
+ * running beside the `compute` leg (bench/RESULTS.md, 2026-11-25). */
 static void flush(void *sock, sched_state *st)
 {
-  for (uint32_t i = 0; i < st->ndirty; i++) {
-    sched_peer *peer = &st->peers[st->dirty[i]];
-    if (!peer->in_use || !peer->dirty) continue;
-    peer->dirty = false;
-    if (peer->out.sbuf.size > 0) send_outbox(sock, peer);
+  for (int pass = 0; pass < 2; pass++) {
+    for (uint32_t i = 0; i < st->ndirty; i++) {
+      sched_peer *peer = &st->peers[st->dirty[i]];
+      if (!peer->in_use || !peer->dirty || (pass == 0) != (peer->role == PEER_WORKER)) continue;
+      peer->dirty = false;
+      if (peer->out.sbuf.size > 0) {
+        send_outbox(sock, peer);
+        tsr_rt_stamp(peer->role == PEER_WORKER ? "s.sent_w" : "s.sent_c");
+      }
+    }
   }
   st->ndirty = 0;
 }
@@ -89,6 +101,7 @@ static bool drain(void *sock, sched_state *st)
       if (errno != EAGAIN && errno != EINTR) TSR_ERROR("receive failed: %s", zmq_strerror(errno));
       return false;
     }
+    tsr_rt_stamp("s.recv");
     uint64_t now = tsr_now_ms();
     if (count == 2) sched_security_note_frame(st, &fr.part[1]);
     if (count == 2 && !fr.truncated)
@@ -239,11 +252,13 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
     long timeout = busy || admitting || st->place_more ? 0 : (due > now ? (long)(due - now) : 0);
     zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
     int rc = zmq_poll(&item, 1, timeout);
+    tsr_rt_stamp("s.wake");
     if (*stop) break;
     if (rc < 0 && zmq_errno() != EINTR) TSR_ERROR("poll failed: %s", zmq_strerror(zmq_errno()));
     uint64_t us[NSTAGES], mark = tsr_now_us(), t;
     st->slowest_msg_us = 0;
     busy = rc > 0 && drain(sock, st);
+    tsr_rt_stamp("s.handled");
     us[STAGE_DRAIN] = (t = tsr_now_us()) - mark;
     mark = t;
     now = tsr_now_ms();
@@ -277,6 +292,7 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
     /* after a restart, wait for the workers that hold results (journal.h) */
     if (sched_journal_holding(st, now)) sched_flush_frees(st);
     else sched_place_pass(st);
+    tsr_rt_stamp("s.placed");
     us[STAGE_PLACE] = (t = tsr_now_us()) - mark;
     mark = t;
     sched_journal_sync(st);   /* write-ahead: durable before any reply leaves */

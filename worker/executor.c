@@ -3,6 +3,7 @@
  * pointer to the main thread. OpenBLAS gets one thread per executor thread:
  * the pool is the parallelism, and N pools of N BLAS threads would only
  * fight over the cores. */
+#include "util/rttrace.h"
 #include "exec_int.h"
 #include "fused.h"
 #include "share.h"
@@ -281,8 +282,10 @@ static void *thread_main(void *arg)
   while ((task = tsr_wqueue_pop(exec->queue)) != NULL) {
     atomic_fetch_add(&exec->running, 1);
     task->lane = (uint32_t)(self - exec->per_thread);
+    tsr_rt_stamp("w.exec_start");
     tsr_wtask_run_on(task, exec->store, &fetcher, exec->worker_name, self->slot);
     atomic_fetch_sub(&exec->running, 1);
+    tsr_rt_stamp("w.exec_end");
     send_done(push, task);
   }
   tsr_wfetcher_close(&fetcher);

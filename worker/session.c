@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "util/rttrace.h"
 #include "util/limits.h"
 #include "wmetrics.h"
 #include "worker_int.h"
@@ -124,6 +125,7 @@ void tsr_link_flush(tsr_worker *w)
   if (w->out.nmsgs == 0) return;
   if (w->sched != NULL && tsr_net_send(w->sched, NULL, 0, w->out.sbuf.data, w->out.sbuf.size, ZMQ_DONTWAIT) != 0)
     TSR_WARN("send to scheduler failed: %s (%zu messages dropped)", zmq_strerror(zmq_errno()), w->out.nmsgs);
+  tsr_rt_stamp("w.sent");
   tsr_wbuf_reset(&w->out);
 }
 
@@ -261,6 +263,7 @@ static void accept_task(tsr_worker *w, tsr_wtask *task)
 
 static void on_compute(tsr_worker *w, const msgpack_object *map)
 {
+  tsr_rt_stamp("w.compute");
   if (w->link != TSR_LINK_READY) {
     TSR_WARN("compute before welcome; ignored");
     return;
@@ -396,6 +399,7 @@ void tsr_link_recv(tsr_worker *w)
   while (w->sched != NULL && w->link_gen == gen && !w->stopping &&
          tsr_frames_recv(w->sched, &frames, ZMQ_DONTWAIT) >= 0) {
     w->last_heard_ms = tsr_now_ms();
+    tsr_rt_stamp("w.recv");
     if (frames.count != 1 || frames.truncated) {
       TSR_WARN("scheduler sent a message of %d frames (expected one); skipped", frames.count);
       tsr_report_error(w, TSR_EPROTO, "a control message must be one frame", NULL);

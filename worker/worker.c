@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "share.h"
+#include "util/rttrace.h"
 #include "wmetrics.h"
 #include "worker_int.h"
 
@@ -313,7 +314,10 @@ static void drain_completions(tsr_worker *w)
   for (;;) {
     int n = zmq_recv(w->pull, &task, sizeof task, ZMQ_DONTWAIT);
     if (n < 0) return;
-    if (n == (int)sizeof task) tsr_worker_complete(w, task);
+    if (n == (int)sizeof task) {
+      tsr_rt_stamp("w.complete");
+      tsr_worker_complete(w, task);
+    }
   }
 }
 
@@ -341,6 +345,7 @@ static void loop_once(tsr_worker *w, int stop_fd)
   int first_data = w->sched != NULL ? 3 : 2;
   int n_items = first_data + tsr_xfer_server_pollitems(w->server, items + first_data, 2);
   int ready = zmq_poll(items, n_items, timeout);
+  tsr_rt_stamp("w.wake");
   if (ready < 0 && zmq_errno() != EINTR) TSR_WARN("zmq_poll: %s", zmq_strerror(zmq_errno()));
   if (ready > 0) {
     if (items[0].revents & ZMQ_POLLIN) {
