@@ -6,8 +6,9 @@
 # (CTest does not travel: the build tree's paths are this machine's) and
 # the GPU benchmark. Logs go to $OUT (or ./device-out).
 #
-#   bash scripts/device-tests.sh [all|tests|xfer|sc|tiles|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]] [BENCH ARGS...]
-# (kbench: test_kernels_cuda --bench ARGS, e.g. genotype64; memory: bench/gpu_memory.sh, the
+#   bash scripts/device-tests.sh [all|tests|xfer|xferbench|sc|tiles|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]] [BENCH ARGS...]
+# (xfer: gpu.xfer, device chunks between two GPU workers; xferbench: bench/transfer_gpu.sh ARGS;
+# kbench: test_kernels_cuda --bench ARGS, e.g. genotype64; memory: bench/gpu_memory.sh, the
 # device-limited SVD against an unlimited one; pca: bench/pca_gpu.sh, tsr-pca on a 25 GB .bed
 # generated on the machine's disk, ARGS: SAMPLES SNPS DIR; cluster: bench/cluster/gpu.sh, kNN, Leiden,
 # UMAP and the whole single-cell pipeline on one GPU worker, ARGS: CELLS DIR; sc: test_kernels_cuda
@@ -216,12 +217,13 @@ case $what in
   cluster) bash bench/cluster/gpu.sh "$@" 2>&1 | tee "$out/cluster.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
   tests) run_tests ;;
   xfer) run_xfer ;;
+  xferbench) bash bench/transfer_gpu.sh "$@" 2>&1 | tee "$out/xferbench.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
   tiles) run_tiles "$@" ;;
   watch) run_watch ;;
   sc) run_sc_tests ;;
   bench) run_bench "$@" ;;
   kbench) (cd /tmp && timeout 300 "$t/wrap/test_kernels_cuda" --bench "$@") 2>&1 | tee "$out/kbench.log" ;;
   all) run_tests; run_bench "$@" ;;
-  *) echo "device-tests.sh: all|tests|xfer|sc|tiles|watch|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]" >&2; exit 2 ;;
+  *) echo "device-tests.sh: all|tests|xfer|xferbench|sc|tiles|watch|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]" >&2; exit 2 ;;
 esac
 exit $rc

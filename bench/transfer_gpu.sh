@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Device chunks between two GPU workers (issue 16, bench/transfer): a
+# scheduler and two tessera-worker --gpu 0 --transport ucx on the one GPU
+# of the device machine (two H200s are not lent here; cuda_ipc between two
+# processes on one GPU is the same path), the client tsr-bench-gpu-pair
+# (public API: products of random arrays whose inputs sit on either
+# worker), against ucx_perftest -m cuda on the same transports in the same
+# run. Each fetch is timed by the fetching worker (its debug log):
+#   "fetched input ... (N bytes) ... in X ms"      the whole fetch
+#   "ucx: ... N bytes in Y ms (device buffer)"     the data phase alone
+# Runs twice: device to device, and TESSERA_DEVICE_TRANSFER=0 (staged
+# through host memory, as before).
+#
+#   bash scripts/device-tests.sh xferbench [SIZES] [CHUNKS] [REPS]
+#   (= bash bench/transfer_gpu.sh ..., with the device scripts' PATH and UCX)
+#
+# Targets: >= 90% of ucx_perftest's tag_bw at 64 MiB; 1 KiB within 2x of its
+# tag_lat round trip.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+sizes=${1:-1024,1048576,67108864,268435456}
+chunks=${2:-8}
+reps=${3:-3}
+ucx=${UCX_PREFIX:-/tmp/tessera-device/ucx-cuda}
+work=$(mktemp -d /tmp/tsr-xferbench-XXXXXX)
+echo "# bench/transfer_gpu.sh $sizes $chunks $reps   ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $("$ucx/bin/ucx_info" -v | head -1 | tr -d '#'))"
+
+# One cluster: scheduler, two GPU workers, the client; logs in $work/$1.
+run_pair() {
+  local label=$1 d="$work/$1"
+  mkdir -p "$d"
+  tessera-scheduler --listen tcp://127.0.0.1:0 --address-file "$d/addr" >"$d/scheduler.log" 2>&1 &
+  local sched=$!
+  for _ in $(seq 100); do [ -s "$d/addr" ] && break; sleep 0.1; done
+  local addr
+  addr=$(cat "$d/addr")
+  local pids=()
+  for i in 0 1; do
+    tessera-worker --scheduler "$addr" --gpu 0 --threads 4 --transport ucx --log-level debug >"$d/worker-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  TESSERA_SCHEDULER=$addr TESSERA_TRANSPORT=ucx tsr-bench-gpu-pair --sizes "$sizes" --chunks "$chunks" --reps "$reps" \
+    >"$d/client.log" 2>&1 || { echo "$label: client failed"; tail -5 "$d/client.log"; }
+  kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null
+  kill "$sched" 2>/dev/null; wait "$sched" 2>/dev/null
+  # fetches of each size: the whole fetch, and the UCX data phase
+  python3 - "$label" "$d" <<'PY'
+import re, sys, glob, statistics as st
+label, d = sys.argv[1], sys.argv[2]
+whole, data = {}, {}
+for f in glob.glob(d + "/worker-*.log"):
+    for line in open(f, errors="replace"):
+        m = re.search(r"fetched input '[^']*' \((\d+) bytes\) from \S+ in ([0-9.]+) ms", line)
+        if m: whole.setdefault(int(m.group(1)), []).append(float(m.group(2)))
+        m = re.search(r"ucx: .* (\d+) bytes in ([0-9.]+) ms \((\w+) buffer\)", line)
+        if m: data.setdefault((int(m.group(1)), m.group(3)), []).append(float(m.group(2)))
+for size in sorted(whole):
+    w = whole[size]
+    dd = [(k[1], v) for k, v in data.items() if k[0] == size]
+    extra = "; ".join(f"data phase into {kind} median {st.median(v):.3f} ms" for kind, v in dd)
+    print(f"{label}: {size} B: {len(w)} fetches, whole fetch median {st.median(w):.3f} ms (best {min(w):.3f}) = "
+          f"{size / st.median(w) / 1e6:.2f} GB/s median, {size / min(w) / 1e6:.2f} best" + (f"; {extra}" if extra else ""))
+PY
+}
+
+run_pair device
+TESSERA_DEVICE_TRANSFER=0 run_pair host-staged
+
+# The peer: ucx_perftest between two processes, both buffers CUDA memory
+# on GPU 0 (cuda_ipc), the same UCX.
+port=$((20000 + RANDOM % 20000))
+perftest() {
+  UCX_TLS=cuda_ipc,cuda_copy,tcp,self ucx_perftest -p "$port" -m cuda >/dev/null 2>&1 &
+  local srv=$!
+  sleep 1
+  UCX_TLS=cuda_ipc,cuda_copy,tcp,self ucx_perftest 127.0.0.1 -p "$port" -m cuda -t "$1" -s "$2" -n "$3" 2>&1 |
+    awk '/^Final:/ {print}'
+  wait "$srv" 2>/dev/null
+  port=$((port + 1))
+}
+export PATH="$ucx/bin:$PATH"
+for size in ${sizes//,/ }; do
+  n=$(( size >= 67108864 ? 50 : 1000 ))
+  echo "ucx_perftest tag_bw $size B (cuda, cuda_ipc): $(perftest tag_bw "$size" "$n")"
+done
+echo "ucx_perftest tag_lat 1024 B (cuda): $(perftest tag_lat 1024 10000)"
+echo "(Final: iterations, latency typical/avg/overall usec, bandwidth avg/overall MB/s (MiB), msgrate)"
+rm -rf "$work"
