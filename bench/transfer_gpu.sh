@@ -20,7 +20,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 sizes=${1:-1024,1048576,67108864,268435456}
 chunks=${2:-8}
-reps=${3:-3}
+reps=${3:-4}   # rep 0 of each size is a warm-up, not counted
 ucx=${UCX_PREFIX:-/tmp/tessera-device/ucx-cuda}
 work=$(mktemp -d /tmp/tsr-xferbench-XXXXXX)
 echo "# bench/transfer_gpu.sh $sizes $chunks $reps   ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $("$ucx/bin/ucx_info" -v | head -1 | tr -d '#'))"
@@ -47,17 +47,27 @@ run_pair() {
   python3 - "$label" "$d" <<'PY'
 import re, sys, glob, statistics as st
 label, d = sys.argv[1], sys.argv[2]
-whole, data = {}, {}
+whole, data, reply = {}, {}, {}
+# fetches before a size's rep 1 (its warm-up rep 0, or an earlier size) are left out
+since = {}
+for line in open(d + "/client.log", errors="replace"):
+    m = re.match(r"size (\d+) rep 1 start (\S+):", line)
+    if m: since[int(m.group(1))] = m.group(2)
+def warm(line, size):
+    return size in since and line[:12] >= since[size]
 for f in glob.glob(d + "/worker-*.log"):
     for line in open(f, errors="replace"):
         m = re.search(r"fetched input '[^']*' \((\d+) bytes\) from \S+ in ([0-9.]+) ms", line)
-        if m: whole.setdefault(int(m.group(1)), []).append(float(m.group(2)))
-        m = re.search(r"ucx: .* (\d+) bytes in ([0-9.]+) ms \((\w+) buffer\)", line)
-        if m: data.setdefault((int(m.group(1)), m.group(3)), []).append(float(m.group(2)))
+        if m and warm(line, int(m.group(1))): whole.setdefault(int(m.group(1)), []).append(float(m.group(2)))
+        m = re.search(r"ucx: .* reply after ([0-9.]+) ms, (\d+) bytes in ([0-9.]+) ms \((\w+) buffer\)", line)
+        if m and warm(line, int(m.group(2))):
+            data.setdefault((int(m.group(2)), m.group(4)), []).append(float(m.group(3)))
+            reply.setdefault(int(m.group(2)), []).append(float(m.group(1)))
 for size in sorted(whole):
     w = whole[size]
     dd = [(k[1], v) for k, v in data.items() if k[0] == size]
     extra = "; ".join(f"data phase into {kind} median {st.median(v):.3f} ms" for kind, v in dd)
+    if size in reply: extra += f"; reply after median {st.median(reply[size]):.3f} ms"
     print(f"{label}: {size} B: {len(w)} fetches, whole fetch median {st.median(w):.3f} ms (best {min(w):.3f}) = "
           f"{size / st.median(w) / 1e6:.2f} GB/s median, {size / min(w) / 1e6:.2f} best" + (f"; {extra}" if extra else ""))
 PY

@@ -112,21 +112,24 @@ static void *take(tsr_wshare *share, size_t nbytes)
   return ptr;
 }
 
-/* Back to the table; past TSR_WSHARE_IDLE idle buffers, freed. */
+/* Back to the table; freed when the idle buffers would pass
+ * TSR_WSHARE_IDLE_SHARE of the device limit (freeing synchronizes the
+ * device, and a new buffer's IPC handle is opened again by every peer:
+ * buffers are kept while they fit). */
 static void give_back(tsr_wshare *share, void *ptr)
 {
   share_buf gone = {0};
-  int idle = 0;
+  uint64_t idle = 0;
   pthread_mutex_lock(&share->lock);
   share_buf *entry = NULL;
   for (int i = 0; i < TSR_WSHARE_MAX; i++) {
     share_buf *b = &share->bufs[i];
     if (b->ptr == ptr) entry = b;
-    else if (b->ptr != NULL && !b->lent) idle++;
+    else if (b->ptr != NULL && !b->lent) idle += b->cap;
   }
   if (entry != NULL) {
     entry->lent = false;
-    if (idle >= TSR_WSHARE_IDLE) {
+    if (idle + entry->cap > tsr_wgpu_limit(share->gpu) / TSR_WSHARE_IDLE_SHARE) {
       gone = *entry;
       *entry = (share_buf){0};
     }
@@ -151,6 +154,7 @@ static void served(void *data, void *hint) { give_back(hint, data); }
 int tsr_wshare_serve(void *arg, const void *dev, size_t nbytes, tsr_xfer_chunk *out)
 {
   tsr_wshare *share = arg;
+  if (nbytes < TSR_WSHARE_MIN) return TSR_EINVAL;
   void *buf = take(share, nbytes);
   if (buf == NULL) return TSR_ENOMEM;
   tsr_errbuf err = {{0}};

@@ -16,7 +16,8 @@
  * host at PCIe speed (about 25 GB/s each way).
  *
  * Shared buffers are counted against the device limit and kept for reuse
- * (at most TSR_WSHARE_IDLE idle; cudaFree synchronizes the whole device);
+ * (idle ones up to a sixteenth of the limit; cudaFree synchronizes the
+ * whole device);
  * when none can be had the transfer falls back to host memory.
  *
  * Threading: tsr_wshare_serve on the serving thread (its slot is that
@@ -32,8 +33,14 @@
 #include "net/net.h"
 #include "store.h"
 
-#define TSR_WSHARE_MAX 32   /* shared buffers at once, lent or idle */
-#define TSR_WSHARE_IDLE 4   /* idle ones kept for the next chunk */
+#define TSR_WSHARE_MAX 32         /* shared buffers at once, lent or idle */
+/* Smaller device chunks are served from a host copy: UCX sends a small
+ * CUDA message eagerly through cuda_copy, about 160 us one way on an H200
+ * (ucx_perftest tag_lat -m cuda), where our copy down takes tens of us
+ * (bench/transfer_gpu.sh: 1 KiB fetches 0.74 ms from device memory, 0.07
+ * ms from a host copy; 1 MiB 0.50 against 0.74 ms). */
+#define TSR_WSHARE_MIN ((size_t)256 << 10)
+#define TSR_WSHARE_IDLE_SHARE 16  /* idle ones kept up to this fraction of the device limit */
 
 typedef struct tsr_wshare tsr_wshare;
 
@@ -46,8 +53,9 @@ tsr_wshare *tsr_wshare_new(tsr_wgpu *gpu, tsr_wgpu_slot *serve_slot);
 void tsr_wshare_free(tsr_wshare **share_p);
 
 /* Serves nbytes of device memory at dev from a shared copy: fills out's
- * data, nbytes, release, hint and on_device. 0, or TSR_ENOMEM when no
- * shared buffer can be had now, or the copy's error. The signature of
+ * data, nbytes, release, hint and on_device. 0, or TSR_EINVAL under
+ * TSR_WSHARE_MIN, TSR_ENOMEM when no shared buffer can be had now, or the
+ * copy's error (the caller then serves a host copy). The signature of
  * tsr_device_serve_fn (store.h), arg = the share. */
 int tsr_wshare_serve(void *share, const void *dev, size_t nbytes, tsr_xfer_chunk *out);
 

@@ -5,7 +5,9 @@
  * half the products fetch an input from the other worker) and sums the
  * product down to one value per chunk row block, which alone comes back.
  * The transfers are timed by the workers themselves (their debug log:
- * "fetched input ... in X ms"); this program prints each size's wall.
+ * "fetched input ... in X ms"); this program prints each rep's start
+ * (UTC, as the logs) and wall. Rep 0 of each size is the warm-up: new
+ * connections, new shared buffers, CUDA IPC handles opened.
  *
  *   tsr-bench-gpu-pair [--sizes 1024,1048576,67108864] [--chunks 8] [--reps 3]
  * with $TESSERA_SCHEDULER naming the scheduler. */
@@ -24,6 +26,17 @@ static double now_s(void)
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* HH:MM:SS.mmm in UTC, as the daemons' log lines start (common/util/log.c),
+ * so that the script can tell a rep's fetches from the warm-up's. */
+static void utc_now(char *out, size_t cap)
+{
+  struct timespec ts;
+  struct tm tm;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  gmtime_r(&ts.tv_sec, &tm);
+  snprintf(out, cap, "%02d:%02d:%02d.%03ld", tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
 }
 
 /* One size: a * b summed over axis 1, each row block's sums gathered. */
@@ -72,8 +85,10 @@ int main(int argc, char **argv)
     int64_t bytes = strtoll(tok, NULL, 10);
     for (long r = 0; rc == 0 && r < reps; r++, seed += 2) {
       double wall = 0;
+      char start[32];
+      utc_now(start, sizeof start);
       rc = one_size(ctx, bytes, n_chunks, seed, &wall);
-      if (rc == 0) printf("size %lld rep %ld: %.4f s\n", (long long)bytes, r, wall);
+      if (rc == 0) printf("size %lld rep %ld start %s: %.4f s\n", (long long)bytes, r, start, wall);
       fflush(stdout);
     }
   }
