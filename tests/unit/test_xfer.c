@@ -25,6 +25,7 @@ typedef struct served {
   tsr_xfer_server *srv;
   atomic_bool stop, paused;
   atomic_int released;
+  atomic_int device_ok_seen;   /* lookups told they may hand device memory */
   double *small;        /* 3 f64 */
   unsigned char *big;   /* BIG_BYTES */
   unsigned char *big2;  /* BIG_BYTES, other bytes: "big2" */
@@ -40,6 +41,7 @@ static void release_ref(void *data, void *hint)
 static int lookup(void *arg, const char *key, tsr_xfer_chunk *chunk)
 {
   served *s = arg;
+  if (chunk->device_ok) atomic_fetch_add(&s->device_ok_seen, 1);
   memset(chunk, 0, sizeof *chunk);
   chunk->meta.dtype = strncmp(key, "big", 3) == 0 ? TSR_U8 : TSR_F64;
   chunk->meta.ndim = 1;
@@ -333,6 +335,41 @@ TEST(ucx_pool_reuses_a_released_buffer_and_trim_unmaps_it)
   ASSERT_TRUE(!is_mapped(first) && !is_mapped(second));   /* unmapped, not just listed as free */
 }
 
+static int sink_calls;
+static void *sink_alloc_counted(void *arg, size_t nbytes)
+{
+  (void)arg, (void)nbytes;
+  sink_calls++;
+  return NULL;
+}
+static void sink_free_counted(void *arg, void *ptr, size_t nbytes) { (void)arg, (void)ptr, (void)nbytes; }
+
+/* A UCX without CUDA (Debian's): the server never offers device memory and
+ * a fetch's device sink is never asked: the chunk lands in host memory. */
+TEST(device_sink_is_unused_and_lookups_get_host_only_without_cuda_in_ucx)
+{
+  if (tsr_xfer_device_capable()) {
+    fprintf(stderr, "  SKIPPED: this UCX moves CUDA memory (gpu.xfer tests that path)\n");
+    return;
+  }
+  served s;
+  tsr_errbuf err = {{0}};
+  ASSERT_OK(serve_start(&s, TSR_TRANSPORT_UCX, &err));
+  tsr_xfer_device_sink sink = {sink_alloc_counted, sink_free_counted, NULL};
+  tsr_chunk_header hdr;
+  tsr_xfer_data data = {.sink = &sink};
+  sink_calls = 0;
+  int rc = fetch(tsr_xfer_server_address(s.srv), TSR_TRANSPORT_UCX, "big", &hdr, &data, &err);
+  bool ok = fetched_ok(rc, &data, s.big), on_device = data.on_device;
+  tsr_xfer_data_release(&data);
+  int offered = atomic_load(&s.device_ok_seen);
+  serve_stop(&s);
+  ASSERT_TRUE(ok);
+  ASSERT_TRUE(!on_device);
+  ASSERT_EQ(sink_calls, 0);
+  ASSERT_EQ(offered, 0);
+}
+
 TEST(ucx_pool_chunk_bigger_than_its_class_and_idle_limit)
 {
   tsr_xfer_pool_trim();
@@ -575,6 +612,7 @@ int main(int argc, char **argv)
   RUN(ucx_listener_refuses_ipv6_hosts);
   RUN(ucx_pool_reuses_a_released_buffer_and_trim_unmaps_it);
   RUN(ucx_pool_chunk_bigger_than_its_class_and_idle_limit);
+  RUN(device_sink_is_unused_and_lookups_get_host_only_without_cuda_in_ucx);
   RUN(ucx_pool_makes_a_spare_so_the_next_chunk_finds_a_buffer_while_one_is_held);
   RUN(zmq_receives_are_not_pooled_and_small_ucx_chunks_neither);
   RUN(ucx_fetch_from_a_stalled_peer_is_abandoned_by_abort);
