@@ -12,9 +12,11 @@
 #define _GNU_SOURCE
 #include "ucx_int.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "xfer_int.h"
 
@@ -38,6 +40,9 @@ typedef struct ucx_send {
   void *hint;
   char header[];
 } ucx_send;
+
+#define SPIN_MIN_CORES 8
+#define SPIN_DEFAULT_US 100
 
 struct tsr_ucx_server {
   ucp_worker_h worker;
@@ -331,16 +336,46 @@ static void push_sends(tsr_ucx_server *srv)
   while (srv->sending > 0 && srv->head == NULL && tsr_now_ns() < until) ucp_worker_progress(srv->worker);
 }
 
+/* How long the server keeps polling after an answer, for the same peer's
+ * next request: a fetcher that asks for chunk after chunk (a task's
+ * inputs, a gather) then finds it awake instead of paying a wake-up
+ * through the fd (~20 us against UCX's ~1 us over shared memory). Only on
+ * machines with cores to spare: on 2 cores the spinning server starved its
+ * own fetchers (bench/RESULTS.md, "Chunk transfer"). TESSERA_SERVE_SPIN_US
+ * overrides (0: never). */
+static uint64_t spin_ns(void)
+{
+  static _Atomic int64_t cached = -1;
+  int64_t ns = atomic_load(&cached);
+  if (ns >= 0) return (uint64_t)ns;
+  const char *env = getenv("TESSERA_SERVE_SPIN_US");
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  ns = env != NULL ? strtoll(env, NULL, 10) * 1000 : cores >= SPIN_MIN_CORES ? SPIN_DEFAULT_US * 1000 : 0;
+  if (ns < 0) ns = 0;
+  atomic_store(&cached, ns);
+  return (uint64_t)ns;
+}
+
+/* Polls until a request arrives or the spin ends: true when one did. */
+static bool spin_for_request(tsr_ucx_server *srv)
+{
+  uint64_t until = tsr_now_ns() + spin_ns();
+  while (srv->head == NULL && tsr_now_ns() < until) ucp_worker_progress(srv->worker);
+  return srv->head != NULL;
+}
+
 int tsr_ucx_server_serve(tsr_ucx_server *srv, tsr_xfer_lookup_fn lookup, void *arg, uint64_t *bytes)
 {
   int answered = 0;
   for (;;) {
     while (ucp_worker_progress(srv->worker) != 0) {
     }
-    answered += answer_all(srv, lookup, arg, bytes);
+    int now = answer_all(srv, lookup, arg, bytes);
+    answered += now;
     push_sends(srv);
     close_failed(srv);
     if (srv->head != NULL) continue;
+    if (now > 0 && spin_ns() > 0 && spin_for_request(srv)) continue;
     if (ucp_worker_arm(srv->worker) != UCS_ERR_BUSY) return answered;
   }
 }
