@@ -43,7 +43,12 @@ bool tsr_ucx_built(void) { return true; }
  * variable for it in the environment wins. */
 static void shrink_defaults(ucp_config_t *config)
 {
-  if (getenv("UCX_MM_RX_BUFS_GROW") == NULL && getenv("UCX_POSIX_RX_BUFS_GROW") == NULL &&
+  /* Not when UCX_TLS leaves shared memory out: UCX warns at every worker
+   * ("invalid configuration") about a setting no transport read. */
+  const char *tls = getenv("UCX_TLS");
+  bool shm = tls == NULL || strstr(tls, "sm") != NULL || strstr(tls, "posix") != NULL ||
+             strstr(tls, "sysv") != NULL || strstr(tls, "all") != NULL || tls[0] == '^';
+  if (shm && getenv("UCX_MM_RX_BUFS_GROW") == NULL && getenv("UCX_POSIX_RX_BUFS_GROW") == NULL &&
       getenv("UCX_SYSV_RX_BUFS_GROW") == NULL)
     ucp_config_modify(config, "MM_RX_BUFS_GROW", "64");
 }
