@@ -35,7 +35,7 @@ for a in "$@"; do
 done
 [ "$(uname -m)" = x86_64 ] || { echo "device-run.sh: the device machine is x86-64; build there instead" >&2; exit 1; }
 
-targets=(tessera_cli tessera-scheduler tessera-worker test_gpu test_gpu_cli test_kernels_cuda tsr-svd tsr-svd-gpu tsr-memory-svd tsr-pca tsr-gen-bed tsr-cluster test_gpu_cluster tsr-knn-time test_tiles_cuda tsr-tiles tsr-gen-slide tsr_tile_embed test_gpu_xfer tsr-bench-gpu-pair tsr-bench-transfer)
+targets=(tessera_cli tessera-scheduler tessera-worker test_gpu test_gpu_cli test_kernels_cuda tsr-svd tsr-svd-gpu tsr-memory-svd tsr-pca tsr-gen-bed tsr-cluster test_gpu_cluster tsr-knn-time test_tiles_cuda tsr-tiles tsr-gen-slide tsr_tile_embed test_gpu_xfer tsr-bench-gpu-pair tsr-bench-transfer tsr-bench-overhead tsr-bench-pingpong)
 if [ $build = 1 ]; then
   mkdir -p .deps
   log=.deps/build-device.log
@@ -44,7 +44,7 @@ if [ $build = 1 ]; then
   cmake --build build-device -j"$(nproc)" --target "${targets[@]}" >>$log 2>&1 \
     || { grep -E "error|Error" $log | head -30; exit 1; }
 fi
-bins=(tessera tessera-scheduler tessera-worker test_gpu test_gpu_cli test_kernels_cuda tsr-svd tsr-svd-gpu tsr-memory-svd tsr-pca tsr-gen-bed tsr-cluster test_gpu_cluster tsr-knn-time test_tiles_cuda tsr-tiles tsr-gen-slide test_gpu_xfer tsr-bench-gpu-pair tsr-bench-transfer)
+bins=(tessera tessera-scheduler tessera-worker test_gpu test_gpu_cli test_kernels_cuda tsr-svd tsr-svd-gpu tsr-memory-svd tsr-pca tsr-gen-bed tsr-cluster test_gpu_cluster tsr-knn-time test_tiles_cuda tsr-tiles tsr-gen-slide test_gpu_xfer tsr-bench-gpu-pair tsr-bench-transfer tsr-bench-overhead tsr-bench-pingpong)
 for b in "${bins[@]}"; do [ -x build-device/bin/$b ] || { echo "device-run.sh: build-device/bin/$b missing" >&2; exit 1; }; done
 # grep reads all of ldd: with -q it stops early and pipefail reads ldd's SIGPIPE as "no CUDA"
 if ! ldd build-device/bin/tessera-worker | grep libcudart >/dev/null; then

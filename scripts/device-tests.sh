@@ -6,9 +6,10 @@
 # (CTest does not travel: the build tree's paths are this machine's) and
 # the GPU benchmark. Logs go to $OUT (or ./device-out).
 #
-#   bash scripts/device-tests.sh [all|tests|xfer|xferbench|transfer|sc|tiles|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]] [BENCH ARGS...]
+#   bash scripts/device-tests.sh [all|tests|xfer|xferbench|transfer|overhead|sc|tiles|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]] [BENCH ARGS...]
 # (xfer: gpu.xfer, device chunks between two GPU workers; xferbench: bench/transfer_gpu.sh ARGS;
 # transfer: bench/transfer.sh, host chunks over tcp and shared memory against ucx_perftest;
+# overhead: the scheduler's round trip and 10^6-task ingest (bench/overhead) with the ZeroMQ/TCP floor;
 # kbench: test_kernels_cuda --bench ARGS, e.g. genotype64; memory: bench/gpu_memory.sh, the
 # device-limited SVD against an unlimited one; pca: bench/pca_gpu.sh, tsr-pca on a 25 GB .bed
 # generated on the machine's disk, ARGS: SAMPLES SNPS DIR; cluster: bench/cluster/gpu.sh, kNN, Leiden,
@@ -220,6 +221,9 @@ case $what in
   xfer) run_xfer ;;
   transfer) mkdir -p /tmp/tsr-wrapbuild && ln -sfn "$t/wrap" /tmp/tsr-wrapbuild/bin &&
     PATH="$t/ucx-cuda/bin:$PATH" bash bench/transfer.sh /tmp/tsr-wrapbuild 2>&1 | tee "$out/transfer.log" ;;
+  overhead) for tl in "zmq 2" "zmq 4" "tcp 2" "tcp 4"; do set -- $tl; tsr-bench-pingpong --transport $1 --legs $2 --reps 5000; done 2>&1 | tee "$out/overhead.log"
+    for i in 1 2 3; do tessera local --cpu-workers 2 --threads-per-worker 1 -- tsr-bench-overhead --sizes 100000,1000000 \
+      --shapes independent --reps 1000 2>/dev/null | grep -E "latency|tasks=|bytes_per_task"; done 2>&1 | tee -a "$out/overhead.log" ;;
   xferbench) bash bench/transfer_gpu.sh "$@" 2>&1 | tee "$out/xferbench.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
   tiles) run_tiles "$@" ;;
   watch) run_watch ;;
@@ -227,6 +231,6 @@ case $what in
   bench) run_bench "$@" ;;
   kbench) (cd /tmp && timeout 300 "$t/wrap/test_kernels_cuda" --bench "$@") 2>&1 | tee "$out/kbench.log" ;;
   all) run_tests; run_bench "$@" ;;
-  *) echo "device-tests.sh: all|tests|xfer|xferbench|transfer|sc|tiles|watch|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]" >&2; exit 2 ;;
+  *) echo "device-tests.sh: all|tests|xfer|xferbench|transfer|overhead|sc|tiles|watch|bench|kbench|memory|pca|cluster|smoke|one NAME [SECONDS]" >&2; exit 2 ;;
 esac
 exit $rc
