@@ -8,6 +8,21 @@
  *   server  -> fetcher  AM id TSR_UCX_AM_REPLY, header = chunk header map or
  *                       {"op":"error",...}, data = the chunk's bytes
  *
+ * A connection is made through the server's listener (UCX's connection
+ * manager: its endpoint gets tcp, and cuda_ipc, but never shared memory).
+ * Before its first get a fetcher says hello:
+ *
+ *   fetcher -> server   AM id TSR_UCX_AM_HELLO, header = "h"
+ *   server  -> fetcher  AM id TSR_UCX_AM_REPLY, header = the server's host
+ *                       identity, data = its ucp worker address
+ *
+ * and when the identity is its own (same boot, same network, IPC, mount
+ * and PID namespaces) opens a second endpoint from that address, which
+ * UCX wires over every transport both share (posix/sysv shared memory,
+ * cma, cuda_ipc): the gets go there. Other hosts and containers keep the
+ * listener's endpoint (a worker address holds addresses a peer behind NAT
+ * cannot reach). TESSERA_UCX_DIRECT=0 keeps it always.
+ *
  * UCX picks eager or rendezvous by size: a large chunk is sent from the
  * store's buffer and received straight into the fetcher's buffer, no copy
  * of ours on either side (UCX's transports may copy through their own
@@ -33,6 +48,7 @@
 #define TSR_UCX_SCHEME "ucx://"
 #define TSR_UCX_AM_GET 0x7e01
 #define TSR_UCX_AM_REPLY 0x7e02
+#define TSR_UCX_AM_HELLO 0x7e03
 
 typedef struct tsr_ucx_conn tsr_ucx_conn;
 typedef struct tsr_ucx_server tsr_ucx_server;

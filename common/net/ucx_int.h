@@ -33,6 +33,10 @@ int tsr_ucx_sockaddr(const char *host, int port, struct sockaddr_storage *sa, so
  * TSR_EINVAL. */
 int tsr_ucx_split_hostport(const char *text, char *host, size_t cap, int *port_p, tsr_errbuf *err);
 
+/* "tsr-host:BOOT_ID:NET:IPC:MNT:PID" (the namespaces' inode numbers):
+ * equal in two processes that can share memory through UCX. Static. */
+const char *tsr_ucx_host_identity(void);
+
 /* Closes ep abortively (a dead peer is not waited for): requests on it
  * complete with an error. Progresses worker for at most a second. */
 void tsr_ucx_ep_close(ucp_worker_h worker, ucp_ep_h ep);

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "xfer_int.h"
 
@@ -166,6 +167,38 @@ int tsr_ucx_sockaddr(const char *host, int port, struct sockaddr_storage *sa, so
   return 0;
 }
 
+#define HELLO_TAG "tsr-host:"
+
+static char host_identity[160];
+static pthread_once_t host_identity_once = PTHREAD_ONCE_INIT;
+
+static unsigned long ns_inode(const char *ns)
+{
+  char path[64];
+  struct stat st;
+  snprintf(path, sizeof path, "/proc/self/ns/%s", ns);
+  return stat(path, &st) == 0 ? (unsigned long)st.st_ino : 0;
+}
+
+static void make_host_identity(void)
+{
+  char boot[64] = "";
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f != NULL) {
+    if (fgets(boot, sizeof boot, f) == NULL) boot[0] = '\0';
+    fclose(f);
+  }
+  boot[strcspn(boot, "\n")] = '\0';
+  snprintf(host_identity, sizeof host_identity, HELLO_TAG "%s:%lu:%lu:%lu:%lu", boot, ns_inode("net"),
+           ns_inode("ipc"), ns_inode("mnt"), ns_inode("pid"));
+}
+
+const char *tsr_ucx_host_identity(void)
+{
+  pthread_once(&host_identity_once, make_host_identity);
+  return host_identity;
+}
+
 void tsr_ucx_ep_close(ucp_worker_h worker, ucp_ep_h ep)
 {
   ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
@@ -180,7 +213,10 @@ void tsr_ucx_ep_close(ucp_worker_h worker, ucp_ep_h ep)
 
 struct tsr_ucx_conn {
   ucp_worker_h worker;
-  ucp_ep_h ep;
+  ucp_ep_h ep;              /* through the server's listener */
+  ucp_ep_h direct;          /* from the server's worker address (same host), or NULL */
+  bool said_hello;          /* the direct endpoint was tried */
+  bool hello_pending;       /* the reply awaited is the hello's */
   int efd;
   ucs_status_t ep_status;   /* UCS_OK until the endpoint failed */
   char *request;            /* the last get's bytes: UCX may still read them */
@@ -214,6 +250,9 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_len, v
 {
   tsr_ucx_conn *conn = arg;
   if (!conn->awaiting || conn->replied || header_len > TSR_UCX_MAX_HEADER || len > TSR_MAX_FRAME_BYTES) return UCS_OK;
+  /* a hello's answer that came after its wait is not a get's reply */
+  bool hello = header_len >= strlen(HELLO_TAG) && memcmp(header, HELLO_TAG, strlen(HELLO_TAG)) == 0;
+  if (hello != conn->hello_pending) return UCS_OK;
   conn->reply_hdr = malloc(header_len ? header_len : 1);
   if (conn->reply_hdr == NULL) return UCS_OK;
   memcpy(conn->reply_hdr, header, header_len);
@@ -313,6 +352,7 @@ void tsr_ucx_conn_close(tsr_ucx_conn **conn_p)
   if (conn->worker != NULL) {
     forget_reply(conn);
     if (conn->recv_req != NULL) ucp_request_cancel(conn->worker, conn->recv_req);
+    if (conn->direct != NULL) tsr_ucx_ep_close(conn->worker, conn->direct);
     if (conn->ep != NULL) tsr_ucx_ep_close(conn->worker, conn->ep);
     if (conn->recv_req != NULL) ucp_request_free(conn->recv_req);
     ucp_worker_destroy(conn->worker);
@@ -391,7 +431,8 @@ static int send_get(tsr_ucx_conn *conn, const char *key, const char *address, ts
   tsr_wbuf_free(&wb);
   if (conn->request == NULL) return TSR_ENOMEM;
   ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_AM_SEND_FLAG_REPLY};
-  ucs_status_ptr_t req = ucp_am_send_nbx(conn->ep, TSR_UCX_AM_GET, conn->request, len, NULL, 0, &p);
+  ucp_ep_h ep = conn->direct != NULL ? conn->direct : conn->ep;
+  ucs_status_ptr_t req = ucp_am_send_nbx(ep, TSR_UCX_AM_GET, conn->request, len, NULL, 0, &p);
   if (UCS_PTR_IS_ERR(req))
     return tsr_fail(err, TSR_ECONN, "send to %s: %s", address, ucs_status_string(UCS_PTR_STATUS(req)));
   if (req != NULL) ucp_request_free(req);   /* completes on its own; conn->request outlives it */
@@ -493,6 +534,55 @@ static int take_data(tsr_ucx_conn *conn, wait_ctx *w, const char *key, tsr_xfer_
   return 0;
 }
 
+/* How long a hello waits for its answer before the listener's endpoint
+ * is kept: the answer is one small message; a server that never answers
+ * (an older Tessera) costs a first fetch this much once. */
+#define HELLO_MS 2000
+
+/* Opens the direct endpoint from the hello's answer when the server is on
+ * this host (ucx.h). */
+static void open_direct(tsr_ucx_conn *conn)
+{
+  const char *mine = tsr_ucx_host_identity();
+  if (conn->reply_hdr_len != strlen(mine) || memcmp(conn->reply_hdr, mine, conn->reply_hdr_len) != 0 ||
+      conn->eager == NULL)
+    return;
+  ucp_ep_params_t p = {
+    .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER,
+    .address = conn->eager,   /* unpacked by ucp_ep_create */
+    .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+    .err_handler = {.cb = on_ep_error, .arg = conn},
+  };
+  if (ucp_ep_create(conn->worker, &p, &conn->direct) != UCS_OK) conn->direct = NULL;
+}
+
+/* Says hello once and opens the direct endpoint when the answer allows;
+ * any failure keeps the listener's endpoint (a lost connection shows in
+ * ep_status, for the get to report). */
+static void say_hello(tsr_ucx_conn *conn, const wait_ctx *w)
+{
+  conn->said_hello = true;
+  const char *env = getenv("TESSERA_UCX_DIRECT");
+  if (env != NULL && strcmp(env, "0") == 0) return;
+  forget_reply(conn);
+  conn->awaiting = conn->hello_pending = true;
+  static const char hello[] = "h";
+  ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_AM_SEND_FLAG_REPLY};
+  ucs_status_ptr_t req = ucp_am_send_nbx(conn->ep, TSR_UCX_AM_HELLO, hello, 1, NULL, 0, &p);
+  if (UCS_PTR_IS_ERR(req)) {
+    conn->hello_pending = false;
+    return;
+  }
+  if (req != NULL) ucp_request_free(req);
+  wait_ctx hw = *w;
+  uint64_t until = tsr_now_ms() + HELLO_MS;
+  if (until < hw.deadline) hw.deadline = until;
+  if (wait_for(conn, &conn->replied, &hw) == 1) open_direct(conn);
+  forget_reply(conn);
+  conn->hello_pending = false;
+}
+
 int tsr_ucx_get(tsr_ucx_conn *conn, const char *address, const char *key, int timeout_ms, tsr_xfer_abort_fn abort,
                 void *ctx, tsr_chunk_header *hdr, tsr_xfer_data *out, tsr_errbuf *err)
 {
@@ -500,6 +590,7 @@ int tsr_ucx_get(tsr_ucx_conn *conn, const char *address, const char *key, int ti
     return tsr_fail(err, TSR_ECONN, "fetch of '%s': connection to %s lost (%s)", key, address,
                     ucs_status_string(conn->ep_status));
   wait_ctx w = {timeout_ms < 0 ? UINT64_MAX : tsr_now_ms() + (uint64_t)timeout_ms, abort, ctx, address, 0, SPIN_NS};
+  if (!conn->said_hello) say_hello(conn, &w);
   forget_reply(conn);
   conn->awaiting = true;
   int rc = send_get(conn, key, address, err);

@@ -28,6 +28,7 @@ typedef struct ucx_peer {
 typedef struct ucx_request {
   struct ucx_request *next;
   ucp_ep_h ep;
+  bool hello;             /* a hello (ucx.h), not a get */
   size_t len;
   char bytes[];
 } ucx_request;
@@ -53,6 +54,8 @@ struct tsr_ucx_server {
   ucx_request *head, *tail;
   unsigned sending;           /* replies UCX has not completed */
   bool device_ok;             /* UCX here moves CUDA memory: lookups may hand device chunks */
+  ucp_address_t *address;     /* the worker's, for hellos; NULL if UCX would not give it */
+  size_t address_len;
 };
 
 static void on_peer_error(void *arg, ucp_ep_h ep, ucs_status_t status)
@@ -87,16 +90,15 @@ static void on_connect(ucp_conn_request_h request, void *arg)
   srv->peers[srv->npeers++] = (ucx_peer){ep, false};
 }
 
-static ucs_status_t on_get(void *arg, const void *header, size_t header_len, void *data, size_t len,
-                           const ucp_am_recv_param_t *param)
+/* Queues a get or a hello for the serving loop. */
+static ucs_status_t queue_request(tsr_ucx_server *srv, bool hello, const void *header, size_t header_len,
+                                  const ucp_am_recv_param_t *param)
 {
-  (void)data;
-  (void)len;
-  tsr_ucx_server *srv = arg;
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) || header_len > TSR_UCX_MAX_HEADER) return UCS_OK;
   ucx_request *req = malloc(sizeof *req + header_len);
   if (req == NULL) return UCS_OK;   /* the fetcher times out and retries elsewhere */
   req->next = NULL;
+  req->hello = hello;
   req->ep = param->reply_ep;
   req->len = header_len;
   memcpy(req->bytes, header, header_len);
@@ -104,6 +106,34 @@ static ucs_status_t on_get(void *arg, const void *header, size_t header_len, voi
   else srv->head = req;
   srv->tail = req;
   return UCS_OK;
+}
+
+static ucs_status_t on_get(void *arg, const void *header, size_t header_len, void *data, size_t len,
+                           const ucp_am_recv_param_t *param)
+{
+  (void)data, (void)len;
+  return queue_request(arg, false, header, header_len, param);
+}
+
+static ucs_status_t on_hello(void *arg, const void *header, size_t header_len, void *data, size_t len,
+                             const ucp_am_recv_param_t *param)
+{
+  (void)data, (void)len;
+  return queue_request(arg, true, header, header_len, param);
+}
+
+static int set_handler(tsr_ucx_server *srv, unsigned id, ucp_am_recv_callback_t cb, tsr_errbuf *err)
+{
+  ucp_am_handler_param_t h = {
+    .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                  UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
+    .id = id,
+    .flags = UCP_AM_FLAG_WHOLE_MSG,
+    .cb = cb,
+    .arg = srv,
+  };
+  ucs_status_t st = ucp_worker_set_am_recv_handler(srv->worker, &h);
+  return st == UCS_OK ? 0 : tsr_fail(err, TSR_ECONN, "UCX AM handler: %s", ucs_status_string(st));
 }
 
 static int listen_on(tsr_ucx_server *srv, const char *host, int port, tsr_errbuf *err)
@@ -119,16 +149,8 @@ static int listen_on(tsr_ucx_server *srv, const char *host, int port, tsr_errbuf
   };
   ucs_status_t st = ucp_listener_create(srv->worker, &p, &srv->listener);
   if (st != UCS_OK) return tsr_fail(err, TSR_ECONN, "UCX listener on %s:%d: %s", host, port, ucs_status_string(st));
-  ucp_am_handler_param_t h = {
-    .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
-                  UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
-    .id = TSR_UCX_AM_GET,
-    .flags = UCP_AM_FLAG_WHOLE_MSG,
-    .cb = on_get,
-    .arg = srv,
-  };
-  st = ucp_worker_set_am_recv_handler(srv->worker, &h);
-  return st == UCS_OK ? 0 : tsr_fail(err, TSR_ECONN, "UCX AM handler: %s", ucs_status_string(st));
+  rc = set_handler(srv, TSR_UCX_AM_GET, on_get, err);
+  return rc == 0 ? set_handler(srv, TSR_UCX_AM_HELLO, on_hello, err) : rc;
 }
 
 /* The port the listener got (port 0 asked for any). */
@@ -172,6 +194,7 @@ int tsr_ucx_server_open(const char *host, int port, const char *advertise_host, 
   }
   ucp_worker_arm(srv->worker);   /* BUSY is fine: the first serve progresses */
   srv->device_ok = tsr_xfer_device_capable();
+  if (ucp_worker_get_address(srv->worker, &srv->address, &srv->address_len) != UCS_OK) srv->address = NULL;
   *srv_p = srv;
   return 0;
 }
@@ -206,6 +229,7 @@ void tsr_ucx_server_close(tsr_ucx_server **srv_p)
     tsr_ucx_ep_close(srv->worker, ep);
   }
   drop_requests(srv, NULL);
+  if (srv->address != NULL) ucp_worker_release_address(srv->worker, srv->address);
   ucp_worker_destroy(srv->worker);
   tsr_ucx_context_drop();
   free(srv->peers);
@@ -271,12 +295,34 @@ static bool peer_failed(const tsr_ucx_server *srv, ucp_ep_h ep)
   return false;
 }
 
+/* Answers a hello: this host's identity, and the worker's address for a
+ * fetcher on the same host to connect to directly (ucx.h). */
+static void answer_hello(tsr_ucx_server *srv, ucp_ep_h ep)
+{
+  const char *id = tsr_ucx_host_identity();
+  size_t len = strlen(id);
+  ucx_send *s = srv->address != NULL ? malloc(sizeof *s + len) : NULL;
+  if (s == NULL) return;   /* the fetcher keeps the listener's endpoint */
+  *s = (ucx_send){srv, NULL, NULL, NULL};
+  memcpy(s->header, id, len);
+  ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+                           .cb.send = on_sent,
+                           .user_data = s};
+  ucs_status_ptr_t req = ucp_am_send_nbx(ep, TSR_UCX_AM_REPLY, s->header, len, srv->address, srv->address_len, &p);
+  if (req == NULL || UCS_PTR_IS_ERR(req)) send_finish(s);
+  else srv->sending++;
+}
+
 /* Answers one request; adds the bytes handed to UCX. */
 static void answer(tsr_ucx_server *srv, ucx_request *req, tsr_xfer_lookup_fn lookup, void *arg, uint64_t *bytes)
 {
   tsr_errbuf err = {{0}};
   char key[TSR_MAX_KEY_LEN + 1] = "";
   if (peer_failed(srv, req->ep)) return;
+  if (req->hello) {
+    answer_hello(srv, req->ep);
+    return;
+  }
   if (tsr_xfer_decode_get(req->bytes, req->len, key, sizeof key, &err) != 0) {
     answer_error(srv, req->ep, key, TSR_EPROTO, err.text);
     return;
