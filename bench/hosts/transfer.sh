@@ -16,10 +16,13 @@
 # Also printed: one chunk gathered by the client from a (worker-to-client).
 # Each side runs REPEATS times, alternating; medians and bests compared,
 # and one fetch's own time (b's debug log) against iperf3's median.
-# TRANSPORTS (default "zmq ucx ucx-nopool"): the Tessera runs, one per
+# TRANSPORTS (default "zmq ucx ucx-cold"): the Tessera runs, one per
 # transport after each iperf3 run: both workers `--transport T`, the client
 # TESSERA_TRANSPORT=T; ucx-nopool is ucx with TESSERA_RECV_POOL=0 (every
-# chunk received into a fresh buffer, as before the receive pool). UCX runs with UCX_TLS=tcp (the link under test:
+# chunk received into a fresh buffer, as before the receive pool);
+# ucx-cold is ucx without warming (TESSERA_RECV_POOL_WARM=0,
+# TESSERA_FETCH_AHEAD=off: b's first buffers and its connection to a are
+# made inside its first fetches, as before warming; docs/transport.md). UCX runs with UCX_TLS=tcp (the link under test:
 # UCX would otherwise move the bytes through shared memory between the
 # namespaces, which share one kernel) and receives into the worker's
 # receive pool (docs/transport.md). KEEP_LOGS=DIR keeps b's debug log of
@@ -28,7 +31,7 @@
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$(cd "${1:-$src/build/bin}" && pwd) || exit 2
-chunks=${2:-16} mib=${3:-64} repeats=${4:-3} transports=${5:-zmq ucx ucx-nopool}
+chunks=${2:-16} mib=${3:-64} repeats=${4:-3} transports=${5:-zmq ucx ucx-cold}
 [ "$(id -u)" = 0 ] || { echo "transfer.sh: needs root (network namespaces)" >&2; exit 2; }
 command -v iperf3 >/dev/null || { echo "transfer.sh: iperf3 is not installed (scripts/install-deps.sh --deploy)" >&2; exit 2; }
 for b in tessera-scheduler tessera-worker tsr-hosts-client; do
@@ -59,9 +62,10 @@ iperf_runs=()
 declare -A w2w_runs w2c_runs fetch_ms
 # one Tessera run over transport $1: appends to the arrays above
 tessera_run() {
-  local t=$1 tr=${1%-nopool} pool=1 client w2w w2c ms
-  [ "$t" = "$tr" ] || pool=0
-  export TESSERA_RECV_POOL=$pool
+  local t=$1 tr=${1%-*} pool=1 warm=3x64MiB ahead=on client w2w w2c ms
+  [ "$t" = ucx-nopool ] && pool=0
+  [ "$t" = ucx-cold ] && warm=0 ahead=off
+  export TESSERA_RECV_POOL=$pool TESSERA_RECV_POOL_WARM=$warm TESSERA_FETCH_AHEAD=$ahead
   rm -f "$logs"/*.log "$logs/client.out"   # a failure shows this run's logs only
   host_spawn sched "$logs/scheduler.log" "$bin/tessera-scheduler" --listen "$addr" --log-level warn
   pids+=("$HOST_PID")
