@@ -59,7 +59,7 @@ echo "# link: veth a <-> switch (bridge) <-> veth b; $chunks x $mib MiB = $((chu
 addr="tcp://$(host_ip sched):8786"
 export UCX_TLS=tcp
 iperf_runs=()
-declare -A w2w_runs w2c_runs fetch_ms
+declare -A w2w_runs w2c_runs fetch_ms first_ms later_ms
 # one Tessera run over transport $1: appends to the arrays above
 tessera_run() {
   local t=$1 tr=${1%-*} pool=1 warm=3x64MiB ahead=on client w2w w2c ms
@@ -86,6 +86,8 @@ tessera_run() {
   ms=$(sed -n "s/.*fetched input 'xfer\/c[0-9]*' .* in \([0-9.]*\) ms$/\1/p" "$logs/b.log" | tr '\n' ' ')
   [ -n "${KEEP_LOGS:-}" ] && mkdir -p "$KEEP_LOGS" && cp "$logs/b.log" "$KEEP_LOGS/b-$t-$r.log"
   w2w_runs[$t]+="$w2w " w2c_runs[$t]+="$w2c " fetch_ms[$t]+="$ms"
+  # a fresh worker's first fetch against its later ones (warming, docs/transport.md)
+  first_ms[$t]+="${ms%% *} " later_ms[$t]+="${ms#* }"
   echo "run $r $t: tessera worker-to-worker $w2w Gbit/s (graph wall time), worker-to-client $w2c Gbit/s;" \
     "fetches (ms): $ms"
   stop_pids
@@ -99,7 +101,7 @@ for r in $(seq 1 "$repeats"); do
   gbps=$(python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))' <<<"$json") ||
     { echo "iperf3 failed: $json" >&2; exit 1; }
   iperf_runs+=("$gbps")
-  echo "run $r: iperf3 $gbps Gbit/s"
+  echo "run $r: iperf3 $gbps Gbit/s (load average $(cut -d" " -f1 /proc/loadavg))"
   for t in $transports; do tessera_run "$t"; done
 done
 
@@ -119,6 +121,10 @@ for t in $transports; do
   fetch_gbps=$(python3 -c "print('%.2f' % ($mib * 1048576 * 8 / ($fetch_med / 1e3) / 1e9))")
   echo "$t: tessera worker-to-worker: median $w2w_med, best $w2w_best Gbit/s (all $chunks chunks over the graph's wall time)"
   echo "$t:   one fetch (worker's log): median $fetch_med ms = $fetch_gbps Gbit/s, fastest $fetch_min ms ($nfetch fetches)"
+  # shellcheck disable=SC2086
+  echo "$t:   first fetch of each run: median $(printf '%s\n' ${first_ms[$t]} | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }') ms" \
+    "(all: ${first_ms[$t]% }); later fetches: median" \
+    "$(printf '%s\n' ${later_ms[$t]} | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }') ms"
   echo "$t: tessera worker-to-client:   median $w2c_med, best $w2c_best Gbit/s (tsr_gather of one chunk)"
   ratio=$(python3 -c "print('%.2f' % ($w2w_med / $iperf_med))")
   ratio_best=$(python3 -c "print('%.2f' % ($w2w_best / $iperf_best))")
