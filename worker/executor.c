@@ -356,7 +356,35 @@ int tsr_wexec_start(const tsr_wexec_opts *opts, tsr_wstore *store, tsr_wexec **e
   return 0;
 }
 
-int tsr_wexec_submit(tsr_wexec *exec, tsr_wtask *task) { return tsr_wqueue_push(exec->queue, task); }
+/* What the task's fetches will need, asked for now so that it is made
+ * while the task waits in the queue (or while its thread is still being
+ * woken), not inside the fetch (docs/transport.md, "Warming up"). Only
+ * inputs fetched over UCX: the pool and the wire-up are UCX's. */
+static void fetch_ahead(tsr_wexec *exec, const tsr_wtask *task)
+{
+  for (size_t i = 0; i < task->n_inputs; i++) {
+    const tsr_winput *in = &task->inputs[i];
+    if (in->from[0] == '\0' || strcmp(in->from, exec->data_address) == 0 || !tsr_xfer_fetches_over_ucx(in->from) ||
+        tsr_wstore_has(exec->store, in->key))
+      continue;
+    /* each thread fetching into one, plus the last chunks not yet released */
+    tsr_xfer_pool_warm(in->nbytes, (unsigned)exec->n_threads + 2);
+    tsr_wfetch_warm(&exec->fetches, in->from, exec->opts.zctx, exec->opts.curve);
+  }
+}
+
+int tsr_wexec_submit(tsr_wexec *exec, tsr_wtask *task)
+{
+  if (exec->opts.fetch_ahead) fetch_ahead(exec, task);
+  return tsr_wqueue_push(exec->queue, task);
+}
+
+void tsr_wexec_conn_stats_get(tsr_wexec *exec, tsr_wexec_conn_stats *out)
+{
+  out->connects = atomic_load(&exec->fetches.connects);
+  out->made_ahead = atomic_load(&exec->fetches.warm_made);
+  out->taken_ahead = atomic_load(&exec->fetches.warm_taken);
+}
 unsigned tsr_wexec_running(const tsr_wexec *exec) { return atomic_load(&exec->running); }
 
 void tsr_wexec_fetch_stats_get(tsr_wexec *exec, tsr_wexec_fetch_stats *out)

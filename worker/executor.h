@@ -34,13 +34,17 @@ typedef struct tsr_wexec_opts {
   const tsr_curve *curve;      /* CURVE keys for fetches from peers (borrowed), or NULL */
   tsr_wgpu *gpu;               /* a GPU worker's device (each thread gets a slot), or NULL */
   struct tsr_wshare *share;    /* device-to-device fetches (share.h), or NULL */
+  bool fetch_ahead;            /* at submit: receive buffers and connections for the task's inputs */
 } tsr_wexec_opts;
 
 /* Starts the threads (with opts->gpu, one GPU slot each: a stream and its
  * library handles). 0, or TSR_ENOMEM / TSR_EINTERNAL with a message (no
  * thread is left running then). The store must outlive the pool. */
 int tsr_wexec_start(const tsr_wexec_opts *opts, tsr_wstore *store, tsr_wexec **exec_p, tsr_errbuf *err);
-/* Queues a task (the pool takes it). 0 or TSR_ENOMEM (caller keeps it). */
+/* Queues a task (the pool takes it). 0 or TSR_ENOMEM (caller keeps it).
+ * With fetch_ahead, first asks for what its fetches will need: receive
+ * buffers of its inputs' sizes (tsr_xfer_pool_warm) and a connection to
+ * each peer they come from (tsr_wfetch_warm), made in the background. */
 int tsr_wexec_submit(tsr_wexec *exec, tsr_wtask *task);
 /* Tasks executing right now / waiting in the queue. */
 unsigned tsr_wexec_running(const tsr_wexec *exec);
@@ -49,6 +53,12 @@ typedef struct tsr_wexec_fetch_stats {
   uint64_t fetches, failures, bytes, us;
 } tsr_wexec_fetch_stats;
 void tsr_wexec_fetch_stats_get(tsr_wexec *exec, tsr_wexec_fetch_stats *out);
+/* Connections to peers: opened inside a fetch, made ahead, made ahead and
+ * then taken by a fetch. */
+typedef struct tsr_wexec_conn_stats {
+  uint64_t connects, made_ahead, taken_ahead;
+} tsr_wexec_conn_stats;
+void tsr_wexec_conn_stats_get(tsr_wexec *exec, tsr_wexec_conn_stats *out);
 size_t tsr_wexec_queued(tsr_wexec *exec);
 /* The scheduler declared the worker at address dead: the executor
  * threads' fetches from it end now (tsr_wfetch_gone). Any thread. */

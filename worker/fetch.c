@@ -1,5 +1,6 @@
 /* Fetching with a per-thread connection cache: an LRU of at most
- * TSR_WFETCH_SLOTS DEALERs, one per peer address. */
+ * TSR_WFETCH_SLOTS connections, one per peer address; and connections
+ * made ahead of the first fetch from a peer (the warmer, below). */
 #include "fetch.h"
 
 #include <stdio.h>
@@ -16,15 +17,32 @@ int tsr_wfetch_group_init(tsr_wfetch_group *g)
   atomic_init(&g->fetch_failures, 0);
   atomic_init(&g->fetch_bytes, 0);
   atomic_init(&g->fetch_us, 0);
+  atomic_init(&g->connects, 0);
+  atomic_init(&g->warm_made, 0);
+  atomic_init(&g->warm_taken, 0);
+  g->zctx = NULL;
+  g->curve = NULL;
+  g->warmer_started = g->warm_stop = false;
+  g->nwanted = g->nshelf = g->nseen = 0;
+  g->warming[0] = '\0';
   pthread_mutex_init(&g->lock, NULL);
   pthread_cond_init(&g->done, NULL);
+  pthread_cond_init(&g->warm_cond, NULL);
   return 0;
 }
 
 void tsr_wfetch_group_destroy(tsr_wfetch_group *g)
 {
   if (g->inflight == NULL) return;
+  pthread_mutex_lock(&g->lock);
+  g->warm_stop = true;
+  pthread_cond_broadcast(&g->warm_cond);
+  pthread_mutex_unlock(&g->lock);
+  if (g->warmer_started) pthread_join(g->warmer, NULL);
+  for (unsigned i = 0; i < g->nshelf; i++) tsr_xfer_close(&g->shelf[i]);
+  g->nshelf = 0;
   tsr_strmap_destroy(&g->inflight);
+  pthread_cond_destroy(&g->warm_cond);
   pthread_cond_destroy(&g->done);
   pthread_mutex_destroy(&g->lock);
 }
@@ -74,6 +92,108 @@ static bool gone_since(tsr_wfetch_group *g, const char *address, uint64_t since_
   return gone;
 }
 
+/* ---------- connections made ahead ---------- */
+
+/* Under the lock: address was connected to (or warmed) before. */
+static bool seen_locked(const tsr_wfetch_group *g, const char *address)
+{
+  unsigned n = g->nseen < TSR_WFETCH_SEEN ? g->nseen : TSR_WFETCH_SEEN;
+  for (unsigned i = 0; i < n; i++)
+    if (strcmp(g->seen[i], address) == 0) return true;
+  return false;
+}
+
+static void remember_locked(tsr_wfetch_group *g, const char *address)
+{
+  if (seen_locked(g, address)) return;
+  snprintf(g->seen[g->nseen++ % TSR_WFETCH_SEEN], TSR_MAX_ADDR_LEN, "%s", address);
+}
+
+/* Opens a connection to address and waits until it is wired up; NULL
+ * when it cannot (the fetch then connects itself and reports why). */
+static tsr_xfer_conn *connect_ahead(tsr_wfetch_group *g, const char *address)
+{
+  tsr_errbuf err = {{0}};
+  tsr_xfer_conn *conn = NULL;
+  uint64_t t0 = tsr_now_us();
+  int rc = tsr_xfer_open_curve(g->zctx, address, g->curve, &conn, &err);
+  if (rc == 0) rc = tsr_xfer_ready(conn, TSR_WFETCH_WARM_MS, &err);
+  if (rc != 0) {
+    TSR_DEBUG("fetch: connecting ahead to %s failed (%s); the first fetch connects itself", address, err.text);
+    tsr_xfer_close(&conn);
+    return NULL;
+  }
+  atomic_fetch_add(&g->warm_made, 1);
+  TSR_DEBUG("fetch: connected ahead to %s in %.3f ms", address, (double)(tsr_now_us() - t0) / 1e3);
+  return conn;
+}
+
+/* The warmer: connects to each wanted peer in turn and shelves the
+ * connection, until the group is destroyed. */
+static void *warmer_main(void *arg)
+{
+  tsr_wfetch_group *g = arg;
+  char address[TSR_MAX_ADDR_LEN];
+  pthread_mutex_lock(&g->lock);
+  for (;;) {
+    while (!g->warm_stop && g->nwanted == 0) pthread_cond_wait(&g->warm_cond, &g->lock);
+    if (g->warm_stop) break;
+    snprintf(address, sizeof address, "%s", g->wanted[0]);
+    memmove(g->wanted[0], g->wanted[1], --g->nwanted * sizeof g->wanted[0]);
+    snprintf(g->warming, sizeof g->warming, "%s", address);
+    pthread_mutex_unlock(&g->lock);
+    tsr_xfer_conn *conn = connect_ahead(g, address);
+    pthread_mutex_lock(&g->lock);
+    if (conn != NULL) g->shelf[g->nshelf++] = conn;   /* room: counted in at the want */
+    g->warming[0] = '\0';
+    pthread_cond_broadcast(&g->warm_cond);
+  }
+  pthread_mutex_unlock(&g->lock);
+  return NULL;
+}
+
+void tsr_wfetch_warm(tsr_wfetch_group *g, const char *address, void *zctx, const tsr_curve *curve)
+{
+  if (address[0] == '\0' || strlen(address) >= TSR_MAX_ADDR_LEN || !tsr_xfer_fetches_over_ucx(address)) return;
+  pthread_mutex_lock(&g->lock);
+  /* the shelf has room for every want and the one being made */
+  bool room = g->nshelf + g->nwanted + (g->warming[0] != '\0') < TSR_WFETCH_SHELF;
+  if (!g->warm_stop && room && !seen_locked(g, address)) {
+    g->zctx = zctx;
+    g->curve = curve;
+    remember_locked(g, address);
+    snprintf(g->wanted[g->nwanted++], TSR_MAX_ADDR_LEN, "%s", address);
+    if (!g->warmer_started) g->warmer_started = pthread_create(&g->warmer, NULL, warmer_main, g) == 0;
+    if (!g->warmer_started) g->nwanted = 0;
+    pthread_cond_broadcast(&g->warm_cond);
+  }
+  pthread_mutex_unlock(&g->lock);
+}
+
+/* An executor thread about to connect to address: the connection made
+ * ahead for it (waiting for one being made), or NULL (then it connects
+ * itself, and a want still queued for address is dropped). */
+static tsr_xfer_conn *take_ahead(tsr_wfetch_group *g, const char *address)
+{
+  tsr_xfer_conn *conn = NULL;
+  pthread_mutex_lock(&g->lock);
+  remember_locked(g, address);
+  for (unsigned i = 0; i < g->nwanted; i++)
+    if (strcmp(g->wanted[i], address) == 0) {
+      memmove(g->wanted[i], g->wanted[i + 1], (--g->nwanted - i) * sizeof g->wanted[0]);
+      break;
+    }
+  while (strcmp(g->warming, address) == 0) pthread_cond_wait(&g->warm_cond, &g->lock);
+  for (unsigned i = 0; i < g->nshelf && conn == NULL; i++)
+    if (strcmp(tsr_xfer_address(g->shelf[i]), address) == 0) {
+      conn = g->shelf[i];
+      g->shelf[i] = g->shelf[--g->nshelf];
+    }
+  pthread_mutex_unlock(&g->lock);
+  if (conn != NULL) atomic_fetch_add(&g->warm_taken, 1);
+  return conn;
+}
+
 typedef struct fetch_start {
   tsr_wfetch_group *group;
   uint64_t at_ms;
@@ -108,7 +228,10 @@ static int slot_for(tsr_wfetcher *f, const char *address, tsr_errbuf *err)
     if (conn == NULL || (f->slot[victim].conn != NULL && f->slot[i].used < f->slot[victim].used)) victim = i;
   }
   tsr_xfer_close(&f->slot[victim].conn);
+  f->slot[victim].conn = f->group != NULL ? take_ahead(f->group, address) : NULL;
+  if (f->slot[victim].conn != NULL) return victim;
   if (tsr_xfer_open_curve(f->zctx, address, f->curve, &f->slot[victim].conn, err) != 0) return -1;
+  if (f->group != NULL) atomic_fetch_add(&f->group->connects, 1);
   return victim;
 }
 

@@ -20,6 +20,12 @@
  * worker: a second thread that needs a key already on its way waits for
  * that fetch instead of moving the same bytes twice. */
 #define TSR_WFETCH_GONE 32
+/* Connections made ahead and not yet taken, peers waiting for one, and
+ * peers remembered as connected once (so not warmed again). */
+#define TSR_WFETCH_SHELF 8
+#define TSR_WFETCH_SEEN 64
+/* How long the warmer waits for a connection to be wired up. */
+#define TSR_WFETCH_WARM_MS 5000
 
 typedef struct tsr_wfetch_group {
   pthread_mutex_t lock;
@@ -35,6 +41,25 @@ typedef struct tsr_wfetch_group {
   /* Transfers since start, for /metrics (wmetrics.h): relaxed atomics,
    * added once per fetch by the thread that made it. */
   _Atomic uint64_t fetches, fetch_failures, fetch_bytes, fetch_us;
+  /* Connections made ahead (tsr_wfetch_warm), under lock: a UCX peer an
+   * input of a queued task comes from, never connected to before, gets
+   * one connection opened and wired up by a background thread (the
+   * warmer) and shelved; the first executor thread to fetch from that
+   * peer takes it instead of connecting inside its fetch. */
+  void *zctx;                 /* for tsr_xfer_open_curve (set by the first warm) */
+  const tsr_curve *curve;
+  pthread_t warmer;
+  bool warmer_started, warm_stop;
+  pthread_cond_t warm_cond;   /* a want arrived / a connection landed / stop */
+  char wanted[TSR_WFETCH_SHELF][TSR_MAX_ADDR_LEN];
+  unsigned nwanted;
+  char warming[TSR_MAX_ADDR_LEN];   /* being connected now; "" none */
+  tsr_xfer_conn *shelf[TSR_WFETCH_SHELF];
+  unsigned nshelf;
+  char seen[TSR_WFETCH_SEEN][TSR_MAX_ADDR_LEN];   /* ring */
+  unsigned nseen;
+  /* connections opened inside a fetch / made ahead / made ahead and taken */
+  _Atomic uint64_t connects, warm_made, warm_taken;
 } tsr_wfetch_group;
 
 /* 0 or TSR_ENOMEM. */
@@ -51,6 +76,11 @@ void tsr_wfetch_release(tsr_wfetch_group *g, const char *key);
  * waiting out the fetch timeout; later ones (a worker restarted on the
  * same address) are not affected. */
 void tsr_wfetch_gone(tsr_wfetch_group *g, const char *address, uint64_t now_ms);
+/* A queued task will fetch from address: when this process fetches from
+ * it over UCX and has never connected to it, a background thread opens
+ * and wires up a connection now (zctx and curve as tsr_wfetcher's),
+ * for the first fetch from it to take. Returns at once. Any thread. */
+void tsr_wfetch_warm(tsr_wfetch_group *g, const char *address, void *zctx, const tsr_curve *curve);
 
 typedef struct tsr_wfetcher {
   void *zctx;

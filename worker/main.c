@@ -67,6 +67,11 @@ static void usage(FILE *out)
           "                             UCX when it starts and CURVE is off); fetch over UCX when a peer offers\n"
           "                             it (zmq: only from peers without ZeroMQ). UCX_TLS picks UCX's transports\n"
           "                             (docs/transport.md)\n"
+          "  --recv-pool-warm NxSIZE    with --transport ucx|auto: map and fault N UCX receive buffers of SIZE at\n"
+          "                             start, before any fetch (default 3x64MiB; 0 = none; at most the pool's\n"
+          "                             idle limit, 1/16 of --memory-limit)\n"
+          "  --fetch-ahead on|off       for a queued task's inputs, make receive buffers of their sizes and\n"
+          "                             connect to their peers in the background (default on)\n"
           "  --curve-secret FILE        this worker's CURVE secret key (tessera keygen); with --scheduler-key:\n"
           "                             the scheduler link is authenticated and encrypted, and the data socket\n"
           "                             serves only peers the scheduler introduced (docs/security.md)\n"
@@ -119,6 +124,8 @@ static const tsr_config_key KEYS[] = {
   {"contact-address", "TESSERA_CONTACT_ADDRESS", NULL, 0},
   {"metrics", "TESSERA_METRICS", NULL, 0},
   {"transport", "TESSERA_TRANSPORT", NULL, 0},
+  {"recv-pool-warm", "TESSERA_RECV_POOL_WARM", NULL, 0},
+  {"fetch-ahead", "TESSERA_FETCH_AHEAD", NULL, 0},
   {"curve-secret", "TESSERA_CURVE_SECRET", NULL, 0},
   {"scheduler-key", "TESSERA_SCHEDULER_KEY", NULL, 0},
   {"log-level", "TESSERA_LOG_LEVEL", NULL, 0},
@@ -152,6 +159,36 @@ static int parse_size(const char *value, uint64_t *bytes_p, tsr_errbuf *err)
 {
   if (tsr_parse_bytes(value, bytes_p) != 0)
     return tsr_fail(err, TSR_EINVAL, "\"%s\" is not a size (e.g. 4GiB, 512MB)", value);
+  return 0;
+}
+
+/* --recv-pool-warm: "0", or NxSIZE (3x64MiB). */
+static int parse_pool_warm(const char *value, tsr_worker_opts *o, tsr_errbuf *err)
+{
+  char count[32];
+  const char *x = strchr(value, 'x');
+  int64_t n = -1;
+  uint64_t bytes = 0;
+  if (strcmp(value, "0") == 0) {
+    o->recv_pool_warm_count = 0;
+    return 0;
+  }
+  if (x != NULL && (size_t)(x - value) < sizeof count) {
+    snprintf(count, sizeof count, "%.*s", (int)(x - value), value);
+    if (tsr_parse_i64(count, &n) != 0 || tsr_parse_bytes(x + 1, &bytes) != 0) n = -1;
+  }
+  if (n < 0 || n > 64 || (n > 0 && bytes == 0))
+    return tsr_fail(err, TSR_EINVAL, "\"%s\" is not COUNTxSIZE (e.g. 3x64MiB; count 0-64) or 0", value);
+  o->recv_pool_warm_count = (unsigned)n;
+  o->recv_pool_warm_bytes = bytes;
+  return 0;
+}
+
+static int parse_on_off(const char *value, bool *on_p, tsr_errbuf *err)
+{
+  if (strcmp(value, "on") == 0 || strcmp(value, "1") == 0) *on_p = true;
+  else if (strcmp(value, "off") == 0 || strcmp(value, "0") == 0) *on_p = false;
+  else return tsr_fail(err, TSR_EINVAL, "\"%s\" is not on or off", value);
   return 0;
 }
 
@@ -202,6 +239,8 @@ static int apply_core(tsr_worker_opts *o, const char *name, const char *v, tsr_e
     return parse_endpoint(v, o->contact_address, sizeof o->contact_address, true, "tcp://HOST:PORT or tcp://HOST", err);
   if (strcmp(name, "metrics") == 0) return parse_metrics(o, v, err);
   if (strcmp(name, "transport") == 0) return tsr_transport_parse(v, &o->transport, err);
+  if (strcmp(name, "recv-pool-warm") == 0) return parse_pool_warm(v, o, err);
+  if (strcmp(name, "fetch-ahead") == 0) return parse_on_off(v, &o->fetch_ahead, err);
   if (strcmp(name, "curve-secret") == 0) return copy_str(curve_secret, sizeof curve_secret, v, err);
   if (strcmp(name, "scheduler-key") == 0) return copy_str(scheduler_key, sizeof scheduler_key, v, err);
   if (strcmp(name, "threads") == 0) {
@@ -264,6 +303,9 @@ static void default_opts(tsr_worker_opts *o)
   /* ZeroMQ until the UCX path has run on every deployment we test (GPU
    * hosts, namespaces, containers): --transport auto opts in */
   o->transport = TSR_TRANSPORT_ZMQ;
+  o->recv_pool_warm_count = 3;   /* one being fetched into, one held by the last chunk, one spare */
+  o->recv_pool_warm_bytes = (uint64_t)64 << 20;
+  o->fetch_ahead = true;
   o->heartbeat_interval_ms = 1000;
   o->heartbeat_timeout_ms = 10000;
   o->fetch_timeout_ms = DEFAULT_FETCH_TIMEOUT_MS;

@@ -37,6 +37,9 @@ typedef struct tsr_worker_opts {
   char metrics[TSR_MAX_ADDR_LEN];       /* --metrics HOST:PORT (wmetrics.h); "" = off */
   tsr_transport transport;              /* --transport (default zmq): what the data plane serves, and
                                            prefers when fetching (net.h; docs/transport.md) */
+  unsigned recv_pool_warm_count;        /* --recv-pool-warm: UCX receive buffers made at start (0 none) */
+  uint64_t recv_pool_warm_bytes;        /* ... of this size each */
+  bool fetch_ahead;                     /* --fetch-ahead: buffers and connections for queued tasks' inputs */
 } tsr_worker_opts;
 
 /* Runs the daemon until a byte arrives on stop_fd (a signal handler's

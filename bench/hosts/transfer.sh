@@ -16,10 +16,13 @@
 # Also printed: one chunk gathered by the client from a (worker-to-client).
 # Each side runs REPEATS times, alternating; medians and bests compared,
 # and one fetch's own time (b's debug log) against iperf3's median.
-# TRANSPORTS (default "zmq ucx ucx-nopool"): the Tessera runs, one per
+# TRANSPORTS (default "zmq ucx ucx-cold"): the Tessera runs, one per
 # transport after each iperf3 run: both workers `--transport T`, the client
 # TESSERA_TRANSPORT=T; ucx-nopool is ucx with TESSERA_RECV_POOL=0 (every
-# chunk received into a fresh buffer, as before the receive pool). UCX runs with UCX_TLS=tcp (the link under test:
+# chunk received into a fresh buffer, as before the receive pool);
+# ucx-cold is ucx without warming (TESSERA_RECV_POOL_WARM=0,
+# TESSERA_FETCH_AHEAD=off: b's first buffers and its connection to a are
+# made inside its first fetches, as before warming; docs/transport.md). UCX runs with UCX_TLS=tcp (the link under test:
 # UCX would otherwise move the bytes through shared memory between the
 # namespaces, which share one kernel) and receives into the worker's
 # receive pool (docs/transport.md). KEEP_LOGS=DIR keeps b's debug log of
@@ -28,7 +31,7 @@
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$(cd "${1:-$src/build/bin}" && pwd) || exit 2
-chunks=${2:-16} mib=${3:-64} repeats=${4:-3} transports=${5:-zmq ucx ucx-nopool}
+chunks=${2:-16} mib=${3:-64} repeats=${4:-3} transports=${5:-zmq ucx ucx-cold}
 [ "$(id -u)" = 0 ] || { echo "transfer.sh: needs root (network namespaces)" >&2; exit 2; }
 command -v iperf3 >/dev/null || { echo "transfer.sh: iperf3 is not installed (scripts/install-deps.sh --deploy)" >&2; exit 2; }
 for b in tessera-scheduler tessera-worker tsr-hosts-client; do
@@ -56,12 +59,13 @@ echo "# link: veth a <-> switch (bridge) <-> veth b; $chunks x $mib MiB = $((chu
 addr="tcp://$(host_ip sched):8786"
 export UCX_TLS=tcp
 iperf_runs=()
-declare -A w2w_runs w2c_runs fetch_ms
+declare -A w2w_runs w2c_runs fetch_ms first_ms later_ms
 # one Tessera run over transport $1: appends to the arrays above
 tessera_run() {
-  local t=$1 tr=${1%-nopool} pool=1 client w2w w2c ms
-  [ "$t" = "$tr" ] || pool=0
-  export TESSERA_RECV_POOL=$pool
+  local t=$1 tr=${1%-*} pool=1 warm=3x64MiB ahead=on client w2w w2c ms
+  [ "$t" = ucx-nopool ] && pool=0
+  [ "$t" = ucx-cold ] && warm=0 ahead=off
+  export TESSERA_RECV_POOL=$pool TESSERA_RECV_POOL_WARM=$warm TESSERA_FETCH_AHEAD=$ahead
   rm -f "$logs"/*.log "$logs/client.out"   # a failure shows this run's logs only
   host_spawn sched "$logs/scheduler.log" "$bin/tessera-scheduler" --listen "$addr" --log-level warn
   pids+=("$HOST_PID")
@@ -82,6 +86,8 @@ tessera_run() {
   ms=$(sed -n "s/.*fetched input 'xfer\/c[0-9]*' .* in \([0-9.]*\) ms$/\1/p" "$logs/b.log" | tr '\n' ' ')
   [ -n "${KEEP_LOGS:-}" ] && mkdir -p "$KEEP_LOGS" && cp "$logs/b.log" "$KEEP_LOGS/b-$t-$r.log"
   w2w_runs[$t]+="$w2w " w2c_runs[$t]+="$w2c " fetch_ms[$t]+="$ms"
+  # a fresh worker's first fetch against its later ones (warming, docs/transport.md)
+  first_ms[$t]+="${ms%% *} " later_ms[$t]+="${ms#* }"
   echo "run $r $t: tessera worker-to-worker $w2w Gbit/s (graph wall time), worker-to-client $w2c Gbit/s;" \
     "fetches (ms): $ms"
   stop_pids
@@ -95,7 +101,7 @@ for r in $(seq 1 "$repeats"); do
   gbps=$(python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))' <<<"$json") ||
     { echo "iperf3 failed: $json" >&2; exit 1; }
   iperf_runs+=("$gbps")
-  echo "run $r: iperf3 $gbps Gbit/s"
+  echo "run $r: iperf3 $gbps Gbit/s (load average $(cut -d" " -f1 /proc/loadavg))"
   for t in $transports; do tessera_run "$t"; done
 done
 
@@ -115,6 +121,10 @@ for t in $transports; do
   fetch_gbps=$(python3 -c "print('%.2f' % ($mib * 1048576 * 8 / ($fetch_med / 1e3) / 1e9))")
   echo "$t: tessera worker-to-worker: median $w2w_med, best $w2w_best Gbit/s (all $chunks chunks over the graph's wall time)"
   echo "$t:   one fetch (worker's log): median $fetch_med ms = $fetch_gbps Gbit/s, fastest $fetch_min ms ($nfetch fetches)"
+  # shellcheck disable=SC2086
+  echo "$t:   first fetch of each run: median $(printf '%s\n' ${first_ms[$t]} | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }') ms" \
+    "(all: ${first_ms[$t]% }); later fetches: median" \
+    "$(printf '%s\n' ${later_ms[$t]} | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }') ms"
   echo "$t: tessera worker-to-client:   median $w2c_med, best $w2c_best Gbit/s (tsr_gather of one chunk)"
   ratio=$(python3 -c "print('%.2f' % ($w2w_med / $iperf_med))")
   ratio_best=$(python3 -c "print('%.2f' % ($w2w_best / $iperf_best))")

@@ -10,7 +10,10 @@
  *     fetches "probe" (or KEY, from a running worker's data address)
  *     REPEATS times, prints each time; with TESSERA_RECV_POOL=0 in the
  *     environment, UCX receives go into fresh buffers (the A/B of the
- *     receive pool, docs/transport.md)
+ *     receive pool, docs/transport.md); with TSR_PROBE_WARM=1, one
+ *     receive buffer is mapped and the connection wired up before the
+ *     first get, as a worker warms up (docs/transport.md, "Warming up"),
+ *     so that get 0 shows what is left of a first fetch's extra cost
  *
  * bench/hosts/transfer.sh --probe runs it across the veth link beside
  * iperf3. Uses internal headers (common/net): it is not a client program. */
@@ -93,6 +96,15 @@ static int get(const char *address, size_t nbytes, int repeats, const char *key)
   if (tsr_xfer_open(zctx, address, &conn, &err) != 0) {
     fprintf(stderr, "tsr-xfer-probe: %s\n", err.text);
     return 1;
+  }
+  const char *warm = getenv("TSR_PROBE_WARM");
+  if (warm != NULL && strcmp(warm, "1") == 0) {
+    double t0 = now_s();
+    unsigned made = tsr_xfer_pool_fill(nbytes, 1);
+    double t1 = now_s();
+    int rc = tsr_xfer_ready(conn, 10000, &err);
+    printf("warm: %u buffer(s) in %.4f s, connection ready in %.4f s%s%s\n", made, t1 - t0, now_s() - t1,
+           rc ? ": " : "", rc ? err.text : "");
   }
   double best = 1e30, sum = 0;
   for (int i = 0; i < repeats; i++) {

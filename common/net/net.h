@@ -93,6 +93,15 @@ int tsr_xfer_open_curve(void *zctx, const char *address, const struct tsr_curve 
                         tsr_errbuf *err);
 void tsr_xfer_close(tsr_xfer_conn **conn_p);            /* NULL is a no-op */
 const char *tsr_xfer_address(const tsr_xfer_conn *conn);
+/* Connects ahead: returns once the connection is established (UCX: the
+ * endpoint is connected and wired up, so the first get pays no
+ * handshake), at most timeout_ms. A ZeroMQ connection returns 0 at once
+ * (ZeroMQ connects in the background). 0, TSR_ETIMEDOUT or TSR_ECONN:
+ * then close it. */
+int tsr_xfer_ready(tsr_xfer_conn *conn, int timeout_ms, tsr_errbuf *err);
+/* True when this process would fetch from address over UCX (its
+ * preference, what the address offers, whether this build has UCX). */
+bool tsr_xfer_fetches_over_ucx(const char *address);
 
 /* Received chunk bytes, 64-byte aligned (kernels may load whole vectors).
  * `data` is valid until tsr_xfer_data_release(). */
@@ -144,6 +153,8 @@ typedef struct tsr_xfer_pool_stats {
   uint64_t reused;        /* of those, idle pool buffers reused */
   uint64_t unpooled;      /* of those, plain allocations (too small or too large) */
   uint64_t spares;        /* buffers made ahead in the background (docs/transport.md) */
+  uint64_t warmed;        /* buffers made ahead for a known size (tsr_xfer_pool_warm / _fill) */
+  uint64_t buffers;       /* pooled buffers that exist now, idle or lent */
   uint64_t lent_buffers;  /* pool buffers holding a chunk now */
   uint64_t idle_buffers;  /* pool buffers waiting for a chunk now */
   uint64_t idle_bytes;
@@ -159,6 +170,15 @@ void tsr_xfer_pool_get_stats(tsr_xfer_pool_stats *stats);
 /* Unmaps every idle buffer (shutdown; memory pressure). Buffers lent to
  * chunks are unmapped when those are released after it. */
 void tsr_xfer_pool_trim(void);
+/* Warming: have `count` pooled buffers that fit chunks of nbytes, idle or
+ * lent, before fetches need them (within the idle limit; nothing for a
+ * size the pool does not take, or with TESSERA_RECV_POOL=0).
+ * _warm asks the background maker (lower CPU priority; only in a process
+ * that makes spares, i.e. a worker) and returns at once; _fill maps them
+ * on the calling thread (worker start) and returns how many it made.
+ * Any thread. */
+void tsr_xfer_pool_warm(size_t nbytes, unsigned count);
+unsigned tsr_xfer_pool_fill(size_t nbytes, unsigned count);
 
 /* Received bytes are aligned to the largest element size (8: i64, f64), so
  * every element load is aligned. Not to a cache line: ZeroMQ puts a large

@@ -65,6 +65,10 @@ bool tsr_ucx_cuda_capable(void);
  * TSR_ECONN. */
 int tsr_ucx_conn_open(const char *endpoint, tsr_ucx_conn **conn_p, tsr_errbuf *err);
 void tsr_ucx_conn_close(tsr_ucx_conn **conn_p);   /* NULL is a no-op */
+/* Waits (at most timeout_ms) until the endpoint is connected and wired up,
+ * so the first get pays no handshake. 0, TSR_ETIMEDOUT or TSR_ECONN: then
+ * close the conn. */
+int tsr_ucx_conn_ready(tsr_ucx_conn *conn, const char *address, int timeout_ms, tsr_errbuf *err);
 
 /* tsr_xfer_get_abortable over UCX; `address` names the peer in messages
  * and for abort. A rendezvous reply goes to out->sink's device buffer when

@@ -135,6 +135,20 @@ bool tsr_xfer_device_capable(void)
   return tsr_ucx_built() && tsr_ucx_cuda_capable();
 }
 
+int tsr_xfer_ready(tsr_xfer_conn *conn, int timeout_ms, tsr_errbuf *err)
+{
+  return conn->ucx != NULL ? tsr_ucx_conn_ready(conn->ucx, conn->address, timeout_ms, err) : 0;
+}
+
+bool tsr_xfer_fetches_over_ucx(const char *address)
+{
+  char endpoint[TSR_MAX_ADDR_LEN];
+  bool ucx = false;
+  tsr_errbuf err = {{0}};
+  return tsr_xfer_pick(address, tsr_xfer_fetch_transport(), tsr_ucx_built(), endpoint, sizeof endpoint, &ucx, &err) == 0 &&
+         ucx;
+}
+
 void tsr_xfer_data_release(tsr_xfer_data *data)
 {
   if (data->on_device && data->data != NULL) data->sink->free(data->sink->arg, data->data, data->nbytes);

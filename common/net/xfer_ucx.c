@@ -419,6 +419,36 @@ static int wait_fail(tsr_ucx_conn *conn, int waited, const char *what, const cha
                   ucs_status_string(conn->ep_status), what);
 }
 
+static void on_flushed(void *request, ucs_status_t status, void *user_data)
+{
+  (void)request;
+  tsr_ucx_conn *conn = user_data;
+  conn->recv_status = status;
+  conn->recv_done = true;
+}
+
+int tsr_ucx_conn_ready(tsr_ucx_conn *conn, const char *address, int timeout_ms, tsr_errbuf *err)
+{
+  /* A flush completes once the endpoint's lanes are connected (the
+   * client-server handshake and UCX's wireup) and nothing is pending. */
+  ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+                           .cb.send = on_flushed,
+                           .user_data = conn};
+  conn->recv_done = false;
+  conn->recv_status = UCS_OK;
+  ucs_status_ptr_t req = ucp_ep_flush_nbx(conn->ep, &p);
+  if (UCS_PTR_IS_ERR(req))
+    return tsr_fail(err, TSR_ECONN, "connecting to %s: %s", address, ucs_status_string(UCS_PTR_STATUS(req)));
+  if (req == NULL) return 0;
+  wait_ctx w = {tsr_now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms), NULL, NULL, address, 0};
+  int waited = wait_for(conn, &conn->recv_done, &w);
+  ucp_request_free(req);   /* still in flight after a timeout: closing the conn ends it */
+  if (waited != 1) return wait_fail(conn, waited, "connecting", "(none)", address, err);
+  if (conn->recv_status != UCS_OK)
+    return tsr_fail(err, TSR_ECONN, "connecting to %s: %s", address, ucs_status_string(conn->recv_status));
+  return 0;
+}
+
 static int send_get(tsr_ucx_conn *conn, const char *key, const char *address, tsr_errbuf *err)
 {
   tsr_wbuf wb;

@@ -23,6 +23,12 @@ int tsr_ucx_conn_open(const char *endpoint, tsr_ucx_conn **conn_p, tsr_errbuf *e
 
 void tsr_ucx_conn_close(tsr_ucx_conn **conn_p) { (void)conn_p; }
 
+int tsr_ucx_conn_ready(tsr_ucx_conn *conn, const char *address, int timeout_ms, tsr_errbuf *err)
+{
+  (void)conn, (void)timeout_ms;
+  return tsr_fail(err, TSR_ECONN, "connecting to %s: this build has no UCX", address);
+}
+
 int tsr_ucx_get(tsr_ucx_conn *conn, const char *address, const char *key, int timeout_ms, tsr_xfer_abort_fn abort,
                 void *ctx, tsr_chunk_header *hdr, tsr_xfer_data *out, tsr_errbuf *err)
 {
@@ -61,3 +67,14 @@ void tsr_xfer_pool_configure(size_t idle_limit, size_t max_class, bool spares)
 }
 void tsr_xfer_pool_get_stats(tsr_xfer_pool_stats *stats) { memset(stats, 0, sizeof *stats); }
 void tsr_xfer_pool_trim(void) {}
+void tsr_xfer_pool_warm(size_t nbytes, unsigned count)
+{
+  (void)nbytes;
+  (void)count;
+}
+unsigned tsr_xfer_pool_fill(size_t nbytes, unsigned count)
+{
+  (void)nbytes;
+  (void)count;
+  return 0;
+}

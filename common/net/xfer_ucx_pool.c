@@ -23,10 +23,21 @@
  * chunk still holds the last one (its release comes a round trip later)
  * when the next arrives, and a second buffer made inside that fetch costs
  * as much as the first (100-300 ms on a busy VM). A take that finds no
- * idle buffer while a fitting spare is being made waits for it rather
- * than mapping another. One spare at a time; only in a process that asks
+ * idle buffer while a fitting buffer is being made waits for it rather
+ * than mapping another. Only in a process that asks
  * (tsr_xfer_pool_configure: the worker): a detached thread still mapping
  * when a client program exits would race UCX's own teardown.
+ *
+ * Warming (tsr_xfer_pool_warm / _fill): a worker asks for buffers of a
+ * size before any fetch needs them: at start (--recv-pool-warm: made on
+ * the starting thread, before the worker says hello, so before any
+ * graph) and when a task whose input it will fetch is queued (the size
+ * is in the task's input metadata: made by the background maker, at a
+ * lower CPU priority, so a fetch in progress keeps its core). A want is
+ * "COUNT buffers that fit this size, idle or lent": the maker makes the
+ * missing ones within the idle limit, then forgets the want. One maker
+ * thread at a time, detached, gone when nothing is wanted; spares are
+ * wants of one more idle buffer.
  *
  * Threading: one pool per process under a mutex: a chunk is released on
  * whichever thread drops its last reference (a worker's executor, ZeroMQ's
@@ -37,6 +48,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -54,15 +67,33 @@ struct tsr_ucx_buf {
   ucp_mem_h memh;       /* NULL when registration failed (UCX still works) */
   ucp_context_h ctx;
   struct tsr_ucx_buf *next;   /* idle list */
+  struct tsr_ucx_buf *all_prev, *all_next;   /* every pooled buffer, idle or lent */
 };
+
+/* Buffers wanted ahead (tsr_xfer_pool_warm): COUNT that fit chunks of
+ * nbytes, idle or lent. idle_only: a spare (one more idle one). */
+#define MAX_WANTS 8
+typedef struct pool_want {
+  size_t nbytes;
+  unsigned count;
+  bool idle_only;
+} pool_want;
+
+/* The maker's CPU priority (nice): below the fetching threads, so
+ * faulting a buffer in does not slow a receive in progress on two cores. */
+#define MAKER_NICE 10
 
 static struct {
   pthread_mutex_t lock;
   pthread_cond_t spare_done;
   tsr_ucx_buf *idle;
+  tsr_ucx_buf *all;        /* every pooled buffer (all_next) */
   size_t idle_limit, max_class;
   bool spares;             /* make spares (tsr_xfer_pool_configure) */
-  size_t spare_capacity;   /* the spare being made, 0 when none */
+  pool_want wants[MAX_WANTS];
+  unsigned nwants;
+  bool maker;              /* a maker thread runs */
+  size_t making;           /* capacity of the buffer being made, 0 when none */
   tsr_xfer_pool_stats stats;
 } pool = {
   .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -127,11 +158,13 @@ static void register_buf(tsr_ucx_buf *buf)
   if (ucp_mem_map(buf->ctx, &p, &buf->memh) != UCS_OK) buf->memh = NULL;
 }
 
+static size_t capacity_for(size_t nbytes) { return (nbytes + HUGE_2M - 1) & ~(HUGE_2M - 1); }
+
 static tsr_ucx_buf *buf_new_pooled(size_t nbytes)
 {
   tsr_ucx_buf *buf = calloc(1, sizeof *buf);
   if (buf == NULL) return NULL;
-  buf->capacity = (nbytes + HUGE_2M - 1) & ~(HUGE_2M - 1);
+  buf->capacity = capacity_for(nbytes);
   buf->data = map_faulted(buf->capacity);
   if (buf->data == NULL) {
     free(buf);
@@ -139,6 +172,25 @@ static tsr_ucx_buf *buf_new_pooled(size_t nbytes)
   }
   register_buf(buf);
   return buf;
+}
+
+/* Under the lock: buf joins / leaves the list of every pooled buffer. */
+static void link_all(tsr_ucx_buf *buf)
+{
+  buf->all_prev = NULL;
+  buf->all_next = pool.all;
+  if (pool.all != NULL) pool.all->all_prev = buf;
+  pool.all = buf;
+  pool.stats.buffers++;
+}
+
+static void unlink_all(tsr_ucx_buf *buf)
+{
+  if (buf->all_prev != NULL) buf->all_prev->all_next = buf->all_next;
+  else pool.all = buf->all_next;
+  if (buf->all_next != NULL) buf->all_next->all_prev = buf->all_prev;
+  buf->all_prev = buf->all_next = NULL;
+  pool.stats.buffers--;
 }
 
 static tsr_ucx_buf *buf_new_plain(size_t nbytes)
@@ -206,42 +258,123 @@ static bool keep_idle(tsr_ucx_buf *buf)
   return true;
 }
 
-static void *make_spare(void *arg)
+/* Under the lock: pooled buffers that fit nbytes, lent ones included or
+ * idle only. */
+static unsigned count_fitting(size_t nbytes, bool idle_only)
 {
-  size_t capacity = (size_t)(uintptr_t)arg;
-  uint64_t t0 = tsr_now_us();
-  tsr_ucx_buf *buf = buf_new_pooled(capacity);
-  pthread_mutex_lock(&pool.lock);
-  bool kept = buf != NULL && keep_idle(buf);
-  if (kept) pool.stats.spares++;
-  pool.spare_capacity = 0;
+  unsigned n = 0;
+  if (idle_only) {
+    for (tsr_ucx_buf *b = pool.idle; b != NULL; b = b->next) n += fits(b->capacity, nbytes);
+  } else {
+    for (tsr_ucx_buf *b = pool.all; b != NULL; b = b->all_next) n += fits(b->capacity, nbytes);
+  }
+  return n;
+}
+
+/* Under the lock: the capacity of a buffer the oldest want still lacks
+ * and the idle limit has room for, forgetting wants that are met (or
+ * cannot be); 0 when nothing is wanted. */
+static size_t next_wanted(void)
+{
+  while (pool.nwants > 0) {
+    const pool_want *w = &pool.wants[0];
+    size_t capacity = capacity_for(w->nbytes);
+    if (count_fitting(w->nbytes, w->idle_only) < w->count && pool.stats.idle_bytes + capacity <= pool.idle_limit)
+      return capacity;
+    memmove(&pool.wants[0], &pool.wants[1], --pool.nwants * sizeof pool.wants[0]);
+  }
+  return 0;
+}
+
+/* Under the lock, back from making buf (NULL: out of memory, so forget
+ * every want): keeps it idle, or returns it for the caller to free. */
+static tsr_ucx_buf *land_made(tsr_ucx_buf *buf, bool spare)
+{
+  pool.making = 0;
   pthread_cond_broadcast(&pool.spare_done);
-  pthread_mutex_unlock(&pool.lock);
-  if (buf != NULL && !kept) buf_free(buf);
-  if (kept) TSR_DEBUG("receive pool: spare %zu-byte buffer ready in %.3f ms", capacity, (double)(tsr_now_us() - t0) / 1e3);
+  if (buf == NULL) {
+    pool.nwants = 0;
+    return NULL;
+  }
+  link_all(buf);
+  if (!keep_idle(buf)) {
+    unlink_all(buf);
+    return buf;
+  }
+  if (spare) pool.stats.spares++;
+  else pool.stats.warmed++;
   return NULL;
 }
 
-/* Under the lock, after a take of a buffer of capacity: starts making a
- * spare of that capacity when none fits among the idle ones, none is
- * being made and the idle limit has room for it. */
-static void want_spare(size_t capacity)
+/* The maker thread: makes what is wanted, at a lower priority than the
+ * fetching threads, then ends. */
+static void *maker_main(void *arg)
 {
-  if (!pool.spares || pool.spare_capacity != 0 || idle_fits(capacity) || pool.stats.idle_bytes + capacity > pool.idle_limit) return;
+  (void)arg;
+  setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), MAKER_NICE);
+  pthread_mutex_lock(&pool.lock);
+  size_t capacity;
+  while ((capacity = next_wanted()) != 0) {
+    bool spare = pool.wants[0].idle_only;
+    pool.making = capacity;
+    pthread_mutex_unlock(&pool.lock);
+    uint64_t t0 = tsr_now_us();
+    tsr_ucx_buf *buf = buf_new_pooled(capacity);
+    if (buf != NULL)
+      TSR_DEBUG("receive pool: %s %zu-byte buffer ready in %.3f ms (background)", spare ? "spare" : "warmed", capacity,
+                (double)(tsr_now_us() - t0) / 1e3);
+    pthread_mutex_lock(&pool.lock);
+    tsr_ucx_buf *surplus = land_made(buf, spare);
+    if (surplus != NULL) {
+      pthread_mutex_unlock(&pool.lock);
+      buf_free(surplus);
+      pthread_mutex_lock(&pool.lock);
+    }
+  }
+  pool.maker = false;
+  pthread_cond_broadcast(&pool.spare_done);
+  pthread_mutex_unlock(&pool.lock);
+  return NULL;
+}
+
+/* Under the lock: records a want (raising the count of an equal one)
+ * and starts the maker when none runs. */
+static void add_want(size_t nbytes, unsigned count, bool idle_only)
+{
+  size_t capacity = capacity_for(nbytes);
+  unsigned i = 0;
+  while (i < pool.nwants && !(capacity_for(pool.wants[i].nbytes) == capacity && pool.wants[i].idle_only == idle_only))
+    i++;
+  if (i == pool.nwants) {
+    if (pool.nwants == MAX_WANTS) return;
+    pool.wants[pool.nwants++] = (pool_want){nbytes, 0, idle_only};
+  }
+  if (pool.wants[i].count < count) pool.wants[i].count = count;
+  if (pool.maker) return;
   pthread_attr_t attr;
   pthread_t thread;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (pthread_create(&thread, &attr, make_spare, (void *)(uintptr_t)capacity) == 0) pool.spare_capacity = capacity;
+  if (pthread_create(&thread, &attr, maker_main, NULL) == 0) pool.maker = true;
+  else pool.nwants = 0;
   pthread_attr_destroy(&attr);
 }
 
-/* Under the lock: a fitting idle buffer, waiting for a fitting spare
- * being made; NULL when neither. */
+/* Under the lock, after a take of a buffer of capacity: wants a spare of
+ * that capacity when none fits among the idle ones and the idle limit
+ * has room for it. */
+static void want_spare(size_t capacity)
+{
+  if (!pool.spares || idle_fits(capacity) || pool.stats.idle_bytes + capacity > pool.idle_limit) return;
+  add_want(capacity, 1, true);
+}
+
+/* Under the lock: a fitting idle buffer, waiting for a fitting one being
+ * made; NULL when neither. */
 static tsr_ucx_buf *take_pooled(size_t nbytes)
 {
   tsr_ucx_buf *buf = take_idle(nbytes);
-  while (buf == NULL && pool.spare_capacity != 0 && fits(pool.spare_capacity, nbytes)) {
+  while (buf == NULL && pool.making != 0 && fits(pool.making, nbytes)) {
     pthread_cond_wait(&pool.spare_done, &pool.lock);
     buf = take_idle(nbytes);
   }
@@ -269,12 +402,15 @@ static void read_env(void)
   pool_off = v != NULL && (strcmp(v, "0") == 0 || strcmp(v, "off") == 0);
 }
 
+static bool pooled_size(size_t nbytes) { return !pool_off && nbytes >= TSR_XFER_POOL_MIN && nbytes <= pool.max_class; }
+
 tsr_ucx_buf *tsr_ucx_buf_take(size_t nbytes)
 {
   pthread_once(&env_once, read_env);
   pthread_mutex_lock(&pool.lock);
-  bool pooled = !pool_off && nbytes >= TSR_XFER_POOL_MIN && nbytes <= pool.max_class;
+  bool pooled = pooled_size(nbytes);
   tsr_ucx_buf *buf = pooled ? take_pooled(nbytes) : NULL;
+  bool fresh = buf == NULL;
   pool.stats.taken++;
   if (buf != NULL) pool.stats.reused++;
   if (!pooled) pool.stats.unpooled++;
@@ -282,6 +418,7 @@ tsr_ucx_buf *tsr_ucx_buf_take(size_t nbytes)
   if (buf == NULL) buf = pooled ? new_pooled_logged(nbytes) : buf_new_plain(nbytes);
   if (buf == NULL || !pooled) return buf;
   pthread_mutex_lock(&pool.lock);
+  if (fresh) link_all(buf);
   pool.stats.lent_buffers++;
   want_spare(buf->capacity);
   pthread_mutex_unlock(&pool.lock);
@@ -301,16 +438,58 @@ void tsr_ucx_buf_put(tsr_ucx_buf *buf)
   pthread_mutex_lock(&pool.lock);
   pool.stats.lent_buffers--;
   bool kept = keep_idle(buf);
+  if (!kept) unlink_all(buf);
   pthread_mutex_unlock(&pool.lock);
   if (!kept) buf_free(buf);
+}
+
+void tsr_xfer_pool_warm(size_t nbytes, unsigned count)
+{
+  pthread_once(&env_once, read_env);
+  pthread_mutex_lock(&pool.lock);
+  if (pool.spares && count > 0 && pooled_size(nbytes)) add_want(nbytes, count, false);
+  pthread_mutex_unlock(&pool.lock);
+}
+
+unsigned tsr_xfer_pool_fill(size_t nbytes, unsigned count)
+{
+  pthread_once(&env_once, read_env);
+  unsigned made = 0;
+  uint64_t t0 = tsr_now_us();
+  pthread_mutex_lock(&pool.lock);
+  size_t capacity = capacity_for(nbytes);
+  while (pooled_size(nbytes) && count_fitting(nbytes, false) < count &&
+         pool.stats.idle_bytes + capacity <= pool.idle_limit) {
+    pthread_mutex_unlock(&pool.lock);
+    tsr_ucx_buf *buf = buf_new_pooled(capacity);
+    pthread_mutex_lock(&pool.lock);
+    if (buf == NULL) break;
+    link_all(buf);
+    if (!keep_idle(buf)) {   /* the limit shrank meanwhile */
+      unlink_all(buf);
+      pthread_mutex_unlock(&pool.lock);
+      buf_free(buf);
+      pthread_mutex_lock(&pool.lock);
+      break;
+    }
+    pool.stats.warmed++;
+    made++;
+  }
+  pthread_mutex_unlock(&pool.lock);
+  if (made > 0)
+    TSR_DEBUG("receive pool: %u %zu-byte buffer(s) mapped, faulted and registered ahead in %.3f ms", made, capacity,
+              (double)(tsr_now_us() - t0) / 1e3);
+  return made;
 }
 
 void tsr_xfer_pool_trim(void)
 {
   pthread_mutex_lock(&pool.lock);
-  while (pool.spare_capacity != 0) pthread_cond_wait(&pool.spare_done, &pool.lock);   /* it lands in idle */
+  pool.nwants = 0;   /* memory is short, or we are stopping: make nothing more */
+  while (pool.maker) pthread_cond_wait(&pool.spare_done, &pool.lock);   /* what it made lands in idle */
   tsr_ucx_buf *idle = pool.idle;
   pool.idle = NULL;
+  for (tsr_ucx_buf *b = idle; b != NULL; b = b->next) unlink_all(b);
   pool.stats.idle_buffers = 0;
   pool.stats.idle_bytes = 0;
   pthread_mutex_unlock(&pool.lock);

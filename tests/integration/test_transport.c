@@ -192,6 +192,13 @@ TEST(ucx_worker_killed_while_its_chunks_move_is_recovered_from)
   uint64_t calm_ms = 0, killed_ms = 0;
   int victim = -1;
   int rc = run_big(&c, "calm", false, &victim, &calm, &calm_ms);
+  /* warming (docs/transport.md): each worker mapped its first receive
+   * buffers at start, and some fetch found its UCX peer connected ahead */
+  bool warmed_at_start = true, connected_ahead = false;
+  for (int w = 0; w < 3; w++) {
+    warmed_at_start &= log_has(&c, w, "receive pool: 3 of 3 buffers of 64.00 MiB warmed at start");
+    connected_ahead |= log_has(&c, w, "fetch: connected ahead to ucx://");
+  }
   int rc2 = rc == 0 ? run_big(&c, "killed", true, &victim, &killed, &killed_ms) : rc;
   fprintf(stderr, "  calm run %llu ms; killed worker %d mid-fetch, that run took %llu ms\n",
           (unsigned long long)calm_ms, victim, (unsigned long long)killed_ms);
@@ -201,6 +208,8 @@ TEST(ucx_worker_killed_while_its_chunks_move_is_recovered_from)
   ASSERT_OK(rc2);
   ASSERT_TRUE(scheduler_alive);
   ASSERT_TRUE(victim >= 0);
+  ASSERT_TRUE(warmed_at_start);
+  ASSERT_TRUE(connected_ahead);
   ASSERT_TRUE(calm == killed);   /* recomputed leaves are the same bytes */
   ASSERT_NEAR(calm / ((double)BIG_LEAVES * BIG_N), 0.5, 0.01);
   ASSERT_TRUE(killed_ms < 60000);

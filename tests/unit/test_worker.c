@@ -738,6 +738,87 @@ TEST(pool_fetches_a_shared_input_once)
   tsr_wstore_destroy(&src);
 }
 
+/* Waits for one completion, serving src over a server of any transport
+ * meanwhile (its ROUTER and/or UCX wakeup fd). */
+static tsr_wtask *pool_next_any(pool_fixture *f, tsr_xfer_server *srv, tsr_wstore *src, int timeout_ms)
+{
+  uint64_t end = tsr_now_ms() + (uint64_t)timeout_ms;
+  while (tsr_now_ms() < end) {
+    zmq_pollitem_t items[3] = {{f->pull, 0, ZMQ_POLLIN, 0}};
+    int n = 1 + tsr_xfer_server_pollitems(srv, items + 1, 2);
+    zmq_poll(items, n, 10);
+    tsr_xfer_server_serve(srv, tsr_wstore_xfer_lookup, src);   /* UCX needs progress even when no fd fired */
+    tsr_wtask *t;
+    if (zmq_recv(f->pull, &t, sizeof t, ZMQ_DONTWAIT) == (int)sizeof t) return t;
+  }
+  return NULL;
+}
+
+/* A task queued behind a busy thread, whose input comes from a UCX peer
+ * never connected to: the connection is made and wired up while it
+ * waits (tsr_wfetch_warm), and its fetch takes that connection instead
+ * of connecting itself. A second task from the same peer connects no
+ * more. */
+TEST(pool_connects_ahead_to_the_ucx_peer_of_a_queued_task)
+{
+  if (!tsr_xfer_ucx_built()) {
+    fprintf(stderr, "    (no UCX in this build: the warmer only connects to UCX peers; nothing to check)\n");
+    return;
+  }
+  pool_fixture f;
+  f.zctx = zmq_ctx_new();
+  f.pull = zmq_socket(f.zctx, ZMQ_PULL);
+  ASSERT_OK(zmq_bind(f.pull, "inproc://test-done"));
+  f.store = tsr_wstore_new(0);
+  tsr_wexec_opts o = {.threads = 1, .zctx = f.zctx, .done_endpoint = "inproc://test-done", .worker_name = "wt",
+                      .fetch_timeout_ms = 5000, .fetch_ahead = true};
+  tsr_errbuf err = {{0}};
+  ASSERT_OK(tsr_wexec_start(&o, f.store, &f.exec, &err));
+  tsr_xfer_set_fetch_transport(TSR_TRANSPORT_UCX);
+  tsr_wstore *src = tsr_wstore_new(0);
+  const char *keys[] = {"x", "y"};
+  for (int i = 0; i < 2; i++) {
+    tsr_wtask *t = uniform_task(keys[i], 1000, i, src);
+    tsr_wtask_run(t, src, NULL, "peer");
+    tsr_wtask_free(&t);
+  }
+  tsr_xfer_server *srv = NULL;
+  ASSERT_OK(tsr_xfer_server_open_transport(f.zctx, "tcp://127.0.0.1:0", NULL, NULL, TSR_TRANSPORT_UCX, &srv, &err));
+  tsr_wtask *hold = new_task("hold", "sleep", f.store);
+  tsr_params_add_int(&hold->params, "ms", 300);
+  ASSERT_OK(tsr_wexec_submit(f.exec, hold));
+  while (tsr_wexec_running(f.exec) == 0) usleep(1000);
+  tsr_wexec_conn_stats st0, st1;
+  tsr_wexec_conn_stats_get(f.exec, &st0);
+  for (int i = 0; i < 2; i++) {
+    char key[8];
+    snprintf(key, sizeof key, "s%d", i);
+    tsr_wtask *s = new_task(key, "sum", f.store);
+    add_input(s, keys[i], tsr_xfer_server_address(srv));
+    ASSERT_OK(tsr_wexec_submit(f.exec, s));
+  }
+  int done = 0, fetched = 0;
+  for (int i = 0; i < 3; i++) {
+    tsr_wtask *t = pool_next_any(&f, srv, src, 10000);
+    if (t == NULL) break;
+    done += t->status == TSR_WTASK_DONE;
+    fetched += t->n_inputs == 1 && t->inputs[0].fetched;
+    tsr_wtask_free(&t);
+  }
+  tsr_wexec_conn_stats_get(f.exec, &st1);
+  /* the executor closes its connections before the server goes */
+  pool_close(&f);
+  tsr_xfer_server_close(&srv);
+  tsr_wstore_destroy(&src);
+  tsr_xfer_set_fetch_transport(TSR_TRANSPORT_AUTO);
+  ASSERT_EQ(st0.made_ahead, 0u);
+  ASSERT_EQ(done, 3);
+  ASSERT_EQ(fetched, 2);
+  ASSERT_EQ(st1.made_ahead, 1u);   /* one peer, one connection made ahead */
+  ASSERT_EQ(st1.taken_ahead, 1u);  /* ... taken by the first fetch */
+  ASSERT_EQ(st1.connects, 0u);     /* no fetch connected itself */
+}
+
 /* A peer that accepts requests and never answers, bound on loopback at
  * addr; NULL when it cannot bind. */
 static void *mute_peer(void *zctx, char *addr, size_t cap)
@@ -837,6 +918,7 @@ int main(void)
   RUN(pool_many_threads_many_tasks);
   RUN(pool_fetches_inputs_from_a_peer);
   RUN(pool_fetches_a_shared_input_once);
+  RUN(pool_connects_ahead_to_the_ucx_peer_of_a_queued_task);
   RUN(fetcher_closes_a_timed_out_connection);
   RUN(an_input_dropped_here_is_missing_without_asking_ourselves);
   return kit_summary();

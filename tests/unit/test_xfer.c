@@ -451,6 +451,110 @@ TEST(ucx_pool_makes_a_spare_so_the_next_chunk_finds_a_buffer_while_one_is_held)
   ASSERT_EQ(st2.lent_buffers, 0u);
 }
 
+/* Waits up to 5 s for the count of buffers warmed ahead (or, buffers
+ * that exist) to reach n. */
+static bool stat_reach(bool existing, uint64_t n)
+{
+  tsr_xfer_pool_stats st;
+  for (int i = 0; i < 500; i++) {
+    tsr_xfer_pool_get_stats(&st);
+    if ((existing ? st.buffers : st.warmed) >= n) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+/* A worker's start (--recv-pool-warm): buffers exist, mapped, before any
+ * fetch; the first fetch takes one (no buffer made inside it); within
+ * the idle limit; trim at shutdown unmaps them. */
+TEST(ucx_pool_fill_warms_buffers_before_any_fetch_and_trim_frees_them)
+{
+  tsr_xfer_pool_trim();
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, false);
+  tsr_xfer_pool_stats st0, st1, st2, st3;
+  tsr_xfer_pool_get_stats(&st0);
+  unsigned made = tsr_xfer_pool_fill(BIG_BYTES, 2);
+  unsigned again = tsr_xfer_pool_fill(BIG_BYTES, 2);   /* already there: nothing more */
+  tsr_xfer_pool_get_stats(&st1);
+  served s;
+  tsr_errbuf err = {{0}};
+  tsr_xfer_conn *conn = NULL;
+  ASSERT_OK(pool_session_open(&s, &conn, &err));
+  tsr_chunk_header hdr;
+  tsr_xfer_data a = {0};
+  int rc_a = tsr_xfer_get(conn, "big", 10000, &hdr, &a, &err);
+  bool ok_a = fetched_ok(rc_a, &a, s.big) && a.pooled != NULL;
+  void *first = a.data;
+  tsr_xfer_pool_get_stats(&st2);
+  tsr_xfer_data_release(&a);
+  bool mapped_before = is_mapped(first);
+  pool_session_close(&s, &conn);
+  tsr_xfer_pool_get_stats(&st3);
+  /* an idle limit of one buffer warms one */
+  tsr_xfer_pool_configure(BIG_BYTES, TSR_XFER_POOL_MAX_CLASS, false);
+  unsigned limited = tsr_xfer_pool_fill(BIG_BYTES, 3);
+  tsr_xfer_pool_trim();
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, false);
+  ASSERT_EQ(made, 2u);
+  ASSERT_EQ(again, 0u);
+  ASSERT_EQ(st1.buffers - st0.buffers, 2u);
+  ASSERT_EQ(st1.idle_buffers, 2u);
+  ASSERT_EQ(st1.warmed - st0.warmed, 2u);
+  ASSERT_TRUE(ok_a);
+  ASSERT_EQ(st2.reused - st0.reused, 1u);   /* the fetch took a warmed buffer */
+  ASSERT_EQ(st2.buffers, st1.buffers);      /* ... and made none */
+  ASSERT_EQ(st2.lent_buffers, 1u);
+  ASSERT_TRUE(mapped_before);
+  ASSERT_EQ(st3.buffers, 0u);
+  ASSERT_EQ(st3.idle_bytes, 0u);
+  ASSERT_TRUE(!is_mapped(first));
+  ASSERT_EQ(limited, 1u);
+}
+
+/* A queued task's input size (tsr_xfer_pool_warm): the background maker
+ * makes the missing buffers, counting lent ones as there; a chunk larger
+ * than the warmed class still gets a buffer of its own. */
+TEST(ucx_pool_warm_in_the_background_and_a_larger_chunk_still_fits)
+{
+  tsr_xfer_pool_trim();
+  tsr_xfer_pool_configure(TSR_XFER_POOL_IDLE_DEFAULT, TSR_XFER_POOL_MAX_CLASS, true);   /* as a worker does */
+  tsr_xfer_pool_stats st0, st1, st2, st3;
+  tsr_xfer_pool_get_stats(&st0);
+  tsr_xfer_pool_warm(16u << 20, 2);   /* a 16 MiB class: 64 MiB chunks do not fit it */
+  bool warmed = stat_reach(false, st0.warmed + 2);
+  tsr_xfer_pool_get_stats(&st1);
+  served s;
+  tsr_errbuf err = {{0}};
+  tsr_xfer_conn *conn = NULL;
+  ASSERT_OK(pool_session_open(&s, &conn, &err));
+  tsr_chunk_header hdr;
+  tsr_xfer_data a = {0};
+  int rc_a = tsr_xfer_get(conn, "big", 10000, &hdr, &a, &err);
+  bool ok_a = fetched_ok(rc_a, &a, s.big) && a.pooled != NULL;
+  tsr_xfer_pool_get_stats(&st2);
+  /* two 64 MiB buffers wanted while a holds one: one more is made (the
+   * spare a's take asked for, or the want's), not two */
+  tsr_xfer_pool_warm(BIG_BYTES, 2);
+  bool fourth = stat_reach(true, 4);
+  usleep(300000);
+  tsr_xfer_pool_stats st_more;
+  tsr_xfer_pool_get_stats(&st_more);
+  tsr_xfer_data_release(&a);
+  pool_session_close(&s, &conn);
+  tsr_xfer_pool_get_stats(&st3);
+  ASSERT_TRUE(warmed);
+  ASSERT_EQ(st1.idle_buffers, 2u);
+  ASSERT_EQ(st1.idle_bytes, 2u * (16u << 20));
+  ASSERT_TRUE(ok_a);
+  ASSERT_EQ(st2.reused - st1.reused, 0u);   /* no warmed 16 MiB buffer taken */
+  ASSERT_TRUE(st2.buffers >= 3u);           /* two warmed + its own (+ the spare its take asked for) */
+  ASSERT_TRUE(fourth);
+  ASSERT_EQ(st_more.buffers, 4u);
+  ASSERT_EQ(st_more.idle_buffers, 3u);
+  ASSERT_EQ(st3.buffers, 0u);   /* trim waited for the maker, then unmapped all */
+  ASSERT_EQ(st3.lent_buffers, 0u);
+}
+
 TEST(zmq_receives_are_not_pooled_and_small_ucx_chunks_neither)
 {
   served s;
@@ -614,6 +718,8 @@ int main(int argc, char **argv)
   RUN(ucx_pool_chunk_bigger_than_its_class_and_idle_limit);
   RUN(device_sink_is_unused_and_lookups_get_host_only_without_cuda_in_ucx);
   RUN(ucx_pool_makes_a_spare_so_the_next_chunk_finds_a_buffer_while_one_is_held);
+  RUN(ucx_pool_fill_warms_buffers_before_any_fetch_and_trim_frees_them);
+  RUN(ucx_pool_warm_in_the_background_and_a_larger_chunk_still_fits);
   RUN(zmq_receives_are_not_pooled_and_small_ucx_chunks_neither);
   RUN(ucx_fetch_from_a_stalled_peer_is_abandoned_by_abort);
   RUN(ucx_peer_killed_holding_the_request_fails_fast);
