@@ -427,6 +427,8 @@ static void on_flushed(void *request, ucs_status_t status, void *user_data)
   conn->recv_done = true;
 }
 
+static void say_hello(tsr_ucx_conn *conn, const wait_ctx *w);
+
 int tsr_ucx_conn_ready(tsr_ucx_conn *conn, const char *address, int timeout_ms, tsr_errbuf *err)
 {
   /* A flush completes once the endpoint's lanes are connected (the
@@ -440,12 +442,13 @@ int tsr_ucx_conn_ready(tsr_ucx_conn *conn, const char *address, int timeout_ms, 
   if (UCS_PTR_IS_ERR(req))
     return tsr_fail(err, TSR_ECONN, "connecting to %s: %s", address, ucs_status_string(UCS_PTR_STATUS(req)));
   if (req == NULL) return 0;
-  wait_ctx w = {tsr_now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms), NULL, NULL, address, 0};
+  wait_ctx w = {tsr_now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms), NULL, NULL, address, 0, SPIN_NS};
   int waited = wait_for(conn, &conn->recv_done, &w);
   ucp_request_free(req);   /* still in flight after a timeout: closing the conn ends it */
   if (waited != 1) return wait_fail(conn, waited, "connecting", "(none)", address, err);
   if (conn->recv_status != UCS_OK)
     return tsr_fail(err, TSR_ECONN, "connecting to %s: %s", address, ucs_status_string(conn->recv_status));
+  if (!conn->said_hello) say_hello(conn, &w);   /* the direct endpoint, ahead too */
   return 0;
 }
 
