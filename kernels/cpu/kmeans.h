@@ -1,6 +1,7 @@
 /* kernels/cpu/kmeans.h — what the k-means ops share (kmeans.c: the plain
  * Lloyd partials and k-means++; kmeans_step.c: the bounded steps that
- * carry their state from iteration to iteration). Internal to kernels/.
+ * carry their state from iteration to iteration; kmeans_update.c: their
+ * model; kmeans_loop.c: the whole loop in one task). Internal to kernels/.
  *
  * A partial is an f64 vector of KM_LEN(k, d): sums[k·d], counts[k],
  * inertia, then the k points farthest from their centers (distance²,
@@ -25,6 +26,24 @@ void tsr_km_row_dists(const double *row, const double *ct, int64_t d, int64_t kp
  * of 3) and their rows in fx: offers (dist, idx, lab, row). */
 void tsr_km_far_insert(double *far, double *fx, int64_t k, int64_t d, double dist, int64_t idx, int64_t lab,
                        const double *row);
+
+/* Bounds are kept conservative of rounding: KM_UP / KM_DOWN of a computed
+ * distance, and a row keeps its label only when its bounds part by a
+ * relative KM_SLACK (kmeans_step.c). */
+#define KM_SLACK 1e-9
+#define KM_UP(v) ((v) * (1 + 1e-12))
+#define KM_DOWN(v) ((v) * (1 - 1e-12))
+
+/* Plain Lloyd's squared distance (terms added in order of j). */
+static inline double exact_d2(const double *row, const double *c, int64_t d)
+{
+  double s = 0;
+  for (int64_t j = 0; j < d; j++) {
+    double t = row[j] - c[j];
+    s += t * t;
+  }
+  return s;
+}
 
 /* The bounded ops' layouts (kmeans_step.c describes them). */
 #define KM_HDR 8
