@@ -157,6 +157,12 @@ typedef struct km_step {
   int64_t *unsure;          /* two blocks' rows needing every distance (this block's, the next's) */
   double *part, *colsum, *colsq;  /* out */
   km_row *state;
+  int64_t groups;           /* Yinyang's groups (kmeans_loop); 0 or 1: Hamerly's bound alone */
+  const int32_t *group_of;  /* [k] */
+  const double *gdrift;     /* [KM_EPOCHS][groups] cumulative largest move in each group */
+  float *glb;               /* [rows][groups] the rows' group bounds (this pass's rows from 0) */
+  float *key;               /* [rows] or NULL: each row's scan key (row_key), this pass's rows from 0 */
+  double *gmask;            /* [groups][kp32]: 0 for the group's centers, else infinite */
 } km_step;
 
 /* Row r of x in f64 (row) and f32 (row32), read where x holds it. */
@@ -298,6 +304,78 @@ static int64_t nearest_screened(const km_step *s, const float *dots, double xn, 
   return best;
 }
 
+/* gl[g] = the smallest of v over group g's centers but best (infinite
+ * when none), v (kp32 values, infinite past k) read eight a vector and
+ * masked by the groups' gmask; returns the smallest of them all. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static double group_mins(const km_step *s, double *v, int64_t best, double *gl)
+{
+  const km_v8 inf = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
+  double was = v[best], second = INFINITY;
+  v[best] = INFINITY;
+  for (int64_t g = 0; g < s->groups; g++) {
+    km_v8 lo = inf;
+    for (int64_t q = 0; q < s->kp32; q += 8) {
+      km_v8 x, mask;
+      memcpy(&x, v + q, sizeof x), memcpy(&mask, s->gmask + g * s->kp32 + q, sizeof mask);
+      x += mask;
+      KM_MIN8(x, lo);
+    }
+    double m[8];
+    memcpy(m, &lo, sizeof m);
+    gl[g] = m[0];
+    for (int i = 1; i < 8; i++) gl[g] = m[i] < gl[g] ? m[i] : gl[g];
+    second = gl[g] < second ? gl[g] : second;
+  }
+  v[best] = was;
+  return second;
+}
+
+/* nearest_screened for Yinyang: the same certified gap (a tie is no gap:
+ * the exact distances decide it), the screened distances kept (in
+ * s->dist) for each group's lower bound gl[g] (a distance, not squared)
+ * of its centers but the nearest. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static int64_t nearest_groups(const km_step *s, const float *dots, double xn, double *u_p, double *l_p, double *gl)
+{
+  double *v = s->dist, bd = INFINITY;
+  int64_t best = -1;
+  for (int64_t q = 0; q < s->kp32; q++) v[q] = (xn + s->cn[q]) - 2 * (double)dots[q];
+  for (int64_t q = 0; q < s->k; q++) {
+    bool lt = v[q] < bd;  /* ties to the smaller index */
+    bd = lt ? v[q] : bd, best = lt ? q : best;
+  }
+  if (best < 0) return -1;
+  double second = group_mins(s, v, best, gl);
+  double e = 2 * ((double)(s->d + 3) * 0x1p-24 * 1.01 * sqrt(xn) * s->cmax) + 1e-13 * (xn + s->cmax * s->cmax);
+  if (!(second - bd > 2 * e + KM_SLACK * second)) return -1;
+  for (int64_t g = 0; g < s->groups; g++) gl[g] = gl[g] - e > 0 ? KM_DOWN(sqrt(gl[g] - e)) : 0;
+  double lo = second - e;
+  *u_p = KM_UP(sqrt(bd + e)), *l_p = lo > 0 ? KM_DOWN(sqrt(lo)) : 0;
+  return best;
+}
+
+/* The label of a row (its distances' nearest, certified by the screen or
+ * exact) and its bounds: u, l and (Yinyang) the groups' gl; −1 for a row
+ * with a NaN or infinity. */
+static inline __attribute__((always_inline)) int64_t row_label(km_step *s, const double *row, const float *dots, double xn,
+                                                               double *u_p, double *l_p, double *gl)
+{
+  double bd, second;
+  bool groups = s->groups > 1;
+  int64_t lab = !isfinite(xn) ? -1 : groups ? nearest_groups(s, dots, xn, u_p, l_p, gl) : nearest_screened(s, dots, xn, u_p, l_p);
+  if (lab >= 0) return lab;
+  lab = nearest_exact(s, row, &bd, &second);
+  if (!isfinite(bd)) return -1;
+  *u_p = KM_UP(sqrt(bd)), *l_p = KM_DOWN(sqrt(second));
+  if (groups) {
+    for (int64_t q = s->k; q < s->kp32; q++) s->dist[q] = INFINITY;  /* past the centers: no bound */
+    group_mins(s, s->dist, lab, gl);
+    for (int64_t g = 0; g < s->groups; g++) gl[g] = KM_DOWN(sqrt(gl[g]));
+  }
+  return lab;
+}
+
 static inline __attribute__((always_inline)) void add_row(const km_step *s, const double *row, int64_t from, int64_t to)
 {
   double *sums = s->part, *counts = sums + s->k * s->d;
@@ -308,18 +386,27 @@ static inline __attribute__((always_inline)) void add_row(const km_step *s, cons
   counts[from] -= 1;
 }
 
+/* A row's scan key (kmeans_loop's private memory, Hamerly's path): the
+ * cumulative largest move M (the model's mdrift) below which the row
+ * keeps its label whatever the centers did, from bounds u, l valid at M =
+ * mt: its center moves at most as far as the largest and every other at
+ * most that far too, so (u + ΔM)(1 + KM_SLACK) < l − ΔM holds while ΔM <
+ * (l − u(1 + KM_SLACK)) / (2 + KM_SLACK). Rounded down (a relative 1e-12
+ * for the subtractions, f32_down); −1: no margin, the full test. */
+static inline float row_key(double mt, double u, double l)
+{
+  double room = l - u * (1 + KM_SLACK);
+  return room > 0 ? f32_down(mt + room / (2 + KM_SLACK) - 1e-12 * (mt + u + l)) : -1;
+}
+
 /* Labels one row of a batch anew and accounts for it: sums (from scratch
  * in a full pass, else moved from its old label), farthest points, the
  * column sums of the first pass. */
 static inline __attribute__((always_inline)) int place_row(km_step *s, int64_t r, const double *row, const float *dots, double xn)
 {
-  double u, l, bd, second;
-  int64_t lab = isfinite(xn) ? nearest_screened(s, dots, xn, &u, &l) : -1;
-  if (lab < 0) {
-    lab = nearest_exact(s, row, &bd, &second);
-    if (!isfinite(bd)) return -1;
-    u = KM_UP(sqrt(bd)), l = KM_DOWN(sqrt(second));
-  }
+  double u, l, gl[KM_GROUPS_MAX];
+  int64_t lab = row_label(s, row, dots, xn, &u, &l, gl);
+  if (lab < 0) return -1;
   km_row *st = s->state + r;
   if (s->full) add_row(s, row, -1, lab);
   else if (st->label != lab) add_row(s, row, st->label, lab);
@@ -330,6 +417,8 @@ static inline __attribute__((always_inline)) int place_row(km_step *s, int64_t r
   if (s->prev == NULL)
     for (int64_t j = 0; j < s->d; j++) s->colsum[j] += row[j], s->colsq[j] += row[j] * row[j];
   st->label = (int32_t)lab, st->epoch = (int32_t)s->epoch, st->u = f32_up(u), st->l = f32_down(l);
+  for (int64_t g = 0; g < s->groups && s->groups > 1; g++) s->glb[r * s->groups + g] = f32_down(gl[g]);
+  if (s->key != NULL) s->key[r] = row_key(s->mdrift[s->epoch & (KM_EPOCHS - 1)], u, l);
   return 0;
 }
 
@@ -376,6 +465,58 @@ static inline __attribute__((always_inline)) bool bounds_keep(const km_step *s, 
   double z = l > s->half[a] ? l : s->half[a];
   *u_p = u, *l_p = l;
   return valid && u * (1 + KM_SLACK) < z;
+}
+
+/* Yinyang's test for row r (its km_row st) at model iteration t: as
+ * bounds_keep, with each group's bound moved by the group's own largest
+ * move instead of every center's largest (Ding et al.'s global filter);
+ * the moved bounds in *u_p, gl (for a rewrite of an old row). */
+static inline __attribute__((always_inline)) bool groups_keep(const km_step *s, int64_t r, const km_row *st, int64_t t,
+                                                              double *u_p, double *gl)
+{
+  int64_t a = st->label, t0 = st->epoch, k = s->k, n = s->groups;
+  bool valid = (uint64_t)(t - t0) < KM_EPOCHS;
+  int64_t e = t & (KM_EPOCHS - 1), e0 = valid ? t0 & (KM_EPOCHS - 1) : e;
+  const double *gd = s->gdrift + e * n, *gd0 = s->gdrift + e0 * n;
+  const float *lb = s->glb + r * n;
+  double dta = s->drift[e * k + a], u = KM_UP(st->u + (dta - s->drift[e0 * k + a]) + 1e-12 * (dta + s->mdrift[e]));
+  double z = s->half[a];
+  for (int64_t g = 0; g < n; g++) {
+    double l = lb[g] - (gd[g] - gd0[g]) - 1e-12 * (dta + gd[g]);
+    gl[g] = l > 0 ? KM_DOWN(l) : 0;
+  }
+  double lmin = INFINITY;
+  for (int64_t g = 0; g < n; g++) lmin = gl[g] < lmin ? gl[g] : lmin;
+  *u_p = u;
+  return valid && u * (1 + KM_SLACK) < (lmin > z ? lmin : z);
+}
+
+/* block_scan with Yinyang's groups. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static int64_t block_scan_groups(km_step *s, int64_t b0, int64_t b1, int64_t *unsure)
+{
+  int64_t check[KM_BLOCK_ROWS], n_check = 0, n = 0, t = s->epoch;
+  double m_now = s->mdrift[t & (KM_EPOCHS - 1)];
+  float mt = f32_up(m_now * (1 + 1e-9));
+  for (int64_t r = b0; r < b1; r++) check[n_check] = r, n_check += !(s->key[r] > mt);
+  for (int64_t i = 0; i < n_check; i++) __builtin_prefetch(s->state + check[i]), __builtin_prefetch(s->glb + check[i] * s->groups);
+  for (int64_t i = 0; i < n_check; i++) {
+    int64_t r = check[i];
+    km_row *st = s->state + r;
+    double u, gl[KM_GROUPS_MAX], l = INFINITY;
+    if (!groups_keep(s, r, st, t, &u, gl)) {
+      unsure[n++] = r;
+      prefetch_row(s, r);
+      continue;
+    }
+    for (int64_t g = 0; g < s->groups; g++) l = gl[g] < l ? gl[g] : l;
+    if (t - st->epoch >= KM_EPOCHS / 2) {  /* rewritten before its epoch leaves the window */
+      for (int64_t g = 0; g < s->groups; g++) s->glb[r * s->groups + g] = f32_down(gl[g]);
+      st->epoch = (int32_t)t, st->u = f32_up(u), st->l = f32_down(l);
+    }
+    s->key[r] = row_key(m_now, u, l);
+  }
+  return n;
 }
 
 /* Fills s's output header: from scratch for a full pass, else the
@@ -430,6 +571,41 @@ static int64_t block_scan(km_step *s, int64_t b0, int64_t b1, int64_t *unsure)
   return n;
 }
 
+/* block_scan with the rows' keys (kmeans_loop): a row whose key is above
+ * the largest cumulative move now (rounded up, with a relative 1e-9 for
+ * the rounding of the cumulative sums) keeps its label unread; only the
+ * others take the full test, and a row that passes it gets a fresh key
+ * from its moved bounds. Most rows of a late iteration are read as one
+ * f32 each instead of a 16-byte row and its centers' drifts. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static int64_t block_scan_keys(km_step *s, int64_t b0, int64_t b1, int64_t *unsure)
+{
+  int64_t check[KM_BLOCK_ROWS], n_check = 0, n = 0, t = s->epoch;
+  double m_now = s->mdrift[t & (KM_EPOCHS - 1)];
+  float mt = f32_up(m_now * (1 + 1e-9));
+  for (int64_t r = b0; r < b1; r++) check[n_check] = r, n_check += !(s->key[r] > mt);
+  for (int64_t i = 0; i < n_check; i++) __builtin_prefetch(s->state + check[i]);  /* scattered: their misses overlap */
+  for (int64_t i = 0; i < n_check; i++) {
+    int64_t r = check[i];
+    km_row *st = s->state + r;
+    double u, l;
+    if (!bounds_keep(s, st, t, &u, &l)) {
+      unsure[n++] = r;
+      prefetch_row(s, r);
+      continue;
+    }
+    if (t - st->epoch >= KM_EPOCHS / 2) st->epoch = (int32_t)t, st->u = f32_up(u), st->l = f32_down(l);
+    s->key[r] = row_key(m_now, u, l);
+  }
+  return n;
+}
+
+static int64_t scan(km_step *s, int64_t b0, int64_t b1, int64_t *unsure)
+{
+  if (s->groups > 1) return block_scan_groups(s, b0, b1, unsure);
+  return s->key != NULL ? block_scan_keys(s, b0, b1, unsure) : block_scan(s, b0, b1, unsure);
+}
+
 /* Rows in blocks of KM_BLOCK_ROWS: the bounds of the next block are
  * scanned (its rows to place prefetched) before this block's rows are
  * placed, so those reads from memory overlap a block's scan instead of
@@ -440,13 +616,13 @@ static int step_run(km_step *s, tsr_errbuf *err)
   int rc = 0, cur = 0;
   double inertia = 0;
   int64_t n_next = 0, first = KM_BLOCK_ROWS < s->rows ? KM_BLOCK_ROWS : s->rows;
-  if (!s->full) n_next = block_scan(s, 0, first, s->unsure);
+  if (!s->full) n_next = scan(s, 0, first, s->unsure);
   for (int64_t b0 = 0; rc == 0 && b0 < s->rows; b0 += KM_BLOCK_ROWS, cur = 1 - cur) {
     int64_t b1 = b0 + KM_BLOCK_ROWS < s->rows ? b0 + KM_BLOCK_ROWS : s->rows, n_unsure = n_next;
     int64_t *unsure = s->unsure + cur * KM_BLOCK_ROWS;
     if (!s->full && b1 < s->rows) {
       int64_t b2 = b1 + KM_BLOCK_ROWS < s->rows ? b1 + KM_BLOCK_ROWS : s->rows;
-      n_next = block_scan(s, b1, b2, s->unsure + (1 - cur) * KM_BLOCK_ROWS);
+      n_next = scan(s, b1, b2, s->unsure + (1 - cur) * KM_BLOCK_ROWS);
     }
     if (s->full)
       for (n_unsure = 0; n_unsure < b1 - b0; n_unsure++) unsure[n_unsure] = b0 + n_unsure;
@@ -481,11 +657,22 @@ static int step_centers(km_step *s, tsr_errbuf *err)
   return 0;
 }
 
+/* Yinyang's masks: gmask[g][q] = 0 for the centers of group g, else
+ * infinite (the padding centers too). */
+static int step_gmask(km_step *s, tsr_errbuf *err)
+{
+  s->gmask = malloc((size_t)(s->groups * s->kp32) * sizeof *s->gmask);
+  if (s->gmask == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_loop: out of memory for %lld groups", (long long)s->groups);
+  for (int64_t g = 0; g < s->groups; g++)
+    for (int64_t q = 0; q < s->kp32; q++) s->gmask[g * s->kp32 + q] = q < s->k && s->group_of[q] == g ? 0 : INFINITY;
+  return 0;
+}
+
 /* The buffers of one thread's pass: rows, dots, distances, the lists. */
 static int step_scratch(km_step *s, tsr_errbuf *err)
 {
   int64_t d = s->d;
-  s->dist = malloc((size_t)s->kp * sizeof *s->dist);
+  s->dist = malloc((size_t)s->kp32 * sizeof *s->dist);
   s->row = malloc((size_t)(KM_BATCH * d) * sizeof *s->row), s->row32 = malloc((size_t)(KM_BATCH * d) * sizeof *s->row32);
   s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->unsure = malloc(2 * KM_BLOCK_ROWS * sizeof *s->unsure);
   if (!s->dist || !s->row || !s->row32 || !s->dots || !s->unsure)
@@ -499,9 +686,28 @@ static void scratch_free(km_step *s)
   s->dist = NULL, s->row = NULL, s->row32 = NULL, s->dots = NULL, s->unsure = NULL;
 }
 
+/* The rows of joined states (Hamerly's bounds of their own epochs) as
+ * rows of Yinyang at the model m's iteration: u and l moved to it, every
+ * group's bound l (a bound of every other center); a row whose epoch left
+ * the window gets bounds that fail, so its next pass places it. */
+void tsr_km_private_rebase(const double *m, int64_t k, int64_t d, km_row *rows, int64_t n_rows, const km_private *groups)
+{
+  km_step s = {0};
+  s.k = k, s.centers = m + KM_HDR, s.half = s.centers + k * d + k, s.drift = s.half + k, s.mdrift = s.drift + KM_EPOCHS * k;
+  int64_t t = (int64_t)m[M_IT];
+  for (int64_t r = 0; r < n_rows; r++) {
+    double u, l;
+    km_row *st = rows + r;
+    bounds_keep(&s, st, t, &u, &l);
+    if ((uint64_t)(t - st->epoch) >= KM_EPOCHS) u = INFINITY, l = 0;
+    st->epoch = (int32_t)t, st->u = f32_up(u), st->l = f32_down(l);
+    for (int64_t g = 0; g < groups->n; g++) groups->lb[r * groups->n + g] = st->l;
+  }
+}
+
 static void step_free(km_step *s)
 {
-  free(s->ct), free(s->ct32), free(s->cn);
+  free(s->ct), free(s->ct32), free(s->cn), free(s->gmask);
   scratch_free(s);
 }
 
@@ -546,8 +752,8 @@ struct km_pass {
   bool first;          /* no rows labelled yet: the pass sums the columns too */
 };
 
-int tsr_km_pass_begin(int64_t k, const tsr_buf *xs, int64_t parts, const double *m, bool first, km_pass **pass_p,
-                      tsr_errbuf *err)
+int tsr_km_pass_begin(int64_t k, const tsr_buf *xs, int64_t parts, const double *m, bool first, const km_private *groups,
+                      km_pass **pass_p, tsr_errbuf *err)
 {
   km_pass *p = calloc(1, sizeof *p);
   if (p != NULL) p->starts = malloc((size_t)(parts + 1) * sizeof *p->starts);
@@ -557,7 +763,11 @@ int tsr_km_pass_begin(int64_t k, const tsr_buf *xs, int64_t parts, const double 
   p->s.starts = p->starts;
   step_init(&p->s, k, 0, xs, parts, m);
   p->first = first, p->s.full = first || p->s.far;
+  if (groups != NULL && groups->n > 1)
+    p->s.groups = groups->n, p->s.group_of = groups->of, p->s.gdrift = groups->drift, p->s.glb = groups->lb;
+  if (groups != NULL) p->s.key = groups->key;
   int rc = step_centers(&p->s, err);
+  if (rc == 0 && p->s.groups > 1) rc = step_gmask(&p->s, err);
   if (rc != 0) return tsr_km_pass_end(&p), rc;
   *pass_p = p;
   return 0;
@@ -602,6 +812,8 @@ int tsr_km_pass_slice(const km_pass *p, int64_t r0, int64_t r1, km_row *state, d
   if (rc == 0) {
     s.parts = slice_views(p, r0, r1, views, s.starts);
     s.xs = views, s.rows = r1 - r0, s.row0 = r0, s.state = state + r0;
+    if (s.groups > 1) s.glb = p->s.glb + r0 * s.groups;
+    if (s.key != NULL) s.key += r0;
     s.prev = p->first ? NULL : acc;  /* NULL: the first pass, which sums the columns (place_row) */
     s.part = acc, s.colsum = acc + KM_LEN(k, d), s.colsq = s.colsum + d;
     s.dist = NULL, s.row = NULL, s.row32 = NULL, s.dots = NULL, s.unsure = NULL;

@@ -360,8 +360,8 @@ TEST(bad_input_is_named)
   lloyd_free(&l);
 }
 
-/* kmeans_loop's param threads in loop_run. */
-static int64_t loop_threads = 1;
+/* kmeans_loop's params threads and groups (0: not given) in loop_run. */
+static int64_t loop_threads = 1, loop_groups = 0;
 
 /* kmeans_loop over every chunk of l, its model and its states (none
  * before the first step): the model, then one state of all the rows. */
@@ -371,6 +371,7 @@ static int loop_run(lloyd *l, tsr_buf *out, tsr_errbuf *err)
   tsr_params_add_int(&p, "k", l->k);
   tsr_params_add_int(&p, "parts", l->nb);
   if (loop_threads != 1) tsr_params_add_int(&p, "threads", loop_threads);
+  if (loop_groups != 0) tsr_params_add_int(&p, "groups", loop_groups);
   tsr_buf *in = calloc((size_t)(2 * l->nb + 1), sizeof *in);
   int n = 0;
   for (int64_t b = 0; b < l->nb; b++) in[n++] = chunk_of(l, b);
@@ -676,10 +677,12 @@ static int bench(int argc, char **argv)
       if (lloyd_iteration(&m, false, &err) < 0) return fprintf(stderr, "%s\n", err.text), 1;
     t_loop = now(), w_loop = wall();
     loop_threads = getenv("KM_T") ? atoi(getenv("KM_T")) : 1;
+    loop_groups = getenv("KM_G") ? atoi(getenv("KM_G")) : 0;
     if (loop_run(&m, &out, &err) != 0) return fprintf(stderr, "%s\n", err.text), 1;
     t = now() - t, t_loop = now() - t_loop, w_loop = wall() - w_loop;
-    printf("%d iterations of steps, then kmeans_loop: %.1f ms (the loop %.1f ms; %lld threads: %.1f ms of wall), %g iterations, inertia %.6g\n",
-           parallel, 1e3 * t, 1e3 * t_loop, (long long)loop_threads, 1e3 * w_loop, ((double *)out.data)[0], ((double *)out.data)[3]);
+    printf("%d iterations of steps, then kmeans_loop (groups %lld): %.1f ms (the loop %.1f ms; %lld threads: %.1f ms of wall), %g iterations, inertia %.6g\n",
+           parallel, (long long)loop_groups, 1e3 * t, 1e3 * t_loop, (long long)loop_threads, 1e3 * w_loop, ((double *)out.data)[0],
+           ((double *)out.data)[3]);
     free(out.data);
     lloyd_free(&m);
   }
