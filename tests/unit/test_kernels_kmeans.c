@@ -10,6 +10,10 @@
  * output feeds kmeans_labels (offset) and kmeans_model. With helper
  * threads (param threads) its output is the one-thread output byte for
  * byte, a relocation's farthest points found across its row slices too.
+ * With Yinyang's group bounds (param groups) the loop's labels, model and
+ * sums are Hamerly's byte for byte (several k and group counts, from the
+ * init and after steps, an emptied cluster relocated), and the same for
+ * 1, 2 and 5 threads.
  *
  *   test_kernels_kmeans            the tests
  *   test_kernels_kmeans --bench [X.npy init.npy]
@@ -17,7 +21,8 @@
  *                                  mixture, k = 30, then 0-4 iterations of
  *                                  steps followed by kmeans_loop (KM_P=N:
  *                                  only N; KM_T=N: the loop with N threads,
- *                                  its wall time too) — CPU time, no assertions */
+ *                                  its wall time too; KM_G=N: N Yinyang
+ *                                  groups) — CPU time, no assertions */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -383,6 +388,16 @@ static int loop_run(lloyd *l, tsr_buf *out, tsr_errbuf *err)
   return rc;
 }
 
+/* loop_run with the params threads and groups for this run only (a
+ * failed assertion after it leaves the defaults for the next test). */
+static int loop_run_with(lloyd *l, int64_t threads, int64_t groups, tsr_buf *out, tsr_errbuf *err)
+{
+  loop_threads = threads, loop_groups = groups;
+  int rc = loop_run(l, out, err);
+  loop_threads = 1, loop_groups = 0;
+  return rc;
+}
+
 /* ---------- kmeans_loop: the rest of a run in one task ---------- */
 
 /* Row r's label in a kmeans_loop output (its model first). */
@@ -418,14 +433,11 @@ static int64_t loop_wrong(const lloyd *l, const tsr_buf *out, double *inertia_p,
 
 /* kmeans_loop of l with `threads` threads gives one's output byte for
  * byte: the same labels, bounds, sums, centers and inertia. */
-static void check_same_bytes(lloyd *l, const tsr_buf *one, int64_t threads)
+static void check_same_bytes(lloyd *l, const tsr_buf *one, int64_t threads, int64_t groups)
 {
   tsr_errbuf err;
   tsr_buf out;
-  loop_threads = threads;
-  int rc = loop_run(l, &out, &err);
-  loop_threads = 1;
-  ASSERT_OK(rc);
+  ASSERT_OK(loop_run_with(l, threads, groups, &out, &err));
   ASSERT_EQ(out.nbytes, one->nbytes);
   size_t differ = 0;
   for (size_t i = 0; i < one->nbytes; i++) differ += ((const char *)out.data)[i] != ((const char *)one->data)[i];
@@ -460,8 +472,8 @@ static void check_loop(tsr_dtype dt, int64_t n, int64_t d, int64_t k, int64_t ch
   ASSERT_EQ(m[0], cm[0]);
   ASSERT_NEAR(m[3], inertia, 1e-12);
   ASSERT_NEAR(m[3], cm[3], 1e-9);
-  check_same_bytes(&l, &out, 2);
-  check_same_bytes(&l, &out, 5);
+  check_same_bytes(&l, &out, 2, 0);
+  check_same_bytes(&l, &out, 5, 0);
   free(out.data);
   lloyd_free(&l), lloyd_free(&chain);
   free(l.x), free(x);
@@ -470,6 +482,61 @@ static void check_loop(tsr_dtype dt, int64_t n, int64_t d, int64_t k, int64_t ch
 TEST(loop_gives_plain_lloyds_labels_from_the_init) { check_loop(TSR_F32, 3000, 7, 12, 700, 1.5, 0); }
 TEST(loop_gives_plain_lloyds_labels_after_steps) { check_loop(TSR_F64, 2000, 3, 25, 512, 6.0, 2); }
 TEST(loop_gives_plain_lloyds_labels_wide) { check_loop(TSR_F32, 1500, 64, 40, 400, 12.0, 3); }
+
+/* ---------- Yinyang's groups in the loop ---------- */
+
+/* The loop with `groups` groups against Hamerly's (no groups) over l: the
+ * same labels, the model (centers, moves, drifts, inertia) and the
+ * state's sums, counts and column sums byte for byte (the rows' bounds
+ * differ); plain Lloyd's labels; 2 and 5 threads the same bytes. */
+static void check_groups_on(lloyd *l, int64_t groups)
+{
+  tsr_errbuf err;
+  tsr_buf ham, yy;
+  double inertia;
+  ASSERT_OK(loop_run(l, &ham, &err));
+  ASSERT_OK(loop_run_with(l, 1, groups, &yy, &err));
+  int64_t mlen = KM_HDR + l->k * l->d + 2 * l->k + 32 * (l->k + 1), differ = 0;
+  ASSERT_EQ(yy.nbytes, ham.nbytes);
+  ASSERT_TRUE(memcmp(yy.data, ham.data, (size_t)(mlen + STATE_HEAD(l->k, l->d)) * 8) == 0);
+  for (int64_t r = 0; r < l->n; r++) differ += loop_label(l, &yy, r) != loop_label(l, &ham, r);
+  ASSERT_EQ(differ, 0);
+  ASSERT_EQ(loop_wrong(l, &yy, &inertia, &err), 0);
+  ASSERT_EQ(((const double *)yy.data)[1], 2);
+  fprintf(stderr, "  k = %lld, %lld groups: %g iterations, inertia %.9g, as Hamerly's\n", (long long)l->k, (long long)groups,
+          ((const double *)yy.data)[0], ((const double *)yy.data)[3]);
+  check_same_bytes(l, &yy, 2, groups);
+  check_same_bytes(l, &yy, 5, groups);
+  free(ham.data), free(yy.data);
+}
+
+static void check_groups(tsr_dtype dt, int64_t n, int64_t d, int64_t k, int64_t chunk, double spread, int steps, int64_t groups)
+{
+  double *x = mixture(n, d, k, spread);
+  lloyd l = lloyd_of(n, d, k, chunk, 0, dt, as_dtype(x, (size_t)(n * d), dt));
+  tsr_errbuf err;
+  ASSERT_OK(lloyd_start(&l, x, 300, 0, &err));
+  for (int i = 0; i < steps; i++) ASSERT_EQ(lloyd_iteration(&l, true, &err), 0);
+  check_groups_on(&l, groups);
+  lloyd_free(&l);
+  free(l.x), free(x);
+}
+
+TEST(loop_groups_give_hamerlys_bytes_f32) { check_groups(TSR_F32, 3000, 7, 12, 700, 1.5, 0, 3); }
+TEST(loop_groups_give_hamerlys_bytes_f64_after_steps) { check_groups(TSR_F64, 2000, 3, 25, 512, 6.0, 2, 4); }
+TEST(loop_groups_give_hamerlys_bytes_wide) { check_groups(TSR_F32, 1500, 64, 40, 400, 12.0, 0, 4); }
+TEST(loop_groups_one_a_center) { check_groups(TSR_F64, 2500, 5, 20, 600, 3.0, 0, 20); }
+
+TEST(loop_groups_relocate_an_emptied_cluster)
+{
+  double x[12 * 2], init[3 * 2];
+  two_groups_and_a_far_center(x, init);
+  lloyd l = lloyd_of(12, 2, 3, 5, 0, TSR_F64, x);
+  tsr_errbuf err;
+  ASSERT_OK(lloyd_start(&l, init, 300, 1e-4, &err));
+  check_groups_on(&l, 2);
+  lloyd_free(&l);
+}
 
 TEST(loop_relocates_an_emptied_cluster_in_place)
 {
@@ -512,10 +579,7 @@ TEST(loop_threads_relocate_across_slices)
   tsr_buf out;
   double inertia;
   ASSERT_OK(lloyd_start(&l, init, 300, 1e-4, &err));
-  loop_threads = 3;
-  int rc = loop_run(&l, &out, &err);
-  loop_threads = 1;
-  ASSERT_OK(rc);
+  ASSERT_OK(loop_run_with(&l, 3, 0, &out, &err));
   const double *m = out.data;
   ASSERT_EQ(m[1], 2);
   for (int i = 0; i < 3; i++) {  /* each far row is a center of its own */
@@ -526,9 +590,10 @@ TEST(loop_threads_relocate_across_slices)
   }
   ASSERT_EQ(loop_wrong(&l, &out, &inertia, &err), 0);
   ASSERT_NEAR(m[3], inertia, 1e-9 * inertia);
-  check_same_bytes(&l, &out, 1);
-  check_same_bytes(&l, &out, 4);
+  check_same_bytes(&l, &out, 1, 0);
+  check_same_bytes(&l, &out, 4, 0);
   free(out.data);
+  check_groups_on(&l, 2);  /* the three far rows' groups too */
   lloyd_free(&l);
   free(x);
 }
@@ -609,6 +674,12 @@ TEST(loop_bad_input_is_named)
   tsr_params_add_int(&p, "threads", 0);
   ASSERT_EQ(run("kmeans_loop", &p, in2, 5, &none, &err), TSR_EINVAL);
   ASSERT_CONTAINS(err.text, "param 'threads' is 0");
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "k", 9);
+  tsr_params_add_int(&p, "parts", 4);
+  tsr_params_add_int(&p, "groups", 10);
+  ASSERT_EQ(run("kmeans_loop", &p, in2, 5, &none, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "param 'groups' is 10, not in 0..min(k = 9");
   tsr_params_clear(&p);
   tsr_params_add_int(&p, "k", 9);
   tsr_params_add_int(&p, "d", 5);
@@ -705,6 +776,11 @@ int main(int argc, char **argv)
   RUN(loop_gives_plain_lloyds_labels_from_the_init);
   RUN(loop_gives_plain_lloyds_labels_after_steps);
   RUN(loop_gives_plain_lloyds_labels_wide);
+  RUN(loop_groups_give_hamerlys_bytes_f32);
+  RUN(loop_groups_give_hamerlys_bytes_f64_after_steps);
+  RUN(loop_groups_give_hamerlys_bytes_wide);
+  RUN(loop_groups_one_a_center);
+  RUN(loop_groups_relocate_an_emptied_cluster);
   RUN(loop_relocates_an_emptied_cluster_in_place);
   RUN(loop_threads_relocate_across_slices);
   RUN(loop_stops_at_max_iter_and_feeds_labels_and_model);
