@@ -27,6 +27,13 @@
  * and enough of them for two to four threads to share evenly. */
 #define KM_SLICES 16
 #define KM_SLICE_MIN 256
+/* Pauses a thread of the loop spins before it sleeps (~20-60 us). */
+#define KM_SPIN 4000
+#if defined(__x86_64__) || defined(__i386__)
+#define KM_PAUSE() __builtin_ia32_pause()
+#else
+#define KM_PAUSE() __asm__ __volatile__("" ::: "memory")
+#endif
 
 static int loop_int(const char *op, const tsr_params *p, const char *name, int64_t *v, tsr_errbuf *err)
 {
@@ -213,25 +220,32 @@ static void team_work(km_team *t)
     did++;
   }
   pthread_mutex_lock(&t->mu);
-  t->finished += did;
-  if (t->finished >= t->n_slices) pthread_cond_broadcast(&t->done);
+  if (__atomic_add_fetch(&t->finished, did, __ATOMIC_ACQ_REL) >= t->n_slices) pthread_cond_broadcast(&t->done);
   pthread_mutex_unlock(&t->mu);
+}
+
+/* Waits a little for *v to leave `was` before sleeping on a condition:
+ * a late pass takes ~0.1 ms and the update between passes microseconds,
+ * less than a futex wake-up's latency. */
+static void team_spin(const int64_t *v, int64_t was)
+{
+  for (int i = 0; i < KM_SPIN && __atomic_load_n(v, __ATOMIC_ACQUIRE) == was; i++) KM_PAUSE();
 }
 
 static void *team_main(void *arg)
 {
   km_team *t = arg;
   int64_t seen = 0;
-  pthread_mutex_lock(&t->mu);
   for (;;) {
-    while (!t->quit && t->gen == seen) pthread_cond_wait(&t->go, &t->mu);
-    if (t->quit) break;
+    team_spin(&t->gen, seen);
+    pthread_mutex_lock(&t->mu);
+    while (!t->quit && __atomic_load_n(&t->gen, __ATOMIC_ACQUIRE) == seen) pthread_cond_wait(&t->go, &t->mu);
+    bool quit = t->quit;
     seen = t->gen;
     pthread_mutex_unlock(&t->mu);
+    if (quit) break;
     team_work(t);
-    pthread_mutex_lock(&t->mu);
   }
-  pthread_mutex_unlock(&t->mu);
   return NULL;
 }
 
@@ -269,13 +283,15 @@ static void team_stop(km_team *t)
 static int team_pass(km_team *t, const km_pass *pass, tsr_errbuf *err)
 {
   pthread_mutex_lock(&t->mu);
-  t->pass = pass, t->finished = 0, t->rc = 0, t->gen++;
+  t->pass = pass, t->finished = 0, t->rc = 0;
   __atomic_store_n(&t->next, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&t->gen, t->gen + 1, __ATOMIC_RELEASE);  /* last: a spinning helper reads the pass after it */
   pthread_cond_broadcast(&t->go);
   pthread_mutex_unlock(&t->mu);
   team_work(t);
+  for (int i = 0; i < KM_SPIN && __atomic_load_n(&t->finished, __ATOMIC_ACQUIRE) < t->n_slices; i++) KM_PAUSE();
   pthread_mutex_lock(&t->mu);
-  while (t->finished < t->n_slices) pthread_cond_wait(&t->done, &t->mu);
+  while (__atomic_load_n(&t->finished, __ATOMIC_ACQUIRE) < t->n_slices) pthread_cond_wait(&t->done, &t->mu);
   int rc = t->rc;
   if (rc != 0 && err != NULL) *err = t->err;
   pthread_mutex_unlock(&t->mu);
