@@ -263,40 +263,59 @@ typedef int64_t km_i8 __attribute__((vector_size(64)));
  * second best more than 2e (and a relative KM_SLACK) above the best
  * cannot be below it. Returns −1 when the gap is too small; else sets the
  * bounds u (above the best's distance) and l (below every other's). */
+/* The lanewise smaller of a and b (macros: a function returning a 64-byte
+ * vector would change its ABI with the clone's ISA); v's smallest lane in
+ * every lane, by three swaps of halves. */
+#define KM_VMIN(a, b) ((km_v8)(((km_i8)(a) & ((a) < (b))) | ((km_i8)(b) & ~((a) < (b)))))
+#define KM_IMIN(a, b) (((a) & ((a) < (b))) | ((b) & ~((a) < (b))))
+#define KM_HMIN8(v, MIN)                                                    \
+  do {                                                                     \
+    (v) = MIN((v), __builtin_shufflevector((v), (v), 4, 5, 6, 7, 0, 1, 2, 3)); \
+    (v) = MIN((v), __builtin_shufflevector((v), (v), 2, 3, 0, 1, 6, 7, 4, 5)); \
+    (v) = MIN((v), __builtin_shufflevector((v), (v), 1, 0, 3, 2, 5, 4, 7, 6)); \
+  } while (0)
+
 __attribute__((target_clones("avx512f", "avx2", "default")))
 static int64_t nearest_screened(const km_step *s, const float *dots, double xn, double *u_p, double *l_p)
 {
   /* the screened squared distances eight centers a vector (the padding
-   * centers' |c|² is infinite); each lane keeps its smallest (the first
-   * index of it: ties to the smaller index) and its second smallest */
+   * centers' |c|² is infinite) into s->dist, reduced as trees rather than
+   * chains: the smallest, the first index holding it (ties to the smaller
+   * index), the smallest of the others */
   const km_v8 inf = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
+  const km_i8 lane = {0, 1, 2, 3, 4, 5, 6, 7}, none = lane + (1 << 30);
+  double *v = s->dist;
   km_v8 lo1 = inf, lo2 = inf;
-  km_i8 at = {-1, -1, -1, -1, -1, -1, -1, -1}, lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  km_i8 at = none;
   for (int64_t q = 0; q < s->kp32; q += 8) {
     km_f8 df;
     km_v8 c;
     memcpy(&df, dots + q, sizeof df);
     memcpy(&c, s->cn + q, sizeof c);
     km_v8 x = (xn + c) - 2 * __builtin_convertvector(df, km_v8);
-    km_i8 below = x < lo1;
-    KM_MIN8(x, lo2);  /* the second smallest: the old smallest where x is below it, else min(lo2, x) */
-    lo2 = (km_v8)(((km_i8)lo1 & below) | ((km_i8)lo2 & ~below));
-    at = ((lane + q) & below) | (at & ~below);
-    lo1 = (km_v8)(((km_i8)x & below) | ((km_i8)lo1 & ~below));
+    memcpy(v + q, &x, sizeof x);
+    lo1 = KM_VMIN(x, lo1);
   }
-  double m1[8], m2[8], bd = INFINITY, second = INFINITY;
-  int64_t idx[8], best = -1;
-  memcpy(m1, &lo1, sizeof m1), memcpy(m2, &lo2, sizeof m2), memcpy(idx, &at, sizeof idx);
-  for (int i = 0; i < 8; i++) {  /* branch-free: which lane wins is data */
-    bool win = m1[i] < bd || (m1[i] == bd && idx[i] < best);
-    best = win ? idx[i] : best;
-    bd = win ? m1[i] : bd;
+  KM_HMIN8(lo1, KM_VMIN);
+  for (int64_t q = 0; q < s->kp32; q += 8) {
+    km_v8 x;
+    memcpy(&x, v + q, sizeof x);
+    km_i8 is = x == lo1, here = lane + q;
+    at = KM_IMIN((here & is) | (none & ~is), at);
   }
-  if (best < 0) return -1;  /* no finite value */
-  for (int i = 0; i < 8; i++) {  /* the others: every lane's smallest but the best's, every lane's second */
-    double o = idx[i] == best ? m2[i] : m1[i];
-    second = o < second ? o : second;
+  KM_HMIN8(at, KM_IMIN);
+  double bd = lo1[0], second;
+  int64_t best = at[0];
+  if (!(bd < INFINITY)) return -1;  /* no finite value */
+  for (int64_t q = 0; q < s->kp32; q += 8) {
+    km_v8 x;
+    memcpy(&x, v + q, sizeof x);
+    km_i8 is = (lane + q) == best;
+    x = (km_v8)(((km_i8)inf & is) | ((km_i8)x & ~is));
+    lo2 = KM_VMIN(x, lo2);
   }
+  KM_HMIN8(lo2, KM_VMIN);
+  second = lo2[0];
   double e = 2 * ((double)(s->d + 3) * 0x1p-24 * 1.01 * sqrt(xn) * s->cmax) + 1e-13 * (xn + s->cmax * s->cmax);
   if (!(second - bd > 2 * e + KM_SLACK * second)) return -1;
   double lo = second - e;
@@ -376,13 +395,26 @@ static inline __attribute__((always_inline)) int64_t row_label(km_step *s, const
   return lab;
 }
 
+/* dst ± row over d values; restrict: the compiler may then run them as
+ * vectors (it must otherwise assume the sums overlap the row). */
+static inline __attribute__((always_inline)) void vec_add(double *restrict dst, const double *restrict row, int64_t d, double sign)
+{
+  for (int64_t j = 0; j < d; j++) dst[j] += sign * row[j];
+}
+
+static inline __attribute__((always_inline)) void add_cols(double *restrict sum, double *restrict sq, const double *restrict row,
+                                                           int64_t d)
+{
+  for (int64_t j = 0; j < d; j++) sum[j] += row[j], sq[j] += row[j] * row[j];
+}
+
 static inline __attribute__((always_inline)) void add_row(const km_step *s, const double *row, int64_t from, int64_t to)
 {
   double *sums = s->part, *counts = sums + s->k * s->d;
-  for (int64_t j = 0; j < s->d; j++) sums[to * s->d + j] += row[j];
+  vec_add(sums + to * s->d, row, s->d, 1);
   counts[to] += 1;
   if (from < 0) return;
-  for (int64_t j = 0; j < s->d; j++) sums[from * s->d + j] -= row[j];
+  vec_add(sums + from * s->d, row, s->d, -1);
   counts[from] -= 1;
 }
 
@@ -414,8 +446,7 @@ static inline __attribute__((always_inline)) int place_row(km_step *s, int64_t r
     double *far = s->part + s->k * s->d + s->k + 1;
     tsr_km_far_insert(far, far + 3 * s->k, s->k, s->d, exact_d2(row, s->centers + lab * s->d, s->d), s->row0 + r, lab, row);
   }
-  if (s->prev == NULL)
-    for (int64_t j = 0; j < s->d; j++) s->colsum[j] += row[j], s->colsq[j] += row[j] * row[j];
+  if (s->prev == NULL) add_cols(s->colsum, s->colsq, row, s->d);
   st->label = (int32_t)lab, st->epoch = (int32_t)s->epoch, st->u = f32_up(u), st->l = f32_down(l);
   for (int64_t g = 0; g < s->groups && s->groups > 1; g++) s->glb[r * s->groups + g] = f32_down(gl[g]);
   if (s->key != NULL) s->key[r] = row_key(s->mdrift[s->epoch & (KM_EPOCHS - 1)], u, l);
