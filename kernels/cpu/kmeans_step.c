@@ -402,12 +402,6 @@ static inline __attribute__((always_inline)) void vec_add(double *restrict dst, 
   for (int64_t j = 0; j < d; j++) dst[j] += sign * row[j];
 }
 
-static inline __attribute__((always_inline)) void add_cols(double *restrict sum, double *restrict sq, const double *restrict row,
-                                                           int64_t d)
-{
-  for (int64_t j = 0; j < d; j++) sum[j] += row[j], sq[j] += row[j] * row[j];
-}
-
 static inline __attribute__((always_inline)) void add_row(const km_step *s, const double *row, int64_t from, int64_t to)
 {
   double *sums = s->part, *counts = sums + s->k * s->d;
@@ -446,7 +440,6 @@ static inline __attribute__((always_inline)) int place_row(km_step *s, int64_t r
     double *far = s->part + s->k * s->d + s->k + 1;
     tsr_km_far_insert(far, far + 3 * s->k, s->k, s->d, exact_d2(row, s->centers + lab * s->d, s->d), s->row0 + r, lab, row);
   }
-  if (s->prev == NULL) add_cols(s->colsum, s->colsq, row, s->d);
   st->label = (int32_t)lab, st->epoch = (int32_t)s->epoch, st->u = f32_up(u), st->l = f32_down(l);
   for (int64_t g = 0; g < s->groups && s->groups > 1; g++) s->glb[r * s->groups + g] = f32_down(gl[g]);
   if (s->key != NULL) s->key[r] = row_key(s->mdrift[s->epoch & (KM_EPOCHS - 1)], u, l);
@@ -637,6 +630,53 @@ static int64_t scan(km_step *s, int64_t b0, int64_t b1, int64_t *unsure)
   return s->key != NULL ? block_scan_keys(s, b0, b1, unsure) : block_scan(s, b0, b1, unsure);
 }
 
+/* Row r of x converted to f64, columns [j0, j0 + 8), into *v. */
+static inline __attribute__((always_inline)) void row_cols8(const km_step *s, int64_t r, int64_t j0, km_v8 *v)
+{
+  int64_t p = 0;
+  while (r >= s->starts[p + 1]) p++;
+  const tsr_buf *x = &s->xs[p];
+  size_t at = (size_t)((r - s->starts[p]) * s->d + j0);
+  if (x->meta.dtype == TSR_F32) {
+    km_f8 f;
+    memcpy(&f, (const float *)x->data + at, sizeof f);
+    *v = __builtin_convertvector(f, km_v8);
+  } else {
+    memcpy(v, (const double *)x->data + at, sizeof *v);
+  }
+}
+
+/* The first pass's column sums and sums of squares (sklearn's tol) of
+ * rows [b0, b1), read again while the block is in cache: eight columns a
+ * vector, even and odd rows in two sums joined at the block's end (a
+ * fixed order: the slices fix the bits, as they fix the sums'). */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void cols_block(km_step *s, int64_t b0, int64_t b1)
+{
+  int64_t d = s->d, j0 = 0;
+  for (; j0 + 8 <= d; j0 += 8) {
+    km_v8 sum[2] = {{0}}, sq[2] = {{0}}, total, total_sq;
+    for (int64_t r = b0; r < b1; r++) {
+      km_v8 v;
+      row_cols8(s, r, j0, &v);
+      sum[r & 1] += v, sq[r & 1] += v * v;
+    }
+    memcpy(&total, s->colsum + j0, sizeof total), memcpy(&total_sq, s->colsq + j0, sizeof total_sq);
+    total += sum[0] + sum[1], total_sq += sq[0] + sq[1];
+    memcpy(s->colsum + j0, &total, sizeof total), memcpy(s->colsq + j0, &total_sq, sizeof total_sq);
+  }
+  for (int64_t r = b0; j0 < d && r < b1; r++) {  /* the last d % 8 columns */
+    int64_t p = 0;
+    while (r >= s->starts[p + 1]) p++;
+    const tsr_buf *x = &s->xs[p];
+    for (int64_t j = j0; j < d; j++) {
+      size_t at = (size_t)((r - s->starts[p]) * d + j);
+      double v = x->meta.dtype == TSR_F32 ? ((const float *)x->data)[at] : ((const double *)x->data)[at];
+      s->colsum[j] += v, s->colsq[j] += v * v;
+    }
+  }
+}
+
 /* Rows in blocks of KM_BLOCK_ROWS: the bounds of the next block are
  * scanned (its rows to place prefetched) before this block's rows are
  * placed, so those reads from memory overlap a block's scan instead of
@@ -659,6 +699,7 @@ static int step_run(km_step *s, tsr_errbuf *err)
       for (n_unsure = 0; n_unsure < b1 - b0; n_unsure++) unsure[n_unsure] = b0 + n_unsure;
     for (int64_t i = 0; rc == 0 && i < n_unsure; i += KM_BATCH)
       rc = place_rows(s, unsure + i, n_unsure - i < KM_BATCH ? (int)(n_unsure - i) : KM_BATCH, err);
+    if (rc == 0 && s->prev == NULL) cols_block(s, b0, b1);
     for (int64_t r = b0; rc == 0 && s->converged && r < b1; r++) {
       prefetch_row(s, r + KM_PREFETCH);
       inertia += row_d2(s, r, s->centers + s->state[r].label * s->d);
