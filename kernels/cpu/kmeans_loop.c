@@ -27,8 +27,9 @@
  * and enough of them for two to four threads to share evenly. */
 #define KM_SLICES 16
 #define KM_SLICE_MIN 256
-/* Pauses a thread of the loop spins before it sleeps (~20-60 us). */
-#define KM_SPIN 4000
+/* Pauses a thread of the loop spins before it sleeps (~10-30 us: on a
+ * loaded machine a spinning helper may hold the core its team needs). */
+#define KM_SPIN 1000
 #if defined(__x86_64__) || defined(__i386__)
 #define KM_PAUSE() __builtin_ia32_pause()
 #else
