@@ -22,7 +22,8 @@
  *                                  steps followed by kmeans_loop (KM_P=N:
  *                                  only N; KM_T=N: the loop with N threads,
  *                                  its wall time too; KM_G=N: N Yinyang
- *                                  groups) — CPU time, no assertions */
+ *                                  groups; KM_K=N: an init.npy of N
+ *                                  centers) — CPU time, no assertions */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -713,13 +714,13 @@ static void *read_npy(const char *path, size_t esize, size_t *n_p)
  * without files a synthetic mixture), one thread, each iteration's CPU time. */
 static int bench(int argc, char **argv)
 {
-  int64_t n = 100000, d = 50, k = 30;
+  int64_t n = 100000, d = 50, k = getenv("KM_K") ? atoi(getenv("KM_K")) : 30;
   size_t nx = 0, ni = 0;
   void *x32 = NULL;
   double *x = NULL, *init = NULL;
   if (argc >= 4) {
     x32 = read_npy(argv[2], 4, &nx), init = read_npy(argv[3], 8, &ni);
-    if (x32 == NULL || init == NULL || ni == 0 || nx % (ni / 30) != 0) return fprintf(stderr, "cannot read %s / %s\n", argv[2], argv[3]), 1;
+    if (x32 == NULL || init == NULL || ni == 0 || k < 1 || nx % (ni / (size_t)k) != 0) return fprintf(stderr, "cannot read %s / %s\n", argv[2], argv[3]), 1;
     d = (int64_t)ni / k, n = (int64_t)nx / d;
   } else {
     rng_state = 7;
