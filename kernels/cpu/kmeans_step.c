@@ -261,8 +261,9 @@ typedef int64_t km_i8 __attribute__((vector_size(64)));
  * screened |x|² + |c|² − 2x·c is within e of the exact squared distance
  * (e from the f32 dot's rounding, (d + 3)·2⁻²⁴·|x|·|c|, doubled), so a
  * second best more than 2e (and a relative KM_SLACK) above the best
- * cannot be below it. Returns −1 when the gap is too small; else sets the
- * bounds u (above the best's distance) and l (below every other's). */
+ * cannot be below it. For the n rows of a batch: lab[i] −1 when the gap
+ * is too small (or xn[i] is not finite), else the label and the bounds
+ * u[i] (above the best's distance) and l[i] (below every other's). */
 /* The lanewise smaller of a and b (macros: a function returning a 64-byte
  * vector would change its ABI with the clone's ISA); v's smallest lane in
  * every lane, by three swaps of halves. */
@@ -276,51 +277,57 @@ typedef int64_t km_i8 __attribute__((vector_size(64)));
   } while (0)
 
 __attribute__((target_clones("avx512f", "avx2", "default")))
-static int64_t nearest_screened(const km_step *s, const float *dots, double xn, double *u_p, double *l_p)
+static void nearest_screened(const km_step *s, const float *dots, const double *xn, int n, int64_t *lab, double *u, double *l)
 {
   /* the screened squared distances eight centers a vector (the padding
    * centers' |c|² is infinite) into s->dist, reduced as trees rather than
    * chains: the smallest, the first index holding it (ties to the smaller
-   * index), the smallest of the others */
+   * index), the smallest of the others; each phase for every row of the
+   * batch in turn, so that the rows' dependency chains overlap */
   const km_v8 inf = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
   const km_i8 lane = {0, 1, 2, 3, 4, 5, 6, 7}, none = lane + (1 << 30);
-  double *v = s->dist;
-  km_v8 lo1 = inf, lo2 = inf;
-  km_i8 at = none;
-  for (int64_t q = 0; q < s->kp32; q += 8) {
-    km_f8 df;
-    km_v8 c;
-    memcpy(&df, dots + q, sizeof df);
-    memcpy(&c, s->cn + q, sizeof c);
-    km_v8 x = (xn + c) - 2 * __builtin_convertvector(df, km_v8);
-    memcpy(v + q, &x, sizeof x);
-    lo1 = KM_VMIN(x, lo1);
+  int64_t kp = s->kp32;
+  km_v8 lo1[KM_BATCH], lo2[KM_BATCH];
+  km_i8 at[KM_BATCH];
+  for (int i = 0; i < n; i++) {
+    double *v = s->dist + i * kp;
+    lo1[i] = inf, lo2[i] = inf, at[i] = none;
+    for (int64_t q = 0; q < kp; q += 8) {
+      km_f8 df;
+      km_v8 c;
+      memcpy(&df, dots + i * kp + q, sizeof df);
+      memcpy(&c, s->cn + q, sizeof c);
+      km_v8 x = (xn[i] + c) - 2 * __builtin_convertvector(df, km_v8);
+      memcpy(v + q, &x, sizeof x);
+      lo1[i] = KM_VMIN(x, lo1[i]);
+    }
   }
-  KM_HMIN8(lo1, KM_VMIN);
-  for (int64_t q = 0; q < s->kp32; q += 8) {
-    km_v8 x;
-    memcpy(&x, v + q, sizeof x);
-    km_i8 is = x == lo1, here = lane + q;
-    at = KM_IMIN((here & is) | (none & ~is), at);
+  for (int i = 0; i < n; i++) KM_HMIN8(lo1[i], KM_VMIN);
+  for (int i = 0; i < n; i++)
+    for (int64_t q = 0; q < kp; q += 8) {
+      km_v8 x;
+      memcpy(&x, s->dist + i * kp + q, sizeof x);
+      km_i8 is = x == lo1[i], here = lane + q;
+      at[i] = KM_IMIN((here & is) | (none & ~is), at[i]);
+    }
+  for (int i = 0; i < n; i++) KM_HMIN8(at[i], KM_IMIN);
+  for (int i = 0; i < n; i++)
+    for (int64_t q = 0; q < kp; q += 8) {
+      km_v8 x;
+      memcpy(&x, s->dist + i * kp + q, sizeof x);
+      km_i8 is = (lane + q) == at[i][0];
+      x = (km_v8)(((km_i8)inf & is) | ((km_i8)x & ~is));
+      lo2[i] = KM_VMIN(x, lo2[i]);
+    }
+  for (int i = 0; i < n; i++) KM_HMIN8(lo2[i], KM_VMIN);
+  for (int i = 0; i < n; i++) {
+    double bd = lo1[i][0], second = lo2[i][0];
+    double e = 2 * ((double)(s->d + 3) * 0x1p-24 * 1.01 * sqrt(xn[i]) * s->cmax) + 1e-13 * (xn[i] + s->cmax * s->cmax);
+    lab[i] = -1;
+    if (!isfinite(xn[i]) || !(bd < INFINITY) || !(second - bd > 2 * e + KM_SLACK * second)) continue;  /* no finite value, no gap */
+    double lo = second - e;
+    lab[i] = at[i][0], u[i] = KM_UP(sqrt(bd + e)), l[i] = lo > 0 ? KM_DOWN(sqrt(lo)) : 0;
   }
-  KM_HMIN8(at, KM_IMIN);
-  double bd = lo1[0], second;
-  int64_t best = at[0];
-  if (!(bd < INFINITY)) return -1;  /* no finite value */
-  for (int64_t q = 0; q < s->kp32; q += 8) {
-    km_v8 x;
-    memcpy(&x, v + q, sizeof x);
-    km_i8 is = (lane + q) == best;
-    x = (km_v8)(((km_i8)inf & is) | ((km_i8)x & ~is));
-    lo2 = KM_VMIN(x, lo2);
-  }
-  KM_HMIN8(lo2, KM_VMIN);
-  second = lo2[0];
-  double e = 2 * ((double)(s->d + 3) * 0x1p-24 * 1.01 * sqrt(xn) * s->cmax) + 1e-13 * (xn + s->cmax * s->cmax);
-  if (!(second - bd > 2 * e + KM_SLACK * second)) return -1;
-  double lo = second - e;
-  *u_p = KM_UP(sqrt(bd + e)), *l_p = lo > 0 ? KM_DOWN(sqrt(lo)) : 0;
-  return best;
 }
 
 /* gl[g] = the smallest of v over group g's centers but best (infinite
@@ -378,11 +385,11 @@ static int64_t nearest_groups(const km_step *s, const float *dots, double xn, do
  * exact) and its bounds: u, l and (Yinyang) the groups' gl; −1 for a row
  * with a NaN or infinity. */
 static inline __attribute__((always_inline)) int64_t row_label(km_step *s, const double *row, const float *dots, double xn,
-                                                               double *u_p, double *l_p, double *gl)
+                                                               int64_t screened, double *u_p, double *l_p, double *gl)
 {
   double bd, second;
   bool groups = s->groups > 1;
-  int64_t lab = !isfinite(xn) ? -1 : groups ? nearest_groups(s, dots, xn, u_p, l_p, gl) : nearest_screened(s, dots, xn, u_p, l_p);
+  int64_t lab = !isfinite(xn) ? -1 : groups ? nearest_groups(s, dots, xn, u_p, l_p, gl) : screened;
   if (lab >= 0) return lab;
   lab = nearest_exact(s, row, &bd, &second);
   if (!isfinite(bd)) return -1;
@@ -422,16 +429,17 @@ static inline __attribute__((always_inline)) void add_row(const km_step *s, cons
 static inline float row_key(double mt, double u, double l)
 {
   double room = l - u * (1 + KM_SLACK);
-  return room > 0 ? f32_down(mt + room / (2 + KM_SLACK) - 1e-12 * (mt + u + l)) : -1;
+  return room > 0 ? f32_down(mt + room * (1 / (2 + KM_SLACK)) - 1e-12 * (mt + u + l)) : -1;  /* a product: the margin covers its rounding */
 }
 
 /* Labels one row of a batch anew and accounts for it: sums (from scratch
  * in a full pass, else moved from its old label), farthest points, the
  * column sums of the first pass. */
-static inline __attribute__((always_inline)) int place_row(km_step *s, int64_t r, const double *row, const float *dots, double xn)
+static inline __attribute__((always_inline)) int place_row(km_step *s, int64_t r, const double *row, const float *dots, double xn,
+                                                           int64_t screened, double u, double l)
 {
-  double u, l, gl[KM_GROUPS_MAX];
-  int64_t lab = row_label(s, row, dots, xn, &u, &l, gl);
+  double gl[KM_GROUPS_MAX];
+  int64_t lab = row_label(s, row, dots, xn, screened, &u, &l, gl);
   if (lab < 0) return -1;
   km_row *st = s->state + r;
   if (s->full) add_row(s, row, -1, lab);
@@ -462,8 +470,12 @@ static int place_rows(km_step *s, const int64_t *idx, int n, tsr_errbuf *err)
     xn[i] = fast_d2(row, NULL, s->d);
   }
   dots_batch(s->row32, s->ct32, s->d, s->kp32, s->dots);
+  int64_t lab[KM_BATCH];
+  double u[KM_BATCH], l[KM_BATCH];
+  for (int i = 0; i < n; i++) lab[i] = -1, u[i] = l[i] = 0;  /* the groups' path screens in row_label */
+  if (s->groups <= 1) nearest_screened(s, s->dots, xn, n, lab, u, l);
   for (int i = 0; i < n; i++)
-    if (place_row(s, idx[i], s->row + i * s->d, s->dots + i * s->kp32, xn[i]) != 0)
+    if (place_row(s, idx[i], s->row + i * s->d, s->dots + i * s->kp32, xn[i], lab[i], u[i], l[i]) != 0)
       return tsr_fail(err, TSR_EINVAL, "kmeans_step: row %lld holds a NaN or infinity", (long long)(s->row0 + idx[i]));
   return 0;
 }
@@ -744,7 +756,7 @@ static int step_gmask(km_step *s, tsr_errbuf *err)
 static int step_scratch(km_step *s, tsr_errbuf *err)
 {
   int64_t d = s->d;
-  s->dist = malloc((size_t)s->kp32 * sizeof *s->dist);
+  s->dist = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dist);
   s->row = malloc((size_t)(KM_BATCH * d) * sizeof *s->row), s->row32 = malloc((size_t)(KM_BATCH * d) * sizeof *s->row32);
   s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->unsure = malloc(2 * KM_BLOCK_ROWS * sizeof *s->unsure);
   if (!s->dist || !s->row || !s->row32 || !s->dots || !s->unsure)
