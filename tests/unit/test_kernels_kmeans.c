@@ -725,6 +725,7 @@ static int bench(int argc, char **argv)
     if (getenv("KM_HUGE") && x32 != NULL) {  /* the scattered rows' TLB misses (docs/cluster.md) */
       size_t bytes = (nx * 4 + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
       void *h = aligned_alloc(2u << 20, bytes);
+      if (h == NULL) return fprintf(stderr, "out of memory for X in 2 MiB pages\n"), 1;
       madvise(h, bytes, MADV_HUGEPAGE);
       memcpy(h, x32, nx * 4), free(x32), x32 = h;
     }
