@@ -3,7 +3,9 @@
  *
  * kmeans_loop (inputs: every row chunk of x in order, parts of them; the
  *   model; the states of the runs of chunks the parallel steps so far
- *   kept, in row order, or none; params k, parts): runs kmeans_step and
+ *   kept, in row order, or none; params k, parts, threads (default 1),
+ *   groups (default 0: Hamerly's bounds; n > 1: Yinyang's n groups, off
+ *   by default as measured in docs/cluster.md)): runs kmeans_step and
  *   kmeans_update over all the rows until the model is done (converged,
  *   the final E-step run, the inertia summed) and returns the model
  *   followed by one state of all the rows: f64 [KM_MODEL_LEN(k, d) +
@@ -11,8 +13,9 @@
  *   iteration's work is far below what a scheduler round trip and a copy
  *   of the states cost, so the late iterations run here, updating the
  *   task's own output in place (the inputs are not written). The passes
- *   are kmeans_step's (tsr_km_step_pass), the labels therefore plain
- *   Lloyd's.
+ *   are kmeans_step's (tsr_km_pass_slice), the labels therefore plain
+ *   Lloyd's. The task's private memory (km_private, not in the output)
+ *   holds each row's scan key and, with groups, its group bounds.
  * kmeans_model (input: a kmeans_loop output; params k, d): its model. */
 #include <math.h>
 #include <pthread.h>
