@@ -3,7 +3,9 @@
  *
  * kmeans_loop (inputs: every row chunk of x in order, parts of them; the
  *   model; the states of the runs of chunks the parallel steps so far
- *   kept, in row order, or none; params k, parts): runs kmeans_step and
+ *   kept, in row order, or none; params k, parts, threads (default 1),
+ *   groups (default 0: Hamerly's bounds; n > 1: Yinyang's n groups, off
+ *   by default as measured in docs/cluster.md)): runs kmeans_step and
  *   kmeans_update over all the rows until the model is done (converged,
  *   the final E-step run, the inertia summed) and returns the model
  *   followed by one state of all the rows: f64 [KM_MODEL_LEN(k, d) +
@@ -11,9 +13,11 @@
  *   iteration's work is far below what a scheduler round trip and a copy
  *   of the states cost, so the late iterations run here, updating the
  *   task's own output in place (the inputs are not written). The passes
- *   are kmeans_step's (tsr_km_step_pass), the labels therefore plain
- *   Lloyd's.
+ *   are kmeans_step's (tsr_km_pass_slice), the labels therefore plain
+ *   Lloyd's. The task's private memory (km_private, not in the output)
+ *   holds each row's scan key and, with groups, its group bounds.
  * kmeans_model (input: a kmeans_loop output; params k, d): its model. */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +30,14 @@
  * and enough of them for two to four threads to share evenly. */
 #define KM_SLICES 16
 #define KM_SLICE_MIN 256
+/* Pauses a thread of the loop spins before it sleeps (~10-30 us: on a
+ * loaded machine a spinning helper may hold the core its team needs). */
+#define KM_SPIN 1000
+#if defined(__x86_64__) || defined(__i386__)
+#define KM_PAUSE() __builtin_ia32_pause()
+#else
+#define KM_PAUSE() __asm__ __volatile__("" ::: "memory")
+#endif
 
 static int loop_int(const char *op, const tsr_params *p, const char *name, int64_t *v, tsr_errbuf *err)
 {
@@ -63,6 +75,11 @@ static int loop_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *
   if (tsr_params_find(p, "threads") != NULL && (rc = loop_int("kmeans_loop", p, "threads", &threads, err)) != 0) return rc;
   if (threads < 1 || threads > KM_THREADS_MAX)
     return tsr_fail(err, TSR_EINVAL, "kmeans_loop: param 'threads' is %lld, not in 1..%d", (long long)threads, KM_THREADS_MAX);
+  int64_t groups = 0;
+  if (tsr_params_find(p, "groups") != NULL && (rc = loop_int("kmeans_loop", p, "groups", &groups, err)) != 0) return rc;
+  if (groups < 0 || groups > KM_GROUPS_MAX || groups > k)
+    return tsr_fail(err, TSR_EINVAL, "kmeans_loop: param 'groups' is %lld, not in 0..min(k = %lld, %d) (0: the default)",
+                    (long long)groups, (long long)k, KM_GROUPS_MAX);
   if (k < 1 || parts < 1 || n < parts + 1)
     return tsr_fail(err, TSR_EINVAL, "kmeans_loop: %d inputs for k = %lld, parts = %lld (the x chunks, the model, states)", n,
                     (long long)k, (long long)parts);
@@ -104,6 +121,73 @@ static void join_states(double *st, const tsr_buf *in, int g, int64_t k, int64_t
   for (int64_t j = 0; j < k; j++) st[k * d + k + 1 + 3 * j + 1] = -1;
 }
 
+/* ---------- Yinyang's groups ---------- */
+
+/* Each center's group in of: k-means of the centers (Ding et al.: five
+ * Lloyd iterations from n of them spread over the index range, ties to
+ * the smaller group; a group that empties keeps its center). */
+static void groups_assign(const double *centers, int64_t k, int64_t d, int64_t n, int32_t *of, double *gc)
+{
+  for (int64_t g = 0; g < n; g++) memcpy(gc + g * d, centers + (g * k / n) * d, (size_t)d * sizeof *gc);
+  for (int it = 0; it < 5; it++) {
+    for (int64_t c = 0; c < k; c++) {
+      double best = INFINITY;
+      of[c] = 0;
+      for (int64_t g = 0; g < n; g++) {
+        double v = exact_d2(centers + c * d, gc + g * d, d);
+        if (v < best) best = v, of[c] = (int32_t)g;
+      }
+    }
+    for (int64_t g = 0; g < n; g++) {
+      double count = 0, *mean = gc + g * d;
+      for (int64_t c = 0; c < k; c++) count += of[c] == g;
+      if (count == 0) continue;
+      memset(mean, 0, (size_t)d * sizeof *mean);
+      for (int64_t c = 0; c < k; c++)
+        for (int64_t j = 0; j < d && of[c] == g; j++) mean[j] += centers[c * d + j];
+      for (int64_t j = 0; j < d; j++) mean[j] /= count;
+    }
+  }
+}
+
+/* The groups of a run from the model m's centers (param groups: 0 the
+ * default), their drifts zero from m's iteration on; n = 1: none. */
+static int groups_start(km_private *yy, int64_t groups, const double *m, int64_t k, int64_t d, int64_t rows, tsr_errbuf *err)
+{
+  memset(yy, 0, sizeof *yy);
+  yy->n = groups > 0 ? groups : 1;
+  yy->key = malloc((size_t)rows * sizeof *yy->key);
+  if (yy->key == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_loop: out of memory for %lld rows' keys", (long long)rows);
+  for (int64_t r = 0; r < rows; r++) yy->key[r] = -1;  /* joined states' rows: the full test */
+  if (yy->n <= 1) return yy->n = 1, 0;
+  double *gc = malloc((size_t)(yy->n * d) * sizeof *gc);
+  yy->of = malloc((size_t)k * sizeof *yy->of);
+  yy->drift = calloc((size_t)(KM_EPOCHS * yy->n), sizeof *yy->drift);
+  yy->lb = malloc((size_t)(rows * yy->n) * sizeof *yy->lb);
+  if (gc == NULL || yy->of == NULL || yy->drift == NULL || yy->lb == NULL)
+    return free(gc), tsr_fail(err, TSR_ENOMEM, "kmeans_loop: out of memory for %lld rows' group bounds", (long long)rows);
+  groups_assign(m + KM_HDR, k, d, yy->n, yy->of, gc);
+  free(gc);
+  return 0;
+}
+
+static void groups_free(km_private *yy) { free(yy->of), free(yy->drift), free(yy->lb), free(yy->key); }
+
+/* After an update from iteration t to t + 1: each group's cumulative
+ * drift grows by its largest center move (the model's moves, rounded
+ * up); a relocation's update or the final one moves no iteration. */
+static void groups_drift(km_private *yy, const double *m, int64_t k, int64_t d, int64_t t)
+{
+  if (yy->n <= 1 || (int64_t)m[M_IT] == t) return;
+  const double *shift = m + KM_HDR + k * d;
+  const double *was = yy->drift + (t % KM_EPOCHS) * yy->n;
+  double *now = yy->drift + ((t + 1) % KM_EPOCHS) * yy->n;
+  for (int64_t g = 0; g < yy->n; g++) now[g] = was[g];
+  double top[KM_GROUPS_MAX] = {0};
+  for (int64_t c = 0; c < k; c++) top[yy->of[c]] = shift[c] > top[yy->of[c]] ? shift[c] : top[yy->of[c]];
+  for (int64_t g = 0; g < yy->n; g++) now[g] += top[g];
+}
+
 /* ---------- the threads of a pass ---------- */
 
 typedef struct km_team {
@@ -140,25 +224,32 @@ static void team_work(km_team *t)
     did++;
   }
   pthread_mutex_lock(&t->mu);
-  t->finished += did;
-  if (t->finished >= t->n_slices) pthread_cond_broadcast(&t->done);
+  if (__atomic_add_fetch(&t->finished, did, __ATOMIC_ACQ_REL) >= t->n_slices) pthread_cond_broadcast(&t->done);
   pthread_mutex_unlock(&t->mu);
+}
+
+/* Waits a little for *v to leave `was` before sleeping on a condition:
+ * a late pass takes ~0.1 ms and the update between passes microseconds,
+ * less than a futex wake-up's latency. */
+static void team_spin(const int64_t *v, int64_t was)
+{
+  for (int i = 0; i < KM_SPIN && __atomic_load_n(v, __ATOMIC_ACQUIRE) == was; i++) KM_PAUSE();
 }
 
 static void *team_main(void *arg)
 {
   km_team *t = arg;
   int64_t seen = 0;
-  pthread_mutex_lock(&t->mu);
   for (;;) {
-    while (!t->quit && t->gen == seen) pthread_cond_wait(&t->go, &t->mu);
-    if (t->quit) break;
+    team_spin(&t->gen, seen);
+    pthread_mutex_lock(&t->mu);
+    while (!t->quit && __atomic_load_n(&t->gen, __ATOMIC_ACQUIRE) == seen) pthread_cond_wait(&t->go, &t->mu);
+    bool quit = t->quit;
     seen = t->gen;
     pthread_mutex_unlock(&t->mu);
+    if (quit) break;
     team_work(t);
-    pthread_mutex_lock(&t->mu);
   }
-  pthread_mutex_unlock(&t->mu);
   return NULL;
 }
 
@@ -196,13 +287,15 @@ static void team_stop(km_team *t)
 static int team_pass(km_team *t, const km_pass *pass, tsr_errbuf *err)
 {
   pthread_mutex_lock(&t->mu);
-  t->pass = pass, t->finished = 0, t->rc = 0, t->gen++;
+  t->pass = pass, t->finished = 0, t->rc = 0;
   __atomic_store_n(&t->next, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&t->gen, t->gen + 1, __ATOMIC_RELEASE);  /* last: a spinning helper reads the pass after it */
   pthread_cond_broadcast(&t->go);
   pthread_mutex_unlock(&t->mu);
   team_work(t);
+  for (int i = 0; i < KM_SPIN && __atomic_load_n(&t->finished, __ATOMIC_ACQUIRE) < t->n_slices; i++) KM_PAUSE();
   pthread_mutex_lock(&t->mu);
-  while (t->finished < t->n_slices) pthread_cond_wait(&t->done, &t->mu);
+  while (__atomic_load_n(&t->finished, __ATOMIC_ACQUIRE) < t->n_slices) pthread_cond_wait(&t->done, &t->mu);
   int rc = t->rc;
   if (rc != 0 && err != NULL) *err = t->err;
   pthread_mutex_unlock(&t->mu);
@@ -232,8 +325,8 @@ static void merge_slices(double *st, const km_team *t, int64_t k, int64_t d, boo
 
 /* Passes and updates until the model m is done; st: every row's state,
  * labelled already unless first. */
-static int loop_passes(km_team *t, const tsr_buf *in, int64_t parts, int64_t k, int64_t d, double *m, double *st,
-                       bool first, tsr_errbuf *err)
+static int loop_passes(km_team *t, km_private *yy, const tsr_buf *in, int64_t parts, int64_t k, int64_t d, double *m,
+                       double *st, bool first, tsr_errbuf *err)
 {
   tsr_buf ins[2];
   memset(ins, 0, sizeof ins);
@@ -244,12 +337,14 @@ static int loop_passes(km_team *t, const tsr_buf *in, int64_t parts, int64_t k, 
   while (rc == 0 && m[M_PHASE] != PH_DONE && passes++ < most) {
     bool far = m[M_NEED_FAR] != 0;
     km_pass *pass = NULL;
-    rc = tsr_km_pass_begin(k, in, parts, m, first, &pass, err);
+    int64_t it = (int64_t)m[M_IT];
+    rc = tsr_km_pass_begin(k, in, parts, m, first, yy, &pass, err);
     if (rc == 0) rc = team_pass(t, pass, err);
     if (rc == 0) merge_slices(st, t, k, d, first || far, first, far);
     tsr_km_pass_end(&pass);
     first = false;
     if (rc == 0) rc = tsr_km_update_model(m, ins, 2, k, d, err);
+    if (rc == 0) groups_drift(yy, m, k, d, it);
   }
   if (rc == 0 && m[M_PHASE] != PH_DONE)
     rc = tsr_fail(err, TSR_EINVAL, "kmeans_loop: not done after %lld passes (max_iter %g)", (long long)most, m[M_MAX_ITER]);
@@ -258,20 +353,26 @@ static int loop_passes(km_team *t, const tsr_buf *in, int64_t parts, int64_t k, 
 
 static int loop_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
 {
-  int64_t k = 0, parts = 1, rows = 0, threads = 1, d = in[0].meta.shape[1];
+  int64_t k = 0, parts = 1, rows = 0, threads = 1, groups = 0, d = in[0].meta.shape[1];
   tsr_params_get_int(p, "k", &k, NULL);
   tsr_params_get_int(p, "parts", &parts, NULL);
   if (tsr_params_find(p, "threads") != NULL) tsr_params_get_int(p, "threads", &threads, NULL);
+  if (tsr_params_find(p, "groups") != NULL) tsr_params_get_int(p, "groups", &groups, NULL);
   for (int64_t i = 0; i < parts; i++) rows += in[i].meta.shape[0];
   int64_t mlen = KM_MODEL_LEN(k, d), g = n - parts - 1;
   double *m = out->data, *st = m + mlen;
   memcpy(m, in[parts].data, (size_t)mlen * sizeof *m);
   if (g > 0) join_states(st, in + parts + 1, (int)g, k, d);
   else if (m[M_PHASE] == PH_DONE) return tsr_fail(err, TSR_EINVAL, "kmeans_loop: the model is done but no state came with it");
-  km_team t;
-  int rc = team_start(&t, threads, rows, k, d, (km_row *)(st + KM_STATE_HEAD(k, d)), err);
-  if (rc == 0) rc = loop_passes(&t, in, parts, k, d, m, st, g == 0, err);
+  km_team t = {0};  /* team_stop's no-op if groups_start fails */
+  km_private yy;
+  km_row *row_st = (km_row *)(st + KM_STATE_HEAD(k, d));
+  int rc = groups_start(&yy, groups, m, k, d, rows, err);
+  if (rc == 0 && g > 0 && yy.n > 1) tsr_km_private_rebase(m, k, d, row_st, rows, &yy);
+  if (rc == 0) rc = team_start(&t, threads, rows, k, d, row_st, err);
+  if (rc == 0) rc = loop_passes(&t, &yy, in, parts, k, d, m, st, g == 0, err);
   team_stop(&t);
+  groups_free(&yy);
   return rc;
 }
 

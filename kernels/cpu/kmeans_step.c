@@ -36,24 +36,11 @@
  * for normal floats); tiny values are clamped out of the subnormals. */
 static float f32_up(double v) { return v < 1e-30 ? 1e-30f : (float)(v * (1 + 1e-7)); }
 static float f32_down(double v) { return v < 1e-30 ? 0 : (float)(v * (1 - 1e-7)); }
-#define KM_SLACK 1e-9
-#define KM_UP(v) ((v) * (1 + 1e-12))
-#define KM_DOWN(v) ((v) * (1 - 1e-12))
 
 static int km_int(const char *op, const tsr_params *p, const char *name, int64_t *v, tsr_errbuf *err)
 {
   int rc = tsr_params_get_int(p, name, v, err);
   return rc == 0 ? 0 : tsr_k_param_fail(op, rc, err);
-}
-
-static double exact_d2(const double *row, const double *c, int64_t d)
-{
-  double s = 0;
-  for (int64_t j = 0; j < d; j++) {
-    double t = row[j] - c[j];
-    s += t * t;
-  }
-  return s;
 }
 
 /* Σ_j (a[j] − b[j])² (b NULL: Σ_j a[j]²) in eight interleaved partial
@@ -107,57 +94,6 @@ static double fast_d2_f32(const float *a, const double *b, int64_t d)
     s += v * v;
   }
   return s;
-}
-
-/* half[c] = a lower bound of half the distance from c to its nearest
- * other center (infinite for k = 1). */
-static void half_dists(const double *centers, int64_t k, int64_t d, double *half)
-{
-  for (int64_t c = 0; c < k; c++) half[c] = INFINITY;
-  for (int64_t c = 0; c < k; c++)
-    for (int64_t o = c + 1; o < k; o++) {
-      double h = KM_DOWN(sqrt(exact_d2(centers + c * d, centers + o * d, d)) / 2);
-      if (h < half[c]) half[c] = h;
-      if (h < half[o]) half[o] = h;
-    }
-}
-
-/* ---------- kmeans_init: the first model ---------- */
-
-static int init_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
-{
-  (void)in, (void)n;
-  int64_t k, max_iter;
-  double tol = 0;
-  const tsr_param *v = tsr_params_find(p, "values");
-  int rc = km_int("kmeans_init", p, "k", &k, err);
-  if (rc == 0) rc = km_int("kmeans_init", p, "max_iter", &max_iter, err);
-  if (rc == 0) rc = tsr_params_get_float(p, "tol", &tol, err);
-  if (rc != 0) return tsr_k_param_fail("kmeans_init", rc, err);
-  if (v == NULL || v->type != TSR_PARAM_FLOATS || k < 1 || v->n % (size_t)k != 0)
-    return tsr_fail(err, TSR_EINVAL, "kmeans_init: needs 'values', k = %lld rows of floats", (long long)k);
-  if (max_iter < 1 || !(tol >= 0))
-    return tsr_fail(err, TSR_EINVAL, "kmeans_init: max_iter %lld must be >= 1 and tol %g >= 0", (long long)max_iter, tol);
-  int64_t len = KM_MODEL_LEN(k, (int64_t)v->n / k);
-  tsr_k_meta_set(out, TSR_F64, 1, &len);
-  return 0;
-}
-
-static int init_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
-{
-  (void)in, (void)n, (void)err;
-  int64_t k = 0, max_iter = 0;
-  double tol = 0, *m = out->data;
-  const tsr_param *v = tsr_params_find(p, "values");
-  tsr_params_get_int(p, "k", &k, NULL);
-  tsr_params_get_int(p, "max_iter", &max_iter, NULL);
-  tsr_params_get_float(p, "tol", &tol, NULL);
-  int64_t d = (int64_t)v->n / k;
-  memset(m, 0, out->nbytes);
-  m[M_TOL] = tol, m[M_TOL_ABS] = -1, m[M_MAX_ITER] = (double)max_iter;
-  memcpy(m + KM_HDR, v->floats, v->n * sizeof *m);
-  half_dists(m + KM_HDR, k, d, m + KM_HDR + k * d + k);
-  return 0;
 }
 
 /* ---------- kmeans_step ---------- */
@@ -221,6 +157,12 @@ typedef struct km_step {
   int64_t *unsure;          /* two blocks' rows needing every distance (this block's, the next's) */
   double *part, *colsum, *colsq;  /* out */
   km_row *state;
+  int64_t groups;           /* Yinyang's groups (kmeans_loop); 0 or 1: Hamerly's bound alone */
+  const int32_t *group_of;  /* [k] */
+  const double *gdrift;     /* [KM_EPOCHS][groups] cumulative largest move in each group */
+  float *glb;               /* [rows][groups] the rows' group bounds (this pass's rows from 0) */
+  float *key;               /* [rows] or NULL: each row's scan key (row_key), this pass's rows from 0 */
+  double *gmask;            /* [groups][kp32]: 0 for the group's centers, else infinite */
 } km_step;
 
 /* Row r of x in f64 (row) and f32 (row32), read where x holds it. */
@@ -319,71 +261,186 @@ typedef int64_t km_i8 __attribute__((vector_size(64)));
  * screened |x|² + |c|² − 2x·c is within e of the exact squared distance
  * (e from the f32 dot's rounding, (d + 3)·2⁻²⁴·|x|·|c|, doubled), so a
  * second best more than 2e (and a relative KM_SLACK) above the best
- * cannot be below it. Returns −1 when the gap is too small; else sets the
- * bounds u (above the best's distance) and l (below every other's). */
+ * cannot be below it. For the n rows of a batch: lab[i] −1 when the gap
+ * is too small (or xn[i] is not finite), else the label and the bounds
+ * u[i] (above the best's distance) and l[i] (below every other's). */
+/* The lanewise smaller of a and b (macros: a function returning a 64-byte
+ * vector would change its ABI with the clone's ISA); v's smallest lane in
+ * every lane, by three swaps of halves. */
+#define KM_VMIN(a, b) ((km_v8)(((km_i8)(a) & ((a) < (b))) | ((km_i8)(b) & ~((a) < (b)))))
+#define KM_IMIN(a, b) (((a) & ((a) < (b))) | ((b) & ~((a) < (b))))
+#define KM_HMIN8(v, MIN)                                                    \
+  do {                                                                     \
+    (v) = MIN((v), __builtin_shufflevector((v), (v), 4, 5, 6, 7, 0, 1, 2, 3)); \
+    (v) = MIN((v), __builtin_shufflevector((v), (v), 2, 3, 0, 1, 6, 7, 4, 5)); \
+    (v) = MIN((v), __builtin_shufflevector((v), (v), 1, 0, 3, 2, 5, 4, 7, 6)); \
+  } while (0)
+
 __attribute__((target_clones("avx512f", "avx2", "default")))
-static int64_t nearest_screened(const km_step *s, const float *dots, double xn, double *u_p, double *l_p)
+static void nearest_screened(const km_step *s, const float *dots, const double *xn, int n, int64_t *lab, double *u, double *l)
 {
   /* the screened squared distances eight centers a vector (the padding
-   * centers' |c|² is infinite); each lane keeps its smallest (the first
-   * index of it: ties to the smaller index) and its second smallest */
+   * centers' |c|² is infinite) into s->dist, reduced as trees rather than
+   * chains: the smallest, the first index holding it (ties to the smaller
+   * index), the smallest of the others; each phase for every row of the
+   * batch in turn, so that the rows' dependency chains overlap */
   const km_v8 inf = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
-  km_v8 lo1 = inf, lo2 = inf;
-  km_i8 at = {-1, -1, -1, -1, -1, -1, -1, -1}, lane = {0, 1, 2, 3, 4, 5, 6, 7};
-  for (int64_t q = 0; q < s->kp32; q += 8) {
-    km_f8 df;
-    km_v8 c;
-    memcpy(&df, dots + q, sizeof df);
-    memcpy(&c, s->cn + q, sizeof c);
-    km_v8 x = (xn + c) - 2 * __builtin_convertvector(df, km_v8);
-    km_i8 below = x < lo1;
-    KM_MIN8(x, lo2);  /* the second smallest: the old smallest where x is below it, else min(lo2, x) */
-    lo2 = (km_v8)(((km_i8)lo1 & below) | ((km_i8)lo2 & ~below));
-    at = ((lane + q) & below) | (at & ~below);
-    lo1 = (km_v8)(((km_i8)x & below) | ((km_i8)lo1 & ~below));
+  const km_i8 lane = {0, 1, 2, 3, 4, 5, 6, 7}, none = lane + (1 << 30);
+  int64_t kp = s->kp32;
+  km_v8 lo1[KM_BATCH], lo2[KM_BATCH];
+  km_i8 at[KM_BATCH];
+  for (int i = 0; i < n; i++) {
+    double *v = s->dist + i * kp;
+    lo1[i] = inf, lo2[i] = inf, at[i] = none;
+    for (int64_t q = 0; q < kp; q += 8) {
+      km_f8 df;
+      km_v8 c;
+      memcpy(&df, dots + i * kp + q, sizeof df);
+      memcpy(&c, s->cn + q, sizeof c);
+      km_v8 x = (xn[i] + c) - 2 * __builtin_convertvector(df, km_v8);
+      memcpy(v + q, &x, sizeof x);
+      lo1[i] = KM_VMIN(x, lo1[i]);
+    }
   }
-  double m1[8], m2[8], bd = INFINITY, second = INFINITY;
-  int64_t idx[8], best = -1;
-  memcpy(m1, &lo1, sizeof m1), memcpy(m2, &lo2, sizeof m2), memcpy(idx, &at, sizeof idx);
-  for (int i = 0; i < 8; i++) {  /* branch-free: which lane wins is data */
-    bool win = m1[i] < bd || (m1[i] == bd && idx[i] < best);
-    best = win ? idx[i] : best;
-    bd = win ? m1[i] : bd;
+  for (int i = 0; i < n; i++) KM_HMIN8(lo1[i], KM_VMIN);
+  for (int i = 0; i < n; i++)
+    for (int64_t q = 0; q < kp; q += 8) {
+      km_v8 x;
+      memcpy(&x, s->dist + i * kp + q, sizeof x);
+      km_i8 is = x == lo1[i], here = lane + q;
+      at[i] = KM_IMIN((here & is) | (none & ~is), at[i]);
+    }
+  for (int i = 0; i < n; i++) KM_HMIN8(at[i], KM_IMIN);
+  for (int i = 0; i < n; i++)
+    for (int64_t q = 0; q < kp; q += 8) {
+      km_v8 x;
+      memcpy(&x, s->dist + i * kp + q, sizeof x);
+      km_i8 is = (lane + q) == at[i][0];
+      x = (km_v8)(((km_i8)inf & is) | ((km_i8)x & ~is));
+      lo2[i] = KM_VMIN(x, lo2[i]);
+    }
+  for (int i = 0; i < n; i++) KM_HMIN8(lo2[i], KM_VMIN);
+  for (int i = 0; i < n; i++) {
+    double bd = lo1[i][0], second = lo2[i][0];
+    double e = 2 * ((double)(s->d + 3) * 0x1p-24 * 1.01 * sqrt(xn[i]) * s->cmax) + 1e-13 * (xn[i] + s->cmax * s->cmax);
+    lab[i] = -1;
+    if (!isfinite(xn[i]) || !(bd < INFINITY) || !(second - bd > 2 * e + KM_SLACK * second)) continue;  /* no finite value, no gap */
+    double lo = second - e;
+    lab[i] = at[i][0], u[i] = KM_UP(sqrt(bd + e)), l[i] = lo > 0 ? KM_DOWN(sqrt(lo)) : 0;
   }
-  if (best < 0) return -1;  /* no finite value */
-  for (int i = 0; i < 8; i++) {  /* the others: every lane's smallest but the best's, every lane's second */
-    double o = idx[i] == best ? m2[i] : m1[i];
-    second = o < second ? o : second;
+}
+
+/* gl[g] = the smallest of v over group g's centers but best (infinite
+ * when none), v (kp32 values, infinite past k) read eight a vector and
+ * masked by the groups' gmask; returns the smallest of them all. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static double group_mins(const km_step *s, double *v, int64_t best, double *gl)
+{
+  const km_v8 inf = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
+  double was = v[best], second = INFINITY;
+  v[best] = INFINITY;
+  for (int64_t g = 0; g < s->groups; g++) {
+    km_v8 lo = inf;
+    for (int64_t q = 0; q < s->kp32; q += 8) {
+      km_v8 x, mask;
+      memcpy(&x, v + q, sizeof x), memcpy(&mask, s->gmask + g * s->kp32 + q, sizeof mask);
+      x += mask;
+      KM_MIN8(x, lo);
+    }
+    double m[8];
+    memcpy(m, &lo, sizeof m);
+    gl[g] = m[0];
+    for (int i = 1; i < 8; i++) gl[g] = m[i] < gl[g] ? m[i] : gl[g];
+    second = gl[g] < second ? gl[g] : second;
   }
+  v[best] = was;
+  return second;
+}
+
+/* nearest_screened for Yinyang: the same certified gap (a tie is no gap:
+ * the exact distances decide it), the screened distances kept (in
+ * s->dist) for each group's lower bound gl[g] (a distance, not squared)
+ * of its centers but the nearest. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static int64_t nearest_groups(const km_step *s, const float *dots, double xn, double *u_p, double *l_p, double *gl)
+{
+  double *v = s->dist, bd = INFINITY;
+  int64_t best = -1;
+  for (int64_t q = 0; q < s->kp32; q++) v[q] = (xn + s->cn[q]) - 2 * (double)dots[q];
+  for (int64_t q = 0; q < s->k; q++) {
+    bool lt = v[q] < bd;  /* ties to the smaller index */
+    bd = lt ? v[q] : bd, best = lt ? q : best;
+  }
+  if (best < 0) return -1;
+  double second = group_mins(s, v, best, gl);
   double e = 2 * ((double)(s->d + 3) * 0x1p-24 * 1.01 * sqrt(xn) * s->cmax) + 1e-13 * (xn + s->cmax * s->cmax);
   if (!(second - bd > 2 * e + KM_SLACK * second)) return -1;
+  for (int64_t g = 0; g < s->groups; g++) gl[g] = gl[g] - e > 0 ? KM_DOWN(sqrt(gl[g] - e)) : 0;
   double lo = second - e;
   *u_p = KM_UP(sqrt(bd + e)), *l_p = lo > 0 ? KM_DOWN(sqrt(lo)) : 0;
   return best;
 }
 
+/* The label of a row (its distances' nearest, certified by the screen or
+ * exact) and its bounds: u, l and (Yinyang) the groups' gl; −1 for a row
+ * with a NaN or infinity. */
+static inline __attribute__((always_inline)) int64_t row_label(km_step *s, const double *row, const float *dots, double xn,
+                                                               int64_t screened, double *u_p, double *l_p, double *gl)
+{
+  double bd, second;
+  bool groups = s->groups > 1;
+  int64_t lab = !isfinite(xn) ? -1 : groups ? nearest_groups(s, dots, xn, u_p, l_p, gl) : screened;
+  if (lab >= 0) return lab;
+  lab = nearest_exact(s, row, &bd, &second);
+  if (!isfinite(bd)) return -1;
+  *u_p = KM_UP(sqrt(bd)), *l_p = KM_DOWN(sqrt(second));
+  if (groups) {
+    for (int64_t q = s->k; q < s->kp32; q++) s->dist[q] = INFINITY;  /* past the centers: no bound */
+    group_mins(s, s->dist, lab, gl);
+    for (int64_t g = 0; g < s->groups; g++) gl[g] = KM_DOWN(sqrt(gl[g]));
+  }
+  return lab;
+}
+
+/* dst ± row over d values; restrict: the compiler may then run them as
+ * vectors (it must otherwise assume the sums overlap the row). */
+static inline __attribute__((always_inline)) void vec_add(double *restrict dst, const double *restrict row, int64_t d, double sign)
+{
+  for (int64_t j = 0; j < d; j++) dst[j] += sign * row[j];
+}
+
 static inline __attribute__((always_inline)) void add_row(const km_step *s, const double *row, int64_t from, int64_t to)
 {
   double *sums = s->part, *counts = sums + s->k * s->d;
-  for (int64_t j = 0; j < s->d; j++) sums[to * s->d + j] += row[j];
+  vec_add(sums + to * s->d, row, s->d, 1);
   counts[to] += 1;
   if (from < 0) return;
-  for (int64_t j = 0; j < s->d; j++) sums[from * s->d + j] -= row[j];
+  vec_add(sums + from * s->d, row, s->d, -1);
   counts[from] -= 1;
+}
+
+/* A row's scan key (kmeans_loop's private memory, Hamerly's path): the
+ * cumulative largest move M (the model's mdrift) below which the row
+ * keeps its label whatever the centers did, from bounds u, l valid at M =
+ * mt: its center moves at most as far as the largest and every other at
+ * most that far too, so (u + ΔM)(1 + KM_SLACK) < l − ΔM holds while ΔM <
+ * (l − u(1 + KM_SLACK)) / (2 + KM_SLACK). Rounded down (a relative 1e-12
+ * for the subtractions, f32_down); −1: no margin, the full test. */
+static inline float row_key(double mt, double u, double l)
+{
+  double room = l - u * (1 + KM_SLACK);
+  return room > 0 ? f32_down(mt + room * (1 / (2 + KM_SLACK)) - 1e-12 * (mt + u + l)) : -1;  /* a product: the margin covers its rounding */
 }
 
 /* Labels one row of a batch anew and accounts for it: sums (from scratch
  * in a full pass, else moved from its old label), farthest points, the
  * column sums of the first pass. */
-static inline __attribute__((always_inline)) int place_row(km_step *s, int64_t r, const double *row, const float *dots, double xn)
+static inline __attribute__((always_inline)) int place_row(km_step *s, int64_t r, const double *row, const float *dots, double xn,
+                                                           int64_t screened, double u, double l)
 {
-  double u, l, bd, second;
-  int64_t lab = isfinite(xn) ? nearest_screened(s, dots, xn, &u, &l) : -1;
-  if (lab < 0) {
-    lab = nearest_exact(s, row, &bd, &second);
-    if (!isfinite(bd)) return -1;
-    u = KM_UP(sqrt(bd)), l = KM_DOWN(sqrt(second));
-  }
+  double gl[KM_GROUPS_MAX];
+  int64_t lab = row_label(s, row, dots, xn, screened, &u, &l, gl);
+  if (lab < 0) return -1;
   km_row *st = s->state + r;
   if (s->full) add_row(s, row, -1, lab);
   else if (st->label != lab) add_row(s, row, st->label, lab);
@@ -391,9 +448,9 @@ static inline __attribute__((always_inline)) int place_row(km_step *s, int64_t r
     double *far = s->part + s->k * s->d + s->k + 1;
     tsr_km_far_insert(far, far + 3 * s->k, s->k, s->d, exact_d2(row, s->centers + lab * s->d, s->d), s->row0 + r, lab, row);
   }
-  if (s->prev == NULL)
-    for (int64_t j = 0; j < s->d; j++) s->colsum[j] += row[j], s->colsq[j] += row[j] * row[j];
   st->label = (int32_t)lab, st->epoch = (int32_t)s->epoch, st->u = f32_up(u), st->l = f32_down(l);
+  for (int64_t g = 0; g < s->groups && s->groups > 1; g++) s->glb[r * s->groups + g] = f32_down(gl[g]);
+  if (s->key != NULL) s->key[r] = row_key(s->mdrift[s->epoch & (KM_EPOCHS - 1)], u, l);
   return 0;
 }
 
@@ -413,8 +470,12 @@ static int place_rows(km_step *s, const int64_t *idx, int n, tsr_errbuf *err)
     xn[i] = fast_d2(row, NULL, s->d);
   }
   dots_batch(s->row32, s->ct32, s->d, s->kp32, s->dots);
+  int64_t lab[KM_BATCH];
+  double u[KM_BATCH], l[KM_BATCH];
+  for (int i = 0; i < n; i++) lab[i] = -1, u[i] = l[i] = 0;  /* the groups' path screens in row_label */
+  if (s->groups <= 1) nearest_screened(s, s->dots, xn, n, lab, u, l);
   for (int i = 0; i < n; i++)
-    if (place_row(s, idx[i], s->row + i * s->d, s->dots + i * s->kp32, xn[i]) != 0)
+    if (place_row(s, idx[i], s->row + i * s->d, s->dots + i * s->kp32, xn[i], lab[i], u[i], l[i]) != 0)
       return tsr_fail(err, TSR_EINVAL, "kmeans_step: row %lld holds a NaN or infinity", (long long)(s->row0 + idx[i]));
   return 0;
 }
@@ -440,6 +501,58 @@ static inline __attribute__((always_inline)) bool bounds_keep(const km_step *s, 
   double z = l > s->half[a] ? l : s->half[a];
   *u_p = u, *l_p = l;
   return valid && u * (1 + KM_SLACK) < z;
+}
+
+/* Yinyang's test for row r (its km_row st) at model iteration t: as
+ * bounds_keep, with each group's bound moved by the group's own largest
+ * move instead of every center's largest (Ding et al.'s global filter);
+ * the moved bounds in *u_p, gl (for a rewrite of an old row). */
+static inline __attribute__((always_inline)) bool groups_keep(const km_step *s, int64_t r, const km_row *st, int64_t t,
+                                                              double *u_p, double *gl)
+{
+  int64_t a = st->label, t0 = st->epoch, k = s->k, n = s->groups;
+  bool valid = (uint64_t)(t - t0) < KM_EPOCHS;
+  int64_t e = t & (KM_EPOCHS - 1), e0 = valid ? t0 & (KM_EPOCHS - 1) : e;
+  const double *gd = s->gdrift + e * n, *gd0 = s->gdrift + e0 * n;
+  const float *lb = s->glb + r * n;
+  double dta = s->drift[e * k + a], u = KM_UP(st->u + (dta - s->drift[e0 * k + a]) + 1e-12 * (dta + s->mdrift[e]));
+  double z = s->half[a];
+  for (int64_t g = 0; g < n; g++) {
+    double l = lb[g] - (gd[g] - gd0[g]) - 1e-12 * (dta + gd[g]);
+    gl[g] = l > 0 ? KM_DOWN(l) : 0;
+  }
+  double lmin = INFINITY;
+  for (int64_t g = 0; g < n; g++) lmin = gl[g] < lmin ? gl[g] : lmin;
+  *u_p = u;
+  return valid && u * (1 + KM_SLACK) < (lmin > z ? lmin : z);
+}
+
+/* block_scan with Yinyang's groups. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static int64_t block_scan_groups(km_step *s, int64_t b0, int64_t b1, int64_t *unsure)
+{
+  int64_t check[KM_BLOCK_ROWS], n_check = 0, n = 0, t = s->epoch;
+  double m_now = s->mdrift[t & (KM_EPOCHS - 1)];
+  float mt = f32_up(m_now * (1 + 1e-9));
+  for (int64_t r = b0; r < b1; r++) check[n_check] = r, n_check += !(s->key[r] > mt);
+  for (int64_t i = 0; i < n_check; i++) __builtin_prefetch(s->state + check[i]), __builtin_prefetch(s->glb + check[i] * s->groups);
+  for (int64_t i = 0; i < n_check; i++) {
+    int64_t r = check[i];
+    km_row *st = s->state + r;
+    double u, gl[KM_GROUPS_MAX], l = INFINITY;
+    if (!groups_keep(s, r, st, t, &u, gl)) {
+      unsure[n++] = r;
+      prefetch_row(s, r);
+      continue;
+    }
+    for (int64_t g = 0; g < s->groups; g++) l = gl[g] < l ? gl[g] : l;
+    if (t - st->epoch >= KM_EPOCHS / 2) {  /* rewritten before its epoch leaves the window */
+      for (int64_t g = 0; g < s->groups; g++) s->glb[r * s->groups + g] = f32_down(gl[g]);
+      st->epoch = (int32_t)t, st->u = f32_up(u), st->l = f32_down(l);
+    }
+    s->key[r] = row_key(m_now, u, l);
+  }
+  return n;
 }
 
 /* Fills s's output header: from scratch for a full pass, else the
@@ -494,6 +607,88 @@ static int64_t block_scan(km_step *s, int64_t b0, int64_t b1, int64_t *unsure)
   return n;
 }
 
+/* block_scan with the rows' keys (kmeans_loop): a row whose key is above
+ * the largest cumulative move now (rounded up, with a relative 1e-9 for
+ * the rounding of the cumulative sums) keeps its label unread; only the
+ * others take the full test, and a row that passes it gets a fresh key
+ * from its moved bounds. Most rows of a late iteration are read as one
+ * f32 each instead of a 16-byte row and its centers' drifts. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static int64_t block_scan_keys(km_step *s, int64_t b0, int64_t b1, int64_t *unsure)
+{
+  int64_t check[KM_BLOCK_ROWS], n_check = 0, n = 0, t = s->epoch;
+  double m_now = s->mdrift[t & (KM_EPOCHS - 1)];
+  float mt = f32_up(m_now * (1 + 1e-9));
+  for (int64_t r = b0; r < b1; r++) check[n_check] = r, n_check += !(s->key[r] > mt);
+  for (int64_t i = 0; i < n_check; i++) __builtin_prefetch(s->state + check[i]);  /* scattered: their misses overlap */
+  for (int64_t i = 0; i < n_check; i++) {
+    int64_t r = check[i];
+    km_row *st = s->state + r;
+    double u, l;
+    if (!bounds_keep(s, st, t, &u, &l)) {
+      unsure[n++] = r;
+      prefetch_row(s, r);
+      continue;
+    }
+    if (t - st->epoch >= KM_EPOCHS / 2) st->epoch = (int32_t)t, st->u = f32_up(u), st->l = f32_down(l);
+    s->key[r] = row_key(m_now, u, l);
+  }
+  return n;
+}
+
+static int64_t scan(km_step *s, int64_t b0, int64_t b1, int64_t *unsure)
+{
+  if (s->groups > 1) return block_scan_groups(s, b0, b1, unsure);
+  return s->key != NULL ? block_scan_keys(s, b0, b1, unsure) : block_scan(s, b0, b1, unsure);
+}
+
+/* Row r of x converted to f64, columns [j0, j0 + 8), into *v. */
+static inline __attribute__((always_inline)) void row_cols8(const km_step *s, int64_t r, int64_t j0, km_v8 *v)
+{
+  int64_t p = 0;
+  while (r >= s->starts[p + 1]) p++;
+  const tsr_buf *x = &s->xs[p];
+  size_t at = (size_t)((r - s->starts[p]) * s->d + j0);
+  if (x->meta.dtype == TSR_F32) {
+    km_f8 f;
+    memcpy(&f, (const float *)x->data + at, sizeof f);
+    *v = __builtin_convertvector(f, km_v8);
+  } else {
+    memcpy(v, (const double *)x->data + at, sizeof *v);
+  }
+}
+
+/* The first pass's column sums and sums of squares (sklearn's tol) of
+ * rows [b0, b1), read again while the block is in cache: eight columns a
+ * vector, even and odd rows in two sums joined at the block's end (a
+ * fixed order: the slices fix the bits, as they fix the sums'). */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void cols_block(km_step *s, int64_t b0, int64_t b1)
+{
+  int64_t d = s->d, j0 = 0;
+  for (; j0 + 8 <= d; j0 += 8) {
+    km_v8 sum[2] = {{0}}, sq[2] = {{0}}, total, total_sq;
+    for (int64_t r = b0; r < b1; r++) {
+      km_v8 v;
+      row_cols8(s, r, j0, &v);
+      sum[r & 1] += v, sq[r & 1] += v * v;
+    }
+    memcpy(&total, s->colsum + j0, sizeof total), memcpy(&total_sq, s->colsq + j0, sizeof total_sq);
+    total += sum[0] + sum[1], total_sq += sq[0] + sq[1];
+    memcpy(s->colsum + j0, &total, sizeof total), memcpy(s->colsq + j0, &total_sq, sizeof total_sq);
+  }
+  for (int64_t r = b0; j0 < d && r < b1; r++) {  /* the last d % 8 columns */
+    int64_t p = 0;
+    while (r >= s->starts[p + 1]) p++;
+    const tsr_buf *x = &s->xs[p];
+    for (int64_t j = j0; j < d; j++) {
+      size_t at = (size_t)((r - s->starts[p]) * d + j);
+      double v = x->meta.dtype == TSR_F32 ? ((const float *)x->data)[at] : ((const double *)x->data)[at];
+      s->colsum[j] += v, s->colsq[j] += v * v;
+    }
+  }
+}
+
 /* Rows in blocks of KM_BLOCK_ROWS: the bounds of the next block are
  * scanned (its rows to place prefetched) before this block's rows are
  * placed, so those reads from memory overlap a block's scan instead of
@@ -504,18 +699,19 @@ static int step_run(km_step *s, tsr_errbuf *err)
   int rc = 0, cur = 0;
   double inertia = 0;
   int64_t n_next = 0, first = KM_BLOCK_ROWS < s->rows ? KM_BLOCK_ROWS : s->rows;
-  if (!s->full) n_next = block_scan(s, 0, first, s->unsure);
+  if (!s->full) n_next = scan(s, 0, first, s->unsure);
   for (int64_t b0 = 0; rc == 0 && b0 < s->rows; b0 += KM_BLOCK_ROWS, cur = 1 - cur) {
     int64_t b1 = b0 + KM_BLOCK_ROWS < s->rows ? b0 + KM_BLOCK_ROWS : s->rows, n_unsure = n_next;
     int64_t *unsure = s->unsure + cur * KM_BLOCK_ROWS;
     if (!s->full && b1 < s->rows) {
       int64_t b2 = b1 + KM_BLOCK_ROWS < s->rows ? b1 + KM_BLOCK_ROWS : s->rows;
-      n_next = block_scan(s, b1, b2, s->unsure + (1 - cur) * KM_BLOCK_ROWS);
+      n_next = scan(s, b1, b2, s->unsure + (1 - cur) * KM_BLOCK_ROWS);
     }
     if (s->full)
       for (n_unsure = 0; n_unsure < b1 - b0; n_unsure++) unsure[n_unsure] = b0 + n_unsure;
     for (int64_t i = 0; rc == 0 && i < n_unsure; i += KM_BATCH)
       rc = place_rows(s, unsure + i, n_unsure - i < KM_BATCH ? (int)(n_unsure - i) : KM_BATCH, err);
+    if (rc == 0 && s->prev == NULL) cols_block(s, b0, b1);
     for (int64_t r = b0; rc == 0 && s->converged && r < b1; r++) {
       prefetch_row(s, r + KM_PREFETCH);
       inertia += row_d2(s, r, s->centers + s->state[r].label * s->d);
@@ -545,11 +741,22 @@ static int step_centers(km_step *s, tsr_errbuf *err)
   return 0;
 }
 
+/* Yinyang's masks: gmask[g][q] = 0 for the centers of group g, else
+ * infinite (the padding centers too). */
+static int step_gmask(km_step *s, tsr_errbuf *err)
+{
+  s->gmask = malloc((size_t)(s->groups * s->kp32) * sizeof *s->gmask);
+  if (s->gmask == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_loop: out of memory for %lld groups", (long long)s->groups);
+  for (int64_t g = 0; g < s->groups; g++)
+    for (int64_t q = 0; q < s->kp32; q++) s->gmask[g * s->kp32 + q] = q < s->k && s->group_of[q] == g ? 0 : INFINITY;
+  return 0;
+}
+
 /* The buffers of one thread's pass: rows, dots, distances, the lists. */
 static int step_scratch(km_step *s, tsr_errbuf *err)
 {
   int64_t d = s->d;
-  s->dist = malloc((size_t)s->kp * sizeof *s->dist);
+  s->dist = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dist);
   s->row = malloc((size_t)(KM_BATCH * d) * sizeof *s->row), s->row32 = malloc((size_t)(KM_BATCH * d) * sizeof *s->row32);
   s->dots = malloc((size_t)(KM_BATCH * s->kp32) * sizeof *s->dots), s->unsure = malloc(2 * KM_BLOCK_ROWS * sizeof *s->unsure);
   if (!s->dist || !s->row || !s->row32 || !s->dots || !s->unsure)
@@ -563,9 +770,28 @@ static void scratch_free(km_step *s)
   s->dist = NULL, s->row = NULL, s->row32 = NULL, s->dots = NULL, s->unsure = NULL;
 }
 
+/* The rows of joined states (Hamerly's bounds of their own epochs) as
+ * rows of Yinyang at the model m's iteration: u and l moved to it, every
+ * group's bound l (a bound of every other center); a row whose epoch left
+ * the window gets bounds that fail, so its next pass places it. */
+void tsr_km_private_rebase(const double *m, int64_t k, int64_t d, km_row *rows, int64_t n_rows, const km_private *groups)
+{
+  km_step s = {0};
+  s.k = k, s.centers = m + KM_HDR, s.half = s.centers + k * d + k, s.drift = s.half + k, s.mdrift = s.drift + KM_EPOCHS * k;
+  int64_t t = (int64_t)m[M_IT];
+  for (int64_t r = 0; r < n_rows; r++) {
+    double u, l;
+    km_row *st = rows + r;
+    bounds_keep(&s, st, t, &u, &l);
+    if ((uint64_t)(t - st->epoch) >= KM_EPOCHS) u = INFINITY, l = 0;
+    st->epoch = (int32_t)t, st->u = f32_up(u), st->l = f32_down(l);
+    for (int64_t g = 0; g < groups->n; g++) groups->lb[r * groups->n + g] = st->l;
+  }
+}
+
 static void step_free(km_step *s)
 {
-  free(s->ct), free(s->ct32), free(s->cn);
+  free(s->ct), free(s->ct32), free(s->cn), free(s->gmask);
   scratch_free(s);
 }
 
@@ -610,8 +836,8 @@ struct km_pass {
   bool first;          /* no rows labelled yet: the pass sums the columns too */
 };
 
-int tsr_km_pass_begin(int64_t k, const tsr_buf *xs, int64_t parts, const double *m, bool first, km_pass **pass_p,
-                      tsr_errbuf *err)
+int tsr_km_pass_begin(int64_t k, const tsr_buf *xs, int64_t parts, const double *m, bool first, const km_private *groups,
+                      km_pass **pass_p, tsr_errbuf *err)
 {
   km_pass *p = calloc(1, sizeof *p);
   if (p != NULL) p->starts = malloc((size_t)(parts + 1) * sizeof *p->starts);
@@ -621,7 +847,11 @@ int tsr_km_pass_begin(int64_t k, const tsr_buf *xs, int64_t parts, const double 
   p->s.starts = p->starts;
   step_init(&p->s, k, 0, xs, parts, m);
   p->first = first, p->s.full = first || p->s.far;
+  if (groups != NULL && groups->n > 1)
+    p->s.groups = groups->n, p->s.group_of = groups->of, p->s.gdrift = groups->drift, p->s.glb = groups->lb;
+  if (groups != NULL) p->s.key = groups->key;
   int rc = step_centers(&p->s, err);
+  if (rc == 0 && p->s.groups > 1) rc = step_gmask(&p->s, err);
   if (rc != 0) return tsr_km_pass_end(&p), rc;
   *pass_p = p;
   return 0;
@@ -666,6 +896,8 @@ int tsr_km_pass_slice(const km_pass *p, int64_t r0, int64_t r1, km_row *state, d
   if (rc == 0) {
     s.parts = slice_views(p, r0, r1, views, s.starts);
     s.xs = views, s.rows = r1 - r0, s.row0 = r0, s.state = state + r0;
+    if (s.groups > 1) s.glb = p->s.glb + r0 * s.groups;
+    if (s.key != NULL) s.key += r0;
     s.prev = p->first ? NULL : acc;  /* NULL: the first pass, which sums the columns (place_row) */
     s.part = acc, s.colsum = acc + KM_LEN(k, d), s.colsq = s.colsum + d;
     s.dist = NULL, s.row = NULL, s.row32 = NULL, s.dots = NULL, s.unsure = NULL;
@@ -697,181 +929,4 @@ static int step_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out,
   return tsr_km_step_pass(k, row0, in, parts, m, prev, out->data, err);
 }
 
-/* ---------- kmeans_update: new centers from every chunk's state ---------- */
-
-static int update_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
-{
-  int64_t k, d;
-  int rc = km_int("kmeans_update", p, "k", &k, err);
-  if (rc == 0) rc = km_int("kmeans_update", p, "d", &d, err);
-  if (rc != 0) return rc;
-  int64_t len = KM_MODEL_LEN(k, d), head = KM_STATE_HEAD(k, d);
-  if (in[0].ndim != 1 || in[0].dtype != TSR_F64 || in[0].shape[0] != len)
-    return tsr_fail(err, TSR_ESHAPE, "kmeans_update: input 0 is %s, not a model of k = %lld x %lld", tsr_k_str(&in[0]).s,
-                    (long long)k, (long long)d);
-  for (int i = 1; i < n; i++)
-    if (in[i].ndim != 1 || in[i].dtype != TSR_F64 || in[i].shape[0] < head || KM_STATE_LEN(k, d, KM_STATE_ROWS(k, d, in[i].shape[0])) != in[i].shape[0])
-      return tsr_fail(err, TSR_ESHAPE, "kmeans_update: input %d is %s, not a chunk's state", i, tsr_k_str(&in[i]).s);
-  tsr_k_meta_set(out, TSR_F64, 1, &len);
-  return 0;
-}
-
-/* sklearn's tol: tol × the mean of the columns' variances. */
-static void update_tol(double *m, const tsr_buf *in, int n, int64_t k, int64_t d)
-{
-  double rows = 0, v = 0;
-  for (int i = 1; i < n; i++) rows += (double)KM_STATE_ROWS(k, d, in[i].meta.shape[0]);
-  for (int64_t j = 0; j < d; j++) {
-    double s = 0, sq = 0;
-    for (int i = 1; i < n; i++) {
-      const double *c = (const double *)in[i].data + KM_LEN(k, d);
-      s += c[j], sq += c[d + j];
-    }
-    v += sq / rows - (s / rows) * (s / rows);
-  }
-  m[M_TOL_ABS] = m[M_TOL] * v / (double)d, m[M_ROWS] = rows;
-}
-
-/* Moves empty clusters to the farthest points (sklearn's
- * _relocate_empty_clusters_dense) in part; false when a state lacks the
- * farthest points (not a full pass): the step must then be redone. */
-static bool relocate(double *part, const tsr_buf *in, int n, int64_t k, int64_t d)
-{
-  double *sums = part, *counts = part + k * d, *far = counts + k + 1, *fx = far + 3 * k;
-  for (int64_t j = 0; j < k; j++) far[3 * j + 1] = -1;
-  for (int i = 1; i < n; i++) {
-    const double *sf = (const double *)in[i].data + k * d + k + 1, *sx = sf + 3 * k;
-    if (sf[1] < 0) return false;
-    for (int64_t j = 0; j < k && sf[3 * j + 1] >= 0; j++)
-      tsr_km_far_insert(far, fx, k, d, sf[3 * j], (int64_t)sf[3 * j + 1], (int64_t)sf[3 * j + 2], sx + j * d);
-  }
-  int64_t next_far = 0;
-  for (int64_t c = 0; c < k; c++) {
-    if (counts[c] > 0 || next_far >= k || far[3 * next_far + 1] < 0) continue;
-    int64_t from = (int64_t)far[3 * next_far + 2];
-    const double *p = fx + next_far * d;
-    for (int64_t j = 0; j < d; j++) sums[from * d + j] -= p[j], sums[c * d + j] = p[j];
-    counts[from] -= 1, counts[c] = 1;
-    next_far++;
-  }
-  return true;
-}
-
-/* The centers from part (sums, counts); returns Σ |new − old|² and
- * writes each center's move (rounded up) to shift. */
-static double new_centers(const double *part, int64_t k, int64_t d, double *centers, double *shift)
-{
-  const double *sums = part, *counts = part + k * d;
-  double total = 0;
-  for (int64_t c = 0; c < k; c++) {
-    double moved = 0;
-    for (int64_t j = 0; j < d; j++) {
-      double old = centers[c * d + j], now = counts[c] > 0 ? sums[c * d + j] / counts[c] : old;
-      moved += (now - old) * (now - old);
-      centers[c * d + j] = now;
-    }
-    total += moved, shift[c] = KM_UP(sqrt(moved));
-  }
-  return total;
-}
-
-static int update_step(double *m, const tsr_buf *in, int n, int64_t k, int64_t d, tsr_errbuf *err)
-{
-  double *part = calloc((size_t)KM_LEN(k, d), sizeof *part), *counts = part ? part + k * d : NULL;
-  if (part == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_update: out of memory");
-  for (int i = 1; i < n; i++)
-    for (int64_t j = 0; j < k * d + k; j++) part[j] += ((const double *)in[i].data)[j];
-  bool empty = false;
-  for (int64_t c = 0; c < k; c++) empty |= counts[c] == 0;
-  double *centers = m + KM_HDR, *shift = centers + k * d;
-  if (empty && !relocate(part, in, n, k, d)) {
-    m[M_NEED_FAR] = 1;  /* the same centers again, with a full pass that finds the farthest points */
-    memset(shift, 0, (size_t)k * sizeof *shift);
-    free(part);
-    return 0;
-  }
-  double total = new_centers(part, k, d, centers, shift);
-  half_dists(centers, k, d, shift + k);
-  /* the cumulative drifts of the new epoch */
-  int64_t t = (int64_t)m[M_IT];
-  double *drift = shift + 2 * k, *mdrift = drift + KM_EPOCHS * k, *now = drift + ((t + 1) % KM_EPOCHS) * k, top = 0;
-  const double *was = drift + (t % KM_EPOCHS) * k;
-  for (int64_t c = 0; c < k; c++) now[c] = was[c] + shift[c], top = shift[c] > top ? shift[c] : top;
-  mdrift[(t + 1) % KM_EPOCHS] = mdrift[t % KM_EPOCHS] + top;
-  m[M_NEED_FAR] = 0, m[M_IT] += 1;
-  if (total <= m[M_TOL_ABS] || m[M_IT] >= m[M_MAX_ITER]) m[M_PHASE] = PH_CONVERGED;
-  free(part);
-  return 0;
-}
-
-/* The model m (a copy of the last) after the steps whose states are
- * in[1..n): the next centers, or done with the inertia after the final
- * E-step. */
-int tsr_km_update_model(double *m, const tsr_buf *in, int n, int64_t k, int64_t d, tsr_errbuf *err)
-{
-  if (m[M_PHASE] == PH_DONE) return 0;
-  if (m[M_PHASE] == PH_CONVERGED) {  /* the steps computed the final labels and inertia */
-    double inertia = 0;
-    for (int i = 1; i < n; i++) inertia += ((const double *)in[i].data)[k * d + k];
-    m[M_INERTIA] = inertia, m[M_PHASE] = PH_DONE;
-    return 0;
-  }
-  if (m[M_TOL_ABS] < 0) update_tol(m, in, n, k, d);
-  return update_step(m, in, n, k, d, err);
-}
-
-static int update_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
-{
-  int64_t k = 0, d = 0;
-  tsr_params_get_int(p, "k", &k, NULL);
-  tsr_params_get_int(p, "d", &d, NULL);
-  double *m = out->data;
-  memcpy(m, in[0].data, out->nbytes);
-  return tsr_km_update_model(m, in, n, k, d, err);
-}
-
-/* ---------- kmeans_labels: a state's labels ---------- */
-
-/* Rows [start, start + rows) of the state (params start, rows; default
- * all of them) that begins `offset` values into the input (default 0; a
- * kmeans_loop output: its model's length). */
-static int labels_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta *out, tsr_errbuf *err)
-{
-  (void)n;
-  int64_t k, d, start = 0, rows = -1, offset = 0;
-  int rc = km_int("kmeans_labels", p, "k", &k, err);
-  if (rc == 0) rc = km_int("kmeans_labels", p, "d", &d, err);
-  if (rc == 0 && tsr_params_find(p, "start") != NULL) rc = km_int("kmeans_labels", p, "start", &start, err);
-  if (rc == 0 && tsr_params_find(p, "rows") != NULL) rc = km_int("kmeans_labels", p, "rows", &rows, err);
-  if (rc == 0 && tsr_params_find(p, "offset") != NULL) rc = km_int("kmeans_labels", p, "offset", &offset, err);
-  if (rc != 0) return rc;
-  int64_t head = KM_STATE_HEAD(k, d), len = in[0].shape[0] - offset;
-  if (in[0].ndim != 1 || in[0].dtype != TSR_F64 || offset < 0 || len < head || KM_STATE_LEN(k, d, KM_STATE_ROWS(k, d, len)) != len)
-    return tsr_fail(err, TSR_ESHAPE, "kmeans_labels: input is %s, not a chunk's state %lld values in", tsr_k_str(&in[0]).s,
-                    (long long)offset);
-  int64_t all = KM_STATE_ROWS(k, d, len);
-  if (rows < 0) rows = all - start;
-  if (start < 0 || rows < 0 || start + rows > all)
-    return tsr_fail(err, TSR_EINVAL, "kmeans_labels: rows [%lld, %lld) outside the state's %lld", (long long)start,
-                    (long long)(start + rows), (long long)all);
-  tsr_k_meta_set(out, TSR_I32, 1, &rows);
-  return 0;
-}
-
-static int labels_cpu(const tsr_params *p, const tsr_buf *in, int n, tsr_buf *out, tsr_errbuf *err)
-{
-  (void)n, (void)err;
-  int64_t k = 0, d = 0, start = 0, offset = 0;
-  tsr_params_get_int(p, "k", &k, NULL);
-  tsr_params_get_int(p, "d", &d, NULL);
-  if (tsr_params_find(p, "start") != NULL) tsr_params_get_int(p, "start", &start, NULL);
-  if (tsr_params_find(p, "offset") != NULL) tsr_params_get_int(p, "offset", &offset, NULL);
-  const km_row *st = (const km_row *)((const double *)in[0].data + offset + KM_STATE_HEAD(k, d)) + start;
-  for (int64_t r = 0; r < out->meta.shape[0]; r++) ((int32_t *)out->data)[r] = st[r].label;
-  return 0;
-}
-
-const tsr_op_def tsr_op_kmeans_init = {"kmeans_init", 0, 0, init_infer, init_cpu, false, NULL};
 const tsr_op_def tsr_op_kmeans_step = {"kmeans_step", 2, -1, step_infer, step_cpu, false, NULL};
-const tsr_op_def tsr_op_kmeans_update = {"kmeans_update", 2, -1, update_infer, update_cpu, false, NULL};
-const tsr_op_def tsr_op_kmeans_labels = {"kmeans_labels", 1, 1, labels_infer, labels_cpu, false, NULL};

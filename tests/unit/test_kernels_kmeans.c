@@ -10,6 +10,10 @@
  * output feeds kmeans_labels (offset) and kmeans_model. With helper
  * threads (param threads) its output is the one-thread output byte for
  * byte, a relocation's farthest points found across its row slices too.
+ * With Yinyang's group bounds (param groups) the loop's labels, model and
+ * sums are Hamerly's byte for byte (several k and group counts, from the
+ * init and after steps, an emptied cluster relocated), and the same for
+ * 1, 2 and 5 threads.
  *
  *   test_kernels_kmeans            the tests
  *   test_kernels_kmeans --bench [X.npy init.npy]
@@ -17,13 +21,17 @@
  *                                  mixture, k = 30, then 0-4 iterations of
  *                                  steps followed by kmeans_loop (KM_P=N:
  *                                  only N; KM_T=N: the loop with N threads,
- *                                  its wall time too) — CPU time, no assertions */
+ *                                  its wall time too; KM_G=N: N Yinyang
+ *                                  groups; KM_K=N: an init.npy of N
+ *                                  centers; KM_HUGE=1: X in 2 MiB pages,
+ *                                  MADV_HUGEPAGE) — CPU time, no assertions */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 
 #include "kernels.h"
 #include "kit.h"
@@ -360,8 +368,8 @@ TEST(bad_input_is_named)
   lloyd_free(&l);
 }
 
-/* kmeans_loop's param threads in loop_run. */
-static int64_t loop_threads = 1;
+/* kmeans_loop's params threads and groups (0: not given) in loop_run. */
+static int64_t loop_threads = 1, loop_groups = 0;
 
 /* kmeans_loop over every chunk of l, its model and its states (none
  * before the first step): the model, then one state of all the rows. */
@@ -371,6 +379,7 @@ static int loop_run(lloyd *l, tsr_buf *out, tsr_errbuf *err)
   tsr_params_add_int(&p, "k", l->k);
   tsr_params_add_int(&p, "parts", l->nb);
   if (loop_threads != 1) tsr_params_add_int(&p, "threads", loop_threads);
+  if (loop_groups != 0) tsr_params_add_int(&p, "groups", loop_groups);
   tsr_buf *in = calloc((size_t)(2 * l->nb + 1), sizeof *in);
   int n = 0;
   for (int64_t b = 0; b < l->nb; b++) in[n++] = chunk_of(l, b);
@@ -379,6 +388,16 @@ static int loop_run(lloyd *l, tsr_buf *out, tsr_errbuf *err)
   int rc = run("kmeans_loop", &p, in, n, out, err);
   tsr_params_clear(&p);
   free(in);
+  return rc;
+}
+
+/* loop_run with the params threads and groups for this run only (a
+ * failed assertion after it leaves the defaults for the next test). */
+static int loop_run_with(lloyd *l, int64_t threads, int64_t groups, tsr_buf *out, tsr_errbuf *err)
+{
+  loop_threads = threads, loop_groups = groups;
+  int rc = loop_run(l, out, err);
+  loop_threads = 1, loop_groups = 0;
   return rc;
 }
 
@@ -417,14 +436,11 @@ static int64_t loop_wrong(const lloyd *l, const tsr_buf *out, double *inertia_p,
 
 /* kmeans_loop of l with `threads` threads gives one's output byte for
  * byte: the same labels, bounds, sums, centers and inertia. */
-static void check_same_bytes(lloyd *l, const tsr_buf *one, int64_t threads)
+static void check_same_bytes(lloyd *l, const tsr_buf *one, int64_t threads, int64_t groups)
 {
   tsr_errbuf err;
   tsr_buf out;
-  loop_threads = threads;
-  int rc = loop_run(l, &out, &err);
-  loop_threads = 1;
-  ASSERT_OK(rc);
+  ASSERT_OK(loop_run_with(l, threads, groups, &out, &err));
   ASSERT_EQ(out.nbytes, one->nbytes);
   size_t differ = 0;
   for (size_t i = 0; i < one->nbytes; i++) differ += ((const char *)out.data)[i] != ((const char *)one->data)[i];
@@ -459,8 +475,8 @@ static void check_loop(tsr_dtype dt, int64_t n, int64_t d, int64_t k, int64_t ch
   ASSERT_EQ(m[0], cm[0]);
   ASSERT_NEAR(m[3], inertia, 1e-12);
   ASSERT_NEAR(m[3], cm[3], 1e-9);
-  check_same_bytes(&l, &out, 2);
-  check_same_bytes(&l, &out, 5);
+  check_same_bytes(&l, &out, 2, 0);
+  check_same_bytes(&l, &out, 5, 0);
   free(out.data);
   lloyd_free(&l), lloyd_free(&chain);
   free(l.x), free(x);
@@ -469,6 +485,61 @@ static void check_loop(tsr_dtype dt, int64_t n, int64_t d, int64_t k, int64_t ch
 TEST(loop_gives_plain_lloyds_labels_from_the_init) { check_loop(TSR_F32, 3000, 7, 12, 700, 1.5, 0); }
 TEST(loop_gives_plain_lloyds_labels_after_steps) { check_loop(TSR_F64, 2000, 3, 25, 512, 6.0, 2); }
 TEST(loop_gives_plain_lloyds_labels_wide) { check_loop(TSR_F32, 1500, 64, 40, 400, 12.0, 3); }
+
+/* ---------- Yinyang's groups in the loop ---------- */
+
+/* The loop with `groups` groups against Hamerly's (no groups) over l: the
+ * same labels, the model (centers, moves, drifts, inertia) and the
+ * state's sums, counts and column sums byte for byte (the rows' bounds
+ * differ); plain Lloyd's labels; 2 and 5 threads the same bytes. */
+static void check_groups_on(lloyd *l, int64_t groups)
+{
+  tsr_errbuf err;
+  tsr_buf ham, yy;
+  double inertia;
+  ASSERT_OK(loop_run(l, &ham, &err));
+  ASSERT_OK(loop_run_with(l, 1, groups, &yy, &err));
+  int64_t mlen = KM_HDR + l->k * l->d + 2 * l->k + 32 * (l->k + 1), differ = 0;
+  ASSERT_EQ(yy.nbytes, ham.nbytes);
+  ASSERT_TRUE(memcmp(yy.data, ham.data, (size_t)(mlen + STATE_HEAD(l->k, l->d)) * 8) == 0);
+  for (int64_t r = 0; r < l->n; r++) differ += loop_label(l, &yy, r) != loop_label(l, &ham, r);
+  ASSERT_EQ(differ, 0);
+  ASSERT_EQ(loop_wrong(l, &yy, &inertia, &err), 0);
+  ASSERT_EQ(((const double *)yy.data)[1], 2);
+  fprintf(stderr, "  k = %lld, %lld groups: %g iterations, inertia %.9g, as Hamerly's\n", (long long)l->k, (long long)groups,
+          ((const double *)yy.data)[0], ((const double *)yy.data)[3]);
+  check_same_bytes(l, &yy, 2, groups);
+  check_same_bytes(l, &yy, 5, groups);
+  free(ham.data), free(yy.data);
+}
+
+static void check_groups(tsr_dtype dt, int64_t n, int64_t d, int64_t k, int64_t chunk, double spread, int steps, int64_t groups)
+{
+  double *x = mixture(n, d, k, spread);
+  lloyd l = lloyd_of(n, d, k, chunk, 0, dt, as_dtype(x, (size_t)(n * d), dt));
+  tsr_errbuf err;
+  ASSERT_OK(lloyd_start(&l, x, 300, 0, &err));
+  for (int i = 0; i < steps; i++) ASSERT_EQ(lloyd_iteration(&l, true, &err), 0);
+  check_groups_on(&l, groups);
+  lloyd_free(&l);
+  free(l.x), free(x);
+}
+
+TEST(loop_groups_give_hamerlys_bytes_f32) { check_groups(TSR_F32, 3000, 7, 12, 700, 1.5, 0, 3); }
+TEST(loop_groups_give_hamerlys_bytes_f64_after_steps) { check_groups(TSR_F64, 2000, 3, 25, 512, 6.0, 2, 4); }
+TEST(loop_groups_give_hamerlys_bytes_wide) { check_groups(TSR_F32, 1500, 64, 40, 400, 12.0, 0, 4); }
+TEST(loop_groups_one_a_center) { check_groups(TSR_F64, 2500, 5, 20, 600, 3.0, 0, 20); }
+
+TEST(loop_groups_relocate_an_emptied_cluster)
+{
+  double x[12 * 2], init[3 * 2];
+  two_groups_and_a_far_center(x, init);
+  lloyd l = lloyd_of(12, 2, 3, 5, 0, TSR_F64, x);
+  tsr_errbuf err;
+  ASSERT_OK(lloyd_start(&l, init, 300, 1e-4, &err));
+  check_groups_on(&l, 2);
+  lloyd_free(&l);
+}
 
 TEST(loop_relocates_an_emptied_cluster_in_place)
 {
@@ -511,10 +582,7 @@ TEST(loop_threads_relocate_across_slices)
   tsr_buf out;
   double inertia;
   ASSERT_OK(lloyd_start(&l, init, 300, 1e-4, &err));
-  loop_threads = 3;
-  int rc = loop_run(&l, &out, &err);
-  loop_threads = 1;
-  ASSERT_OK(rc);
+  ASSERT_OK(loop_run_with(&l, 3, 0, &out, &err));
   const double *m = out.data;
   ASSERT_EQ(m[1], 2);
   for (int i = 0; i < 3; i++) {  /* each far row is a center of its own */
@@ -525,9 +593,10 @@ TEST(loop_threads_relocate_across_slices)
   }
   ASSERT_EQ(loop_wrong(&l, &out, &inertia, &err), 0);
   ASSERT_NEAR(m[3], inertia, 1e-9 * inertia);
-  check_same_bytes(&l, &out, 1);
-  check_same_bytes(&l, &out, 4);
+  check_same_bytes(&l, &out, 1, 0);
+  check_same_bytes(&l, &out, 4, 0);
   free(out.data);
+  check_groups_on(&l, 2);  /* the three far rows' groups too */
   lloyd_free(&l);
   free(x);
 }
@@ -610,6 +679,12 @@ TEST(loop_bad_input_is_named)
   ASSERT_CONTAINS(err.text, "param 'threads' is 0");
   tsr_params_clear(&p);
   tsr_params_add_int(&p, "k", 9);
+  tsr_params_add_int(&p, "parts", 4);
+  tsr_params_add_int(&p, "groups", 10);
+  ASSERT_EQ(run("kmeans_loop", &p, in2, 5, &none, &err), TSR_EINVAL);
+  ASSERT_CONTAINS(err.text, "param 'groups' is 10, not in 0..min(k = 9");
+  tsr_params_clear(&p);
+  tsr_params_add_int(&p, "k", 9);
   tsr_params_add_int(&p, "d", 5);
   ASSERT_EQ(run("kmeans_model", &p, &l.states[0], 1, &none, &err), TSR_ESHAPE);
   ASSERT_CONTAINS(err.text, "not a kmeans_loop output");
@@ -641,13 +716,20 @@ static void *read_npy(const char *path, size_t esize, size_t *n_p)
  * without files a synthetic mixture), one thread, each iteration's CPU time. */
 static int bench(int argc, char **argv)
 {
-  int64_t n = 100000, d = 50, k = 30;
+  int64_t n = 100000, d = 50, k = getenv("KM_K") ? atoi(getenv("KM_K")) : 30;
   size_t nx = 0, ni = 0;
   void *x32 = NULL;
   double *x = NULL, *init = NULL;
   if (argc >= 4) {
     x32 = read_npy(argv[2], 4, &nx), init = read_npy(argv[3], 8, &ni);
-    if (x32 == NULL || init == NULL || ni == 0 || nx % (ni / 30) != 0) return fprintf(stderr, "cannot read %s / %s\n", argv[2], argv[3]), 1;
+    if (getenv("KM_HUGE") && x32 != NULL) {  /* the scattered rows' TLB misses (docs/cluster.md) */
+      size_t bytes = (nx * 4 + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+      void *h = aligned_alloc(2u << 20, bytes);
+      if (h == NULL) return fprintf(stderr, "out of memory for X in 2 MiB pages\n"), 1;
+      madvise(h, bytes, MADV_HUGEPAGE);
+      memcpy(h, x32, nx * 4), free(x32), x32 = h;
+    }
+    if (x32 == NULL || init == NULL || ni == 0 || k < 1 || nx % (ni / (size_t)k) != 0) return fprintf(stderr, "cannot read %s / %s\n", argv[2], argv[3]), 1;
     d = (int64_t)ni / k, n = (int64_t)nx / d;
   } else {
     rng_state = 7;
@@ -676,10 +758,12 @@ static int bench(int argc, char **argv)
       if (lloyd_iteration(&m, false, &err) < 0) return fprintf(stderr, "%s\n", err.text), 1;
     t_loop = now(), w_loop = wall();
     loop_threads = getenv("KM_T") ? atoi(getenv("KM_T")) : 1;
+    loop_groups = getenv("KM_G") ? atoi(getenv("KM_G")) : 0;
     if (loop_run(&m, &out, &err) != 0) return fprintf(stderr, "%s\n", err.text), 1;
     t = now() - t, t_loop = now() - t_loop, w_loop = wall() - w_loop;
-    printf("%d iterations of steps, then kmeans_loop: %.1f ms (the loop %.1f ms; %lld threads: %.1f ms of wall), %g iterations, inertia %.6g\n",
-           parallel, 1e3 * t, 1e3 * t_loop, (long long)loop_threads, 1e3 * w_loop, ((double *)out.data)[0], ((double *)out.data)[3]);
+    printf("%d iterations of steps, then kmeans_loop (groups %lld): %.1f ms (the loop %.1f ms; %lld threads: %.1f ms of wall), %g iterations, inertia %.6g\n",
+           parallel, (long long)loop_groups, 1e3 * t, 1e3 * t_loop, (long long)loop_threads, 1e3 * w_loop, ((double *)out.data)[0],
+           ((double *)out.data)[3]);
     free(out.data);
     lloyd_free(&m);
   }
@@ -702,6 +786,11 @@ int main(int argc, char **argv)
   RUN(loop_gives_plain_lloyds_labels_from_the_init);
   RUN(loop_gives_plain_lloyds_labels_after_steps);
   RUN(loop_gives_plain_lloyds_labels_wide);
+  RUN(loop_groups_give_hamerlys_bytes_f32);
+  RUN(loop_groups_give_hamerlys_bytes_f64_after_steps);
+  RUN(loop_groups_give_hamerlys_bytes_wide);
+  RUN(loop_groups_one_a_center);
+  RUN(loop_groups_relocate_an_emptied_cluster);
   RUN(loop_relocates_an_emptied_cluster_in_place);
   RUN(loop_threads_relocate_across_slices);
   RUN(loop_stops_at_max_iter_and_feeds_labels_and_model);
