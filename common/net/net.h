@@ -102,6 +102,11 @@ int tsr_xfer_ready(tsr_xfer_conn *conn, int timeout_ms, tsr_errbuf *err);
 /* True when this process would fetch from address over UCX (its
  * preference, what the address offers, whether this build has UCX). */
 bool tsr_xfer_fetches_over_ucx(const char *address);
+/* True when conn reaches its UCX peer directly, from the peer's worker
+ * address (same host: shared memory, cma, cuda_ipc; common/net/ucx.h),
+ * rather than through its listener (tcp). Known after the first fetch or
+ * tsr_xfer_ready. */
+bool tsr_xfer_is_direct(const tsr_xfer_conn *conn);
 
 /* Received chunk bytes, 64-byte aligned (kernels may load whole vectors).
  * `data` is valid until tsr_xfer_data_release(). */

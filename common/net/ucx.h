@@ -69,6 +69,7 @@ void tsr_ucx_conn_close(tsr_ucx_conn **conn_p);   /* NULL is a no-op */
  * so the first get pays no handshake. 0, TSR_ETIMEDOUT or TSR_ECONN: then
  * close the conn. */
 int tsr_ucx_conn_ready(tsr_ucx_conn *conn, const char *address, int timeout_ms, tsr_errbuf *err);
+bool tsr_ucx_conn_direct(const tsr_ucx_conn *conn);   /* tsr_xfer_is_direct */
 
 /* tsr_xfer_get_abortable over UCX; `address` names the peer in messages
  * and for abort. A rendezvous reply goes to out->sink's device buffer when

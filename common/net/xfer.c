@@ -140,6 +140,8 @@ int tsr_xfer_ready(tsr_xfer_conn *conn, int timeout_ms, tsr_errbuf *err)
   return conn->ucx != NULL ? tsr_ucx_conn_ready(conn->ucx, conn->address, timeout_ms, err) : 0;
 }
 
+bool tsr_xfer_is_direct(const tsr_xfer_conn *conn) { return conn->ucx != NULL && tsr_ucx_conn_direct(conn->ucx); }
+
 bool tsr_xfer_fetches_over_ucx(const char *address)
 {
   char endpoint[TSR_MAX_ADDR_LEN];

@@ -14,6 +14,11 @@ struct tsr_ucx_server {
 
 bool tsr_ucx_built(void) { return false; }
 bool tsr_ucx_cuda_capable(void) { return false; }
+bool tsr_ucx_conn_direct(const tsr_ucx_conn *conn)
+{
+  (void)conn;
+  return false;
+}
 
 int tsr_ucx_conn_open(const char *endpoint, tsr_ucx_conn **conn_p, tsr_errbuf *err)
 {

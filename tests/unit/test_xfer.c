@@ -370,6 +370,45 @@ TEST(device_sink_is_unused_and_lookups_get_host_only_without_cuda_in_ucx)
   ASSERT_EQ(offered, 0);
 }
 
+/* Fetches "big" and "small" over UCX; direct tells whether the conn went
+ * to the server's worker address. */
+static int fetch_both(served *s, bool *direct, tsr_errbuf *err)
+{
+  tsr_xfer_set_fetch_transport(TSR_TRANSPORT_UCX);
+  tsr_xfer_conn *conn = NULL;
+  tsr_chunk_header hdr;
+  tsr_xfer_data big = {0}, small = {0};
+  int rc = tsr_xfer_open(zctx, tsr_xfer_server_address(s->srv), &conn, err);
+  if (rc == 0) rc = tsr_xfer_get(conn, "big", 10000, &hdr, &big, err);
+  if (rc == 0 && !fetched_ok(rc, &big, s->big)) rc = TSR_EPROTO;
+  if (rc == 0) rc = tsr_xfer_get(conn, "small", 10000, &hdr, &small, err);
+  if (rc == 0 && memcmp(small.data, s->small, 3 * sizeof(double)) != 0) rc = TSR_EPROTO;
+  *direct = conn != NULL && tsr_xfer_is_direct(conn);
+  tsr_xfer_data_release(&big);
+  tsr_xfer_data_release(&small);
+  tsr_xfer_close(&conn);
+  return rc;
+}
+
+/* A server on this host is reached from its worker address (shared
+ * memory); TESSERA_UCX_DIRECT=0 keeps the listener's tcp; same bytes. */
+TEST(ucx_peer_on_this_host_is_reached_directly_unless_turned_off)
+{
+  served s;
+  tsr_errbuf err = {{0}};
+  ASSERT_OK(serve_start(&s, TSR_TRANSPORT_UCX, &err));
+  bool direct = false, via_listener = true;
+  int rc_direct = fetch_both(&s, &direct, &err);
+  setenv("TESSERA_UCX_DIRECT", "0", 1);
+  int rc_listener = fetch_both(&s, &via_listener, &err);
+  unsetenv("TESSERA_UCX_DIRECT");
+  serve_stop(&s);
+  ASSERT_EQ(rc_direct, 0);
+  ASSERT_EQ(rc_listener, 0);
+  ASSERT_TRUE(direct);
+  ASSERT_TRUE(!via_listener);
+}
+
 TEST(ucx_pool_chunk_bigger_than_its_class_and_idle_limit)
 {
   tsr_xfer_pool_trim();
@@ -717,6 +756,7 @@ int main(int argc, char **argv)
   RUN(ucx_pool_reuses_a_released_buffer_and_trim_unmaps_it);
   RUN(ucx_pool_chunk_bigger_than_its_class_and_idle_limit);
   RUN(device_sink_is_unused_and_lookups_get_host_only_without_cuda_in_ucx);
+  RUN(ucx_peer_on_this_host_is_reached_directly_unless_turned_off);
   RUN(ucx_pool_makes_a_spare_so_the_next_chunk_finds_a_buffer_while_one_is_held);
   RUN(ucx_pool_fill_warms_buffers_before_any_fetch_and_trim_frees_them);
   RUN(ucx_pool_warm_in_the_background_and_a_larger_chunk_still_fits);
