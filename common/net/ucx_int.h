@@ -37,6 +37,9 @@ int tsr_ucx_split_hostport(const char *text, char *host, size_t cap, int *port_p
  * equal in two processes that can share memory through UCX. Static. */
 const char *tsr_ucx_host_identity(void);
 
+/* Sets the worker's handler of AM id (whole messages). 0 or TSR_ECONN. */
+int tsr_ucx_set_am_handler(ucp_worker_h worker, unsigned id, ucp_am_recv_callback_t cb, void *arg, tsr_errbuf *err);
+
 /* Closes ep abortively (a dead peer is not waited for): requests on it
  * complete with an error. Progresses worker for at most a second. */
 void tsr_ucx_ep_close(ucp_worker_h worker, ucp_ep_h ep);

@@ -267,17 +267,17 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_len, v
   return UCS_OK;
 }
 
-static int register_reply(tsr_ucx_conn *conn, tsr_errbuf *err)
+int tsr_ucx_set_am_handler(ucp_worker_h worker, unsigned id, ucp_am_recv_callback_t cb, void *arg, tsr_errbuf *err)
 {
   ucp_am_handler_param_t p = {
     .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
                   UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
-    .id = TSR_UCX_AM_REPLY,
+    .id = id,
     .flags = UCP_AM_FLAG_WHOLE_MSG,
-    .cb = on_reply,
-    .arg = conn,
+    .cb = cb,
+    .arg = arg,
   };
-  ucs_status_t st = ucp_worker_set_am_recv_handler(conn->worker, &p);
+  ucs_status_t st = ucp_worker_set_am_recv_handler(worker, &p);
   return st == UCS_OK ? 0 : tsr_fail(err, TSR_ECONN, "UCX AM handler: %s", ucs_status_string(st));
 }
 
@@ -316,7 +316,7 @@ int tsr_ucx_conn_open(const char *endpoint, tsr_ucx_conn **conn_p, tsr_errbuf *e
   }
   /* one thread at a time, not always the same one (the client's cache) */
   rc = tsr_ucx_worker_new(ctx, UCS_THREAD_MODE_SERIALIZED, &conn->worker, &conn->efd, err);
-  if (rc == 0) rc = register_reply(conn, err);
+  if (rc == 0) rc = tsr_ucx_set_am_handler(conn->worker, TSR_UCX_AM_REPLY, on_reply, conn, err);
   if (rc == 0) rc = connect_ep(conn, endpoint, err);
   if (rc != 0) {
     tsr_ucx_conn_close(&conn);

@@ -122,20 +122,6 @@ static ucs_status_t on_hello(void *arg, const void *header, size_t header_len, v
   return queue_request(arg, true, header, header_len, param);
 }
 
-static int set_handler(tsr_ucx_server *srv, unsigned id, ucp_am_recv_callback_t cb, tsr_errbuf *err)
-{
-  ucp_am_handler_param_t h = {
-    .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
-                  UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
-    .id = id,
-    .flags = UCP_AM_FLAG_WHOLE_MSG,
-    .cb = cb,
-    .arg = srv,
-  };
-  ucs_status_t st = ucp_worker_set_am_recv_handler(srv->worker, &h);
-  return st == UCS_OK ? 0 : tsr_fail(err, TSR_ECONN, "UCX AM handler: %s", ucs_status_string(st));
-}
-
 static int listen_on(tsr_ucx_server *srv, const char *host, int port, tsr_errbuf *err)
 {
   struct sockaddr_storage sa;
@@ -149,8 +135,8 @@ static int listen_on(tsr_ucx_server *srv, const char *host, int port, tsr_errbuf
   };
   ucs_status_t st = ucp_listener_create(srv->worker, &p, &srv->listener);
   if (st != UCS_OK) return tsr_fail(err, TSR_ECONN, "UCX listener on %s:%d: %s", host, port, ucs_status_string(st));
-  rc = set_handler(srv, TSR_UCX_AM_GET, on_get, err);
-  return rc == 0 ? set_handler(srv, TSR_UCX_AM_HELLO, on_hello, err) : rc;
+  rc = tsr_ucx_set_am_handler(srv->worker, TSR_UCX_AM_GET, on_get, srv, err);
+  return rc == 0 ? tsr_ucx_set_am_handler(srv->worker, TSR_UCX_AM_HELLO, on_hello, srv, err) : rc;
 }
 
 /* The port the listener got (port 0 asked for any). */
