@@ -19,6 +19,8 @@
 
 #define TSR_API __attribute__((visibility("default")))
 
+#define KM_LABEL_ROWS ((int64_t)1 << 24)   /* labels a chunk after the loop: 64 MiB of i32 */
+
 typedef struct km_run {
   tsr_array_ctx *ctx;
   const tsr_array *x;
@@ -274,33 +276,48 @@ static int km_keep(tsr_array_ctx *ctx, km_chain *ch)
   return 0;
 }
 
-/* The output arrays: labels by a kmeans_labels task per chunk over the
- * final states, centers by a kmeans_centers task holding the values in
- * its params. */
+/* One kmeans_labels task: rows [start, start + rows) of the state in. */
+static int km_label_task(const km_run *r, const km_chain *ch, const char *key, const char *in, int64_t start, int64_t rows)
+{
+  tsr_args *b = NULL;
+  int rc = tsr_args_new(&b);
+  if (rc == 0) rc = tsr_args_int(b, "k", r->k);
+  if (rc == 0) rc = tsr_args_int(b, "d", r->d);
+  if (rc == 0 && ch->looped) rc = tsr_args_int(b, "offset", KM_MODEL_LEN(r->k, r->d));
+  if (rc == 0) rc = tsr_args_int(b, "start", start);
+  if (rc == 0) rc = tsr_args_int(b, "rows", rows);
+  if (rc == 0) rc = gtask_add(r->ctx, key, "kmeans_labels", b, &in, 1);
+  tsr_args_destroy(&b);
+  return rc;
+}
+
+/* The labels: a kmeans_labels task per chunk of x over the final states.
+ * After the loop every row's state is one chunk on one worker, so the
+ * labels come in chunks of up to KM_LABEL_ROWS rows instead of x's: one
+ * task and one fetch for 100,000 rows rather than one per x chunk (each a
+ * scheduler round trip and a fetch: ~1.5 ms of a 30 ms k-means). */
+static int km_labels(const km_run *r, km_chain *ch, tsr_array **labels_p)
+{
+  tsr_array *l = NULL;
+  int64_t n = r->x->shape[0], chunk = ch->looped ? (n < KM_LABEL_ROWS ? n : KM_LABEL_ROWS) : r->x->chunk[0];
+  int rc = km_keep(r->ctx, ch);
+  if (rc == 0) rc = garray_new(r->ctx, "kmeans-labels", TSR_I32, 1, &n, &chunk, &l);
+  if (ch->looped)
+    for (int64_t i = 0; rc == 0 && i < (int64_t)l->nblocks; i++)
+      rc = km_label_task(r, ch, l->keys[i], ch->loop, i * chunk, n - i * chunk < chunk ? n - i * chunk : chunk);
+  for (int64_t g = 0; !ch->looped && rc == 0 && g < r->groups; g++)
+    for (int64_t i = r->first[g]; rc == 0 && i < r->first[g + 1]; i++)
+      rc = km_label_task(r, ch, l->keys[i], ch->states[g], (i - r->first[g]) * chunk, garray_chunk_len(r->x, 0, i));
+  if (rc == 0) *labels_p = l;
+  else tsr_array_free(r->ctx, &l);
+  return rc;
+}
+
+/* The output arrays: the labels (km_labels), the centers by a
+ * kmeans_centers task holding the values in its params. */
 static int km_outputs(const km_run *r, km_chain *ch, const double *centers, tsr_array **labels_p, tsr_array **centers_p)
 {
-  int rc = 0;
-  if (labels_p != NULL) {
-    tsr_array *l = NULL;
-    int64_t n = r->x->shape[0], chunk = r->x->chunk[0];
-    rc = km_keep(r->ctx, ch);
-    if (rc == 0) rc = garray_new(r->ctx, "kmeans-labels", TSR_I32, 1, &n, &chunk, &l);
-    for (int64_t g = 0; rc == 0 && g < r->groups; g++)
-      for (int64_t i = r->first[g]; rc == 0 && i < r->first[g + 1]; i++) {
-        const char *in = ch->looped ? ch->loop : ch->states[g];
-        tsr_args *b = NULL;
-        rc = tsr_args_new(&b);
-        if (rc == 0) rc = tsr_args_int(b, "k", r->k);
-        if (rc == 0) rc = tsr_args_int(b, "d", r->d);
-        if (rc == 0 && ch->looped) rc = tsr_args_int(b, "offset", KM_MODEL_LEN(r->k, r->d));
-        if (rc == 0) rc = tsr_args_int(b, "start", (ch->looped ? i : i - r->first[g]) * chunk);
-        if (rc == 0) rc = tsr_args_int(b, "rows", garray_chunk_len(r->x, 0, i));
-        if (rc == 0) rc = gtask_add(r->ctx, l->keys[i], "kmeans_labels", b, &in, 1);
-        tsr_args_destroy(&b);
-      }
-    if (rc == 0) *labels_p = l;
-    else tsr_array_free(r->ctx, &l);
-  }
+  int rc = labels_p != NULL ? km_labels(r, ch, labels_p) : 0;
   if (rc == 0 && centers_p != NULL) {
     tsr_args *a = NULL;
     tsr_array *out = NULL;
