@@ -367,7 +367,7 @@ static bool parse_f64(const char *s, double lo, double hi, double *v)
 static int parse_flags(int argc, char **argv, gen_opts *o)
 {
   int64_t v;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) {   /* every flag takes a value */
     const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     bool ok = val != NULL;
     if (strcmp(a, "--out") == 0 && ok) o->out = val;
@@ -387,7 +387,6 @@ static int parse_flags(int argc, char **argv, gen_opts *o)
       fprintf(stderr, "tsr-gen-bed: bad value for %s: %s\n", a, val);
       return 2;
     }
-    i++;
   }
   if (o->out == NULL || o->samples == 0 || o->snps == 0) {
     fprintf(stderr, "tsr-gen-bed: --out, --samples and --snps are required\n");
