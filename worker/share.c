@@ -72,14 +72,15 @@ static void *lend_idle(tsr_wshare *share, size_t nbytes)
 
 /* An entry for a new buffer: an unused one, else an idle one whose buffer
  * goes (*evicted gets it, to free outside the lock). NULL when every entry
- * is lent (under lock). */
+ * is lent or being filled by another thread (lent, no ptr yet; under lock). */
 static share_buf *free_entry(tsr_wshare *share, share_buf *evicted)
 {
   share_buf *idle = NULL;
   for (int i = 0; i < TSR_WSHARE_MAX; i++) {
     share_buf *b = &share->bufs[i];
+    if (b->lent) continue;
     if (b->ptr == NULL) return b;
-    if (!b->lent && idle == NULL) idle = b;
+    if (idle == NULL) idle = b;
   }
   if (idle != NULL) {
     *evicted = *idle;
