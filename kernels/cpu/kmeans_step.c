@@ -11,7 +11,8 @@
  * A chunk's state (f64 [KM_STATE_LEN(k, d, rows)]): a partial (kmeans.h:
  * sums and counts of the rows by label, the exact inertia when the model
  * has converged, the farthest points after a full pass), the chunk's
- * column sums and sums of squares (d each, for sklearn's tol), then per
+ * column sums and the total of its rows' squared norms (2·d values, the
+ * total in the first of the second d, for sklearn's tol), then per
  * row a km_row (label, epoch i32, u and l f32) packed into the f64 tail:
  * u an upper bound of the distance to its center, l a lower bound of the
  * distance to every other center, both for the centers of iteration
@@ -276,21 +277,25 @@ typedef int64_t km_i8 __attribute__((vector_size(64)));
     (v) = MIN((v), __builtin_shufflevector((v), (v), 1, 0, 3, 2, 5, 4, 7, 6)); \
   } while (0)
 
+#define KM_VSEL(m, a, b) ((km_v8)(((km_i8)(a) & (m)) | ((km_i8)(b) & ~(m))))
+#define KM_ISEL(m, a, b) (((a) & (m)) | ((b) & ~(m)))
+
 __attribute__((target_clones("avx512f", "avx2", "default")))
 static void nearest_screened(const km_step *s, const float *dots, const double *xn, int n, int64_t *lab, double *u, double *l)
 {
   /* the screened squared distances eight centers a vector (the padding
-   * centers' |c|² is infinite) into s->dist, reduced as trees rather than
-   * chains: the smallest, the first index holding it (ties to the smaller
-   * index), the smallest of the others; each phase for every row of the
-   * batch in turn, so that the rows' dependency chains overlap */
+   * centers' |c|² is infinite), in one sweep that keeps per lane the
+   * smallest, the first index holding it (a strict <) and the smallest of
+   * the lane's others; then across lanes: the smallest, the smallest
+   * index holding it (ties to the smaller index), and the second, the
+   * smallest of the other lanes' smallest and the winning lane's others.
+   * Lanewise selects, no store of the distances: one read of the dots. */
   const km_v8 inf = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
   const km_i8 lane = {0, 1, 2, 3, 4, 5, 6, 7}, none = lane + (1 << 30);
   int64_t kp = s->kp32;
   km_v8 lo1[KM_BATCH], lo2[KM_BATCH];
   km_i8 at[KM_BATCH];
   for (int i = 0; i < n; i++) {
-    double *v = s->dist + i * kp;
     lo1[i] = inf, lo2[i] = inf, at[i] = none;
     for (int64_t q = 0; q < kp; q += 8) {
       km_f8 df;
@@ -298,28 +303,21 @@ static void nearest_screened(const km_step *s, const float *dots, const double *
       memcpy(&df, dots + i * kp + q, sizeof df);
       memcpy(&c, s->cn + q, sizeof c);
       km_v8 x = (xn[i] + c) - 2 * __builtin_convertvector(df, km_v8);
-      memcpy(v + q, &x, sizeof x);
-      lo1[i] = KM_VMIN(x, lo1[i]);
+      km_i8 lt = x < lo1[i];
+      lo2[i] = KM_VSEL(lt, lo1[i], KM_VMIN(x, lo2[i]));
+      at[i] = KM_ISEL(lt, lane + q, at[i]);
+      lo1[i] = KM_VSEL(lt, x, lo1[i]);
     }
   }
-  for (int i = 0; i < n; i++) KM_HMIN8(lo1[i], KM_VMIN);
-  for (int i = 0; i < n; i++)
-    for (int64_t q = 0; q < kp; q += 8) {
-      km_v8 x;
-      memcpy(&x, s->dist + i * kp + q, sizeof x);
-      km_i8 is = x == lo1[i], here = lane + q;
-      at[i] = KM_IMIN((here & is) | (none & ~is), at[i]);
-    }
-  for (int i = 0; i < n; i++) KM_HMIN8(at[i], KM_IMIN);
-  for (int i = 0; i < n; i++)
-    for (int64_t q = 0; q < kp; q += 8) {
-      km_v8 x;
-      memcpy(&x, s->dist + i * kp + q, sizeof x);
-      km_i8 is = (lane + q) == at[i][0];
-      x = (km_v8)(((km_i8)inf & is) | ((km_i8)x & ~is));
-      lo2[i] = KM_VMIN(x, lo2[i]);
-    }
-  for (int i = 0; i < n; i++) KM_HMIN8(lo2[i], KM_VMIN);
+  for (int i = 0; i < n; i++) {
+    km_v8 best = lo1[i];
+    KM_HMIN8(best, KM_VMIN);
+    km_i8 idx = KM_ISEL(lo1[i] == best, at[i], none + (1 << 30));
+    KM_HMIN8(idx, KM_IMIN);
+    km_v8 others = KM_VSEL(at[i] == idx, lo2[i], lo1[i]);
+    KM_HMIN8(others, KM_VMIN);
+    lo1[i] = best, lo2[i] = others, at[i] = idx;
+  }
   for (int i = 0; i < n; i++) {
     double bd = lo1[i][0], second = lo2[i][0];
     double e = 2 * ((double)(s->d + 3) * 0x1p-24 * 1.01 * sqrt(xn[i]) * s->cmax) + 1e-13 * (xn[i] + s->cmax * s->cmax);
@@ -468,6 +466,7 @@ static int place_rows(km_step *s, const int64_t *idx, int n, tsr_errbuf *err)
     double *row = s->row + i * s->d;
     load_row(s, idx[i], row, s->row32 + i * s->d);
     xn[i] = fast_d2(row, NULL, s->d);
+    if (s->prev == NULL) s->colsq[0] += xn[i];  /* first_cols */
   }
   dots_batch(s->row32, s->ct32, s->d, s->kp32, s->dots);
   int64_t lab[KM_BATCH];
@@ -642,50 +641,17 @@ static int64_t scan(km_step *s, int64_t b0, int64_t b1, int64_t *unsure)
   return s->key != NULL ? block_scan_keys(s, b0, b1, unsure) : block_scan(s, b0, b1, unsure);
 }
 
-/* Row r of x converted to f64, columns [j0, j0 + 8), into *v. */
-static inline __attribute__((always_inline)) void row_cols8(const km_step *s, int64_t r, int64_t j0, km_v8 *v)
+/* The first pass's column statistics for sklearn's tol (the mean of the
+ * columns' variances, kmeans_update): the column sums are the clusters'
+ * sums added up (q in order), and the squares enter only as their total,
+ * the rows' |x|² that the screening computes anyway (place_rows), kept in
+ * colsq[0] (the other colsq values stay 0). No second read of x. */
+static void first_cols(km_step *s)
 {
-  int64_t p = 0;
-  while (r >= s->starts[p + 1]) p++;
-  const tsr_buf *x = &s->xs[p];
-  size_t at = (size_t)((r - s->starts[p]) * s->d + j0);
-  if (x->meta.dtype == TSR_F32) {
-    km_f8 f;
-    memcpy(&f, (const float *)x->data + at, sizeof f);
-    *v = __builtin_convertvector(f, km_v8);
-  } else {
-    memcpy(v, (const double *)x->data + at, sizeof *v);
-  }
-}
-
-/* The first pass's column sums and sums of squares (sklearn's tol) of
- * rows [b0, b1), read again while the block is in cache: eight columns a
- * vector, even and odd rows in two sums joined at the block's end (a
- * fixed order: the slices fix the bits, as they fix the sums'). */
-__attribute__((target_clones("avx512f", "avx2", "default")))
-static void cols_block(km_step *s, int64_t b0, int64_t b1)
-{
-  int64_t d = s->d, j0 = 0;
-  for (; j0 + 8 <= d; j0 += 8) {
-    km_v8 sum[2] = {{0}}, sq[2] = {{0}}, total, total_sq;
-    for (int64_t r = b0; r < b1; r++) {
-      km_v8 v;
-      row_cols8(s, r, j0, &v);
-      sum[r & 1] += v, sq[r & 1] += v * v;
-    }
-    memcpy(&total, s->colsum + j0, sizeof total), memcpy(&total_sq, s->colsq + j0, sizeof total_sq);
-    total += sum[0] + sum[1], total_sq += sq[0] + sq[1];
-    memcpy(s->colsum + j0, &total, sizeof total), memcpy(s->colsq + j0, &total_sq, sizeof total_sq);
-  }
-  for (int64_t r = b0; j0 < d && r < b1; r++) {  /* the last d % 8 columns */
-    int64_t p = 0;
-    while (r >= s->starts[p + 1]) p++;
-    const tsr_buf *x = &s->xs[p];
-    for (int64_t j = j0; j < d; j++) {
-      size_t at = (size_t)((r - s->starts[p]) * d + j);
-      double v = x->meta.dtype == TSR_F32 ? ((const float *)x->data)[at] : ((const double *)x->data)[at];
-      s->colsum[j] += v, s->colsq[j] += v * v;
-    }
+  for (int64_t j = 0; j < s->d; j++) {
+    double t = 0;
+    for (int64_t q = 0; q < s->k; q++) t += s->part[q * s->d + j];
+    s->colsum[j] = t;
   }
 }
 
@@ -711,13 +677,13 @@ static int step_run(km_step *s, tsr_errbuf *err)
       for (n_unsure = 0; n_unsure < b1 - b0; n_unsure++) unsure[n_unsure] = b0 + n_unsure;
     for (int64_t i = 0; rc == 0 && i < n_unsure; i += KM_BATCH)
       rc = place_rows(s, unsure + i, n_unsure - i < KM_BATCH ? (int)(n_unsure - i) : KM_BATCH, err);
-    if (rc == 0 && s->prev == NULL) cols_block(s, b0, b1);
     for (int64_t r = b0; rc == 0 && s->converged && r < b1; r++) {
       prefetch_row(s, r + KM_PREFETCH);
       inertia += row_d2(s, r, s->centers + s->state[r].label * s->d);
     }
   }
   s->part[s->k * s->d + s->k] = inertia;
+  if (rc == 0 && s->prev == NULL) first_cols(s);
   return rc;
 }
 

@@ -85,7 +85,10 @@ static int update_infer(const tsr_params *p, const tsr_meta *in, int n, tsr_meta
   return 0;
 }
 
-/* sklearn's tol: tol × the mean of the columns' variances. */
+/* sklearn's tol: tol × the mean of the columns' variances, Σ_j (E[x_j²] −
+ * E[x_j]²) / d. A state carries the column sums and the squares' total
+ * alone (in its first square slot, the rest 0: kmeans_step's first_cols),
+ * which is all this sum needs. */
 static void update_tol(double *m, const tsr_buf *in, int n, int64_t k, int64_t d)
 {
   double rows = 0, v = 0;
