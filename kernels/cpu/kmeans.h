@@ -86,6 +86,7 @@ typedef struct km_private {
   double *drift;    /* [KM_EPOCHS][n] cumulative largest move in each group */
   float *lb;        /* [rows][n] */
   float *key;       /* [rows] (n = 1) each row's scan key (kmeans_step.c, row_key) */
+  double *norm2;    /* [rows] each row's |x|² once a pass has computed it, else -1 */
 } km_private;
 
 void tsr_km_private_rebase(const double *m, int64_t k, int64_t d, km_row *rows, int64_t n_rows, const km_private *groups);

@@ -15,7 +15,9 @@
  *   task's own output in place (the inputs are not written). The passes
  *   are kmeans_step's (tsr_km_pass_slice), the labels therefore plain
  *   Lloyd's. The task's private memory (km_private, not in the output)
- *   holds each row's scan key and, with groups, its group bounds.
+ *   holds each row's scan key, its |x|² once computed (x does not
+ *   change, a placed row's norm is read instead of recomputed) and, with
+ *   groups, its group bounds.
  * kmeans_model (input: a kmeans_loop output; params k, d): its model. */
 #include <math.h>
 #include <pthread.h>
@@ -156,9 +158,10 @@ static int groups_start(km_private *yy, int64_t groups, const double *m, int64_t
 {
   memset(yy, 0, sizeof *yy);
   yy->n = groups > 0 ? groups : 1;
-  yy->key = malloc((size_t)rows * sizeof *yy->key);
-  if (yy->key == NULL) return tsr_fail(err, TSR_ENOMEM, "kmeans_loop: out of memory for %lld rows' keys", (long long)rows);
-  for (int64_t r = 0; r < rows; r++) yy->key[r] = -1;  /* joined states' rows: the full test */
+  yy->key = malloc((size_t)rows * sizeof *yy->key), yy->norm2 = malloc((size_t)rows * sizeof *yy->norm2);
+  if (yy->key == NULL || yy->norm2 == NULL)
+    return tsr_fail(err, TSR_ENOMEM, "kmeans_loop: out of memory for %lld rows' keys", (long long)rows);
+  for (int64_t r = 0; r < rows; r++) yy->key[r] = -1, yy->norm2[r] = -1;  /* joined states' rows: the full test */
   if (yy->n <= 1) return yy->n = 1, 0;
   double *gc = malloc((size_t)(yy->n * d) * sizeof *gc);
   yy->of = malloc((size_t)k * sizeof *yy->of);
@@ -171,7 +174,7 @@ static int groups_start(km_private *yy, int64_t groups, const double *m, int64_t
   return 0;
 }
 
-static void groups_free(km_private *yy) { free(yy->of), free(yy->drift), free(yy->lb), free(yy->key); }
+static void groups_free(km_private *yy) { free(yy->of), free(yy->drift), free(yy->lb), free(yy->key), free(yy->norm2); }
 
 /* After an update from iteration t to t + 1: each group's cumulative
  * drift grows by its largest center move (the model's moves, rounded
