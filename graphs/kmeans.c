@@ -30,6 +30,7 @@ typedef struct km_run {
   int64_t parallel;    /* iterations of steps before kmeans_loop runs the rest; -1: no loop */
   int64_t loop_threads; /* the loop's threads: its worker's executor threads */
   int64_t *first;      /* groups + 1: group g holds chunks [first[g], first[g + 1]) */
+  bool early_labels;   /* the labels' tasks join the loop's graph (km_lloyd) */
 } km_run;
 
 /* The model chunk's layout (kernels/cpu/kmeans_step.c): a header, then
@@ -63,6 +64,7 @@ typedef struct km_chain {
   bool looped;
   tsr_future *held;
   int iterations;
+  tsr_array *labels;   /* made with the loop (early_labels), computed in its graph */
 } km_chain;
 
 static int km_init_model(const km_run *r, const tsr_kmeans_opts *o, const double *centers, km_chain *ch)
@@ -152,10 +154,13 @@ static int km_loop(const km_run *r, km_chain *ch)
 static int km_run_block(const km_run *r, km_chain *ch, double *m)
 {
   int64_t nb = ch->looped ? 1 : r->groups, len = KM_MODEL_LEN(r->k, r->d);
-  char **keys = malloc((size_t)(nb + 1) * sizeof *keys);
+  int64_t nl = ch->labels != NULL ? (int64_t)ch->labels->nblocks : 0;
+  char **keys = malloc((size_t)(nb + nl + 1) * sizeof *keys);
   if (keys == NULL) return client_fail(TSR_ENOMEM, "kmeans: out of memory");
   keys[0] = ch->model;
   for (int64_t i = 0; i < nb; i++) keys[i + 1] = ch->looped ? ch->loop : ch->states[i];
+  for (int64_t i = 0; i < nl; i++) keys[nb + 1 + i] = ch->labels->keys[i];
+  nb += nl;
   tsr_future *f = NULL;
   tsr_chunk *c = NULL;
   int rc = grun_submit(r->ctx, keys, (size_t)nb + 1, r->timeout_ms, &f);
@@ -172,6 +177,8 @@ static int km_run_block(const km_run *r, km_chain *ch, double *m)
   return rc;
 }
 
+static int km_label_array(const km_run *r, const km_chain *ch, tsr_array **labels_p);
+
 /* One Lloyd run from centers (updated in place), KM_BLOCK iterations a
  * graph until the model says done (converged and the final E-step run);
  * *inertia_p afterwards. ch keeps the final states for the labels. */
@@ -186,6 +193,7 @@ static int km_lloyd(const km_run *r, const tsr_kmeans_opts *o, double *centers, 
     int64_t steps = r->parallel >= 0 ? r->parallel : KM_BLOCK;
     for (int64_t it = 0; rc == 0 && it < steps; it++) rc = km_iteration(r, ch);
     if (rc == 0 && r->parallel >= 0) rc = km_loop(r, ch);
+    if (rc == 0 && r->parallel >= 0 && r->early_labels) rc = km_label_array(r, ch, &ch->labels);
     if (rc == 0) rc = km_run_block(r, ch, m);
     done = rc == 0 && m[KM_M_PHASE] == KM_PHASE_DONE;
     if (rc == 0 && !done && ch->looped) rc = client_fail(TSR_EPROTO, "kmeans: kmeans_loop returned a model that is not done");
@@ -198,8 +206,9 @@ static int km_lloyd(const km_run *r, const tsr_kmeans_opts *o, double *centers, 
   return rc;
 }
 
-static void km_chain_clear(km_chain *ch)
+static void km_chain_clear(tsr_array_ctx *ctx, km_chain *ch)
 {
+  tsr_array_free(ctx, &ch->labels);
   tsr_future_release(&ch->held);
   free(ch->states);
   memset(ch, 0, sizeof *ch);
@@ -296,12 +305,11 @@ static int km_label_task(const km_run *r, const km_chain *ch, const char *key, c
  * labels come in chunks of up to KM_LABEL_ROWS rows instead of x's: one
  * task and one fetch for 100,000 rows rather than one per x chunk (each a
  * scheduler round trip and a fetch: ~1.5 ms of a 30 ms k-means). */
-static int km_labels(const km_run *r, km_chain *ch, tsr_array **labels_p)
+static int km_label_array(const km_run *r, const km_chain *ch, tsr_array **labels_p)
 {
   tsr_array *l = NULL;
   int64_t n = r->x->shape[0], chunk = ch->looped ? (n < KM_LABEL_ROWS ? n : KM_LABEL_ROWS) : r->x->chunk[0];
-  int rc = km_keep(r->ctx, ch);
-  if (rc == 0) rc = garray_new(r->ctx, "kmeans-labels", TSR_I32, 1, &n, &chunk, &l);
+  int rc = garray_new(r->ctx, "kmeans-labels", TSR_I32, 1, &n, &chunk, &l);
   if (ch->looped)
     for (int64_t i = 0; rc == 0 && i < (int64_t)l->nblocks; i++)
       rc = km_label_task(r, ch, l->keys[i], ch->loop, i * chunk, n - i * chunk < chunk ? n - i * chunk : chunk);
@@ -311,6 +319,16 @@ static int km_labels(const km_run *r, km_chain *ch, tsr_array **labels_p)
   if (rc == 0) *labels_p = l;
   else tsr_array_free(r->ctx, &l);
   return rc;
+}
+
+/* The labels array, its states kept for as long as the context: made
+ * here, or made with the loop and computed already (early_labels). */
+static int km_labels(const km_run *r, km_chain *ch, tsr_array **labels_p)
+{
+  int rc = km_keep(r->ctx, ch);
+  if (rc != 0 || ch->labels == NULL) return rc == 0 ? km_label_array(r, ch, labels_p) : rc;
+  *labels_p = ch->labels, ch->labels = NULL;
+  return 0;
 }
 
 /* The output arrays: the labels (km_labels), the centers by a
@@ -347,13 +365,18 @@ TSR_API int tsr_kmeans(tsr_array_ctx *ctx, const tsr_array *x, const tsr_kmeans_
     x = rx;
   }
   if (rc != 0) return rc;
-  km_run r = {ctx, x, o.k, x->shape[1], o.timeout_ms, 0, -1, 1, NULL};
+  km_run r = {ctx, x, o.k, x->shape[1], o.timeout_ms, 0, -1, 1, NULL, false};
   size_t kd = (size_t)(r.k * r.d);
   double *best = malloc(kd * sizeof *best), *cur = malloc(kd * sizeof *cur), best_in = INFINITY;
   km_chain kept = {0}, run_chain = {0};
   if (best == NULL || cur == NULL) rc = client_fail(TSR_ENOMEM, "kmeans: out of memory");
   if (rc == 0) rc = km_groups(&r);
   int runs = o.init != NULL ? 1 : o.n_init;
+  /* One run that ends in the loop's graph: its labels' tasks join that
+   * graph and run as soon as the loop is done, rather than in a graph of
+   * their own after the model comes back (two scheduler round trips of a
+   * ~30 ms k-means on the bench). */
+  r.early_labels = labels_p != NULL && runs == 1;
   for (int run = 0; rc == 0 && run < runs; run++) {
     double inertia = 0;
     if (o.init != NULL) memcpy(cur, o.init, kd * sizeof *cur);
@@ -361,14 +384,14 @@ TSR_API int tsr_kmeans(tsr_array_ctx *ctx, const tsr_array *x, const tsr_kmeans_
     if (rc == 0) rc = km_lloyd(&r, &o, cur, &inertia, &run_chain);
     if (rc == 0 && inertia < best_in) {  /* keep this run's states (the labels) and drop the last best's */
       best_in = inertia, memcpy(best, cur, kd * sizeof *best);
-      km_chain_clear(&kept);
+      km_chain_clear(ctx, &kept);
       kept = run_chain, memset(&run_chain, 0, sizeof run_chain);
     }
-    km_chain_clear(&run_chain);
+    km_chain_clear(ctx, &run_chain);
   }
   if (rc == 0) rc = km_outputs(&r, &kept, best, labels_p, centers_p);
   if (rc == 0 && inertia_p != NULL) *inertia_p = best_in;
-  km_chain_clear(&kept), km_chain_clear(&run_chain);
+  km_chain_clear(ctx, &kept), km_chain_clear(ctx, &run_chain);
   free(best), free(cur), free(r.first);
   return rc;
 }
