@@ -427,7 +427,7 @@ int main(int argc, char **argv)
     gethostname(host, sizeof host - 1);
     snprintf(opts.name, sizeof opts.name, "%s-%d", host, (int)getpid());
   }
-  tsr_worker_prefer_huge_pages(argv);   /* may re-execute this process */
+  tsr_worker_start_env(argv);   /* may re-execute this process */
   const char *test_ops = getenv("TESSERA_TEST_OPS");
   tsr_ops_init(test_ops != NULL && strcmp(test_ops, "1") == 0);
   if (tsr_plugins_load_env(&perr) != 0) {

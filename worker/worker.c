@@ -486,17 +486,24 @@ static bool thp_madvise_mode(void)
   return ok && strstr(mode, "[madvise]") != NULL;
 }
 
-void tsr_worker_prefer_huge_pages(char **argv)
+/* GLIBC_TUNABLES with glibc.malloc.hugetlb=1 added into value (false: no
+ * change wanted, or it does not fit). */
+static bool hugetlb_tunables(char *value, size_t size)
 {
   const char *tunables = getenv("GLIBC_TUNABLES");
-  if (tunables != NULL && strstr(tunables, "glibc.malloc.hugetlb") != NULL) return;
-  if (!thp_madvise_mode()) return;
+  if (tunables != NULL && strstr(tunables, "glibc.malloc.hugetlb") != NULL) return false;
+  if (!thp_madvise_mode()) return false;
+  int n = snprintf(value, size, "%s%sglibc.malloc.hugetlb=1", tunables ? tunables : "", tunables && tunables[0] ? ":" : "");
+  return n >= 0 && (size_t)n < size;
+}
+
+void tsr_worker_start_env(char **argv)
+{
   char value[1024];
-  int n = snprintf(value, sizeof value, "%s%sglibc.malloc.hugetlb=1", tunables ? tunables : "",
-                   tunables && tunables[0] ? ":" : "");
-  if (n < 0 || (size_t)n >= sizeof value) return;
-  /* Set before exec, and kept if exec fails: the check above then stops
-   * any second attempt. */
-  if (setenv("GLIBC_TUNABLES", value, 1) != 0) return;
-  execv("/proc/self/exe", argv);
+  bool changed = false;
+  /* Set before exec, and kept if exec fails: the checks then stop any
+   * second attempt. */
+  if (hugetlb_tunables(value, sizeof value) && setenv("GLIBC_TUNABLES", value, 1) == 0) changed = true;
+  if (getenv("OPENBLAS_NUM_THREADS") == NULL && setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0) changed = true;
+  if (changed) execv("/proc/self/exe", argv);
 }

@@ -52,18 +52,25 @@ typedef struct tsr_worker_opts {
  * stuck at shutdown: it then exits the process itself with that status. */
 int tsr_worker_run(const tsr_worker_opts *opts, int stop_fd);
 
-/* Large chunk buffers on transparent huge pages. Every chunk a worker
- * receives lands in a buffer that ZeroMQ mallocs for it, and glibc maps
- * buffers past 32 MiB afresh each time: faulted in 4 KiB pages, a 64 MiB
- * chunk costs ~27 ms of faults on a VM (as long as its transfer on a
- * 20 Gbit/s link), ~6 ms in 2 MiB pages. Only glibc's tunable
- * glibc.malloc.hugetlb=1, read at process start, puts them there (when the
- * kernel's THP mode is "madvise"; "always" needs nothing, "never" allows
- * nothing). So when the mode is madvise and GLIBC_TUNABLES does not name
- * glibc.malloc.hugetlb already (a user's =0 is kept), this re-executes
- * /proc/self/exe with argv and the tunable added: same pid, nothing else
- * changed. Returns only when it did not re-execute. Call early in main,
- * before any thread starts or file opens that should not survive exec. */
-void tsr_worker_prefer_huge_pages(char **argv);
+/* The process settings that only the environment at process start can
+ * give, applied by re-executing /proc/self/exe with argv once (same pid,
+ * nothing else changed); returns only when it did not re-execute. Call
+ * early in main, before any thread starts or file opens that should not
+ * survive exec. A value the user set is kept.
+ * - Large chunk buffers on transparent huge pages. Every chunk a worker
+ *   receives lands in a buffer that ZeroMQ mallocs for it, and glibc maps
+ *   buffers past 32 MiB afresh each time: faulted in 4 KiB pages, a 64 MiB
+ *   chunk costs ~27 ms of faults on a VM (as long as its transfer on a
+ *   20 Gbit/s link), ~6 ms in 2 MiB pages. Only glibc's tunable
+ *   glibc.malloc.hugetlb=1, read at process start, puts them there (when
+ *   the kernel's THP mode is "madvise"; "always" needs nothing, "never"
+ *   allows nothing): added to GLIBC_TUNABLES unless it names the tunable.
+ * - OPENBLAS_NUM_THREADS=1 unless set: the executor threads are the
+ *   worker's parallelism and call BLAS one thread each
+ *   (openblas_set_num_threads(1)), but OpenBLAS starts its own pool when
+ *   the library loads, and each pool thread spins (sched_yield) for ~0.1 s
+ *   before it sleeps: 90 ms of a core at every worker start, taken from
+ *   the first tasks on a small machine (measured on this 2-core VM). */
+void tsr_worker_start_env(char **argv);
 
 #endif

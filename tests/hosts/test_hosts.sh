@@ -53,7 +53,7 @@ done
 
 # Where the kernel gives huge pages on request only, a worker re-executes
 # itself with glibc's tunable so that received chunks land on them
-# (tsr_worker_prefer_huge_pages): same pid, tunable in its environment.
+# (tsr_worker_start_env): same pid, tunable in its environment.
 if grep -q '\[madvise\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null &&
    [[ "${GLIBC_TUNABLES:-}" != *glibc.malloc.hugetlb* ]]; then
   tr '\0' '\n' <"/proc/${pids[1]}/environ" | grep -q '^GLIBC_TUNABLES=.*glibc\.malloc\.hugetlb=1' ||
@@ -62,6 +62,15 @@ if grep -q '\[madvise\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null
   [ "$failures" -eq 0 ] && pass "workers run with large buffers on transparent huge pages (THP madvise)"
 else
   echo "note: THP is not madvise-only here (or GLIBC_TUNABLES names hugetlb): the huge-page check does not apply"
+fi
+# ... and with OpenBLAS's own thread pool off (its threads spin ~0.1 s at
+# start; the executor threads are the parallelism), unless the user set it.
+if [ -z "${OPENBLAS_NUM_THREADS:-}" ]; then
+  tr '\0' '\n' <"/proc/${pids[1]}/environ" | grep -qx 'OPENBLAS_NUM_THREADS=1' ||
+    fail "worker w1 (pid ${pids[1]}) runs without OPENBLAS_NUM_THREADS=1"
+  [ "$failures" -eq 0 ] && pass "workers start without OpenBLAS's thread pool"
+else
+  echo "note: OPENBLAS_NUM_THREADS is set here ($OPENBLAS_NUM_THREADS): the worker keeps it, the pool check does not apply"
 fi
 
 # Chunks fetched by workers from each other (the workers' debug log lines).
