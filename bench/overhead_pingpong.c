@@ -9,26 +9,36 @@
  *     (every leg goes through both ends' libzmq I/O threads);
  *   --transport tcp: plain TCP sockets (TCP_NODELAY), every process
  *     sleeping in epoll_wait as an event loop would: what a control path
- *     without libzmq's I/O threads could reach.
+ *     without libzmq's I/O threads could reach;
+ *   --transport unix: the same over Unix domain sockets (one host: what a
+ *     same-host control path could reach).
  *
- *   tsr-bench-pingpong [--transport zmq|tcp] [--legs 2|4] [--reps N]
+ *   tsr-bench-pingpong [--transport zmq|tcp|unix] [--legs 2|4] [--reps N]
  * prints `pingpong transport=... legs=... median_us=... p90_us=...`. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #define MSG_BYTES 64
+
+/* --transport unix: the "tcp" functions use this abstract socket name. */
+static bool use_unix;
+static struct sockaddr_un unix_addr;
+
+static socklen_t unix_len(void) { return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(unix_addr.sun_path + 1)); }
 
 static double now_us(void)
 {
@@ -151,11 +161,14 @@ static int epoll_of(const int *fds, int n)
 
 static int tcp_connect(int port, char hello)
 {
-  int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+  int fd = socket(use_unix ? AF_UNIX : AF_INET, SOCK_STREAM, 0), one = 1;
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  while (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) usleep(1000);
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (use_unix)
+    while (connect(fd, (struct sockaddr *)&unix_addr, unix_len()) != 0) usleep(1000);
+  else
+    while (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) usleep(1000);
+  if (!use_unix) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   char buf[MSG_BYTES] = {hello};
   if (write(fd, buf, MSG_BYTES) != MSG_BYTES) exit(1);
   return fd;
@@ -167,7 +180,7 @@ static void tcp_relay(int lfd, int legs, int reps)
   char buf[MSG_BYTES];
   while (client < 0 || (legs == 4 && worker < 0)) {
     int fd = accept(lfd, NULL, NULL);
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (!use_unix) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     read_full(fd, buf);
     if (buf[0] == 'C') client = fd;
     else worker = fd;
@@ -204,12 +217,19 @@ static void tcp_client(int port, int legs, int reps)
     wait_read(ep, buf);
     lat[i] = now_us() - t0;
   }
-  report("tcp", legs, lat, reps);
+  report(use_unix ? "unix" : "tcp", legs, lat, reps);
   free(lat);
 }
 
 static int tcp_listen(int *port_p)
 {
+  if (use_unix) {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    unix_addr.sun_family = AF_UNIX;
+    snprintf(unix_addr.sun_path + 1, sizeof unix_addr.sun_path - 1, "tsr-pingpong-%d", (int)getpid());
+    if (bind(fd, (struct sockaddr *)&unix_addr, unix_len()) != 0 || listen(fd, 4) != 0) exit(1);
+    return fd;
+  }
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -229,12 +249,13 @@ int main(int argc, char **argv)
     else if (strcmp(argv[i], "--legs") == 0 && i + 1 < argc) legs = atoi(argv[++i]);
     else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
     else {
-      printf("usage: tsr-bench-pingpong [--transport zmq|tcp] [--legs 2|4] [--reps N]\n");
+      printf("usage: tsr-bench-pingpong [--transport zmq|tcp|unix] [--legs 2|4] [--reps N]\n");
       return strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }
-  if ((legs != 2 && legs != 4) || reps < 1 || (strcmp(transport, "zmq") != 0 && strcmp(transport, "tcp") != 0)) {
-    fprintf(stderr, "pingpong: --legs is 2 or 4, --reps >= 1, --transport zmq or tcp\n");
+  use_unix = strcmp(transport, "unix") == 0;
+  if ((legs != 2 && legs != 4) || reps < 1 || (strcmp(transport, "zmq") != 0 && strcmp(transport, "tcp") != 0 && !use_unix)) {
+    fprintf(stderr, "pingpong: --legs is 2 or 4, --reps >= 1, --transport zmq, tcp or unix\n");
     return 2;
   }
   bool zmq = strcmp(transport, "zmq") == 0;

@@ -15,9 +15,9 @@ base=${BASE:?BASE=<bin dir of the build to compare with>}
 pairs=${PAIRS:-3}
 args="--sizes 100000,1000000 --shapes independent --reps 1000"
 echo "# bench/overhead_rt  $(date -u '+%Y-%m-%d %H:%M')  $(nproc) cores  load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# floor:  $bin/tsr-bench-pingpong --transport zmq|tcp --legs 2|4 --reps 5000"
+echo "# floor:  $bin/tsr-bench-pingpong --transport zmq|tcp|unix --legs 2|4 --reps 5000"
 echo "# runs:   PATH=<bin>:\$PATH tessera local --cpu-workers 2 --threads-per-worker 1 -- <bin>/tsr-bench-overhead $args"
-for t in zmq tcp; do
+for t in zmq tcp unix; do
   for l in 2 4; do "$bin/tsr-bench-pingpong" --transport "$t" --legs "$l" --reps 5000; done
 done
 run() {   # label bindir [env...]
