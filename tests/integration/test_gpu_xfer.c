@@ -1,5 +1,7 @@
 /* Device chunks between two GPU workers (label gpu; skipped with 77 where
- * no GPU can be used): two workers on one GPU, both on --transport ucx,
+ * no GPU can be used), and the genotype SVD spread over two GPU workers.
+ *
+ * Chunks: two workers on one GPU, both on --transport ucx,
  * multiply 16 MiB f64 chunks that were made on either worker, so about
  * half the products need a chunk from the other worker.
  *
@@ -11,7 +13,14 @@
  * - The same graph with TESSERA_DEVICE_TRANSFER=0 goes through host copies
  *   (so the counters are not blind), and both give the same bytes.
  * Uses only the public API; the counters come from each worker's exit log
- * line (worker.c, log_share_stats). */
+ * line (worker.c, log_share_stats).
+ *
+ * SVD (issue 16): bench/svd_gpu.c's randomized SVD of a 2-bit packed 0..2
+ * genotype matrix, persisted, on one GPU worker and on two (GPUs 0 and 1
+ * where the machine has two, else both on GPU 0): each worker holds a
+ * share of X and the thin reductions combine across them; s agrees within
+ * 1e-12 relative. */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +30,7 @@
 #include "cluster.h"
 #include "kit.h"
 #include "tessera/array.h"
+#include "tessera/linalg.h"
 #include "tessera/tessera.h"
 
 #define ROWS 16384
@@ -152,6 +162,95 @@ TEST(chunks_move_device_to_device_between_two_gpu_workers)
   ASSERT_TRUE(!s[0].copied_up_nothing || !s[1].copied_up_nothing);
 }
 
+#define SVD_ROWS 200000
+#define SVD_COLS 2000
+#define SVD_CHUNK 12500   /* 16 chunks of X */
+#define SVD_K 10
+
+/* How many GPUs the worker sees (lines of --list-gpus). */
+static int gpu_count(void)
+{
+  char out[4096];
+  const char *argv[] = {cluster_bin("tessera-worker"), "--list-gpus", NULL};
+  if (run_capture(argv, NULL, out, sizeof out, 60) != 0) return 0;
+  int n = 0;
+  for (const char *p = out; *p != '\0'; p++) n += *p == '\n';
+  return n;
+}
+
+/* The SVD of packed X on the cluster at address; held[i]: bytes of X the
+ * scheduler placed on worker i once X is persisted. */
+static int packed_svd(const char *address, int workers, double *s, double *v, uint64_t *held)
+{
+  int64_t shape[2] = {SVD_ROWS, SVD_COLS}, chunks[2] = {SVD_CHUNK, SVD_COLS};
+  tsr_client *client = NULL;
+  tsr_array_ctx *ctx = NULL;
+  tsr_array *x = NULL, *enc = NULL, *kept = NULL, *u = NULL, *sa = NULL, *va = NULL;
+  tsr_cluster_info *info = NULL;
+  tsr_compress_opts co = TSR_COMPRESS_OPTS_DEFAULT;
+  co.encoding = TSR_ENC_PACKED2;
+  tsr_svd_opts so = TSR_SVD_OPTS_DEFAULT;
+  so.seed = 5;
+  int rc = tsr_client_open(&client, address, NULL);
+  if (rc == 0) rc = tsr_wait_for_workers(client, workers, 60000);
+  if (rc == 0) rc = tsr_array_ctx_new(client, &ctx);
+  if (rc == 0) rc = tsr_randint(ctx, 11, 0, 3, TSR_U8, 2, shape, chunks, &x);
+  if (rc == 0) rc = tsr_compress(ctx, x, &co, &enc);
+  if (rc == 0) rc = tsr_persist(ctx, enc, 120000, &kept);
+  if (rc == 0) rc = tsr_cluster_info_get(client, 10000, &info);
+  for (int i = 0; rc == 0 && i < workers; i++) held[i] = i < (int)info->n_workers ? info->workers[i].memory_held : 0;
+  if (rc == 0) rc = tsr_svd_compressed(ctx, kept, SVD_K, &so, &u, &sa, &va);
+  const tsr_array *outs[2] = {sa, va};
+  void *bufs[2] = {s, v};
+  size_t caps[2] = {SVD_K * sizeof *s, (size_t)SVD_K * SVD_COLS * sizeof *v};
+  if (rc == 0) rc = tsr_compute_many(ctx, outs, 2, bufs, caps, 300000);
+  if (rc != 0) fprintf(stderr, "  packed svd on %d workers: %s: %s\n", workers, tsr_err_name(rc), tsr_errmsg());
+  tsr_array *all[] = {x, enc, kept, u, sa, va};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tsr_array_free(ctx, &all[i]);
+  tsr_cluster_info_destroy(&info);
+  tsr_array_ctx_destroy(&ctx);
+  tsr_client_close(client);
+  return rc;
+}
+
+static int svd_on(int workers, bool two_gpus, double *s, double *v, uint64_t *held)
+{
+  const char *gpu0[] = {"--gpu", "0", NULL}, *gpu1[] = {"--gpu", two_gpus ? "1" : "0", NULL};
+  cluster c;
+  memset(&c, 0, sizeof c);
+  int rc = cluster_start_scheduler(&c, NULL) == 0 && cluster_add_worker(&c, 2, gpu0) >= 0 &&
+                   (workers < 2 || cluster_add_worker(&c, 2, gpu1) >= 0)
+               ? 0
+               : -1;
+  if (rc == 0) rc = packed_svd(c.address, workers, s, v, held);
+  cluster_stop(&c, rc != 0);
+  return rc;
+}
+
+TEST(packed_genotype_svd_on_two_gpu_workers_equals_one)
+{
+  bool two_gpus = gpu_count() >= 2;
+  double s1[SVD_K], s2[SVD_K];
+  double *v1 = malloc((size_t)SVD_K * SVD_COLS * sizeof *v1), *v2 = malloc((size_t)SVD_K * SVD_COLS * sizeof *v2);
+  uint64_t held1[1] = {0}, held2[2] = {0};
+  ASSERT_TRUE(v1 != NULL && v2 != NULL);
+  int rc1 = svd_on(1, two_gpus, s1, v1, held1), rc2 = svd_on(2, two_gpus, s2, v2, held2);
+  double worst = 0;
+  for (int i = 0; rc1 == 0 && rc2 == 0 && i < SVD_K; i++) {
+    double rel = fabs(s1[i] - s2[i]) / s1[0];
+    if (rel > worst) worst = rel;
+  }
+  fprintf(stderr, "  %s: X held %.1f MB on one worker, %.1f + %.1f MB on two; s1[0] %.6g, largest |s1 - s2| / s1[0] %.3g\n",
+          two_gpus ? "GPUs 0 and 1" : "both on GPU 0", held1[0] / 1e6, held2[0] / 1e6, held2[1] / 1e6, s1[0], worst);
+  free(v1);
+  free(v2);
+  ASSERT_EQ(rc1, 0);
+  ASSERT_EQ(rc2, 0);
+  ASSERT_TRUE(s1[0] > 0);
+  ASSERT_TRUE(held2[0] > 0 && held2[1] > 0);   /* each worker holds a share of X */
+  ASSERT_TRUE(worst <= 1e-12);
+}
+
 int main(void)
 {
   if (!have_gpu()) {
@@ -159,5 +258,6 @@ int main(void)
     return KIT_SKIP;
   }
   RUN(chunks_move_device_to_device_between_two_gpu_workers);
+  RUN(packed_genotype_svd_on_two_gpu_workers_equals_one);
   return kit_summary();
 }
