@@ -1,0 +1,5 @@
+add_executable(test_zmtp ${TSR_TESTS_DIR}/unit/test_zmtp.c)
+target_include_directories(test_zmtp PRIVATE ${TSR_TESTS_DIR})
+target_link_libraries(test_zmtp PRIVATE tsr_zmtp PkgConfig::ZMQ)
+add_test(NAME unit.zmtp COMMAND test_zmtp)
+set_tests_properties(unit.zmtp PROPERTIES LABELS unit TIMEOUT 120)
