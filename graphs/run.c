@@ -194,6 +194,23 @@ static int gather_as_done(tsr_array_ctx *ctx, const tsr_array *const *arrays, si
 
 static size_t array_bytes(const tsr_array *a) { return (size_t)tsr_array_size(a) * tsr_dtype_size(a->dtype); }
 
+/* Every block of the n arrays when each key is held (a persisted array, a
+ * result kept with its context): fetched straight from the workers, with no
+ * graph and no scheduler round trip (a held key is wanted by a live future,
+ * so the client knows where it is, and waits for it if it is being
+ * recomputed). Nonzero when some key is not held or a fetch failed: the
+ * caller then submits as for any array, which also names real errors. */
+static int gather_held(tsr_array_ctx *ctx, const tsr_array *const *arrays, size_t n, void *const *bufs, int timeout_ms)
+{
+  for (size_t i = 0; i < n; i++)
+    for (size_t b = 0; b < arrays[i]->nblocks; b++)
+      if (!tsr_strmap_get(ctx->held, arrays[i]->keys[b], strlen(arrays[i]->keys[b]), NULL)) return 1;
+  for (size_t i = 0; i < n; i++)
+    for (size_t b = 0; b < arrays[i]->nblocks; b++)
+      if (gather_block(ctx, arrays[i], b, bufs[i], timeout_ms) != 0) return 1;
+  return 0;
+}
+
 /* All chunk keys of n arrays, in order (borrowed pointers). */
 static char **all_keys(const tsr_array *const *arrays, size_t n, size_t *count_p)
 {
@@ -225,6 +242,11 @@ TSR_API int tsr_compute_many(tsr_array_ctx *ctx, const tsr_array *const *arrays,
   if (rc != 0) {
     free(dense);
     return rc;
+  }
+  if (gather_held(ctx, dense, n, bufs, timeout_ms) == 0) {
+    free(keys);
+    free(dense);
+    return 0;
   }
   tsr_future *f = NULL;
   rc = grun_submit_nowait(ctx, keys, count, &f);

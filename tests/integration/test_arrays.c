@@ -480,6 +480,31 @@ TEST(two_contexts_do_not_share_key_names)
   tsr_array_ctx_destroy(&c2);
 }
 
+/* A persisted array's chunks are fetched straight from the workers: its
+ * compute needs no graph, so it works while the scheduler is stopped
+ * (SIGSTOP; before, the compute submitted a graph and waited out its
+ * timeout). */
+TEST(a_persisted_array_is_gathered_without_the_scheduler)
+{
+  tsr_array_ctx *ctx = NULL;
+  tsr_array *a = NULL, *kept = NULL;
+  int64_t shape[1] = {50000}, chunk[1] = {12500};
+  ASSERT_OK(tsr_array_ctx_new(client, &ctx));
+  ASSERT_OK(tsr_random_uniform(ctx, 17, TSR_F64, 1, shape, chunk, &a));
+  ASSERT_OK(tsr_persist(ctx, a, 30000, &kept));
+  double *x = malloc(50000 * sizeof *x), *y = malloc(50000 * sizeof *y);
+  ASSERT_TRUE(x && y);
+  ASSERT_OK(tsr_compute(ctx, a, x, 50000 * sizeof *x, 30000));
+  ASSERT_EQ(kill(c.scheduler, SIGSTOP), 0);
+  int rc = tsr_compute(ctx, kept, y, 50000 * sizeof *y, 3000);
+  ASSERT_EQ(kill(c.scheduler, SIGCONT), 0);
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(memcmp(x, y, 50000 * sizeof *x), 0);
+  ASSERT_TRUE(x[49999] > 0);
+  free(x), free(y);
+  tsr_array_ctx_destroy(&ctx);
+}
+
 /* Each row of v sums to >= 0, and each column of u was flipped with its
  * row of v: u_t . (A v_t) = s_t > 0 (regression: `tsr-svd --method exact`
  * on a 3000 x 700 uniform matrix returned rows of v with a negative sum).
@@ -596,6 +621,7 @@ int main(void)
   RUN(odd_shapes_and_clear_errors);
   RUN(chunk_directory_round_trip_and_constants);
   RUN(two_contexts_do_not_share_key_names);
+  RUN(a_persisted_array_is_gathered_without_the_scheduler);
   RUN(svd_signs_follow_dask_convention);
   RUN(broadcasting_and_nan_reductions_match_local);
   tsr_client_close(client);
