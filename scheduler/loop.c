@@ -1,6 +1,7 @@
-/* The event loop: one ROUTER socket, one thread, no locks.
+/* The event loop: one router socket (common/zmtp: ZeroMQ's wire, read and
+ * written on this thread), one thread, no locks.
  *
- * Each iteration: wait in zmq_poll until a message arrives or the next
+ * Each iteration: wait in poll until a message arrives or the next
  * timer is due; receive without blocking until EAGAIN, at most
  * MAX_FRAMES_PER_ITERATION frames so timers stay fair under load; run the
  * timers (heartbeats to every peer, timeouts); run the placement pass
@@ -11,12 +12,14 @@
 #include <errno.h>
 #include <malloc.h>
 #include <stdio.h>
+#include <poll.h>
 #include <stdlib.h>
-#include <zmq.h>
+#include <string.h>
 
 #include "util/rttrace.h"
 #include "net/curve.h"
 #include "net/net.h"
+#include "zmtp/zmtp.h"
 #include "dashboard.h"
 #include "journal.h"
 #include "policy_evict.h"
@@ -25,40 +28,17 @@
 
 #define MAX_FRAMES_PER_ITERATION 10000
 #define DRAIN_BUDGET_US 50000
-#define ZERO_COPY_BYTES (64u << 10)
 
-static void free_buffer(void *data, void *hint)
+/* The peer's batch leaves on this thread (written at once unless the
+ * kernel's buffer is full); big batches (a million key_done) are handed
+ * over without a copy. */
+static void send_outbox(tsr_zmtp *sock, sched_peer *peer)
 {
-  (void)hint;
-  free(data);  /* runs on ZeroMQ's I/O thread: free() is thread-safe */
-}
-
-static void send_outbox(void *sock, sched_peer *peer)
-{
-  tsr_wbuf *wb = &peer->out;
-  if (zmq_send(sock, peer->identity, peer->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
-    TSR_WARN("cannot send to a peer: %s", zmq_strerror(zmq_errno()));
-    tsr_wbuf_reset(wb);
-    return;
-  }
-  if (wb->sbuf.size < ZERO_COPY_BYTES) {
-    if (zmq_send(sock, wb->sbuf.data, wb->sbuf.size, ZMQ_DONTWAIT) < 0)
-      TSR_WARN("cannot send to a peer: %s", zmq_strerror(zmq_errno()));
-    tsr_wbuf_reset(wb);
-    return;
-  }
-  /* Big batches (a million key_done) are handed over without a copy. */
   size_t len;
-  char *data = tsr_wbuf_release(wb, &len);
-  zmq_msg_t msg;
-  if (zmq_msg_init_data(&msg, data, len, free_buffer, NULL) != 0) {
-    free(data);
-    return;
-  }
-  if (zmq_msg_send(&msg, sock, ZMQ_DONTWAIT) < 0) {
-    TSR_WARN("cannot send %zu bytes to a peer: %s", len, zmq_strerror(zmq_errno()));
-    zmq_msg_close(&msg);
-  }
+  char *data = tsr_wbuf_release(&peer->out, &len);
+  if (data == NULL) return;
+  if (tsr_zmtp_send_owned(sock, peer->identity, peer->id_len, data, len) != 0 && errno != EHOSTUNREACH)
+    TSR_WARN("cannot send %zu bytes to a peer: %s", len, strerror(errno));
 }
 
 /* Workers first: a `compute` is on its task's critical path, while a
@@ -67,7 +47,7 @@ static void send_outbox(void *sock, sched_peer *peer)
  * I/O thread first is also the first to get a core: the round-trip stamps
  * (TESSERA_RTTRACE) showed the `submitted` branch (three client wake-ups)
  * running beside the `compute` leg (bench/RESULTS.md, 2026-11-25). */
-static void flush(void *sock, sched_state *st)
+static void flush(tsr_zmtp *sock, sched_state *st)
 {
   for (int pass = 0; pass < 2; pass++) {
     for (uint32_t i = 0; i < st->ndirty; i++) {
@@ -90,26 +70,21 @@ static void flush(void *sock, sched_state *st)
  * in one iteration without it); it is generous because a large batch is
  * what makes the throughput (one `compute` frame per worker per
  * iteration). */
-static bool drain(void *sock, sched_state *st)
+static bool drain(tsr_zmtp *sock, sched_state *st)
 {
   uint64_t deadline = tsr_now_us() + DRAIN_BUDGET_US;
   for (int n = 0; n < MAX_FRAMES_PER_ITERATION; n++) {
     if (n > 0 && tsr_now_us() >= deadline) return true;
-    tsr_frames fr;
-    int count = tsr_frames_recv(sock, &fr, ZMQ_DONTWAIT);
-    if (count < 0) {
-      if (errno != EAGAIN && errno != EINTR) TSR_ERROR("receive failed: %s", zmq_strerror(errno));
-      return false;
-    }
+    tsr_zmtp_msg m;
+    if (tsr_zmtp_recv(sock, &m) == 0) return false;
     tsr_rt_stamp("s.recv");
     uint64_t now = tsr_now_ms();
-    if (count == 2) sched_security_note_frame(st, &fr.part[1]);
-    if (count == 2 && !fr.truncated)
-      sched_handle_frame(st, tsr_frame_data(&fr, 0), tsr_frame_size(&fr, 0), tsr_frame_data(&fr, 1),
-                         tsr_frame_size(&fr, 1), now);
-    else if (count >= 1)
-      sched_handle_bad_frame(st, tsr_frame_data(&fr, 0), tsr_frame_size(&fr, 0), fr.truncated ? TSR_NET_MAX_FRAMES : count - 1, now);
-    tsr_frames_close(&fr);
+    sched_security_note_frame(st, m.key);
+    if (m.nframes == 1 && !m.truncated)
+      sched_handle_frame(st, m.id, m.id_len, m.data[0], m.len[0], now);
+    else
+      sched_handle_bad_frame(st, m.id, m.id_len, m.truncated ? TSR_ZMTP_MAX_FRAMES : m.nframes, now);
+    tsr_zmtp_msg_close(&m);
   }
   return true;
 }
@@ -129,37 +104,30 @@ static int write_address_file(const char *path, const char *address)
   return 0;
 }
 
-static int open_socket(void *ctx, const sched_loop_opts *opts, void **sock_p, tsr_zap **zap_p)
+static int open_socket(const sched_loop_opts *opts, sched_security *sec, tsr_zmtp **sock_p)
 {
-  void *sock = zmq_socket(ctx, ZMQ_ROUTER);
-  if (sock == NULL) {
-    TSR_ERROR("cannot create the ROUTER socket: %s", zmq_strerror(zmq_errno()));
-    return TSR_ECONN;
-  }
-  tsr_net_socket_defaults(sock);
-  /* --max-message-bytes before ZeroMQ allocates a frame: a peer sending a
-   * larger one is disconnected (limits.c checks each frame again) */
+  /* --max-message-bytes before a frame is allocated: a peer sending a
+   * larger one is disconnected (limits.c checks each frame again); at most
+   * as many connections as workers and clients may register, and some
+   * more for those on their way in or out */
   tsr_limits limits = opts->cfg.limits;
   sched_limits_defaults(&limits);
-  int64_t maxsize = (int64_t)limits.message_bytes;
-  zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
-  int mandatory = 0;  /* a departed peer's messages are dropped, never block */
-  zmq_setsockopt(sock, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof mandatory);
-  if (sched_security_open(ctx, sock, opts, zap_p) != 0) {
-    zmq_close(sock);
-    return TSR_EINVAL;
-  }
+  uint64_t peers = limits.workers + limits.clients + 256;
+  tsr_zmtp_opts zo = {.what = "scheduler", .max_frame = (size_t)limits.message_bytes,
+                      .max_peers = peers > 1000000 ? 1000000u : (unsigned)peers};
+  if (sched_security_open(opts, sec, &zo) != 0) return TSR_EINVAL;
   sched_security_warn(opts);
-  char address[TSR_MAX_ADDR_LEN];
+  char bound[TSR_MAX_ADDR_LEN], address[TSR_MAX_ADDR_LEN];
   tsr_errbuf err;
-  if (tsr_net_bind(sock, opts->listen, "127.0.0.1", address, sizeof address, &err) != 0) {
+  tsr_zmtp *sock = NULL;
+  if (tsr_zmtp_bind(opts->listen, &zo, &sock, bound, sizeof bound, &err) != 0) {
     TSR_ERROR("%s", err.text);
-    zmq_close(sock);
     return TSR_ECONN;
   }
+  tsr_net_advertise(bound, "127.0.0.1", address, sizeof address);
   if (opts->address_file != NULL && write_address_file(opts->address_file, address) != 0) {
     TSR_ERROR("cannot write the address file %s", opts->address_file);
-    zmq_close(sock);
+    tsr_zmtp_close(&sock);
     return TSR_EIO;
   }
   TSR_INFO("listening on %s (heartbeat every %llu ms, timeout %llu ms, recompute %s, fuse width %u)", address,
@@ -213,7 +181,7 @@ static void describe_iteration(const sched_state *st, const uint64_t *us, const 
   }
 }
 
-/* Counts one iteration (the loop's own work, not its wait in zmq_poll)
+/* Counts one iteration (the loop's own work, not its wait in poll)
  * in the histogram /metrics shows, keeps the longest with what it did,
  * and logs one over SLOW_ITERATION_US. */
 static void note_iteration(sched_state *st, const uint64_t *us, const char *admit_phase)
@@ -236,7 +204,7 @@ static void note_iteration(sched_state *st, const uint64_t *us, const char *admi
   if (total > SLOW_ITERATION_US) TSR_INFO("slow loop iteration: %.1f ms (%s)", (double)total / 1e3, what);
 }
 
-static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
+static void run_loop(tsr_zmtp *sock, sched_state *st, sched_security *sec, volatile sig_atomic_t *stop)
 {
   uint64_t hb_ms = st->cfg.heartbeat_ms ? st->cfg.heartbeat_ms : 1000;
   uint64_t check_ms = (st->cfg.timeout_ms < hb_ms ? st->cfg.timeout_ms : hb_ms) / 4;
@@ -250,11 +218,12 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
     uint64_t due = next_hb < next_check ? next_hb : next_check;
     if (next_progress < due) due = next_progress;
     long timeout = busy || admitting || st->place_more ? 0 : (due > now ? (long)(due - now) : 0);
-    zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
-    int rc = zmq_poll(&item, 1, timeout);
+    struct pollfd item = {tsr_zmtp_fd(sock), POLLIN, 0};
+    int rc = poll(&item, 1, (int)timeout);
     tsr_rt_stamp("s.wake");
     if (*stop) break;
-    if (rc < 0 && zmq_errno() != EINTR) TSR_ERROR("poll failed: %s", zmq_strerror(zmq_errno()));
+    if (rc < 0 && errno != EINTR) TSR_ERROR("poll failed: %s", strerror(errno));
+    sched_security_tick(sec);
     uint64_t us[NSTAGES], mark = tsr_now_us(), t;
     st->slowest_msg_us = 0;
     busy = rc > 0 && drain(sock, st);
@@ -306,13 +275,11 @@ static void run_loop(void *sock, sched_state *st, volatile sig_atomic_t *stop)
 
 int sched_run(const sched_loop_opts *opts, volatile sig_atomic_t *stop)
 {
-  void *ctx = zmq_ctx_new();
-  if (ctx == NULL) return TSR_ENOMEM;
-  void *sock = NULL;
-  tsr_zap *zap = NULL;
-  int rc = open_socket(ctx, opts, &sock, &zap);
+  tsr_zmtp *sock = NULL;
+  sched_security sec = {0};
+  int rc = open_socket(opts, &sec, &sock);
   sched_config cfg = opts->cfg;
-  cfg.curve = zap != NULL;
+  cfg.curve = sec.on;
   sched_state *st = rc == 0 ? sched_state_new(&cfg) : NULL;
   if (rc == 0 && st == NULL) rc = TSR_ENOMEM;
   if (rc == 0 && opts->journal_dir != NULL) {
@@ -322,14 +289,13 @@ int sched_run(const sched_loop_opts *opts, volatile sig_atomic_t *stop)
   }
   if (rc == 0 && opts->dashboard != NULL) rc = sched_dash_open(st, opts->dashboard);
   if (rc == 0) {
-    run_loop(sock, st, stop);
+    run_loop(sock, st, &sec, stop);
     TSR_INFO("shutting down: %u workers, %u clients, %u tasks", st->nworkers_alive, st->nclients_alive, st->nlive);
   }
   if (st != NULL) sched_dash_close(st);
   if (st != NULL) sched_journal_close(st);
   sched_state_destroy(&st);
-  tsr_zap_stop(&zap);
-  if (sock != NULL) zmq_close(sock);
-  zmq_ctx_term(ctx);
+  tsr_zmtp_close(&sock);
+  sched_security_close(&sec);
   return rc;
 }

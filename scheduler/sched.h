@@ -23,8 +23,8 @@
 
 #include <signal.h>
 
-#include <zmq.h>
 
+#include "net/curve.h"
 #include "state.h"
 
 /* ---------- heap.c ---------- */
@@ -279,15 +279,27 @@ typedef struct sched_loop_opts {
 } sched_loop_opts;
 
 /* ---------- security.c ---------- */
-struct tsr_zap;
-/* With opts->curve_secret: makes sock (not yet bound) a CURVE server and
- * starts zctx's ZAP handler with the allow-list (*zap_p; stop it before
- * zmq_ctx_term). Without: 0 and *zap_p untouched. 0 or a TSR_E* (logged). */
-int sched_security_open(void *zctx, void *sock, const sched_loop_opts *opts, struct tsr_zap **zap_p);
+/* CURVE on the scheduler's socket: our keys and the allow-list, which the
+ * socket asks about each connecting key (in the loop's thread). */
+typedef struct sched_security {
+  bool on;
+  tsr_curve curve;
+  tsr_keyset allow;
+  const char *allow_path;
+  volatile sig_atomic_t *reload;
+} sched_security;
+struct tsr_zmtp_opts;
+/* With opts->curve_secret: loads the keys and the allow-list into sec and
+ * makes zo a CURVE router's options that admit only listed keys. Without:
+ * 0 and nothing set. 0 or a TSR_E* (logged). */
+int sched_security_open(const sched_loop_opts *opts, sched_security *sec, struct tsr_zmtp_opts *zo);
+/* Reloads the allow-list when SIGHUP asked for it (each loop iteration). */
+void sched_security_tick(sched_security *sec);
+void sched_security_close(sched_security *sec);
 /* Warns when listening on a non-loopback address without keys. */
 void sched_security_warn(const sched_loop_opts *opts);
-/* Records the CURVE key (User-Id) of the frame about to be handled. */
-void sched_security_note_frame(sched_state *st, zmq_msg_t *msg);
+/* Records the CURVE key of the frame about to be handled ("" or Z85). */
+void sched_security_note_frame(sched_state *st, const char *key);
 /* After peer p registered (hello): records its key, introduces it to the
  * workers (and, for a worker, every registered key to it). */
 void sched_security_hello(sched_state *st, uint32_t p);

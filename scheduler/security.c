@@ -1,10 +1,9 @@
 /* CURVE on the scheduler's socket, and introductions (docs/security.md).
  *
- * With --curve-secret and --allow-keys the ROUTER is a CURVE server; the
- * ZAP handler (common/net/zap.c) admits a connecting worker or client only
- * when its public key is on the allow-list, reloaded on SIGHUP. The ZAP
- * handler names the key as the connection's User-Id, which every received
- * frame carries; a hello records it on the peer.
+ * With --curve-secret and --allow-keys the router is a CURVE server
+ * (common/zmtp) that admits a connecting worker or client only when its
+ * public key is on the allow-list, reloaded on SIGHUP; every received
+ * message carries its sender's key, which a hello records on the peer.
  *
  * Introductions: a worker's data socket admits only the keys the scheduler
  * told it about in `peers` messages: the keys of the workers and clients
@@ -15,33 +14,55 @@
 
 #include "net/curve.h"
 #include "net/net.h"
+#include "zmtp/zmtp.h"
 #include "sched.h"
 
-int sched_security_open(void *zctx, void *sock, const sched_loop_opts *opts, tsr_zap **zap_p)
+static bool admit_key(void *arg, const char *key, const char *peer_address)
+{
+  sched_security *sec = arg;
+  if (tsr_keyset_has(&sec->allow, key)) return true;
+  TSR_WARN("scheduler: refused CURVE key %s from %s: not on the allow-list", key, peer_address);
+  return false;
+}
+
+int sched_security_open(const sched_loop_opts *opts, sched_security *sec, struct tsr_zmtp_opts *zo)
 {
   if (opts->curve_secret == NULL) return 0;
   tsr_errbuf err = {{0}};
-  tsr_curve curve;
-  tsr_keyset allow = {0};
-  tsr_zap *zap = NULL;
-  int rc = tsr_curve_load(&curve, opts->curve_secret, NULL, &err);
-  if (rc == 0) rc = tsr_keyset_load(&allow, opts->allow_keys, &err);
-  if (rc == 0) rc = tsr_zap_start(zctx, "scheduler", "not on the allow-list", &zap, &err);
-  if (rc == 0) rc = tsr_curve_server(sock, &curve, "tessera", &err);
-  if (rc == 0) rc = tsr_zap_monitor(zap, sock, &err);
+  int rc = tsr_curve_load(&sec->curve, opts->curve_secret, NULL, &err);
+  if (rc == 0) rc = tsr_keyset_load(&sec->allow, opts->allow_keys, &err);
   if (rc != 0) {
     TSR_ERROR("CURVE: %s", err.text);
-    tsr_keyset_free(&allow);
-    tsr_zap_stop(&zap);
+    tsr_keyset_free(&sec->allow);
     return rc;
   }
-  TSR_INFO("CURVE on: public key %s, %zu keys allowed from %s (SIGHUP reloads it)", curve.public_key, allow.n,
-           opts->allow_keys);
-  tsr_zap_replace(zap, &allow);
-  if (opts->reload != NULL) tsr_zap_watch(zap, opts->allow_keys, opts->reload);
-  *zap_p = zap;
+  TSR_INFO("CURVE on: public key %s, %zu keys allowed from %s (SIGHUP reloads it)", sec->curve.public_key,
+           sec->allow.n, opts->allow_keys);
+  sec->on = true;
+  sec->allow_path = opts->allow_keys;
+  sec->reload = opts->reload;
+  zo->secret_key = sec->curve.secret_key;
+  zo->admit = admit_key;
+  zo->admit_arg = sec;
   return 0;
 }
+
+void sched_security_tick(sched_security *sec)
+{
+  if (!sec->on || sec->reload == NULL || !*sec->reload) return;
+  *sec->reload = 0;
+  tsr_keyset fresh = {0};
+  tsr_errbuf err = {{0}};
+  if (tsr_keyset_load(&fresh, sec->allow_path, &err) != 0) {
+    TSR_ERROR("scheduler: allow-list not reloaded, keeping the old one: %s", err.text);
+    return;
+  }
+  TSR_INFO("scheduler: reloaded the allow-list %s: %zu keys", sec->allow_path, fresh.n);
+  tsr_keyset_free(&sec->allow);
+  sec->allow = fresh;
+}
+
+void sched_security_close(sched_security *sec) { tsr_keyset_free(&sec->allow); }
 
 /* True for tcp://127.x.x.x, tcp://localhost, tcp://[::1], ipc:// and inproc://. */
 static bool is_loopback(const char *endpoint)
@@ -59,10 +80,9 @@ void sched_security_warn(const sched_loop_opts *opts)
              opts->listen);
 }
 
-void sched_security_note_frame(sched_state *st, zmq_msg_t *msg)
+void sched_security_note_frame(sched_state *st, const char *key)
 {
-  const char *user = st->cfg.curve ? zmq_msg_gets(msg, "User-Id") : NULL;
-  if (user != NULL && tsr_curve_key_valid(user, strlen(user))) memcpy(st->frame_key, user, sizeof st->frame_key);
+  if (st->cfg.curve && key[0] != '\0') memcpy(st->frame_key, key, sizeof st->frame_key);
   else st->frame_key[0] = '\0';
 }
 

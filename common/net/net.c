@@ -83,12 +83,17 @@ int tsr_net_bind(void *sock, const char *endpoint, const char *advertise_host, c
   size_t last_len = sizeof last;
   if (zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, last, &last_len) != 0)
     return tsr_fail(err, TSR_ECONN, "cannot read bound endpoint: %s", zmq_strerror(zmq_errno()));
-  const char *wild = strstr(last, "://0.0.0.0:");
-  if (wild != NULL && advertise_host != NULL && advertise_host[0] != '\0')
-    snprintf(out, cap, "tcp://%s%s", advertise_host, strrchr(last, ':'));
-  else
-    snprintf(out, cap, "%s", last);
+  tsr_net_advertise(last, advertise_host, out, cap);
   return 0;
+}
+
+void tsr_net_advertise(const char *bound, const char *advertise_host, char *out, size_t cap)
+{
+  const char *wild = strstr(bound, "://0.0.0.0:");
+  if (wild != NULL && advertise_host != NULL && advertise_host[0] != '\0')
+    snprintf(out, cap, "tcp://%s%s", advertise_host, strrchr(bound, ':'));
+  else
+    snprintf(out, cap, "%s", bound);
 }
 
 int tsr_net_local_ip_for(const char *endpoint, char *out, size_t cap)

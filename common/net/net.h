@@ -49,6 +49,10 @@ int tsr_net_send(void *sock, const void *identity, size_t id_len, const void *da
  * TSR_ECONN with a message. */
 int tsr_net_bind(void *sock, const char *endpoint, const char *advertise_host, char *out, size_t cap, tsr_errbuf *err);
 
+/* The address peers connect to for a bound endpoint: a wildcard host
+ * (0.0.0.0) becomes advertise_host when one is given. */
+void tsr_net_advertise(const char *bound, const char *advertise_host, char *out, size_t cap);
+
 /* Sets the options every socket of ours gets: linger, size limit, tcp
  * keepalive. */
 void tsr_net_socket_defaults(void *sock);

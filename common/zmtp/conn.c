@@ -474,12 +474,23 @@ static ssize_t read_some(zmtp_conn *c)
   return read(c->fd, c->in + c->in_len, c->in_cap - c->in_len);
 }
 
+/* The end of the stream. Before READY it counts as a refusal on a CURVE
+ * socket: libzmq hangs up without a word on seeing a greeting whose
+ * mechanism is not its own (a peer without keys). */
+static void hung_up(tsr_zmtp *s, zmtp_conn *c)
+{
+  if (c->state != CONN_READY && s->keys.on)
+    return zmtp_refuse(s, c, c->state == CONN_GREETING ? "the peer hung up on our greeting (it has no CURVE keys?)"
+                                                       : "the peer hung up during the handshake");
+  zmtp_conn_kill(s, c, "the peer closed the connection");
+}
+
 void zmtp_conn_on_readable(tsr_zmtp *s, zmtp_conn *c)
 {
   size_t budget = READ_BUDGET;
   while (c->state != CONN_DEAD && c->state != CONN_CONNECTING && budget > 0) {
     ssize_t n = read_some(c);
-    if (n == 0) return zmtp_conn_kill(s, c, "the peer closed the connection");
+    if (n == 0) return hung_up(s, c);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) zmtp_conn_kill(s, c, strerror(errno));
