@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "zmtp/zmtp.h"
 #include "worker_int.h"
 
 int tsr_wsec_open_data(tsr_worker *w, const char *endpoint, const char *host, tsr_errbuf *err)
@@ -31,13 +32,16 @@ void tsr_wsec_tag_address(tsr_worker *w)
   snprintf(w->data_address + len, sizeof w->data_address - len, "%s%s", TSR_CURVE_ADDR_TAG, w->opts.curve.public_key);
 }
 
-int tsr_wsec_link(tsr_worker *w)
+int tsr_wsec_link(tsr_worker *w, tsr_zmtp **sock_p)
 {
-  if (!w->opts.curve.on) return 0;
+  const tsr_curve *curve = &w->opts.curve;
+  /* retries while the scheduler is not up yet: soon, then once a second */
+  tsr_zmtp_opts o = {.what = "scheduler link", .reconnect_ms = 100, .reconnect_max_ms = 1000,
+                     .secret_key = curve->on ? curve->secret_key : NULL, .server_key = curve->on ? curve->server_key : NULL};
   tsr_errbuf err = {{0}};
-  if (tsr_curve_client(w->sched, &w->opts.curve, w->opts.curve.server_key, &err) == 0) return 0;
-  TSR_ERROR("scheduler link: %s", err.text);
-  return TSR_ECONN;
+  int rc = tsr_zmtp_connect(w->opts.scheduler, &o, sock_p, &err);
+  if (rc != 0) TSR_ERROR("scheduler link: %s", err.text);
+  return rc;
 }
 
 /* Applies one key list of a `peers` message. */

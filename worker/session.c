@@ -6,18 +6,20 @@
  * not know us, the worker assumes the scheduler has already rescheduled
  * everything it had: it cancels its queued and running tasks, starts a new
  * store epoch (a task finishing later cannot store its result), drops
- * replicas and spilled chunks, closes the DEALER and says hello again on a
- * new one, listing the results it still holds in memory (`chunks`): a
+ * replicas and spilled chunks, closes the link's socket and says hello
+ * again on a new one, listing the results it still holds in memory (`chunks`): a
  * scheduler restarted with its journal adopts them, others free them. Attempts
  * repeat forever, 1 s apart, one warn line each.
  *
  * A malformed frame or message is logged, answered with `error`, and
  * skipped; only a refused protocol version is fatal. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "util/rttrace.h"
 #include "util/limits.h"
+#include "zmtp/zmtp.h"
 #include "wmetrics.h"
 #include "worker_int.h"
 
@@ -32,11 +34,7 @@ static void cancel_pending(void *arg, const char *key, size_t key_len, uint64_t 
   atomic_store(&task->cancelled, true);
 }
 
-static void close_socket(tsr_worker *w)
-{
-  if (w->sched != NULL) zmq_close(w->sched);
-  w->sched = NULL;
-}
+static void close_socket(tsr_worker *w) { tsr_zmtp_close(&w->sched); }
 
 /* Forgets the session: tasks cancelled (their completions arrive later
  * and are dropped as stale), chunks dropped, socket closed. */
@@ -68,20 +66,12 @@ static void link_reset(tsr_worker *w, uint64_t retry_at_ms)
 static void link_connect(tsr_worker *w, uint64_t now_ms)
 {
   w->attempt++;
-  w->sched = zmq_socket(w->sched_ctx, ZMQ_DEALER);
-  if (w->sched != NULL && tsr_wsec_link(w) != 0) {   /* CURVE options go before connect */
-    close_socket(w);
+  if (tsr_wsec_link(w, &w->sched) != 0) {
+    TSR_WARN("cannot connect to scheduler %s (attempt %llu); retrying in 1s", w->opts.scheduler,
+             (unsigned long long)w->attempt);
     w->retry_at_ms = now_ms + RETRY_PAUSE_MS;
     return;
   }
-  if (w->sched == NULL || zmq_connect(w->sched, w->opts.scheduler) != 0) {
-    TSR_WARN("cannot connect to scheduler %s: %s (attempt %llu); retrying in 1s", w->opts.scheduler,
-             zmq_strerror(zmq_errno()), (unsigned long long)w->attempt);
-    close_socket(w);
-    w->retry_at_ms = now_ms + RETRY_PAUSE_MS;
-    return;
-  }
-  tsr_net_socket_defaults(w->sched);
   if (w->attempt == 1) TSR_INFO("connecting to scheduler %s as %s", w->opts.scheduler, w->opts.name);
   w->link = TSR_LINK_HELLO;
   w->last_heard_ms = now_ms;
@@ -123,26 +113,24 @@ uint64_t tsr_link_next_deadline(const tsr_worker *w)
 void tsr_link_flush(tsr_worker *w)
 {
   if (w->out.nmsgs == 0) return;
-  if (w->sched != NULL && tsr_net_send(w->sched, NULL, 0, w->out.sbuf.data, w->out.sbuf.size, ZMQ_DONTWAIT) != 0)
-    TSR_WARN("send to scheduler failed: %s (%zu messages dropped)", zmq_strerror(zmq_errno()), w->out.nmsgs);
+  if (w->sched != NULL && tsr_zmtp_send(w->sched, NULL, 0, w->out.sbuf.data, w->out.sbuf.size) != 0)
+    TSR_WARN("send to scheduler failed: %s (%zu messages dropped)", strerror(errno), w->out.nmsgs);
   tsr_rt_stamp("w.sent");
   tsr_wbuf_reset(&w->out);
 }
 
 /* Sends goodbye (unless leaving on a fatal error) and closes the socket,
- * lingering so the goodbye leaves. */
+ * giving the goodbye up to 2 s to leave. */
 void tsr_link_goodbye(tsr_worker *w)
 {
   if (w->sched == NULL) return;
   /* Only a welcomed worker has something to say goodbye to; otherwise
-   * close at once rather than linger for a scheduler that may not exist. */
-  int linger = 0;
+   * close at once rather than wait for a scheduler that may not exist. */
   if (w->link == TSR_LINK_READY && w->exit_code == 0) {
     tsr_report_goodbye(w);
     tsr_link_flush(w);
-    linger = 2000;
+    tsr_zmtp_flush(w->sched, 2000);
   }
-  zmq_setsockopt(w->sched, ZMQ_LINGER, &linger, sizeof linger);
   close_socket(w);
 }
 
@@ -395,18 +383,17 @@ static void handle_frame(tsr_worker *w, const void *data, size_t len)
 void tsr_link_recv(tsr_worker *w)
 {
   uint64_t gen = w->link_gen;
-  tsr_frames frames;
-  while (w->sched != NULL && w->link_gen == gen && !w->stopping &&
-         tsr_frames_recv(w->sched, &frames, ZMQ_DONTWAIT) >= 0) {
+  tsr_zmtp_msg m;
+  while (w->sched != NULL && w->link_gen == gen && !w->stopping && tsr_zmtp_recv(w->sched, &m) == 1) {
     w->last_heard_ms = tsr_now_ms();
     tsr_rt_stamp("w.recv");
-    if (frames.count != 1 || frames.truncated) {
-      TSR_WARN("scheduler sent a message of %d frames (expected one); skipped", frames.count);
+    if (m.nframes != 1 || m.truncated) {
+      TSR_WARN("scheduler sent a message of %d frames (expected one); skipped", m.nframes);
       tsr_report_error(w, TSR_EPROTO, "a control message must be one frame", NULL);
     } else {
-      handle_frame(w, tsr_frame_data(&frames, 0), tsr_frame_size(&frames, 0));
+      handle_frame(w, m.data[0], m.len[0]);
     }
-    tsr_frames_close(&frames);
+    tsr_zmtp_msg_close(&m);
   }
 }
 

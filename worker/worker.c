@@ -1,8 +1,8 @@
 /* The worker's main thread: setup, the event loop, teardown.
  *
  * One zmq_poll over four things: the stop pipe (signals), the executor's
- * completion PULL, the data-plane server's ROUTER and the scheduler DEALER
- * (when connected), with the next link deadline (heartbeat, silence check,
+ * completion PULL, the data-plane server's ROUTER and the scheduler link
+ * (common/zmtp's fd, when connected), with the next link deadline (heartbeat, silence check,
  * reconnect) as the timeout. Everything the iteration has to say to the
  * scheduler is batched in w->out and sent as one frame at its end. */
 #include <errno.h>
@@ -13,6 +13,7 @@
 
 #include "share.h"
 #include "util/rttrace.h"
+#include "zmtp/zmtp.h"
 #include "wmetrics.h"
 #include "worker_int.h"
 
@@ -303,11 +304,10 @@ static int worker_setup(tsr_worker *w, const tsr_worker_opts *opts, int stop_fd)
   w->opts = *opts;
   tsr_wbuf_init(&w->out);
   w->zctx = zmq_ctx_new();
-  w->sched_ctx = zmq_ctx_new();
   w->store = tsr_wstore_new(opts->memory_limit);
   w->pending = tsr_strmap_new(1024);
   w->needs = tsr_strmap_new(1024);
-  if (!w->zctx || !w->sched_ctx || !w->store || !w->pending || !w->needs) {
+  if (!w->zctx || !w->store || !w->pending || !w->needs) {
     TSR_ERROR("out of memory starting the worker");
     return TSR_ENOMEM;
   }
@@ -358,7 +358,7 @@ static void loop_once(tsr_worker *w, int stop_fd)
   zmq_pollitem_t items[5] = {
     {NULL, stop_fd, ZMQ_POLLIN, 0},
     {w->pull, 0, ZMQ_POLLIN, 0},
-    {w->sched, 0, ZMQ_POLLIN, 0},
+    {NULL, w->sched != NULL ? tsr_zmtp_fd(w->sched) : -1, ZMQ_POLLIN, 0},
   };
   int first_data = w->sched != NULL ? 3 : 2;
   int n_items = first_data + tsr_xfer_server_pollitems(w->server, items + first_data, 2);
@@ -423,11 +423,7 @@ static void log_gpu_stats(tsr_worker *w)
 static bool worker_teardown(tsr_worker *w)
 {
   tsr_wmetrics_close(&w->metrics);
-  tsr_link_goodbye(w);
-  /* Terminating the scheduler's own context waits (up to the linger) for
-   * the goodbye to leave. */
-  if (w->sched_ctx) zmq_ctx_term(w->sched_ctx);
-  w->sched_ctx = NULL;
+  tsr_link_goodbye(w);   /* waits (up to 2 s) for the goodbye to leave */
   if (w->exec != NULL && tsr_wexec_stop(&w->exec, 5000) != 0) return false;
   if (w->pull) {
     drain_completions(w);

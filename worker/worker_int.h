@@ -22,8 +22,6 @@ typedef enum { TSR_LINK_DOWN = 0, TSR_LINK_HELLO, TSR_LINK_READY } tsr_link_stat
 typedef struct tsr_worker {
   tsr_worker_opts opts;
   void *zctx;                 /* data plane, inproc completions, executor fetches */
-  void *sched_ctx;            /* the scheduler DEALER only: its goodbye can be
-                                 flushed at exit even if an executor hangs */
   tsr_xfer_server *server;
   tsr_zap *zap;               /* the data socket's ZAP handler with CURVE (security.c), else NULL */
   char data_address[TSR_MAX_ADDR_LEN];  /* what peers are told to fetch from: the bound address, or
@@ -38,8 +36,9 @@ typedef struct tsr_worker {
   struct tsr_wshare *share;   /* device-to-device transfers (share.h), or NULL */
   tsr_devtier *devtier;       /* a GPU worker's device tier, or NULL */
 
-  /* scheduler link */
-  void *sched;
+  /* scheduler link: a dealer of common/zmtp (frames read and written on
+   * this thread) */
+  struct tsr_zmtp *sched;
   tsr_link_state link;
   uint64_t link_gen;          /* bumped on every reset: stop handling an old frame */
   uint64_t attempt;           /* connection attempts since the last welcome */
@@ -67,8 +66,9 @@ typedef struct tsr_worker {
 int tsr_wsec_open_data(tsr_worker *w, const char *endpoint, const char *host, tsr_errbuf *err);
 /* Appends "#curve=KEY" to w->data_address. */
 void tsr_wsec_tag_address(tsr_worker *w);
-/* Makes the new scheduler DEALER a CURVE client. 0 or TSR_ECONN (logged). */
-int tsr_wsec_link(tsr_worker *w);
+/* The scheduler link's socket: a CURVE client with keys. 0 or a TSR_E*
+ * (logged). */
+int tsr_wsec_link(tsr_worker *w, struct tsr_zmtp **sock_p);
 /* The scheduler's `peers`: whom the data socket admits. */
 void tsr_wsec_on_peers(tsr_worker *w, const msgpack_object *map);
 
