@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/rttrace.h"
+#include "zmtp/zmtp.h"
 #include "internal.h"
 
 void client_log(tsr_client *c, int level, const char *fmt, ...)
@@ -49,9 +51,26 @@ void client_free_chain(out_frame *f)
   }
 }
 
+void client_send_chain_locked(tsr_client *c, out_frame *f)
+{
+  while (f != NULL) {
+    out_frame *next = f->next;
+    if (tsr_zmtp_send_owned(c->sock, NULL, 0, f->data, f->len) != 0)
+      client_log(c, TSR_LOG_WARN, "dropped a message to %s: %s", c->address, strerror(errno));
+    free(f);
+    f = next;
+  }
+  tsr_rt_stamp("c.sent");
+}
+
 void client_enqueue_locked(tsr_client *c, out_frame *chain)
 {
   if (chain == NULL) return;
+  if (c->sock != NULL && c->out_head == NULL) {
+    client_send_chain_locked(c, chain);
+    c->sent_ms = tsr_now_ms();
+    return;
+  }
   if (c->out_tail != NULL)
     c->out_tail->next = chain;
   else
@@ -196,30 +215,20 @@ out_frame *client_hello_frame(tsr_client *c)
   return f;
 }
 
-/* Connecting is asynchronous in ZeroMQ: an unreachable scheduler shows up
- * as a missing welcome, not as an error here. */
+/* The socket's lines go to the caller's log callback, as ours do. */
+static void socket_log(void *arg, int level, const char *line) { client_log(arg, level, "%s", line); }
+
+/* Connecting is asynchronous: an unreachable scheduler shows up as a
+ * missing welcome, not as an error here. */
 int client_socket_open(tsr_client *c)
 {
-  c->sock = zmq_socket(c->zctx, ZMQ_DEALER);
-  if (c->sock == NULL) return client_fail(TSR_ECONN, "zmq_socket: %s", zmq_strerror(zmq_errno()));
-  tsr_net_socket_defaults(c->sock);
-  int ivl = 100, ivl_max = 2000;
-  zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
-  zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
-  int curve_rc = client_curve_socket(c);
-  if (curve_rc != 0) {
-    zmq_close(c->sock);
-    c->sock = NULL;
-    return curve_rc;
-  }
-  if (zmq_connect(c->sock, c->address) != 0) {
-    int e = zmq_errno();
-    int rc = client_fail(e == EINVAL || e == EPROTONOSUPPORT ? TSR_EINVAL : TSR_ECONN,
-                         "cannot connect to '%s': %s", c->address, zmq_strerror(e));
-    zmq_close(c->sock);
-    c->sock = NULL;
-    return rc;
-  }
+  const char *secret, *server;
+  client_curve_keys(c, &secret, &server);
+  tsr_zmtp_opts o = {.what = "scheduler connection", .reconnect_ms = 100, .reconnect_max_ms = 2000,
+                     .secret_key = secret, .server_key = server, .log = socket_log, .log_arg = c};
+  tsr_errbuf err = {{0}};
+  int rc = tsr_zmtp_connect(c->address, &o, &c->sock, &err);
+  if (rc != 0) return client_fail(TSR_EINVAL, "cannot connect to '%s': %s", c->address, err.text);
   return 0;
 }
 
@@ -239,8 +248,7 @@ static void client_shutdown(tsr_client *c)
   pthread_mutex_unlock(&c->mu);
   if (c->io_started) pthread_join(c->io, NULL);
   c->io_started = false;
-  if (c->sock != NULL) zmq_close(c->sock);
-  c->sock = NULL;
+  tsr_zmtp_close(&c->sock);
   gather_cache_close_all(c);
   if (c->zctx != NULL) zmq_ctx_term(c->zctx);
   c->zctx = NULL;

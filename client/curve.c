@@ -28,10 +28,8 @@ int client_curve_setup(tsr_client *c, const tsr_client_opts *opts)
   return rc != 0 ? client_fail_err(rc, &err) : 0;
 }
 
-int client_curve_socket(tsr_client *c)
+void client_curve_keys(const tsr_client *c, const char **secret_p, const char **server_p)
 {
-  if (!c->curve.on) return 0;
-  tsr_errbuf err = {{0}};
-  if (tsr_curve_client(c->sock, &c->curve, c->curve.server_key, &err) != 0) return client_fail_err(TSR_ECONN, &err);
-  return 0;
+  *secret_p = c->curve.on ? c->curve.secret_key : NULL;
+  *server_p = c->curve.on ? c->curve.server_key : NULL;
 }

@@ -1,9 +1,14 @@
 /* client/internal.h — the private structures of libtessera.
  *
  * Threading model (docs/client.md tells the whole story):
- * - One I/O thread per client owns the DEALER socket to the scheduler. API
- *   calls never touch it: they append encoded frames to `outbox` under `mu`
- *   and poke `wake_fd` (an eventfd the I/O thread polls beside the socket).
+ * - The socket to the scheduler is a common/zmtp dealer: frames leave on
+ *   the thread that sends them, under `mu` (so in the order they were
+ *   made), and arrive on the thread that reads them. API calls write their
+ *   frames themselves; the I/O thread reads, keeps time (heartbeats,
+ *   session loss) and replaces the socket on a reconnect, under `mu`. The
+ *   outbox holds frames only while there is no socket; `wake_fd` (an
+ *   eventfd the I/O thread polls beside the socket) tells it of them and
+ *   of a stop.
  * - Everything the I/O thread learns (welcome, submit replies, key states,
  *   status replies, session loss) is written under `mu`, followed by a
  *   broadcast on `cv`. API calls wait on `cv` with a monotonic deadline.
@@ -51,8 +56,8 @@
 /* Loads the keys named by opts or the environment into c->curve. 0 or
  * TSR_EINVAL / TSR_EIO with the message set. */
 int client_curve_setup(tsr_client *c, const tsr_client_opts *opts);
-/* Makes c->sock (before connect) a CURVE client when keys are set. */
-int client_curve_socket(tsr_client *c);
+/* The CURVE keys of the scheduler connection (both NULL without CURVE). */
+void client_curve_keys(const tsr_client *c, const char **secret_p, const char **server_p);
 
 /* ---------- thread-local error text (errmsg.c) ---------- */
 /* Sets this thread's message from err (or tsr_strerror(rc) when err is
@@ -144,7 +149,7 @@ struct tsr_client {
 
   tsr_curve curve;          /* CURVE keys (curve.c); .on false: plaintext */
   void *zctx;
-  void *sock;               /* DEALER; only the I/O thread touches it after open */
+  struct tsr_zmtp *sock;    /* to the scheduler: sends under mu; the I/O thread reads and replaces it */
   int wake_fd;
   pthread_t io;
   bool io_started;
@@ -165,6 +170,7 @@ struct tsr_client {
   bool stop;
   bool rehello;             /* the scheduler forgot us: say hello again now */
   int close_linger_ms;      /* how long a queued goodbye may take to leave */
+  uint64_t sent_ms;         /* when a frame last left (heartbeats fill silences) */
   size_t handles;           /* 1 for the open client + 1 per live future */
   out_frame *out_head, *out_tail;
   tsr_strmap *keys;         /* key -> (key_entry *) */
@@ -218,9 +224,13 @@ struct tsr_future {
 
 /* ---------- client.c ---------- */
 void client_log(tsr_client *c, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Queues frames (a NULL-terminated chain, ownership passes) and wakes the
- * I/O thread. Caller holds mu. */
+/* Sends frames (a NULL-terminated chain, ownership passes) on the socket,
+ * or, while there is none, queues them and wakes the I/O thread. Caller
+ * holds mu. */
 void client_enqueue_locked(tsr_client *c, out_frame *chain);
+/* Hands a chain to the socket (ownership passes); frames it cannot take
+ * are logged and dropped. Caller holds mu; c->sock is not NULL. */
+void client_send_chain_locked(tsr_client *c, out_frame *chain);
 void client_free_chain(out_frame *chain);
 /* Builds one frame from a wbuf (emptying it). NULL on ENOMEM. */
 out_frame *client_frame_from(tsr_wbuf *wb);
@@ -238,8 +248,9 @@ int client_check_up_locked(tsr_client *c);
 
 /* The `hello` that opens every session; NULL on ENOMEM. */
 out_frame *client_hello_frame(tsr_client *c);
-/* Creates c->sock (a DEALER) and connects it to c->address; 0 or
- * TSR_EINVAL / TSR_ECONN with this thread's message set. */
+/* Creates c->sock (a dealer connecting to c->address in the background);
+ * 0 or TSR_EINVAL with this thread's message set. Caller holds mu (or no
+ * other thread runs yet). */
 int client_socket_open(tsr_client *c);
 
 /* ---------- io.c ---------- */

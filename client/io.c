@@ -1,8 +1,10 @@
-/* The client's I/O thread: the only code that touches the DEALER socket.
+/* The client's I/O thread: reads the socket to the scheduler, keeps time,
+ * and replaces the socket on a reconnect. (API calls write their frames
+ * on their own threads: client_enqueue_locked.)
  *
- * Each turn it (1) sends what API calls queued in the outbox, (2) polls
- * the socket and the wake eventfd until the next heartbeat is due, (3)
- * handles every frame that arrived — all maps of one frame under one
+ * Each turn it (1) sends what was queued while there was no socket, (2)
+ * polls the socket and the wake eventfd until the next heartbeat is due,
+ * (3) handles every frame that arrived — all maps of one frame under one
  * hold of the mutex, then one broadcast — and (4) keeps time: a heartbeat
  * when nothing else was sent for heartbeat_ms, and session loss when the
  * scheduler has been silent for the heartbeat timeout.
@@ -11,47 +13,25 @@
  * socket is replaced by a fresh one and `hello` is sent again; a later
  * `welcome` starts a new session for new submissions. */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "util/rttrace.h"
+#include "zmtp/zmtp.h"
 #include "internal.h"
 
 typedef struct io_clock {
   uint64_t last_heard_ms;
-  uint64_t last_sent_ms;
 } io_clock;
 
-/* Sends the chain in order. Returns what could not be sent now (ZeroMQ
- * said EAGAIN), which the caller puts back at the head of the outbox;
- * *sent_p counts the frames that left. zmq_send copies, which keeps a
- * frame intact for a retry; control frames are small next to chunk data. */
-static out_frame *send_chain(tsr_client *c, out_frame *f, int *sent_p)
-{
-  while (f != NULL) {
-    if (zmq_send(c->sock, f->data, f->len, ZMQ_DONTWAIT) < 0) {
-      int e = zmq_errno();
-      if (e == EAGAIN) return f;
-      client_log(c, TSR_LOG_WARN, "dropped a message to %s: %s", c->address, zmq_strerror(e));
-    } else if (sent_p != NULL) {
-      (*sent_p)++;
-    }
-    out_frame *next = f->next;
-    free(f->data);
-    free(f);
-    f = next;
-  }
-  return NULL;
-}
-
-
-static void send_heartbeat(tsr_client *c)
+static void send_heartbeat_locked(tsr_client *c)
 {
   tsr_wbuf wb;
   tsr_wbuf_init(&wb);
   tsr_wbuf_begin(&wb, "heartbeat", 1);
-  client_free_chain(send_chain(c, client_frame_from(&wb), NULL));
+  client_enqueue_locked(c, client_frame_from(&wb));
   tsr_wbuf_free(&wb);
 }
 
@@ -240,14 +220,14 @@ static void handle_frame(tsr_client *c, const void *data, size_t len)
 
 static void receive_all(tsr_client *c, io_clock *clk)
 {
-  tsr_frames frames;
-  while (tsr_frames_recv(c->sock, &frames, ZMQ_DONTWAIT) >= 0) {
+  tsr_zmtp_msg m;
+  while (tsr_zmtp_recv(c->sock, &m) == 1) {
     clk->last_heard_ms = tsr_now_ms();
-    if (frames.count == 1 && !frames.truncated)
-      handle_frame(c, tsr_frame_data(&frames, 0), tsr_frame_size(&frames, 0));
+    if (m.nframes == 1 && !m.truncated)
+      handle_frame(c, m.data[0], m.len[0]);
     else
-      client_log(c, TSR_LOG_WARN, "ignored a %d-frame message from the scheduler", frames.count);
-    tsr_frames_close(&frames);
+      client_log(c, TSR_LOG_WARN, "ignored a %d-frame message from the scheduler", m.nframes);
+    tsr_zmtp_msg_close(&m);
   }
 }
 
@@ -255,16 +235,19 @@ static void receive_all(tsr_client *c, io_clock *clk)
  * of the lost session, which the next scheduler must not see. */
 static void reconnect(tsr_client *c, io_clock *clk)
 {
-  zmq_close(c->sock);
-  c->sock = NULL;
+  out_frame *hello = client_hello_frame(c);
+  pthread_mutex_lock(&c->mu);
+  tsr_zmtp_close(&c->sock);
   clk->last_heard_ms = tsr_now_ms();
   if (client_socket_open(c) != 0) {
     client_log(c, TSR_LOG_WARN, "reconnect to %s failed: %s", c->address, tsr_errmsg());
-    return;
+    client_free_chain(hello);
+  } else {
+    client_log(c, TSR_LOG_INFO, "saying hello again to %s", c->address);
+    client_send_chain_locked(c, hello);
+    c->sent_ms = tsr_now_ms();
   }
-  client_log(c, TSR_LOG_INFO, "saying hello again to %s", c->address);
-  client_free_chain(send_chain(c, client_hello_frame(c), NULL));
-  clk->last_sent_ms = tsr_now_ms();
+  pthread_mutex_unlock(&c->mu);
 }
 
 static void keep_time(tsr_client *c, io_clock *clk)
@@ -283,70 +266,54 @@ static void keep_time(tsr_client *c, io_clock *clk)
   bool rehello = c->rehello;
   c->rehello = false;
   if (rehello) state = c->state;
+  if (!rehello && state == CONN_UP && !silent && now - c->sent_ms >= hb) send_heartbeat_locked(c);
   pthread_mutex_unlock(&c->mu);
-  if (rehello) {
-    reconnect(c, clk);
-    return;
-  }
-  if (state == CONN_UP && !silent && now - clk->last_sent_ms >= hb) {
-    send_heartbeat(c);
-    clk->last_sent_ms = now;
-  }
-  if ((state == CONN_UP || state == CONN_LOST) && silent) reconnect(c, clk);
+  if (rehello || ((state == CONN_UP || state == CONN_LOST) && silent)) reconnect(c, clk);
 }
 
-static long poll_timeout(tsr_client *c, const io_clock *clk)
+static int poll_timeout(tsr_client *c, const io_clock *clk)
 {
   pthread_mutex_lock(&c->mu);
-  uint64_t hb = c->hb_ms, timeout = c->hb_timeout_ms;
+  uint64_t hb = c->hb_ms, timeout = c->hb_timeout_ms, sent = c->sent_ms;
   bool up = c->state == CONN_UP;
   pthread_mutex_unlock(&c->mu);
   uint64_t now = tsr_now_ms();
   /* heartbeats only while up; otherwise wake for the reconnect window */
-  uint64_t next = up ? clk->last_sent_ms + hb : now + 100;
+  uint64_t next = up ? sent + hb : now + 100;
   if (clk->last_heard_ms + timeout + 1 < next) next = clk->last_heard_ms + timeout + 1;
-  return next <= now ? 0 : (long)(next - now);
+  return next <= now ? 0 : (int)(next - now);
 }
 
-/* Puts unsent frames back in front of anything queued meanwhile. */
-static void requeue(tsr_client *c, out_frame *rest)
+/* Sends what was queued while there was no socket. */
+static bool send_queued(tsr_client *c)
 {
-  out_frame *last = rest;
-  while (last->next != NULL) last = last->next;
   pthread_mutex_lock(&c->mu);
-  last->next = c->out_head;
-  c->out_head = rest;
-  if (c->out_tail == NULL) c->out_tail = last;
+  out_frame *chain = c->sock != NULL ? c->out_head : NULL;
+  if (chain != NULL) {
+    c->out_head = c->out_tail = NULL;
+    client_send_chain_locked(c, chain);
+    c->sent_ms = tsr_now_ms();
+  }
+  bool stop = c->stop;
   pthread_mutex_unlock(&c->mu);
+  return stop;
 }
 
 void *client_io_main(void *arg)
 {
   tsr_client *c = arg;
-  io_clock clk = {tsr_now_ms(), tsr_now_ms()};
+  io_clock clk = {tsr_now_ms()};
   for (;;) {
-    pthread_mutex_lock(&c->mu);
-    out_frame *chain = c->out_head;
-    c->out_head = c->out_tail = NULL;
-    bool stop = c->stop;
-    pthread_mutex_unlock(&c->mu);
-    int sent = 0;
-    out_frame *rest = chain ? send_chain(c, chain, &sent) : NULL;
-    if (sent > 0) {
-      tsr_rt_stamp("c.sent");
-      clk.last_sent_ms = tsr_now_ms();
-    }
-    if (rest != NULL) requeue(c, rest);
-    if (stop) break;
-    zmq_pollitem_t items[2] = {{c->sock, 0, ZMQ_POLLIN, 0}, {NULL, c->wake_fd, ZMQ_POLLIN, 0}};
-    if (zmq_poll(items, 2, rest != NULL ? 10 : poll_timeout(c, &clk)) < 0) continue;
+    if (send_queued(c)) break;
+    struct pollfd items[2] = {{c->sock != NULL ? tsr_zmtp_fd(c->sock) : -1, POLLIN, 0}, {c->wake_fd, POLLIN, 0}};
+    if (poll(items, 2, poll_timeout(c, &clk)) < 0) continue;
     tsr_rt_stamp("c.io_wake");
-    if (items[1].revents & ZMQ_POLLIN) {
+    if (items[1].revents & POLLIN) {
       uint64_t count;
       ssize_t ignored = read(c->wake_fd, &count, sizeof count);
       (void)ignored;
     }
-    if (items[0].revents & ZMQ_POLLIN) receive_all(c, &clk);
+    if (items[0].revents & POLLIN) receive_all(c, &clk);
     progress_run_callbacks(c);   /* without mu: callbacks may call the API */
     keep_time(c, &clk);
   }
@@ -354,6 +321,6 @@ void *client_io_main(void *arg)
   pthread_mutex_lock(&c->mu);
   int linger = c->close_linger_ms;
   pthread_mutex_unlock(&c->mu);
-  zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
+  if (linger > 0 && c->sock != NULL) tsr_zmtp_flush(c->sock, linger);
   return NULL;
 }

@@ -66,7 +66,7 @@ void zmtp_conn_kill(tsr_zmtp *s, zmtp_conn *c, const char *why)
   if (c->state == CONN_DEAD) return;
   bool was_ready = c->state == CONN_READY;
   if (!was_ready) s->handshaking--;
-  TSR_DEBUG("%s: connection %s closed: %s", s->what, c->peer_address, why);
+  zmtp_log(s, TSR_LOG_DEBUG, "%s: connection %s closed: %s", s->what, c->peer_address, why);
   close(c->fd);   /* also leaves the epoll set */
   c->fd = -1;
   c->state = CONN_DEAD;
@@ -81,9 +81,9 @@ void zmtp_refuse(tsr_zmtp *s, zmtp_conn *c, const char *why)
 {
   s->refusals++;
   if (s->keys.on)
-    TSR_WARN("%s: refused a connection without a valid CURVE handshake: %s (from %s)", s->what, why, c->peer_address);
+    zmtp_log(s, TSR_LOG_WARN, "%s: refused a connection without a valid CURVE handshake: %s (from %s)", s->what, why, c->peer_address);
   else
-    TSR_WARN("%s: refused a connection from %s: %s", s->what, c->peer_address, why);
+    zmtp_log(s, TSR_LOG_WARN, "%s: refused a connection from %s: %s", s->what, c->peer_address, why);
   zmtp_conn_kill(s, c, why);
 }
 
@@ -441,7 +441,7 @@ static void parse(tsr_zmtp *s, zmtp_conn *c)
     if (len > s->max_frame) {
       char why[128];
       snprintf(why, sizeof why, "a frame of %llu bytes, over the limit of %zu", (unsigned long long)len, s->max_frame);
-      TSR_WARN("%s: closed the connection from %s: %s", s->what, c->peer_address, why);
+      zmtp_log(s, TSR_LOG_WARN, "%s: closed the connection from %s: %s", s->what, c->peer_address, why);
       return zmtp_conn_kill(s, c, why);
     }
     if (len <= avail - hdr) {

@@ -3,6 +3,7 @@
  * connection and its retries; the inbox of received messages; the epoll
  * set that makes all of it one fd for the owner's poll. */
 #include <errno.h>
+#include <stdarg.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -25,6 +26,18 @@
 
 /* epoll tags of the socket's own fds (connections carry their pointer) */
 static char tag_listen, tag_timer, tag_event;
+
+void zmtp_log(tsr_zmtp *s, tsr_log_level level, const char *fmt, ...)
+{
+  if (s->log == NULL && level < tsr_log_get_level()) return;
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (s->log != NULL) s->log(s->log_arg, (int)level, line);
+  else tsr_log(level, "%s", line);
+}
 
 /* ---------- epoll, timer, inbox signal ---------- */
 
@@ -220,14 +233,14 @@ static void on_listen(tsr_zmtp *s)
     socklen_t len = sizeof addr;
     int fd = accept4(s->lfd, (struct sockaddr *)&addr, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE) TSR_WARN("%s: cannot accept a connection: %s", s->what, strerror(errno));
+      if (errno == EMFILE || errno == ENFILE) zmtp_log(s, TSR_LOG_WARN, "%s: cannot accept a connection: %s", s->what, strerror(errno));
       return;
     }
     char peer[80];
     zmtp_endpoint_format(&addr, len, peer, sizeof peer);
     if (s->max_peers > 0 && s->nconns >= s->max_peers) {
       s->refusals++;
-      TSR_WARN("%s: refused a connection from %s: %u peers connected (the limit)", s->what, peer, s->max_peers);
+      zmtp_log(s, TSR_LOG_WARN, "%s: refused a connection from %s: %u peers connected (the limit)", s->what, peer, s->max_peers);
       close(fd);
       continue;
     }
@@ -243,7 +256,7 @@ static void dealer_dial(tsr_zmtp *s)
   socklen_t len;
   tsr_errbuf err;
   if (zmtp_endpoint_parse(s->endpoint, false, &addr, &len, &err) != 0) {
-    TSR_DEBUG("%s: %s (retrying)", s->what, err.text);
+    zmtp_log(s, TSR_LOG_DEBUG, "%s: %s (retrying)", s->what, err.text);
     s->retry_at_ms = tsr_now_ms() + s->backoff_ms;
     arm_timer(s);
     return;
@@ -253,7 +266,7 @@ static void dealer_dial(tsr_zmtp *s)
   int rc = fd >= 0 ? connect(fd, (struct sockaddr *)&addr, len) : -1;
   if (rc == 0) return start_conn(s, fd, CONN_GREETING, s->endpoint, EPOLLIN);
   if (fd >= 0 && errno == EINPROGRESS) return start_conn(s, fd, CONN_CONNECTING, s->endpoint, EPOLLIN | EPOLLOUT);
-  TSR_DEBUG("%s: cannot connect to %s: %s (retrying)", s->what, s->endpoint, strerror(errno));
+  zmtp_log(s, TSR_LOG_DEBUG, "%s: cannot connect to %s: %s (retrying)", s->what, s->endpoint, strerror(errno));
   if (fd >= 0) close(fd);
   s->retry_at_ms = tsr_now_ms() + s->backoff_ms;
   s->backoff_ms = s->backoff_ms * 2 > s->reconnect_max_ms ? s->reconnect_max_ms : s->backoff_ms * 2;
@@ -329,6 +342,8 @@ static int sock_new(const tsr_zmtp_opts *o, bool router, tsr_zmtp **sock_p, tsr_
   s->backoff_ms = s->reconnect_ms;
   s->admit = o->admit;
   s->admit_arg = o->admit_arg;
+  s->log = o->log;
+  s->log_arg = o->log_arg;
   s->next_id = (uint32_t)tsr_now_ns() ^ (uint32_t)getpid() << 16;   /* as libzmq: a random start */
   *sock_p = s;
   int rc = zmtp_keys_load(&s->keys, o->secret_key, o->server_key, !router, err);

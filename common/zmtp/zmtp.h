@@ -74,6 +74,10 @@ typedef struct tsr_zmtp_opts {
   unsigned reconnect_ms;       /* dealer: the first retry after a failed connect or a loss (0: 100) */
   unsigned reconnect_max_ms;   /* dealer: retries back off, doubling, up to this (0: reconnect_ms) */
   unsigned handshake_ms;       /* handshake deadline (0: 10000) */
+  /* where the socket's lines go (refusals at warn, closes at debug); NULL:
+   * the process's logger (common/util). A library passes its caller's. */
+  void (*log)(void *arg, int level, const char *line);
+  void *log_arg;
 } tsr_zmtp_opts;
 
 /* One received message. Its frames belong to the caller until

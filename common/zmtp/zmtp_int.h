@@ -164,6 +164,8 @@ struct tsr_zmtp {
   zmtp_keys keys;
   tsr_zmtp_admit_fn admit;
   void *admit_arg;
+  void (*log)(void *arg, int level, const char *line);
+  void *log_arg;
   int efd;                       /* epoll over everything below */
   int lfd;                       /* router: the listener, else -1 */
   int tfd;                       /* timerfd: retries and handshake deadlines */
@@ -203,6 +205,9 @@ void zmtp_conn_kill(tsr_zmtp *s, zmtp_conn *c, const char *why);
 void zmtp_conn_free(zmtp_conn *c);
 /* Counts a refused handshake and logs why. */
 void zmtp_refuse(tsr_zmtp *s, zmtp_conn *c, const char *why);
+
+/* A line for the socket's log (opts.log, or the process's logger). */
+void zmtp_log(tsr_zmtp *s, tsr_log_level level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* What the socket does with a connection (socket.c). */
 void zmtp_sock_on_ready(tsr_zmtp *s, zmtp_conn *c, const uint8_t *announced_id, size_t id_len);
