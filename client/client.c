@@ -77,6 +77,11 @@ void client_enqueue_locked(tsr_client *c, out_frame *chain)
     c->out_head = chain;
   while (chain->next != NULL) chain = chain->next;
   c->out_tail = chain;
+  client_wake_io_locked(c);
+}
+
+void client_wake_io_locked(tsr_client *c)
+{
   uint64_t one = 1;
   /* The eventfd counter only needs to become non-zero; a full counter
    * (EAGAIN) already means "wake up". */
@@ -104,6 +109,41 @@ bool client_wait_until(tsr_client *c, uint64_t deadline_ns)
   ts.tv_nsec = (long)(deadline_ns % 1000000000u);
   pthread_cond_timedwait(&c->cv, &c->mu, &ts);
   return true;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+uint64_t client_spin_until(const tsr_client *c)
+{
+  return c->spin_us > 0 ? tsr_now_ns() + (uint64_t)c->spin_us * 1000u : 0;
+}
+
+bool client_wait_spin(tsr_client *c, uint64_t deadline_ns, uint64_t spin_until_ns)
+{
+  if (c->sock != NULL && spin_until_ns > 0) {
+    c->spinners++;
+    for (;;) {
+      if (client_read_locked(c, false) > 0) {
+        c->spinners--;
+        return true;
+      }
+      uint64_t now = tsr_now_ns();
+      if (now >= spin_until_ns || (deadline_ns != 0 && now >= deadline_ns)) break;
+      pthread_mutex_unlock(&c->mu);
+      for (int i = 0; i < 32; i++) cpu_relax();
+      pthread_mutex_lock(&c->mu);
+    }
+    /* from here the I/O thread reads: make it poll the socket again */
+    if (--c->spinners == 0 && !c->io_polls_sock) client_wake_io_locked(c);
+  }
+  return client_wait_until(c, deadline_ns);
 }
 
 int client_check_up_locked(tsr_client *c)
@@ -312,16 +352,34 @@ static int env_transport(void)
   return 0;
 }
 
+/* $TESSERA_CLIENT_SPIN_US: how long a wait for the scheduler's answer
+ * reads the socket itself before it sleeps (client_wait_spin); 0 turns
+ * it off. The default covers a round trip on loopback. */
+#define CLIENT_SPIN_DEFAULT_US 200
+static int env_spin(int64_t *us_p)
+{
+  const char *text = getenv("TESSERA_CLIENT_SPIN_US");
+  *us_p = CLIENT_SPIN_DEFAULT_US;
+  if (text == NULL || text[0] == '\0') return 0;
+  char *end;
+  long long us = strtoll(text, &end, 10);
+  if (*end != '\0' || us < 0 || us > 1000000)
+    return client_fail(TSR_EINVAL, "TESSERA_CLIENT_SPIN_US='%s' is not a number of microseconds (0 to 1000000)", text);
+  *us_p = us;
+  return 0;
+}
+
 TSR_API int tsr_client_open(tsr_client **client_p, const char *address, const tsr_client_opts *opts)
 {
   static const tsr_client_opts defaults = TSR_CLIENT_OPTS_DEFAULT;
   if (client_p == NULL) return client_fail(TSR_EINVAL, "tsr_client_open: client_p is NULL");
   if (opts == NULL) opts = &defaults;
   char addr[TSR_MAX_ADDR_LEN];
-  int64_t env_timeout, reconnect_ms;
+  int64_t env_timeout, reconnect_ms, spin_us;
   int rc = resolve_address(address, addr, sizeof addr);
   if (rc == 0) rc = env_heartbeat_timeout(&env_timeout);
   if (rc == 0) rc = client_env_reconnect(&reconnect_ms);
+  if (rc == 0) rc = env_spin(&spin_us);
   if (rc == 0) rc = env_transport();
   if (rc != 0) return rc;
   tsr_client *c = client_alloc(opts);
@@ -329,6 +387,7 @@ TSR_API int tsr_client_open(tsr_client **client_p, const char *address, const ts
   snprintf(c->address, sizeof c->address, "%s", addr);
   c->env_timeout_ms = env_timeout;
   c->reconnect_ms = reconnect_ms;
+  c->spin_us = (uint32_t)spin_us;
   if (env_timeout > 0) c->hb_timeout_ms = (uint32_t)env_timeout;
   int timeout_ms = opts->connect_timeout_ms == 0 ? 10000 : opts->connect_timeout_ms;
   rc = client_curve_setup(c, opts);

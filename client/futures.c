@@ -128,6 +128,7 @@ static int submit_parts(tsr_client *c, tsr_future *f, const tsr_graph *g, const 
     rc = acquire_slice(c, f, wants, i, n - i < SUBMIT_ACQUIRE_SLICE ? n : i + SUBMIT_ACQUIRE_SLICE);
   if (rc == 0) rc = send_part(c, &p, g, graph_id, first, count, wants, n, false);
   pthread_mutex_lock(&c->mu);
+  uint64_t spin = client_spin_until(c);
   while (rc == 0 && !p.done) {
     if (p.resend) {   /* a resumed session: the graph again, every part */
       p.resend = false;
@@ -141,7 +142,7 @@ static int submit_parts(tsr_client *c, tsr_future *f, const tsr_graph *g, const 
       pthread_mutex_lock(&c->mu);
       continue;
     }
-    client_wait_until(c, 0);
+    client_wait_spin(c, 0, spin);
   }
   pending_submit **pp = &c->submits;
   while (*pp != &p) pp = &(*pp)->next;
@@ -250,8 +251,9 @@ TSR_API int tsr_future_wait(tsr_future *future, int timeout_ms)
   uint64_t deadline = client_deadline(timeout_ms);
   pthread_mutex_lock(&c->mu);
   int rc;
+  uint64_t spin = client_spin_until(c);
   while ((rc = future_check_locked(c, future)) == 1)
-    if (!client_wait_until(c, deadline)) break;
+    if (!client_wait_spin(c, deadline, spin)) break;
   if (rc == 1) {
     size_t done = 0;
     for (size_t i = 0; i < future->n; i++) done += future->entries[i]->state == KEY_DONE;
@@ -292,8 +294,9 @@ TSR_API int tsr_future_next_done(tsr_future *future, int timeout_ms, size_t *ind
     return client_fail(TSR_ENOMEM, "tsr_future_next_done: out of memory");
   }
   int rc;
+  uint64_t spin = client_spin_until(c);
   while ((rc = next_done_locked(c, future, index_p)) == 1)
-    if (!client_wait_until(c, deadline)) break;
+    if (!client_wait_spin(c, deadline, spin)) break;
   if (rc == 1) rc = client_fail(TSR_ETIMEDOUT, "no further key of the future was done after %d ms", timeout_ms);
   pthread_mutex_unlock(&c->mu);
   return rc;

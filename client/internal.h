@@ -171,6 +171,12 @@ struct tsr_client {
   bool rehello;             /* the scheduler forgot us: say hello again now */
   int close_linger_ms;      /* how long a queued goodbye may take to leave */
   uint64_t sent_ms;         /* when a frame last left (heartbeats fill silences) */
+  uint64_t heard_ms;        /* when a frame last arrived (silence ends the session) */
+  /* Reading while waiting (client_wait_spin): API threads spinning on the
+   * socket now; whether the I/O thread's current poll includes it. */
+  unsigned spinners;
+  bool io_polls_sock;
+  uint32_t spin_us;         /* how long a wait reads the socket itself (TESSERA_CLIENT_SPIN_US) */
   size_t handles;           /* 1 for the open client + 1 per live future */
   out_frame *out_head, *out_tail;
   tsr_strmap *keys;         /* key -> (key_entry *) */
@@ -236,6 +242,17 @@ void client_free_chain(out_frame *chain);
 out_frame *client_frame_from(tsr_wbuf *wb);
 /* Waits on cv until deadline_ns (0: forever). Returns false on timeout. */
 bool client_wait_until(tsr_client *c, uint64_t deadline_ns);
+/* The same, but until spin_until_ns (client_spin_until) the waiting thread
+ * reads the socket itself instead of sleeping until the I/O thread has:
+ * a reply that comes within the spin costs no thread wake-up on this side
+ * (two of a round trip's, ~10-40 us each on a small VM). Returns true as
+ * soon as it handled a frame (the caller checks its condition again).
+ * Caller holds mu. */
+bool client_wait_spin(tsr_client *c, uint64_t deadline_ns, uint64_t spin_until_ns);
+/* When a wait that starts now stops spinning (0: no spin). */
+uint64_t client_spin_until(const tsr_client *c);
+/* Wakes the I/O thread. Caller holds mu. */
+void client_wake_io_locked(tsr_client *c);
 /* Deadline for a timeout in ms (-1 forever → 0). */
 uint64_t client_deadline(int timeout_ms);
 /* Drops one handle. Caller holds mu; when it returns true the handle was
@@ -254,6 +271,9 @@ out_frame *client_hello_frame(tsr_client *c);
 int client_socket_open(tsr_client *c);
 
 /* ---------- io.c ---------- */
+/* Takes and handles every frame waiting on the socket (non-blocking);
+ * broadcasts cv when it handled any. Returns how many. Caller holds mu. */
+int client_read_locked(tsr_client *c, bool io_thread);
 void *client_io_main(void *arg);
 /* Marks the session lost: fails pending submits/statuses, bumps epoch. Caller holds mu. */
 void client_session_lost_locked(tsr_client *c, int rc, const char *why);

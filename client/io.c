@@ -22,10 +22,6 @@
 #include "zmtp/zmtp.h"
 #include "internal.h"
 
-typedef struct io_clock {
-  uint64_t last_heard_ms;
-} io_clock;
-
 static void send_heartbeat_locked(tsr_client *c)
 {
   tsr_wbuf wb;
@@ -196,14 +192,14 @@ static int dispatch(tsr_client *c, const char *op, const msgpack_object *map, ts
   return tsr_fail(err, TSR_EPROTO, "unknown op '%s'", op);
 }
 
-/* Handles every map of one frame; a malformed map is logged and skipped. */
-static void handle_frame(tsr_client *c, const void *data, size_t len)
+/* Handles every map of one frame; a malformed map is logged and skipped.
+ * Caller holds mu. */
+static void handle_frame_locked(tsr_client *c, const void *data, size_t len)
 {
   tsr_errbuf err = {{0}};
   tsr_reader rd;
   const msgpack_object *map;
   char op[TSR_MAX_NAME_LEN + 1];
-  pthread_mutex_lock(&c->mu);
   int rc = tsr_reader_init(&rd, data, len, &err);
   while (rc == 0 && (rc = tsr_reader_next(&rd, &map, op, &err)) == 1) {
     if (dispatch(c, op, map, &err) != 0) {
@@ -214,31 +210,36 @@ static void handle_frame(tsr_client *c, const void *data, size_t len)
   }
   if (rc < 0) client_log(c, TSR_LOG_WARN, "ignored a malformed frame from the scheduler: %s", err.text);
   tsr_reader_done(&rd);
-  pthread_cond_broadcast(&c->cv);
-  pthread_mutex_unlock(&c->mu);
 }
 
-static void receive_all(tsr_client *c, io_clock *clk)
+int client_read_locked(tsr_client *c, bool io_thread)
 {
+  int handled = 0;
   tsr_zmtp_msg m;
-  while (tsr_zmtp_recv(c->sock, &m) == 1) {
-    clk->last_heard_ms = tsr_now_ms();
+  while (c->sock != NULL && tsr_zmtp_recv(c->sock, &m) == 1) {
+    c->heard_ms = tsr_now_ms();
     if (m.nframes == 1 && !m.truncated)
-      handle_frame(c, m.data[0], m.len[0]);
+      handle_frame_locked(c, m.data[0], m.len[0]);
     else
       client_log(c, TSR_LOG_WARN, "ignored a %d-frame message from the scheduler", m.nframes);
     tsr_zmtp_msg_close(&m);
+    handled++;
   }
+  if (handled == 0) return 0;
+  pthread_cond_broadcast(&c->cv);
+  /* progress callbacks run on the I/O thread */
+  if (!io_thread && c->npending > 0) client_wake_io_locked(c);
+  return handled;
 }
 
 /* A fresh socket and a new hello: the old socket may hold queued messages
  * of the lost session, which the next scheduler must not see. */
-static void reconnect(tsr_client *c, io_clock *clk)
+static void reconnect(tsr_client *c)
 {
   out_frame *hello = client_hello_frame(c);
   pthread_mutex_lock(&c->mu);
   tsr_zmtp_close(&c->sock);
-  clk->last_heard_ms = tsr_now_ms();
+  c->heard_ms = tsr_now_ms();
   if (client_socket_open(c) != 0) {
     client_log(c, TSR_LOG_WARN, "reconnect to %s failed: %s", c->address, tsr_errmsg());
     client_free_chain(hello);
@@ -250,13 +251,13 @@ static void reconnect(tsr_client *c, io_clock *clk)
   pthread_mutex_unlock(&c->mu);
 }
 
-static void keep_time(tsr_client *c, io_clock *clk)
+static void keep_time(tsr_client *c)
 {
-  uint64_t now = tsr_now_ms();
   pthread_mutex_lock(&c->mu);
+  uint64_t now = tsr_now_ms();
   conn_state state = c->state;
   uint32_t hb = c->hb_ms, timeout = c->hb_timeout_ms;
-  bool silent = now - clk->last_heard_ms > timeout;
+  bool silent = now > c->heard_ms && now - c->heard_ms > timeout;
   if (state == CONN_UP && silent) {
     char why[128];
     snprintf(why, sizeof why, "no word from it for %u ms", timeout);
@@ -268,24 +269,25 @@ static void keep_time(tsr_client *c, io_clock *clk)
   if (rehello) state = c->state;
   if (!rehello && state == CONN_UP && !silent && now - c->sent_ms >= hb) send_heartbeat_locked(c);
   pthread_mutex_unlock(&c->mu);
-  if (rehello || ((state == CONN_UP || state == CONN_LOST) && silent)) reconnect(c, clk);
+  if (rehello || ((state == CONN_UP || state == CONN_LOST) && silent)) reconnect(c);
 }
 
-static int poll_timeout(tsr_client *c, const io_clock *clk)
+/* Caller holds mu. */
+static int poll_timeout_locked(tsr_client *c)
 {
-  pthread_mutex_lock(&c->mu);
-  uint64_t hb = c->hb_ms, timeout = c->hb_timeout_ms, sent = c->sent_ms;
+  uint64_t hb = c->hb_ms, timeout = c->hb_timeout_ms, sent = c->sent_ms, heard = c->heard_ms;
   bool up = c->state == CONN_UP;
-  pthread_mutex_unlock(&c->mu);
   uint64_t now = tsr_now_ms();
   /* heartbeats only while up; otherwise wake for the reconnect window */
   uint64_t next = up ? sent + hb : now + 100;
-  if (clk->last_heard_ms + timeout + 1 < next) next = clk->last_heard_ms + timeout + 1;
+  if (heard + timeout + 1 < next) next = heard + timeout + 1;
   return next <= now ? 0 : (int)(next - now);
 }
 
-/* Sends what was queued while there was no socket. */
-static bool send_queued(tsr_client *c)
+/* Sends what was queued while there was no socket; then what to poll:
+ * the socket, unless an API thread is reading it while it waits
+ * (client_wait_spin), and the wake eventfd. True when asked to stop. */
+static bool next_turn(tsr_client *c, struct pollfd items[2], int *timeout_p)
 {
   pthread_mutex_lock(&c->mu);
   out_frame *chain = c->sock != NULL ? c->out_head : NULL;
@@ -295,6 +297,10 @@ static bool send_queued(tsr_client *c)
     c->sent_ms = tsr_now_ms();
   }
   bool stop = c->stop;
+  c->io_polls_sock = c->sock != NULL && c->spinners == 0;
+  items[0] = (struct pollfd){c->io_polls_sock ? tsr_zmtp_fd(c->sock) : -1, POLLIN, 0};
+  items[1] = (struct pollfd){c->wake_fd, POLLIN, 0};
+  *timeout_p = poll_timeout_locked(c);
   pthread_mutex_unlock(&c->mu);
   return stop;
 }
@@ -302,20 +308,25 @@ static bool send_queued(tsr_client *c)
 void *client_io_main(void *arg)
 {
   tsr_client *c = arg;
-  io_clock clk = {tsr_now_ms()};
+  pthread_mutex_lock(&c->mu);
+  c->heard_ms = tsr_now_ms();
+  pthread_mutex_unlock(&c->mu);
   for (;;) {
-    if (send_queued(c)) break;
-    struct pollfd items[2] = {{c->sock != NULL ? tsr_zmtp_fd(c->sock) : -1, POLLIN, 0}, {c->wake_fd, POLLIN, 0}};
-    if (poll(items, 2, poll_timeout(c, &clk)) < 0) continue;
+    struct pollfd items[2];
+    int timeout;
+    if (next_turn(c, items, &timeout)) break;
+    if (poll(items, 2, timeout) < 0) continue;
     tsr_rt_stamp("c.io_wake");
     if (items[1].revents & POLLIN) {
       uint64_t count;
       ssize_t ignored = read(c->wake_fd, &count, sizeof count);
       (void)ignored;
     }
-    if (items[0].revents & POLLIN) receive_all(c, &clk);
+    pthread_mutex_lock(&c->mu);
+    client_read_locked(c, true);   /* also when only woken: a spinner may have left frames */
+    pthread_mutex_unlock(&c->mu);
     progress_run_callbacks(c);   /* without mu: callbacks may call the API */
-    keep_time(c, &clk);
+    keep_time(c);
   }
   /* Give a queued goodbye a moment to leave; never block long on a dead peer. */
   pthread_mutex_lock(&c->mu);
