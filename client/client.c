@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <time.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "util/rttrace.h"
@@ -97,6 +98,9 @@ uint64_t client_deadline(int timeout_ms)
 
 bool client_wait_until(tsr_client *c, uint64_t deadline_ns)
 {
+  /* This thread sleeps until the I/O thread has read something: make sure
+   * it reads (it leaves the socket alone while a waiter spins on it). */
+  if (c->spinners == 0 && !c->io_polls_sock && c->sock != NULL) client_wake_io_locked(c);
   if (deadline_ns == 0) {
     pthread_cond_wait(&c->cv, &c->mu);
     return true;
@@ -120,6 +124,14 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* A spinning waiter yields its core this often: a thread the kernel
+ * queued behind it (the worker's or the scheduler's, on a machine of few
+ * cores) then waits at most this long, not the whole spin. Without it, on
+ * the 2-core VM one run in three sat at 250-500 us, the worker's thread
+ * queued behind the spinner; yielding on every turn cost ~20 us of the
+ * median instead (bench/RESULTS.md, "The round trip without libzmq"). */
+#define SPIN_YIELD_NS 5000u
+
 uint64_t client_spin_until(const tsr_client *c)
 {
   return c->spin_us > 0 ? tsr_now_ns() + (uint64_t)c->spin_us * 1000u : 0;
@@ -127,23 +139,29 @@ uint64_t client_spin_until(const tsr_client *c)
 
 bool client_wait_spin(tsr_client *c, uint64_t deadline_ns, uint64_t spin_until_ns)
 {
-  if (c->sock != NULL && spin_until_ns > 0) {
-    c->spinners++;
-    for (;;) {
-      if (client_read_locked(c, false) > 0) {
-        c->spinners--;
-        return true;
-      }
-      uint64_t now = tsr_now_ns();
-      if (now >= spin_until_ns || (deadline_ns != 0 && now >= deadline_ns)) break;
-      pthread_mutex_unlock(&c->mu);
+  uint64_t now = tsr_now_ns();
+  if (c->sock == NULL || now >= spin_until_ns) return client_wait_until(c, deadline_ns);
+  uint64_t seen = c->frames_handled, next_yield = 0;
+  c->spinners++;
+  for (;;) {
+    client_read_locked(c, false);
+    /* a frame handled here or by the I/O thread while mu was free: the
+     * caller checks its condition (mu was released meanwhile, so going to
+     * sleep now could miss the broadcast that came with it) */
+    if (c->frames_handled != seen) break;
+    now = tsr_now_ns();
+    if (now >= spin_until_ns || (deadline_ns != 0 && now >= deadline_ns)) break;
+    pthread_mutex_unlock(&c->mu);
+    if (now >= next_yield) {
+      sched_yield();
+      next_yield = now + SPIN_YIELD_NS;
+    } else {
       for (int i = 0; i < 32; i++) cpu_relax();
-      pthread_mutex_lock(&c->mu);
     }
-    /* from here the I/O thread reads: make it poll the socket again */
-    if (--c->spinners == 0 && !c->io_polls_sock) client_wake_io_locked(c);
+    pthread_mutex_lock(&c->mu);
   }
-  return client_wait_until(c, deadline_ns);
+  c->spinners--;   /* from here the I/O thread reads (client_wait_until wakes it) */
+  return deadline_ns == 0 || tsr_now_ns() < deadline_ns;
 }
 
 int client_check_up_locked(tsr_client *c)

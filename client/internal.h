@@ -176,6 +176,7 @@ struct tsr_client {
    * socket now; whether the I/O thread's current poll includes it. */
   unsigned spinners;
   bool io_polls_sock;
+  uint64_t frames_handled;  /* by anyone: a spinner's sign that something changed */
   uint32_t spin_us;         /* how long a wait reads the socket itself (TESSERA_CLIENT_SPIN_US) */
   size_t handles;           /* 1 for the open client + 1 per live future */
   out_frame *out_head, *out_tail;
@@ -245,9 +246,10 @@ bool client_wait_until(tsr_client *c, uint64_t deadline_ns);
 /* The same, but until spin_until_ns (client_spin_until) the waiting thread
  * reads the socket itself instead of sleeping until the I/O thread has:
  * a reply that comes within the spin costs no thread wake-up on this side
- * (two of a round trip's, ~10-40 us each on a small VM). Returns true as
- * soon as it handled a frame (the caller checks its condition again).
- * Caller holds mu. */
+ * (two of a round trip's, ~10-40 us each on a small VM). Returns as soon
+ * as any thread handled a frame, or the spin is over (the caller checks
+ * its condition and calls again; past spin_until_ns this is
+ * client_wait_until); false once deadline_ns passed. Caller holds mu. */
 bool client_wait_spin(tsr_client *c, uint64_t deadline_ns, uint64_t spin_until_ns);
 /* When a wait that starts now stops spinning (0: no spin). */
 uint64_t client_spin_until(const tsr_client *c);

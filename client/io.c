@@ -224,6 +224,7 @@ int client_read_locked(tsr_client *c, bool io_thread)
       client_log(c, TSR_LOG_WARN, "ignored a %d-frame message from the scheduler", m.nframes);
     tsr_zmtp_msg_close(&m);
     handled++;
+    c->frames_handled++;
   }
   if (handled == 0) return 0;
   pthread_cond_broadcast(&c->cv);

@@ -38,6 +38,7 @@ struct tsr_wexec {
   exec_thread *per_thread;
   int n_threads;           /* started */
   atomic_uint running;
+  atomic_uint handed;      /* pushed to the main thread and not yet taken (tsr_wexec_taken) */
   pthread_mutex_t exit_lock;
   pthread_cond_t exit_cond;
   int exited;              /* under exit_lock */
@@ -248,10 +249,23 @@ static void thread_exited(tsr_wexec *exec)
 
 /* Hands a finished task to the main thread; frees it when the main thread
  * is gone (shutdown), since nobody else would. */
-static void send_done(void *push, tsr_wtask *task)
+static void send_done(tsr_wexec *exec, void *push, tsr_wtask *task)
 {
+  atomic_fetch_add(&exec->handed, 1);
   if (push != NULL && zmq_send(push, &task, sizeof task, ZMQ_DONTWAIT) == (int)sizeof task) return;
+  atomic_fetch_sub(&exec->handed, 1);
   tsr_wtask_free(&task);
+}
+
+void tsr_wexec_taken(tsr_wexec *exec, unsigned n) { atomic_fetch_sub(&exec->handed, n); }
+
+/* The executor thread may report task itself (opts.complete) when nothing
+ * is queued behind it and nothing handed over before it is still on its
+ * way: reports then leave in the order the tasks finished. */
+static bool complete_here(tsr_wexec *exec, tsr_wtask *task)
+{
+  return exec->opts.complete != NULL && tsr_wqueue_length(exec->queue) == 0 && atomic_load(&exec->handed) == 0 &&
+         exec->opts.complete(exec->opts.complete_arg, task);
 }
 
 static void *thread_main(void *arg)
@@ -286,7 +300,7 @@ static void *thread_main(void *arg)
     tsr_wtask_run_on(task, exec->store, &fetcher, exec->worker_name, self->slot);
     atomic_fetch_sub(&exec->running, 1);
     tsr_rt_stamp("w.exec_end");
-    send_done(push, task);
+    if (!complete_here(exec, task)) send_done(exec, push, task);
   }
   tsr_wfetcher_close(&fetcher);
   if (push != NULL) zmq_close(push);

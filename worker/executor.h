@@ -7,8 +7,10 @@
  * Completions travel over inproc PUSH/PULL: each executor thread owns a
  * PUSH socket connected to `done_endpoint` (which the main thread has
  * bound as a PULL before starting the pool) and sends the task pointer as
- * one frame of sizeof(tsr_wtask *) bytes. The executor never touches the
- * scheduler socket; the main thread reports and frees the task.
+ * one frame of sizeof(tsr_wtask *) bytes; the main thread reports and
+ * frees the task. When nothing else is queued, `complete` may take the
+ * task on the executor thread instead (the worker reports it from there:
+ * one thread hand-off less on the task's round trip).
  *
  * Threading: start/submit/stop from the main thread; the counters from any
  * thread. */
@@ -35,6 +37,13 @@ typedef struct tsr_wexec_opts {
   tsr_wgpu *gpu;               /* a GPU worker's device (each thread gets a slot), or NULL */
   struct tsr_wshare *share;    /* device-to-device fetches (share.h), or NULL */
   bool fetch_ahead;            /* at submit: receive buffers and connections for the task's inputs */
+  /* Called on the executor thread with a finished task when no other task
+   * is queued and none handed over is still untaken (a backlog's
+   * completions go to the main thread in batches, and order is kept):
+   * true when it took the task (reported and freed it), false to hand it
+   * over as usual. NULL: always hand it over. */
+  bool (*complete)(void *arg, tsr_wtask *task);
+  void *complete_arg;
 } tsr_wexec_opts;
 
 /* Starts the threads (with opts->gpu, one GPU slot each: a stream and its
@@ -46,6 +55,8 @@ int tsr_wexec_start(const tsr_wexec_opts *opts, tsr_wstore *store, tsr_wexec **e
  * buffers of its inputs' sizes (tsr_xfer_pool_warm) and a connection to
  * each peer they come from (tsr_wfetch_warm), made in the background. */
 int tsr_wexec_submit(tsr_wexec *exec, tsr_wtask *task);
+/* The main thread took n finished tasks from done_endpoint. */
+void tsr_wexec_taken(tsr_wexec *exec, unsigned n);
 /* Tasks executing right now / waiting in the queue. */
 unsigned tsr_wexec_running(const tsr_wexec *exec);
 /* Fetches of inputs from peers since start: done, failed, bytes, time. */

@@ -218,6 +218,22 @@ static void open_share(tsr_worker *w)
   TSR_INFO("gpu:%d: device chunks move device to device over UCX (cuda_ipc, cuda_copy)", w->opts.gpu);
 }
 
+/* An executor thread's finished task when nothing else is queued: reported
+ * from that thread and sent at once, unless the main thread is busy (it
+ * then gets the task as any other). Saves the hand-off to the main thread
+ * and its wake-up on a lone task's round trip; a backlog's completions
+ * still travel in the main thread's batches. */
+static bool complete_here(void *arg, tsr_wtask *task)
+{
+  tsr_worker *w = arg;
+  if (pthread_mutex_trylock(&w->mu) != 0) return false;
+  tsr_rt_stamp("w.complete");
+  tsr_worker_complete(w, task);
+  tsr_link_flush(w);
+  pthread_mutex_unlock(&w->mu);
+  return true;
+}
+
 static int start_executor(tsr_worker *w)
 {
   tsr_wexec_opts eo = {
@@ -231,6 +247,8 @@ static int start_executor(tsr_worker *w)
     .gpu = w->gpu,
     .share = w->share,
     .fetch_ahead = w->opts.fetch_ahead,
+    .complete = complete_here,
+    .complete_arg = w,
   };
   tsr_errbuf err = {{0}};
   if (tsr_wexec_start(&eo, w->store, &w->exec, &err) != 0) {
@@ -302,6 +320,7 @@ static void open_metrics(tsr_worker *w)
 static int worker_setup(tsr_worker *w, const tsr_worker_opts *opts, int stop_fd)
 {
   w->opts = *opts;
+  pthread_mutex_init(&w->mu, NULL);
   tsr_wbuf_init(&w->out);
   w->zctx = zmq_ctx_new();
   w->store = tsr_wstore_new(opts->memory_limit);
@@ -334,6 +353,7 @@ static void drain_completions(tsr_worker *w)
     if (n < 0) return;
     if (n == (int)sizeof task) {
       tsr_rt_stamp("w.complete");
+      if (w->exec != NULL) tsr_wexec_taken(w->exec, 1);
       tsr_worker_complete(w, task);
     }
   }
@@ -350,6 +370,7 @@ static void drain_pipe(int fd)
  * ready, run the link's timers, and send the iteration's batch once. */
 static void loop_once(tsr_worker *w, int stop_fd)
 {
+  pthread_mutex_lock(&w->mu);
   uint64_t now = tsr_now_ms();
   uint64_t deadline = tsr_link_next_deadline(w);
   long timeout = deadline > now ? (long)(deadline - now) : 0;
@@ -362,6 +383,7 @@ static void loop_once(tsr_worker *w, int stop_fd)
   };
   int first_data = w->sched != NULL ? 3 : 2;
   int n_items = first_data + tsr_xfer_server_pollitems(w->server, items + first_data, 2);
+  pthread_mutex_unlock(&w->mu);
   int ready = zmq_poll(items, n_items, timeout);
   tsr_rt_stamp("w.wake");
   if (ready < 0 && zmq_errno() != EINTR) TSR_WARN("zmq_poll: %s", zmq_strerror(zmq_errno()));
@@ -371,15 +393,17 @@ static void loop_once(tsr_worker *w, int stop_fd)
       TSR_INFO("stopping on signal");
       w->stopping = true;
     }
-    if (items[1].revents & ZMQ_POLLIN) drain_completions(w);
     bool data_ready = false;
     for (int i = first_data; i < n_items; i++) data_ready |= (items[i].revents & ZMQ_POLLIN) != 0;
     if (data_ready) tsr_xfer_server_serve(w->server, tsr_wstore_xfer_lookup, w->store);
-    if (first_data == 3 && (items[2].revents & ZMQ_POLLIN)) tsr_link_recv(w);
   }
+  pthread_mutex_lock(&w->mu);
+  if (ready > 0 && (items[1].revents & ZMQ_POLLIN)) drain_completions(w);
+  if (ready > 0 && first_data == 3 && (items[2].revents & ZMQ_POLLIN)) tsr_link_recv(w);
   tsr_link_tick(w, tsr_now_ms());
   tsr_wmetrics_tick(w, tsr_now_ms());
   tsr_link_flush(w);
+  pthread_mutex_unlock(&w->mu);
 }
 
 /* How device chunks moved between workers (info, once at exit; gpu.workers
@@ -422,8 +446,12 @@ static void log_gpu_stats(tsr_worker *w)
  * then the store and the context must stay (that thread still uses them). */
 static bool worker_teardown(tsr_worker *w)
 {
+  /* executor threads may still report: the goodbye and the socket's close
+   * under the lock; from then on they find no link and hand tasks over */
+  pthread_mutex_lock(&w->mu);
   tsr_wmetrics_close(&w->metrics);
   tsr_link_goodbye(w);   /* waits (up to 2 s) for the goodbye to leave */
+  pthread_mutex_unlock(&w->mu);
   if (w->exec != NULL && tsr_wexec_stop(&w->exec, 5000) != 0) return false;
   if (w->pull) {
     drain_completions(w);

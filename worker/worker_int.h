@@ -21,6 +21,13 @@ typedef enum { TSR_LINK_DOWN = 0, TSR_LINK_HELLO, TSR_LINK_READY } tsr_link_stat
 
 typedef struct tsr_worker {
   tsr_worker_opts opts;
+  /* The main thread holds mu while it works (not while it polls or serves
+   * chunks); an executor thread that finished the only queued task takes
+   * it, if free, to report that task itself (worker.c complete_here).
+   * Everything below that the reports touch — the link, the socket, the
+   * outbound batch, pending and needs, the metrics — is read and written
+   * only under it. */
+  pthread_mutex_t mu;
   void *zctx;                 /* data plane, inproc completions, executor fetches */
   tsr_xfer_server *server;
   tsr_zap *zap;               /* the data socket's ZAP handler with CURVE (security.c), else NULL */
