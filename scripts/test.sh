@@ -27,7 +27,7 @@ export LSAN_OPTIONS=suppressions=$PWD/scripts/lsan.supp
 
 # The decoders of outside input under libFuzzer (tests/fuzz, docs/fuzzing.md):
 # each target's seeds and regressions replayed (ctest -L fuzz), then 10 s of
-# fuzzing each (8 targets: under 2 minutes, plus the clang build: the CI
+# fuzzing each (9 targets: under 2 minutes, plus the clang build: the CI
 # budget). Any crash fails.
 tests/fuzz/run.sh 10
 (cd build-fuzz && ctest --output-on-failure --timeout 300 -L fuzz)

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 runs=${1:-10000000} cap=${2:-2700}
 shift 2 2>/dev/null || shift $#
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(wire sched compute npy mtx plink zarr tsv)
+[ ${#targets[@]} -gt 0 ] || targets=(wire sched compute zmtp npy mtx plink zarr tsv)
 dir=build-fuzz/fuzz-long
 [ -w /dev/shm ] && export TMPDIR=/dev/shm
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-20}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(wire sched compute npy mtx plink zarr tsv)
+[ ${#targets[@]} -gt 0 ] || targets=(wire sched compute zmtp npy mtx plink zarr tsv)
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 command -v clang >/dev/null || { echo "fuzz: clang is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
 cmake -S . -B "$build_dir" -DCMAKE_C_COMPILER=clang -DTSR_FUZZ=ON -DTSR_CUDA=OFF \
