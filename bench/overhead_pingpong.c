@@ -13,8 +13,12 @@
  *   --transport unix: the same over Unix domain sockets (one host: what a
  *     same-host control path could reach).
  *
- *   tsr-bench-pingpong [--transport zmq|tcp|unix] [--legs 2|4] [--reps N]
- * prints `pingpong transport=... legs=... median_us=... p90_us=...`. */
+ *   --client-spin-us N (tcp, unix): the client reads its socket without
+ *     sleeping for up to N us after each send (yielding every 5 us), as
+ *     libtessera's waits do (docs/client.md): the floor of our layout.
+ *
+ *   tsr-bench-pingpong [--transport zmq|tcp|unix] [--legs 2|4] [--reps N] [--client-spin-us N]
+ * prints `pingpong transport=... legs=... spin_us=... median_us=... p90_us=...`. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -27,6 +31,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,11 +58,13 @@ static int cmp_double(const void *a, const void *b)
   return (x > y) - (x < y);
 }
 
+static int client_spin_us;
+
 static void report(const char *transport, int legs, double *lat, int reps)
 {
   qsort(lat, (size_t)reps, sizeof *lat, cmp_double);
-  printf("pingpong transport=%s legs=%d median_us=%.1f p90_us=%.1f reps=%d\n", transport, legs, lat[reps / 2],
-         lat[reps * 9 / 10], reps);
+  printf("pingpong transport=%s legs=%d spin_us=%d median_us=%.1f p90_us=%.1f reps=%d\n", transport, legs,
+         client_spin_us, lat[reps / 2], lat[reps * 9 / 10], reps);
   fflush(stdout);
 }
 
@@ -149,6 +156,25 @@ static int wait_read(int ep, char *buf)
   return ev.data.fd;
 }
 
+/* The client's wait: reads without sleeping for up to client_spin_us,
+ * yielding every 5 us, then as wait_read. */
+static void spin_read(int fd, int ep, char *buf)
+{
+  double t0 = now_us(), next_yield = t0;
+  for (double now = t0; now - t0 < client_spin_us; now = now_us()) {
+    ssize_t n = recv(fd, buf, MSG_BYTES, MSG_DONTWAIT | MSG_PEEK);
+    if (n == MSG_BYTES) {
+      read_full(fd, buf);
+      return;
+    }
+    if (now >= next_yield) {
+      sched_yield();
+      next_yield = now + 5;
+    }
+  }
+  wait_read(ep, buf);
+}
+
 static int epoll_of(const int *fds, int n)
 {
   int ep = epoll_create1(0);
@@ -214,7 +240,8 @@ static void tcp_client(int port, int legs, int reps)
   for (int i = 0; i < reps; i++) {
     double t0 = now_us();
     if (write(fd, buf, MSG_BYTES) != MSG_BYTES) exit(1);
-    wait_read(ep, buf);
+    if (client_spin_us > 0) spin_read(fd, ep, buf);
+    else wait_read(ep, buf);
     lat[i] = now_us() - t0;
   }
   report(use_unix ? "unix" : "tcp", legs, lat, reps);
@@ -248,8 +275,9 @@ int main(int argc, char **argv)
     if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc) transport = argv[++i];
     else if (strcmp(argv[i], "--legs") == 0 && i + 1 < argc) legs = atoi(argv[++i]);
     else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--client-spin-us") == 0 && i + 1 < argc) client_spin_us = atoi(argv[++i]);
     else {
-      printf("usage: tsr-bench-pingpong [--transport zmq|tcp|unix] [--legs 2|4] [--reps N]\n");
+      printf("usage: tsr-bench-pingpong [--transport zmq|tcp|unix] [--legs 2|4] [--reps N] [--client-spin-us N]\n");
       return strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }
