@@ -221,7 +221,8 @@ case $what in
   xfer) run_xfer ;;
   transfer) mkdir -p /tmp/tsr-wrapbuild && ln -sfn "$t/wrap" /tmp/tsr-wrapbuild/bin &&
     PATH="$t/ucx-cuda/bin:$PATH" bash bench/transfer.sh /tmp/tsr-wrapbuild 2>&1 | tee "$out/transfer.log" ;;
-  overhead) for tl in "zmq 2" "zmq 4" "tcp 2" "tcp 4" "unix 2" "unix 4"; do set -- $tl; tsr-bench-pingpong --transport $1 --legs $2 --reps 5000; done 2>&1 | tee "$out/overhead.log"
+  overhead) for tl in "zmq 2 0" "zmq 4 0" "tcp 2 0" "tcp 4 0" "unix 2 0" "unix 4 0" "tcp 4 200" "unix 4 200"; do set -- $tl
+      tsr-bench-pingpong --transport $1 --legs $2 --reps 5000 --client-spin-us $3; done 2>&1 | tee "$out/overhead.log"
     for i in 1 2 3; do tessera local --cpu-workers 2 --threads-per-worker 1 -- tsr-bench-overhead --sizes 100000,1000000 \
       --shapes independent --reps 1000 2>/dev/null | grep -E "latency|tasks=|bytes_per_task"; done 2>&1 | tee -a "$out/overhead.log" ;;
   xferbench) bash bench/transfer_gpu.sh "$@" 2>&1 | tee "$out/xferbench.log"; [ ${PIPESTATUS[0]} = 0 ] || rc=1 ;;
