@@ -42,6 +42,20 @@ static void pump(tsr_zmtp *s, int ms)
   } while (tsr_now_ms() < deadline);
 }
 
+/* The next message on to while from (the other end, ours too) is driven:
+ * 1, or 0 when none came within ~timeout_ms. */
+static int relay_wait(tsr_zmtp *from, tsr_zmtp *to, tsr_zmtp_msg *m, int timeout_ms)
+{
+  uint64_t deadline = tsr_now_ms() + (uint64_t)timeout_ms;
+  do {
+    pump(from, 0);
+    if (tsr_zmtp_recv(to, m) == 1) return 1;
+    struct pollfd p[2] = {{tsr_zmtp_fd(from), POLLIN, 0}, {tsr_zmtp_fd(to), POLLIN, 0}};
+    poll(p, 2, 1);
+  } while (tsr_now_ms() < deadline);
+  return 0;
+}
+
 static void *zsock(void *ctx, int type)
 {
   void *s = zmq_socket(ctx, type);
@@ -185,12 +199,7 @@ TEST(ours_to_ours_over_ipc_in_order)
   for (unsigned i = 0; i <= 2000; i++) {
     tsr_zmtp_msg m;
     pump(d, 0);
-    int got = 0;
-    for (int t = 0; t < 2000 && !got; t++) {
-      got = tsr_zmtp_recv(r, &m);
-      if (!got) pump(d, 1);
-    }
-    ASSERT_EQ(got, 1);
+    ASSERT_EQ(relay_wait(d, r, &m, 5000), 1);
     size_t want_len = i < 2000 ? i * 7 : big_len;
     char *want = pattern(want_len, i < 2000 ? i : 3);
     ASSERT_EQ(m.len[0], want_len);
@@ -202,12 +211,7 @@ TEST(ours_to_ours_over_ipc_in_order)
   }
   ASSERT_OK(tsr_zmtp_send_owned(r, id, id_len, pattern(big_len, 5), big_len));
   tsr_zmtp_msg m;
-  int got = 0;
-  for (int t = 0; t < 5000 && !got; t++) {
-    pump(r, 0);
-    got = tsr_zmtp_recv(d, &m);
-  }
-  ASSERT_EQ(got, 1);
+  ASSERT_EQ(relay_wait(r, d, &m, 5000), 1);
   char *want = pattern(big_len, 5);
   ASSERT_TRUE(m.len[0] == big_len && memcmp(m.data[0], want, big_len) == 0);
   free(want);
@@ -368,12 +372,7 @@ TEST(ours_to_ours_with_curve)
   for (int i = 0; i < 300; i++) ASSERT_OK(tsr_zmtp_send_owned(d, NULL, 0, pattern((size_t)i * 1000, (unsigned)i), (size_t)i * 1000));
   for (int i = 0; i < 300; i++) {
     tsr_zmtp_msg m;
-    int got = 0;
-    for (int t = 0; t < 3000 && !got; t++) {
-      pump(d, 0);
-      got = tsr_zmtp_recv(r, &m);
-    }
-    ASSERT_EQ(got, 1);
+    ASSERT_EQ(relay_wait(d, r, &m, 5000), 1);
     char *want = pattern((size_t)i * 1000, (unsigned)i);
     ASSERT_TRUE(m.len[0] == (size_t)i * 1000 && memcmp(m.data[0], want, m.len[0]) == 0);
     ASSERT_TRUE(strcmp(m.key, cpub) == 0);
@@ -454,12 +453,7 @@ TEST(garbage_silence_and_oversized_frames_close_only_their_connection)
   /* the good dealer is still served */
   ASSERT_OK(tsr_zmtp_send(d, NULL, 0, "still", 5));
   tsr_zmtp_msg m;
-  int got = 0;
-  for (int t = 0; t < 3000 && !got; t++) {
-    pump(d, 0);
-    got = tsr_zmtp_recv(r, &m);
-  }
-  ASSERT_EQ(got, 1);
+  ASSERT_EQ(relay_wait(d, r, &m, 5000), 1);
   ASSERT_TRUE(m.len[0] == 5 && memcmp(m.data[0], "still", 5) == 0);
   tsr_zmtp_msg_close(&m);
   ASSERT_EQ(tsr_zmtp_recv(r, &m), 0);   /* the oversized frame never arrived */
@@ -484,12 +478,7 @@ TEST(a_dealer_reconnects_to_a_restarted_router)
   ASSERT_OK(tsr_zmtp_connect(bound, &dopt, &d, &err));
   ASSERT_OK(tsr_zmtp_send(d, NULL, 0, "one", 3));
   tsr_zmtp_msg m;
-  int got = 0;
-  for (int t = 0; t < 3000 && !got; t++) {
-    pump(d, 0);
-    got = tsr_zmtp_recv(r, &m);
-  }
-  ASSERT_EQ(got, 1);
+  ASSERT_EQ(relay_wait(d, r, &m, 5000), 1);
   tsr_zmtp_msg_close(&m);
   tsr_zmtp_close(&r);
   pump(d, 100);   /* sees the loss */
@@ -497,12 +486,7 @@ TEST(a_dealer_reconnects_to_a_restarted_router)
   ASSERT_OK(tsr_zmtp_send(d, NULL, 0, "two", 3));
   ASSERT_OK(tsr_zmtp_bind(bound, &o, &r, again, sizeof again, &err));
   ASSERT_TRUE(strcmp(bound, again) == 0);
-  got = 0;
-  for (int t = 0; t < 5000 && !got; t++) {
-    pump(d, 1);
-    got = tsr_zmtp_recv(r, &m);
-  }
-  ASSERT_EQ(got, 1);
+  ASSERT_EQ(relay_wait(d, r, &m, 5000), 1);
   ASSERT_TRUE(m.len[0] == 3 && memcmp(m.data[0], "two", 3) == 0);
   tsr_zmtp_msg_close(&m);
   tsr_zmtp_close(&d);
