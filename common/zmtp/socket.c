@@ -539,6 +539,7 @@ int tsr_zmtp_flush(tsr_zmtp *s, int timeout_ms)
      * it is not done, and the writes */
     pthread_mutex_lock(&s->mu);
     progress(s);
+    sync_event(s);   /* what it read is waiting for the owner's next recv */
     bool drained = dealer_drained(s);
     zmtp_conn *c = dealer_conn(s);
     struct pollfd pfd = {c != NULL ? c->fd : -1, (short)(POLLIN | (c != NULL && c->want_out ? POLLOUT : 0)), 0};
