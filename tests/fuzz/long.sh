@@ -8,6 +8,11 @@
 #
 #   tests/fuzz/long.sh [RUNS] [CAP_SECONDS] [TARGET...]   (default 10000000 2700, all)
 set -uo pipefail
+# Input size cap: 64 KiB, but 8 KiB for zmtp, whose inputs go through a
+# real socket (a 28 KiB input took ~30 ms against ~0.1 ms for short ones,
+# and reaches no state a short one misses; frames of 64 KiB and more, read
+# into their own buffers, are unit.zmtp's).
+max_len() { if [ "$1" = zmtp ]; then echo 8192; else echo 65536; fi; }
 cd "$(dirname "$0")/../.."
 runs=${1:-10000000} cap=${2:-2700}
 shift 2 2>/dev/null || shift $#
@@ -20,7 +25,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$dir/work/$t" "$dir/art/$t"
   ( start=$(date +%s)
     nice -n 19 "build-fuzz/bin/fuzz_$t" -runs="$runs" -max_total_time="$cap" -timeout=10 -rss_limit_mb=2048 \
-      -max_len=65536 -print_final_stats=1 -artifact_prefix="$dir/art/$t/" "$dir/work/$t" "tests/fuzz/corpus/$t" \
+      -max_len="$(max_len "$t")" -print_final_stats=1 -artifact_prefix="$dir/art/$t/" "$dir/work/$t" "tests/fuzz/corpus/$t" \
       >"$dir/$t.log" 2>&1
     echo "$? $(( $(date +%s) - start ))" >"$dir/$t.rc" ) &
 done

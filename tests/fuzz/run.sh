@@ -8,6 +8,11 @@
 #
 #   tests/fuzz/run.sh [SECONDS] [TARGET...]    (CI: scripts/test.sh runs it with 20)
 set -euo pipefail
+# Input size cap: 64 KiB, but 8 KiB for zmtp, whose inputs go through a
+# real socket (a 28 KiB input took ~30 ms against ~0.1 ms for short ones,
+# and reaches no state a short one misses; frames of 64 KiB and more, read
+# into their own buffers, are unit.zmtp's).
+max_len() { if [ "$1" = zmtp ]; then echo 8192; else echo 65536; fi; }
 cd "$(dirname "$0")/../.."
 seconds=${1:-20}
 shift || true
@@ -29,7 +34,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$work" "$art"
   log="$build_dir/fuzz-artifacts/$t.log"
   echo "fuzz: $t for ${seconds} s"
-  if "$build_dir/bin/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+  if "$build_dir/bin/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len "$t")" \
        -print_final_stats=1 -artifact_prefix="$art/" "$work" "tests/fuzz/corpus/$t" >"$log" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
     echo "fuzz: $t: ${runs:-?} executions, no crash"
