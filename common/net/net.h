@@ -111,6 +111,10 @@ bool tsr_xfer_fetches_over_ucx(const char *address);
  * rather than through its listener (tcp). Known after the first fetch or
  * tsr_xfer_ready. */
 bool tsr_xfer_is_direct(const tsr_xfer_conn *conn);
+/* ... and that endpoint's worker polls no tcp interface (a second UCP
+ * context without tcp: common/net/ucx.h; TESSERA_UCX_LOCAL=0 turns it
+ * off). */
+bool tsr_xfer_is_direct_local(const tsr_xfer_conn *conn);
 
 /* Received chunk bytes, 64-byte aligned (kernels may load whole vectors).
  * `data` is valid until tsr_xfer_data_release(). */

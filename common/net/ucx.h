@@ -32,10 +32,11 @@
  * TSR_UCX is on, from xfer_ucx_none.c otherwise: then every open fails
  * with TSR_ECONN ("this build has no UCX").
  *
- * Threading: one process-wide ucp_context (refcounted, shared by every
- * ucp_worker, created on first use). A conn owns a ucp_worker of its own,
- * used by one thread at a time; a server owns one, used by its serving
- * thread only. */
+ * Threading: two process-wide ucp_contexts (refcounted, shared by every
+ * ucp_worker, created on first use: ucx_int.h). A conn owns a ucp_worker
+ * of its own (two with a direct endpoint), used by one thread at a time;
+ * a server owns one (two: the listener's and the direct endpoints'),
+ * used by its serving thread only. */
 #ifndef TSR_COMMON_NET_UCX_H
 #define TSR_COMMON_NET_UCX_H
 
@@ -52,6 +53,26 @@
 
 typedef struct tsr_ucx_conn tsr_ucx_conn;
 typedef struct tsr_ucx_server tsr_ucx_server;
+
+/* Same-host peers: the direct endpoints live on workers of a second UCP
+ * context without tcp, on both sides, so that a progress polls shared
+ * memory (and cuda_ipc) only: with tcp's epoll_wait in every progress a
+ * 1 KiB fetch took 2.7-2.9 us here, without 2.5 (8.7 against 3.2 when
+ * the server sleeps between requests). The listener's endpoint stays on
+ * the first context's worker, progressed every 64th round of a spin, for
+ * a dead peer's error. TESSERA_UCX_LOCAL=0 keeps one context. This is
+ * that context's UCX_TLS from the user's (NULL: unset): "^tcp" for unset
+ * or "all", an exclusion list with tcp added, a list without its tcp
+ * entries; false when the user's leaves out shared memory (posix, sysv:
+ * then the direct endpoint would have no transport for active messages)
+ * or cap is too small. */
+bool tsr_ucx_local_tls(const char *tls, char *out, size_t cap);
+/* The first context's UCX_TLS while the second exists: the user's
+ * without shared memory ("^sm" for unset), which UCX 1.13 puts on no
+ * listener's endpoint anyway; its interfaces cost every worker 1.1 MiB
+ * (a same-host connection: 2.69 MiB with them, 1.40 with tcp + shared
+ * memory on one worker). */
+bool tsr_ucx_listener_tls(const char *tls, char *out, size_t cap);
 
 /* True when this build has UCX (it may still fail to initialize). */
 bool tsr_ucx_built(void);
@@ -70,6 +91,8 @@ void tsr_ucx_conn_close(tsr_ucx_conn **conn_p);   /* NULL is a no-op */
  * close the conn. */
 int tsr_ucx_conn_ready(tsr_ucx_conn *conn, const char *address, int timeout_ms, tsr_errbuf *err);
 bool tsr_ucx_conn_direct(const tsr_ucx_conn *conn);   /* tsr_xfer_is_direct */
+/* The direct endpoint is on a worker without tcp (tsr_ucx_local_tls). */
+bool tsr_ucx_conn_direct_local(const tsr_ucx_conn *conn);
 
 /* tsr_xfer_get_abortable over UCX; `address` names the peer in messages
  * and for abort. A rendezvous reply goes to out->sink's device buffer when

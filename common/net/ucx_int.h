@@ -13,11 +13,17 @@
  * a broken or hostile peer. */
 #define TSR_UCX_MAX_HEADER (TSR_MAX_TEXT_LEN + 4 * TSR_MAX_KEY_LEN)
 
-/* Takes a reference on the process's UCP context, creating it on first
- * use from the environment (UCX_TLS, UCX_NET_DEVICES, ... are read here).
- * Drop it with tsr_ucx_context_drop. 0 or TSR_ECONN. Any thread. */
-int tsr_ucx_context_take(ucp_context_h *ctx_p, tsr_errbuf *err);
-void tsr_ucx_context_drop(void);
+/* The process's UCP contexts: ALL has the transports UCX_TLS allows;
+ * LOCAL the same without tcp, for direct endpoints between processes of
+ * one host (no epoll_wait in every progress: xfer_ucx.c). */
+typedef enum { TSR_UCX_ALL = 0, TSR_UCX_LOCAL = 1 } tsr_ucx_scope;
+
+/* Takes a reference on a context, creating it on first use from the
+ * environment (UCX_TLS, UCX_NET_DEVICES, ... are read here). Drop it with
+ * tsr_ucx_context_drop of the same scope. 0, TSR_ECONN, or TSR_ENOTFOUND
+ * (LOCAL when UCX_TLS allows only tcp). Any thread. */
+int tsr_ucx_context_take(tsr_ucx_scope scope, ucp_context_h *ctx_p, tsr_errbuf *err);
+void tsr_ucx_context_drop(tsr_ucx_scope scope);
 
 /* A worker with the wakeup feature; *efd_p becomes readable when it has
  * events (after ucp_worker_arm). 0 or TSR_ECONN. */

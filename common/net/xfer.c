@@ -141,6 +141,10 @@ int tsr_xfer_ready(tsr_xfer_conn *conn, int timeout_ms, tsr_errbuf *err)
 }
 
 bool tsr_xfer_is_direct(const tsr_xfer_conn *conn) { return conn->ucx != NULL && tsr_ucx_conn_direct(conn->ucx); }
+bool tsr_xfer_is_direct_local(const tsr_xfer_conn *conn)
+{
+  return conn->ucx != NULL && tsr_ucx_conn_direct_local(conn->ucx);
+}
 
 bool tsr_xfer_fetches_over_ucx(const char *address)
 {

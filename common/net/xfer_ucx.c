@@ -28,11 +28,27 @@
 
 #include "xfer_int.h"
 
-/* ---------- the process's context ---------- */
+/* ---------- the process's contexts ---------- */
+
+/* Two contexts, each made on first use and shared by every worker:
+ * [TSR_UCX_ALL] the transports UCX_TLS allows but shared memory
+ * (listeners, their endpoints, other hosts), [TSR_UCX_LOCAL] UCX_TLS
+ * without tcp, for the direct endpoints between processes of one host.
+ * Why a second: a worker polls every interface its endpoints use, and
+ * tcp's poll is an epoll_wait system call per progress; with the
+ * listener's endpoint open beside the direct one, a third of a 1 KiB
+ * round trip's CPU went there (perf, both ends). When UCX_TLS leaves no
+ * shared memory there is no LOCAL context and ALL keeps UCX_TLS whole. */
+typedef struct ucx_context {
+  ucp_context_h handle;
+  unsigned users;
+} ucx_context;
 
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
-static ucp_context_h ctx_shared;
-static unsigned ctx_users;
+static ucx_context contexts[2];
+/* The ALL context was made without shared memory (scope_tls): its
+ * workers cannot reach a server's LOCAL worker. */
+static _Atomic bool all_without_shm;
 
 bool tsr_ucx_built(void) { return true; }
 
@@ -42,24 +58,53 @@ bool tsr_ucx_built(void) { return true; }
  * with tcp only). 64 at a time (MM_: the table both share) keeps a
  * connection near 1.4 MiB; they still grow on demand. A UCX_*
  * variable for it in the environment wins. */
-static void shrink_defaults(ucp_config_t *config)
+static void shrink_defaults(ucp_config_t *config, const char *tls)
 {
-  /* Not when UCX_TLS leaves shared memory out: UCX warns at every worker
-   * ("invalid configuration") about a setting no transport read. */
-  const char *tls = getenv("UCX_TLS");
-  bool shm = tls == NULL || strstr(tls, "sm") != NULL || strstr(tls, "posix") != NULL ||
-             strstr(tls, "sysv") != NULL || strstr(tls, "all") != NULL || tls[0] == '^';
+  /* Not when the context's TLS leaves shared memory out: UCX warns at
+   * every worker ("invalid configuration") about a setting no transport
+   * read. */
+  bool shm;
+  if (tls == NULL || tls[0] == '\0') shm = true;
+  else if (tls[0] == '^') shm = strstr(tls, "sm") == NULL && strstr(tls, "shm") == NULL;   /* "^sm": the ALL context's */
+  else shm = strstr(tls, "sm") != NULL || strstr(tls, "posix") != NULL || strstr(tls, "sysv") != NULL ||
+             strstr(tls, "all") != NULL;
   if (shm && getenv("UCX_MM_RX_BUFS_GROW") == NULL && getenv("UCX_POSIX_RX_BUFS_GROW") == NULL &&
       getenv("UCX_SYSV_RX_BUFS_GROW") == NULL)
     ucp_config_modify(config, "MM_RX_BUFS_GROW", "64");
 }
 
-static int context_create(ucp_context_h *ctx_p, tsr_errbuf *err)
+/* False when TESSERA_UCX_LOCAL=0 (asked at every take: the unit test
+ * turns it off with the contexts made). */
+static bool local_allowed(void)
 {
+  const char *off = getenv("TESSERA_UCX_LOCAL");
+  return off == NULL || strcmp(off, "0") != 0;
+}
+
+/* The context's UCX_TLS into tls: LOCAL's without tcp; ALL's without
+ * shared memory while a LOCAL context can be made (ucx.h), else the
+ * user's (*tls = '\0'). False when LOCAL has no transport. */
+static bool scope_tls(tsr_ucx_scope scope, char *tls, size_t cap)
+{
+  const char *user = getenv("UCX_TLS");
+  tls[0] = '\0';
+  if (scope == TSR_UCX_LOCAL) return tsr_ucx_local_tls(user, tls, cap);
+  char local[256];
+  if (local_allowed() && tsr_ucx_local_tls(user, local, sizeof local) && !tsr_ucx_listener_tls(user, tls, cap))
+    tls[0] = '\0';
+  return true;
+}
+
+static int context_create(tsr_ucx_scope scope, ucp_context_h *ctx_p, tsr_errbuf *err)
+{
+  char tls[256];
+  if (!scope_tls(scope, tls, sizeof tls)) return tsr_fail(err, TSR_ENOTFOUND, "UCX_TLS leaves no transport but tcp");
   ucp_config_t *config = NULL;
   ucs_status_t st = ucp_config_read(NULL, NULL, &config);
   if (st != UCS_OK) return tsr_fail(err, TSR_ECONN, "UCX configuration: %s", ucs_status_string(st));
-  shrink_defaults(config);
+  shrink_defaults(config, tls[0] != '\0' ? tls : getenv("UCX_TLS"));
+  if (tls[0] != '\0') ucp_config_modify(config, "TLS", tls);
+  if (scope == TSR_UCX_ALL) atomic_store(&all_without_shm, tls[0] != '\0');
   ucp_params_t params = {
     .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
     .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
@@ -81,33 +126,36 @@ bool tsr_ucx_cuda_capable(void)
   if (known >= 0) return known == 1;
   ucp_context_h ctx;
   tsr_errbuf err = {{0}};
-  if (tsr_ucx_context_take(&ctx, &err) != 0) return false;
+  if (tsr_ucx_context_take(TSR_UCX_ALL, &ctx, &err) != 0) return false;
   ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
   bool cuda = ucp_context_query(ctx, &attr) == UCS_OK && (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
-  tsr_ucx_context_drop();
+  tsr_ucx_context_drop(TSR_UCX_ALL);
   atomic_store(&cuda_capable, cuda ? 1 : 0);
   return cuda;
 }
 
-int tsr_ucx_context_take(ucp_context_h *ctx_p, tsr_errbuf *err)
+int tsr_ucx_context_take(tsr_ucx_scope scope, ucp_context_h *ctx_p, tsr_errbuf *err)
 {
+  if (scope == TSR_UCX_LOCAL && !local_allowed()) return tsr_fail(err, TSR_ENOTFOUND, "TESSERA_UCX_LOCAL=0");
   int rc = 0;
+  ucx_context *c = &contexts[scope];
   pthread_mutex_lock(&ctx_lock);
-  if (ctx_users == 0) rc = context_create(&ctx_shared, err);
+  if (c->users == 0) rc = context_create(scope, &c->handle, err);
   if (rc == 0) {
-    ctx_users++;
-    *ctx_p = ctx_shared;
+    c->users++;
+    *ctx_p = c->handle;
   }
   pthread_mutex_unlock(&ctx_lock);
   return rc;
 }
 
-void tsr_ucx_context_drop(void)
+void tsr_ucx_context_drop(tsr_ucx_scope scope)
 {
+  ucx_context *c = &contexts[scope];
   pthread_mutex_lock(&ctx_lock);
-  if (ctx_users > 0 && --ctx_users == 0) {
-    ucp_cleanup(ctx_shared);
-    ctx_shared = NULL;
+  if (c->users > 0 && --c->users == 0) {
+    ucp_cleanup(c->handle);
+    c->handle = NULL;
   }
   pthread_mutex_unlock(&ctx_lock);
 }
@@ -212,12 +260,14 @@ void tsr_ucx_ep_close(ucp_worker_h worker, ucp_ep_h ep)
 /* ---------- fetching ---------- */
 
 struct tsr_ucx_conn {
-  ucp_worker_h worker;
+  ucp_worker_h worker;      /* of the ALL context: the listener's endpoint */
   ucp_ep_h ep;              /* through the server's listener */
   ucp_ep_h direct;          /* from the server's worker address (same host), or NULL */
+  ucp_worker_h local;       /* of the LOCAL context: direct's, when it could be made */
+  ucp_worker_h reply_worker; /* the one the last reply came on (its descriptors) */
   bool said_hello;          /* the direct endpoint was tried */
   bool hello_pending;       /* the reply awaited is the hello's */
-  int efd;
+  int efd, local_efd;
   ucs_status_t ep_status;   /* UCS_OK until the endpoint failed */
   char *request;            /* the last get's bytes: UCX may still read them */
   /* the reply of the get in flight */
@@ -229,6 +279,7 @@ struct tsr_ucx_conn {
   size_t data_len;
   /* a rendezvous receive in flight */
   void *recv_req;
+  ucp_worker_h recv_worker; /* recv_req's */
   tsr_ucx_buf *recv_buf;    /* owned here until the receive completed */
   void *recv_dev;           /* or a device buffer of recv_sink's, the same */
   const tsr_xfer_device_sink *recv_sink;
@@ -245,10 +296,9 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 }
 
 /* Keeps the reply for tsr_ucx_get; a reply nobody awaits is dropped. */
-static ucs_status_t on_reply(void *arg, const void *header, size_t header_len, void *data, size_t len,
-                             const ucp_am_recv_param_t *param)
+static ucs_status_t keep_reply(tsr_ucx_conn *conn, ucp_worker_h worker, const void *header, size_t header_len,
+                               void *data, size_t len, const ucp_am_recv_param_t *param)
 {
-  tsr_ucx_conn *conn = arg;
   if (!conn->awaiting || conn->replied || header_len > TSR_UCX_MAX_HEADER || len > TSR_MAX_FRAME_BYTES) return UCS_OK;
   /* a hello's answer that came after its wait is not a get's reply */
   bool hello = header_len >= strlen(HELLO_TAG) && memcmp(header, HELLO_TAG, strlen(HELLO_TAG)) == 0;
@@ -259,12 +309,27 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_len, v
   conn->reply_hdr_len = header_len;
   conn->data_len = len;
   conn->replied = true;
+  conn->reply_worker = worker;
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
     conn->rndv_desc = data;
     return UCS_INPROGRESS;   /* the descriptor lives until ucp_am_recv_data_nbx */
   }
   if (len > 0 && posix_memalign(&conn->eager, 64, len) == 0) memcpy(conn->eager, data, len);
   return UCS_OK;
+}
+
+static ucs_status_t on_reply(void *arg, const void *header, size_t header_len, void *data, size_t len,
+                             const ucp_am_recv_param_t *param)
+{
+  tsr_ucx_conn *conn = arg;
+  return keep_reply(conn, conn->worker, header, header_len, data, len, param);
+}
+
+static ucs_status_t on_local_reply(void *arg, const void *header, size_t header_len, void *data, size_t len,
+                                   const ucp_am_recv_param_t *param)
+{
+  tsr_ucx_conn *conn = arg;
+  return keep_reply(conn, conn->local, header, header_len, data, len, param);
 }
 
 int tsr_ucx_set_am_handler(ucp_worker_h worker, unsigned id, ucp_am_recv_callback_t cb, void *arg, tsr_errbuf *err)
@@ -308,8 +373,9 @@ int tsr_ucx_conn_open(const char *endpoint, tsr_ucx_conn **conn_p, tsr_errbuf *e
     return tsr_fail(err, TSR_EINVAL, "'%s' is not a ucx:// address", endpoint);
   tsr_ucx_conn *conn = calloc(1, sizeof *conn);
   if (conn == NULL) return TSR_ENOMEM;
+  conn->efd = conn->local_efd = -1;
   ucp_context_h ctx;
-  int rc = tsr_ucx_context_take(&ctx, err);
+  int rc = tsr_ucx_context_take(TSR_UCX_ALL, &ctx, err);
   if (rc != 0) {
     free(conn);
     return rc;
@@ -326,6 +392,20 @@ int tsr_ucx_conn_open(const char *endpoint, tsr_ucx_conn **conn_p, tsr_errbuf *e
   return 0;
 }
 
+/* The worker the direct endpoint lives on (and the gets' replies come on). */
+static ucp_worker_h direct_worker(const tsr_ucx_conn *conn)
+{
+  return conn->direct != NULL && conn->local != NULL ? conn->local : conn->worker;
+}
+
+static void close_local_worker(tsr_ucx_conn *conn)
+{
+  ucp_worker_destroy(conn->local);
+  conn->local = NULL;
+  conn->local_efd = -1;
+  tsr_ucx_context_drop(TSR_UCX_LOCAL);
+}
+
 /* Gives the receive buffer back, host or device. */
 static void drop_recv(tsr_ucx_conn *conn)
 {
@@ -337,7 +417,7 @@ static void drop_recv(tsr_ucx_conn *conn)
 
 static void forget_reply(tsr_ucx_conn *conn)
 {
-  if (conn->rndv_desc != NULL) ucp_am_data_release(conn->worker, conn->rndv_desc);
+  if (conn->rndv_desc != NULL) ucp_am_data_release(conn->reply_worker, conn->rndv_desc);
   free(conn->reply_hdr);
   free(conn->eager);
   conn->rndv_desc = conn->reply_hdr = conn->eager = NULL;
@@ -351,12 +431,13 @@ void tsr_ucx_conn_close(tsr_ucx_conn **conn_p)
   tsr_ucx_conn *conn = *conn_p;
   if (conn->worker != NULL) {
     forget_reply(conn);
-    if (conn->recv_req != NULL) ucp_request_cancel(conn->worker, conn->recv_req);
-    if (conn->direct != NULL) tsr_ucx_ep_close(conn->worker, conn->direct);
+    if (conn->recv_req != NULL) ucp_request_cancel(conn->recv_worker, conn->recv_req);
+    if (conn->direct != NULL) tsr_ucx_ep_close(direct_worker(conn), conn->direct);
     if (conn->ep != NULL) tsr_ucx_ep_close(conn->worker, conn->ep);
     if (conn->recv_req != NULL) ucp_request_free(conn->recv_req);
+    if (conn->local != NULL) close_local_worker(conn);
     ucp_worker_destroy(conn->worker);
-    tsr_ucx_context_drop();
+    tsr_ucx_context_drop(TSR_UCX_ALL);
   }
   drop_recv(conn);   /* the worker is gone: UCX writes no more */
   free(conn->request);
@@ -383,15 +464,44 @@ typedef struct wait_ctx {
  * fetching executor thread has nothing else to do meanwhile. */
 #define DEVICE_SPIN_NS 20000000u
 
+/* While spinning on the local worker, the listener's worker (tcp: a
+ * system call a progress) is progressed once in this many rounds, for a
+ * dead server's error. */
+#define LISTENER_PROGRESS_EVERY 64
+
+/* Progresses the conn's workers until neither has more to do. */
+static void progress_all(tsr_ucx_conn *conn)
+{
+  while (ucp_worker_progress(conn->worker) != 0) {
+  }
+  if (conn->local != NULL)
+    while (ucp_worker_progress(conn->local) != 0) {
+    }
+}
+
+/* Arms both workers' wakeup fds and sleeps on them for up to slice ms;
+ * returns at once when either had events (UCS_ERR_BUSY). */
+static void sleep_on_workers(tsr_ucx_conn *conn, int slice)
+{
+  if (ucp_worker_arm(conn->worker) == UCS_ERR_BUSY) return;
+  if (conn->local != NULL && ucp_worker_arm(conn->local) == UCS_ERR_BUSY) return;
+  struct pollfd pfd[2] = {{.fd = conn->efd, .events = POLLIN}, {.fd = conn->local_efd, .events = POLLIN}};
+  poll(pfd, conn->local != NULL ? 2 : 1, slice);
+}
+
 /* Progresses until *flag, the endpoint fails, the deadline or abort:
  * 1 done, 0 timed out, -1 abandoned, -2 endpoint failed. */
 static int wait_for(tsr_ucx_conn *conn, const bool *flag, wait_ctx *w)
 {
   uint64_t spin_until = tsr_now_ns() + w->spin_ns;
-  while (!*flag && conn->ep_status == UCS_OK && tsr_now_ns() < spin_until) ucp_worker_progress(conn->worker);
+  ucp_worker_h fast = direct_worker(conn);
+  for (unsigned round = 1; !*flag && conn->ep_status == UCS_OK && tsr_now_ns() < spin_until; round++) {
+    ucp_worker_progress(fast);
+    if (fast != conn->worker && round % LISTENER_PROGRESS_EVERY == 0) ucp_worker_progress(conn->worker);
+  }
+  if (*flag) return 1;   /* not one more tcp poll on the way out */
   for (;;) {
-    while (ucp_worker_progress(conn->worker) != 0) {
-    }
+    progress_all(conn);
     if (*flag) return 1;
     if (conn->ep_status != UCS_OK) return -2;
     uint64_t now = tsr_now_ms();
@@ -402,9 +512,7 @@ static int wait_for(tsr_ucx_conn *conn, const bool *flag, wait_ctx *w)
     }
     uint64_t left = w->deadline - now;
     int slice = left > TSR_XFER_ABORT_SLICE_MS ? TSR_XFER_ABORT_SLICE_MS : (int)left;
-    if (ucp_worker_arm(conn->worker) == UCS_ERR_BUSY) continue;
-    struct pollfd pfd = {.fd = conn->efd, .events = POLLIN};
-    poll(&pfd, 1, slice);
+    sleep_on_workers(conn, slice);
   }
 }
 
@@ -430,6 +538,7 @@ static void on_flushed(void *request, ucs_status_t status, void *user_data)
 static void say_hello(tsr_ucx_conn *conn, const wait_ctx *w);
 
 bool tsr_ucx_conn_direct(const tsr_ucx_conn *conn) { return conn->direct != NULL; }
+bool tsr_ucx_conn_direct_local(const tsr_ucx_conn *conn) { return conn->direct != NULL && conn->local != NULL; }
 
 int tsr_ucx_conn_ready(tsr_ucx_conn *conn, const char *address, int timeout_ms, tsr_errbuf *err)
 {
@@ -498,7 +607,8 @@ static void *recv_target(tsr_ucx_conn *conn, const tsr_xfer_device_sink *sink, u
   }
   conn->recv_buf = tsr_ucx_buf_take(len);
   if (conn->recv_buf == NULL) return NULL;
-  void *memh = tsr_ucx_buf_memh(conn->recv_buf);
+  /* registered with the ALL context: no use to the LOCAL one's worker */
+  void *memh = conn->reply_worker == conn->worker ? tsr_ucx_buf_memh(conn->recv_buf) : NULL;
   if (memh != NULL) {
     p->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     p->memh = memh;
@@ -522,7 +632,7 @@ static int receive_rndv(tsr_ucx_conn *conn, wait_ctx *w, const char *key, const 
   conn->recv_done = false;
   void *desc = conn->rndv_desc;
   conn->rndv_desc = NULL;   /* UCX owns it from here */
-  ucs_status_ptr_t req = ucp_am_recv_data_nbx(conn->worker, desc, target, len, &p);
+  ucs_status_ptr_t req = ucp_am_recv_data_nbx(conn->reply_worker, desc, target, len, &p);
   if (UCS_PTR_IS_ERR(req)) {
     drop_recv(conn);   /* refused at once: UCX never took it */
     return tsr_fail(err, TSR_ECONN, "receive of '%s' from %s: %s", key, w->address,
@@ -530,6 +640,7 @@ static int receive_rndv(tsr_ucx_conn *conn, wait_ctx *w, const char *key, const 
   }
   if (req == NULL) return 0;
   conn->recv_req = req;
+  conn->recv_worker = conn->reply_worker;
   if (conn->recv_dev != NULL) w->spin_ns = DEVICE_SPIN_NS;
   int waited = wait_for(conn, &conn->recv_done, w);
   if (waited != 1) return wait_fail(conn, waited, "receiving the chunk", key, w->address, err);
@@ -574,13 +685,35 @@ static int take_data(tsr_ucx_conn *conn, wait_ctx *w, const char *key, tsr_xfer_
  * (an older Tessera) costs a first fetch this much once. */
 #define HELLO_MS 2000
 
+/* A worker of the LOCAL context for the direct endpoint: false (the
+ * ALL context's worker serves) when UCX_TLS allows only tcp or UCX
+ * refuses. */
+static bool open_local_worker(tsr_ucx_conn *conn)
+{
+  ucp_context_h ctx;
+  tsr_errbuf err = {{0}};
+  if (tsr_ucx_context_take(TSR_UCX_LOCAL, &ctx, &err) != 0) return false;
+  if (tsr_ucx_worker_new(ctx, UCS_THREAD_MODE_SERIALIZED, &conn->local, &conn->local_efd, &err) != 0) {
+    conn->local = NULL;
+    tsr_ucx_context_drop(TSR_UCX_LOCAL);
+  } else if (tsr_ucx_set_am_handler(conn->local, TSR_UCX_AM_REPLY, on_local_reply, conn, &err) != 0) {
+    close_local_worker(conn);
+  } else {
+    return true;
+  }
+  TSR_DEBUG("ucx: no worker without tcp (%s): the direct endpoint shares the listener's", err.text);
+  return false;
+}
+
 /* Opens the direct endpoint from the hello's answer when the server is on
- * this host (ucx.h). Without peer error handling: UCX 1.13 gives an
- * endpoint that asks for it no shared-memory lane (posix, sysv, cma cannot
- * detect a dead peer), and shared memory is the point (1 KiB: 4.7 us
- * against 24 us over tcp here). A dead server is still seen at once: the
- * listener's endpoint stays open with peer error handling, its tcp
- * connection fails when the process dies, and every wait checks it. */
+ * this host (ucx.h), on a worker of the LOCAL context when one can be
+ * made (no tcp poll beside shared memory's). Without peer error handling:
+ * UCX 1.13 gives an endpoint that asks for it no shared-memory lane
+ * (posix, sysv, cma cannot detect a dead peer), and shared memory is the
+ * point (1 KiB: 4.7 us against 24 us over tcp here). A dead server is
+ * still seen at once: the listener's endpoint stays open with peer error
+ * handling, its tcp connection fails when the process dies, and every
+ * wait checks it. */
 static void open_direct(tsr_ucx_conn *conn)
 {
   const char *mine = tsr_ucx_host_identity();
@@ -594,8 +727,17 @@ static void open_direct(tsr_ucx_conn *conn)
     .err_mode = UCP_ERR_HANDLING_MODE_NONE,
     .err_handler = {.cb = on_ep_error, .arg = conn},
   };
-  if (ucp_ep_create(conn->worker, &p, &conn->direct) != UCS_OK) conn->direct = NULL;
-  else TSR_DEBUG("ucx: the peer is on this host: fetching from its worker address directly");
+  if (open_local_worker(conn) && ucp_ep_create(conn->local, &p, &conn->direct) != UCS_OK) {
+    conn->direct = NULL;   /* no transport in common: try the listener's worker */
+    close_local_worker(conn);
+  }
+  /* the listener's worker has no shared memory when the LOCAL context
+   * was meant to carry it: then the listener's endpoint it is */
+  if (conn->direct == NULL && !atomic_load(&all_without_shm) && ucp_ep_create(conn->worker, &p, &conn->direct) != UCS_OK)
+    conn->direct = NULL;
+  if (conn->direct != NULL)
+    TSR_DEBUG("ucx: the peer is on this host: fetching from its worker address directly%s",
+              conn->local != NULL ? " (on a worker without tcp)" : "");
 }
 
 /* Says hello once and opens the direct endpoint when the answer allows;

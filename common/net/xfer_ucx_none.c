@@ -20,6 +20,12 @@ bool tsr_ucx_conn_direct(const tsr_ucx_conn *conn)
   return false;
 }
 
+bool tsr_ucx_conn_direct_local(const tsr_ucx_conn *conn)
+{
+  (void)conn;
+  return false;
+}
+
 int tsr_ucx_conn_open(const char *endpoint, tsr_ucx_conn **conn_p, tsr_errbuf *err)
 {
   (void)conn_p;

@@ -146,7 +146,7 @@ static void *map_faulted(size_t capacity)
 static void register_buf(tsr_ucx_buf *buf)
 {
   tsr_errbuf err = {{0}};
-  if (tsr_ucx_context_take(&buf->ctx, &err) != 0) {
+  if (tsr_ucx_context_take(TSR_UCX_ALL, &buf->ctx, &err) != 0) {
     buf->ctx = NULL;
     return;
   }
@@ -209,7 +209,7 @@ static void buf_free(tsr_ucx_buf *buf)
     free(buf->data);
   } else {
     if (buf->memh != NULL) ucp_mem_unmap(buf->ctx, buf->memh);
-    if (buf->ctx != NULL) tsr_ucx_context_drop();
+    if (buf->ctx != NULL) tsr_ucx_context_drop(TSR_UCX_ALL);
     munmap(buf->data, buf->capacity);
   }
   free(buf);

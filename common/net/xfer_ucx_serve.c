@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include "xfer_int.h"
@@ -46,17 +47,22 @@ typedef struct ucx_send {
 #define SPIN_DEFAULT_US 100
 
 struct tsr_ucx_server {
-  ucp_worker_h worker;
+  ucp_worker_h worker;        /* of the ALL context: the listener's */
   ucp_listener_h listener;
-  int efd;
+  ucp_worker_h local;         /* of the LOCAL context (no tcp): direct endpoints', or NULL */
+  int efd;                    /* worker's wakeup fd, or an epoll set of both workers' */
+  int worker_efd;
   ucx_peer *peers;
   size_t npeers, cap;
   ucx_request *head, *tail;
   unsigned sending;           /* replies UCX has not completed */
   bool device_ok;             /* UCX here moves CUDA memory: lookups may hand device chunks */
-  ucp_address_t *address;     /* the worker's, for hellos; NULL if UCX would not give it */
+  ucp_address_t *address;     /* local's (else worker's), for hellos; NULL if UCX would not give it */
   size_t address_len;
 };
+
+/* The worker direct endpoints reach: the one whose address hellos give. */
+static ucp_worker_h direct_worker(const tsr_ucx_server *srv) { return srv->local != NULL ? srv->local : srv->worker; }
 
 static void on_peer_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
@@ -139,6 +145,36 @@ static int listen_on(tsr_ucx_server *srv, const char *host, int port, tsr_errbuf
   return rc == 0 ? tsr_ucx_set_am_handler(srv->worker, TSR_UCX_AM_HELLO, on_hello, srv, err) : rc;
 }
 
+/* A worker of the LOCAL context for fetchers of this host (their direct
+ * endpoints: ucx.h), its fd joined with the listener worker's in one
+ * epoll set. Without it (UCX_TLS allows only tcp, or UCX refuses) they
+ * reach the listener's worker, as before. */
+static void open_local_worker(tsr_ucx_server *srv)
+{
+  ucp_context_h ctx;
+  tsr_errbuf err = {{0}};
+  int local_efd = -1;
+  if (tsr_ucx_context_take(TSR_UCX_LOCAL, &ctx, &err) != 0) return;
+  if (tsr_ucx_worker_new(ctx, UCS_THREAD_MODE_SINGLE, &srv->local, &local_efd, &err) != 0) {
+    srv->local = NULL;
+    tsr_ucx_context_drop(TSR_UCX_LOCAL);
+    return;
+  }
+  int epfd = epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event one = {.events = EPOLLIN}, other = {.events = EPOLLIN};
+  if (epfd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, srv->worker_efd, &one) != 0 ||
+      epoll_ctl(epfd, EPOLL_CTL_ADD, local_efd, &other) != 0 ||
+      tsr_ucx_set_am_handler(srv->local, TSR_UCX_AM_GET, on_get, srv, &err) != 0) {
+    if (epfd >= 0) close(epfd);
+    ucp_worker_destroy(srv->local);
+    srv->local = NULL;
+    tsr_ucx_context_drop(TSR_UCX_LOCAL);
+    return;
+  }
+  srv->efd = epfd;
+  ucp_worker_arm(srv->local);
+}
+
 /* The port the listener got (port 0 asked for any). */
 static int bound_port(tsr_ucx_server *srv, int *port_p, tsr_errbuf *err)
 {
@@ -157,17 +193,18 @@ int tsr_ucx_server_open(const char *host, int port, const char *advertise_host, 
   tsr_ucx_server *srv = calloc(1, sizeof *srv);
   if (srv == NULL) return TSR_ENOMEM;
   ucp_context_h ctx;
-  int rc = tsr_ucx_context_take(&ctx, err);
+  int rc = tsr_ucx_context_take(TSR_UCX_ALL, &ctx, err);
   if (rc != 0) {
     free(srv);
     return rc;
   }
-  rc = tsr_ucx_worker_new(ctx, UCS_THREAD_MODE_SINGLE, &srv->worker, &srv->efd, err);
+  rc = tsr_ucx_worker_new(ctx, UCS_THREAD_MODE_SINGLE, &srv->worker, &srv->worker_efd, err);
   if (rc != 0) {
-    tsr_ucx_context_drop();
+    tsr_ucx_context_drop(TSR_UCX_ALL);
     free(srv);
     return rc;
   }
+  srv->efd = srv->worker_efd;
   rc = listen_on(srv, host, port, err);
   if (rc == 0) rc = bound_port(srv, &port, err);
   bool wildcard = strcmp(host, "*") == 0 || strcmp(host, "0.0.0.0") == 0;
@@ -180,7 +217,8 @@ int tsr_ucx_server_open(const char *host, int port, const char *advertise_host, 
   }
   ucp_worker_arm(srv->worker);   /* BUSY is fine: the first serve progresses */
   srv->device_ok = tsr_xfer_device_capable();
-  if (ucp_worker_get_address(srv->worker, &srv->address, &srv->address_len) != UCS_OK) srv->address = NULL;
+  open_local_worker(srv);
+  if (ucp_worker_get_address(direct_worker(srv), &srv->address, &srv->address_len) != UCS_OK) srv->address = NULL;
   *srv_p = srv;
   return 0;
 }
@@ -215,9 +253,14 @@ void tsr_ucx_server_close(tsr_ucx_server **srv_p)
     tsr_ucx_ep_close(srv->worker, ep);
   }
   drop_requests(srv, NULL);
-  if (srv->address != NULL) ucp_worker_release_address(srv->worker, srv->address);
+  if (srv->address != NULL) ucp_worker_release_address(direct_worker(srv), srv->address);
+  if (srv->local != NULL) {
+    close(srv->efd);
+    ucp_worker_destroy(srv->local);
+    tsr_ucx_context_drop(TSR_UCX_LOCAL);
+  }
   ucp_worker_destroy(srv->worker);
-  tsr_ucx_context_drop();
+  tsr_ucx_context_drop(TSR_UCX_ALL);
   free(srv->peers);
   free(srv);
   *srv_p = NULL;
@@ -362,10 +405,17 @@ static void close_failed(tsr_ucx_server *srv)
  * Bounded, so a fetcher that stops reading cannot hold the main loop. */
 #define PUSH_NS 2000000u
 
+/* One progress of each worker: what was done. */
+static unsigned progress_once(tsr_ucx_server *srv)
+{
+  unsigned done = ucp_worker_progress(srv->worker);
+  return srv->local != NULL ? done + ucp_worker_progress(srv->local) : done;
+}
+
 static void push_sends(tsr_ucx_server *srv)
 {
   uint64_t until = tsr_now_ns() + PUSH_NS;
-  while (srv->sending > 0 && srv->head == NULL && tsr_now_ns() < until) ucp_worker_progress(srv->worker);
+  while (srv->sending > 0 && srv->head == NULL && tsr_now_ns() < until) progress_once(srv);
 }
 
 /* How long the server keeps polling after an answer, for the same peer's
@@ -388,26 +438,43 @@ static uint64_t spin_ns(void)
   return (uint64_t)ns;
 }
 
+/* While spinning, the listener's worker (tcp: a system call a progress)
+ * is progressed once in this many rounds when a local worker exists. */
+#define LISTENER_PROGRESS_EVERY 64
+
 /* Polls until a request arrives or the spin ends: true when one did. */
 static bool spin_for_request(tsr_ucx_server *srv)
 {
   uint64_t until = tsr_now_ns() + spin_ns();
-  while (srv->head == NULL && tsr_now_ns() < until) ucp_worker_progress(srv->worker);
+  ucp_worker_h fast = direct_worker(srv);
+  for (unsigned round = 1; srv->head == NULL && tsr_now_ns() < until; round++) {
+    ucp_worker_progress(fast);
+    if (fast != srv->worker && round % LISTENER_PROGRESS_EVERY == 0) ucp_worker_progress(srv->worker);
+  }
   return srv->head != NULL;
+}
+
+/* Arms the workers' wakeup fds: false when one has events already. */
+static bool arm_workers(tsr_ucx_server *srv)
+{
+  if (ucp_worker_arm(srv->worker) == UCS_ERR_BUSY) return false;
+  return srv->local == NULL || ucp_worker_arm(srv->local) != UCS_ERR_BUSY;
 }
 
 int tsr_ucx_server_serve(tsr_ucx_server *srv, tsr_xfer_lookup_fn lookup, void *arg, uint64_t *bytes)
 {
   int answered = 0;
   for (;;) {
-    while (ucp_worker_progress(srv->worker) != 0) {
-    }
+    /* a request the spin found is answered before the next (tcp) poll */
+    if (srv->head == NULL)
+      while (progress_once(srv) != 0) {
+      }
     int now = answer_all(srv, lookup, arg, bytes);
     answered += now;
     push_sends(srv);
     close_failed(srv);
     if (srv->head != NULL) continue;
     if (now > 0 && spin_ns() > 0 && spin_for_request(srv)) continue;
-    if (ucp_worker_arm(srv->worker) != UCS_ERR_BUSY) return answered;
+    if (arm_workers(srv)) return answered;
   }
 }

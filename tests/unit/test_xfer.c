@@ -16,6 +16,7 @@
 #include "kit.h"
 #include "net/curve.h"
 #include "net/net.h"
+#include "net/ucx.h"
 #include "net/xfer_int.h"
 
 #define BIG_BYTES (64u << 20)
@@ -371,8 +372,8 @@ TEST(device_sink_is_unused_and_lookups_get_host_only_without_cuda_in_ucx)
 }
 
 /* Fetches "big" and "small" over UCX; direct tells whether the conn went
- * to the server's worker address. */
-static int fetch_both(served *s, bool *direct, tsr_errbuf *err)
+ * to the server's worker address, local whether from a worker without tcp. */
+static int fetch_both(served *s, bool *direct, bool *local, tsr_errbuf *err)
 {
   tsr_xfer_set_fetch_transport(TSR_TRANSPORT_UCX);
   tsr_xfer_conn *conn = NULL;
@@ -384,6 +385,7 @@ static int fetch_both(served *s, bool *direct, tsr_errbuf *err)
   if (rc == 0) rc = tsr_xfer_get(conn, "small", 10000, &hdr, &small, err);
   if (rc == 0 && memcmp(small.data, s->small, 3 * sizeof(double)) != 0) rc = TSR_EPROTO;
   *direct = conn != NULL && tsr_xfer_is_direct(conn);
+  *local = conn != NULL && tsr_xfer_is_direct_local(conn);
   tsr_xfer_data_release(&big);
   tsr_xfer_data_release(&small);
   tsr_xfer_close(&conn);
@@ -391,22 +393,59 @@ static int fetch_both(served *s, bool *direct, tsr_errbuf *err)
 }
 
 /* A server on this host is reached from its worker address (shared
- * memory); TESSERA_UCX_DIRECT=0 keeps the listener's tcp; same bytes. */
+ * memory), from a worker without tcp; TESSERA_UCX_LOCAL=0 set after the
+ * process's contexts were made leaves no worker that reaches the
+ * server's worker (the first context was made without shared memory),
+ * so the listener's endpoint serves; TESSERA_UCX_DIRECT=0 keeps the
+ * listener's tcp. The same bytes each way. */
 TEST(ucx_peer_on_this_host_is_reached_directly_unless_turned_off)
 {
   served s;
   tsr_errbuf err = {{0}};
   ASSERT_OK(serve_start(&s, TSR_TRANSPORT_UCX, &err));
-  bool direct = false, via_listener = true;
-  int rc_direct = fetch_both(&s, &direct, &err);
+  bool direct = false, local = false, direct_shared = false, local_off = true, via_listener = true, local_listener = true;
+  int rc_direct = fetch_both(&s, &direct, &local, &err);
+  setenv("TESSERA_UCX_LOCAL", "0", 1);
+  int rc_shared = fetch_both(&s, &direct_shared, &local_off, &err);
+  unsetenv("TESSERA_UCX_LOCAL");
   setenv("TESSERA_UCX_DIRECT", "0", 1);
-  int rc_listener = fetch_both(&s, &via_listener, &err);
+  int rc_listener = fetch_both(&s, &via_listener, &local_listener, &err);
   unsetenv("TESSERA_UCX_DIRECT");
   serve_stop(&s);
   ASSERT_EQ(rc_direct, 0);
+  ASSERT_EQ(rc_shared, 0);
   ASSERT_EQ(rc_listener, 0);
-  ASSERT_TRUE(direct);
-  ASSERT_TRUE(!via_listener);
+  ASSERT_TRUE(direct && local);
+  ASSERT_TRUE(!direct_shared && !local_off);
+  ASSERT_TRUE(!via_listener && !local_listener);
+}
+
+/* The contexts' transports: the local one gets the user's UCX_TLS
+ * without tcp (none when that leaves no shared memory), the listener's
+ * the user's without shared memory. */
+TEST(ucx_contexts_split_the_users_transports)
+{
+  char out[64];
+  ASSERT_TRUE(tsr_ucx_local_tls(NULL, out, sizeof out));
+  ASSERT_STREQ(out, "^tcp");
+  ASSERT_TRUE(tsr_ucx_local_tls("all", out, sizeof out));
+  ASSERT_STREQ(out, "^tcp");
+  ASSERT_TRUE(tsr_ucx_local_tls("sm,self,tcp", out, sizeof out));
+  ASSERT_STREQ(out, "sm,self");
+  ASSERT_TRUE(tsr_ucx_local_tls("tcp,posix,cuda_ipc,cuda_copy", out, sizeof out));
+  ASSERT_STREQ(out, "posix,cuda_ipc,cuda_copy");
+  ASSERT_TRUE(tsr_ucx_local_tls("^ib", out, sizeof out));
+  ASSERT_STREQ(out, "^ib,tcp");
+  ASSERT_TRUE(!tsr_ucx_local_tls("tcp", out, sizeof out));
+  ASSERT_TRUE(!tsr_ucx_local_tls("cuda_ipc,cuda_copy,tcp,self", out, sizeof out));
+  ASSERT_TRUE(!tsr_ucx_local_tls("^sm", out, sizeof out));
+  ASSERT_TRUE(!tsr_ucx_local_tls("sm,self,rc_verbs,cuda_copy,cuda_ipc", out, 8));
+  ASSERT_TRUE(tsr_ucx_listener_tls(NULL, out, sizeof out));
+  ASSERT_STREQ(out, "^sm");
+  ASSERT_TRUE(tsr_ucx_listener_tls("sm,self,tcp,cma,cuda_ipc", out, sizeof out));
+  ASSERT_STREQ(out, "self,tcp,cuda_ipc");
+  ASSERT_TRUE(tsr_ucx_listener_tls("^ib", out, sizeof out));
+  ASSERT_STREQ(out, "^ib,sm");
 }
 
 TEST(ucx_pool_chunk_bigger_than_its_class_and_idle_limit)
@@ -757,6 +796,7 @@ int main(int argc, char **argv)
   RUN(ucx_pool_chunk_bigger_than_its_class_and_idle_limit);
   RUN(device_sink_is_unused_and_lookups_get_host_only_without_cuda_in_ucx);
   RUN(ucx_peer_on_this_host_is_reached_directly_unless_turned_off);
+  RUN(ucx_contexts_split_the_users_transports);
   RUN(ucx_pool_makes_a_spare_so_the_next_chunk_finds_a_buffer_while_one_is_held);
   RUN(ucx_pool_fill_warms_buffers_before_any_fetch_and_trim_frees_them);
   RUN(ucx_pool_warm_in_the_background_and_a_larger_chunk_still_fits);
