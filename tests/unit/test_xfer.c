@@ -422,30 +422,34 @@ TEST(ucx_peer_on_this_host_is_reached_directly_unless_turned_off)
 
 /* The contexts' transports: the local one gets the user's UCX_TLS
  * without tcp (none when that leaves no shared memory), the listener's
- * the user's without shared memory. */
+ * the user's without shared memory. expect NULL: no such context. */
 TEST(ucx_contexts_split_the_users_transports)
 {
-  char out[64];
-  ASSERT_TRUE(tsr_ucx_local_tls(NULL, out, sizeof out));
-  ASSERT_STREQ(out, "^tcp");
-  ASSERT_TRUE(tsr_ucx_local_tls("all", out, sizeof out));
-  ASSERT_STREQ(out, "^tcp");
-  ASSERT_TRUE(tsr_ucx_local_tls("sm,self,tcp", out, sizeof out));
-  ASSERT_STREQ(out, "sm,self");
-  ASSERT_TRUE(tsr_ucx_local_tls("tcp,posix,cuda_ipc,cuda_copy", out, sizeof out));
-  ASSERT_STREQ(out, "posix,cuda_ipc,cuda_copy");
-  ASSERT_TRUE(tsr_ucx_local_tls("^ib", out, sizeof out));
-  ASSERT_STREQ(out, "^ib,tcp");
-  ASSERT_TRUE(!tsr_ucx_local_tls("tcp", out, sizeof out));
-  ASSERT_TRUE(!tsr_ucx_local_tls("cuda_ipc,cuda_copy,tcp,self", out, sizeof out));
-  ASSERT_TRUE(!tsr_ucx_local_tls("^sm", out, sizeof out));
-  ASSERT_TRUE(!tsr_ucx_local_tls("sm,self,rc_verbs,cuda_copy,cuda_ipc", out, 8));
-  ASSERT_TRUE(tsr_ucx_listener_tls(NULL, out, sizeof out));
-  ASSERT_STREQ(out, "^sm");
-  ASSERT_TRUE(tsr_ucx_listener_tls("sm,self,tcp,cma,cuda_ipc", out, sizeof out));
-  ASSERT_STREQ(out, "self,tcp,cuda_ipc");
-  ASSERT_TRUE(tsr_ucx_listener_tls("^ib", out, sizeof out));
-  ASSERT_STREQ(out, "^ib,sm");
+  static const struct {
+    bool local;
+    const char *user, *expect;
+  } cases[] = {
+    {true, NULL, "^tcp"},
+    {true, "all", "^tcp"},
+    {true, "sm,self,tcp", "sm,self"},
+    {true, "tcp,posix,cuda_ipc,cuda_copy", "posix,cuda_ipc,cuda_copy"},
+    {true, "^ib", "^ib,tcp"},
+    {true, "tcp", NULL},
+    {true, "cuda_ipc,cuda_copy,tcp,self", NULL},
+    {true, "^sm", NULL},
+    {false, NULL, "^sm"},
+    {false, "sm,self,tcp,cma,cuda_ipc", "self,tcp,cuda_ipc"},
+    {false, "^ib", "^ib,sm"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char out[64] = "";
+    bool made = cases[i].local ? tsr_ucx_local_tls(cases[i].user, out, sizeof out)
+                               : tsr_ucx_listener_tls(cases[i].user, out, sizeof out);
+    ASSERT_EQ(made, cases[i].expect != NULL);
+    if (made) ASSERT_STREQ(out, cases[i].expect);
+  }
+  char small[8];
+  ASSERT_TRUE(!tsr_ucx_local_tls("sm,self,rc_verbs,cuda_copy,cuda_ipc", small, sizeof small));
 }
 
 TEST(ucx_pool_chunk_bigger_than_its_class_and_idle_limit)
