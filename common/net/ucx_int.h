@@ -18,6 +18,11 @@
  * one host (no epoll_wait in every progress: xfer_ucx.c). */
 typedef enum { TSR_UCX_ALL = 0, TSR_UCX_LOCAL = 1 } tsr_ucx_scope;
 
+/* A spin on a LOCAL worker progresses the listener's worker (tcp: an
+ * epoll_wait system call a progress) once in this many rounds: for a dead
+ * peer's error on the fetching side, for new connections on the serving. */
+#define TSR_UCX_LISTENER_PROGRESS_EVERY 64
+
 /* Takes a reference on a context, creating it on first use from the
  * environment (UCX_TLS, UCX_NET_DEVICES, ... are read here). Drop it with
  * tsr_ucx_context_drop of the same scope. 0, TSR_ECONN, or TSR_ENOTFOUND

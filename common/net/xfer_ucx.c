@@ -464,11 +464,6 @@ typedef struct wait_ctx {
  * fetching executor thread has nothing else to do meanwhile. */
 #define DEVICE_SPIN_NS 20000000u
 
-/* While spinning on the local worker, the listener's worker (tcp: a
- * system call a progress) is progressed once in this many rounds, for a
- * dead server's error. */
-#define LISTENER_PROGRESS_EVERY 64
-
 /* Progresses the conn's workers until neither has more to do. */
 static void progress_all(tsr_ucx_conn *conn)
 {
@@ -497,7 +492,7 @@ static int wait_for(tsr_ucx_conn *conn, const bool *flag, wait_ctx *w)
   ucp_worker_h fast = direct_worker(conn);
   for (unsigned round = 1; !*flag && conn->ep_status == UCS_OK && tsr_now_ns() < spin_until; round++) {
     ucp_worker_progress(fast);
-    if (fast != conn->worker && round % LISTENER_PROGRESS_EVERY == 0) ucp_worker_progress(conn->worker);
+    if (fast != conn->worker && round % TSR_UCX_LISTENER_PROGRESS_EVERY == 0) ucp_worker_progress(conn->worker);
   }
   if (*flag) return 1;   /* not one more tcp poll on the way out */
   for (;;) {

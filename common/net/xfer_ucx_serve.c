@@ -438,10 +438,6 @@ static uint64_t spin_ns(void)
   return (uint64_t)ns;
 }
 
-/* While spinning, the listener's worker (tcp: a system call a progress)
- * is progressed once in this many rounds when a local worker exists. */
-#define LISTENER_PROGRESS_EVERY 64
-
 /* Polls until a request arrives or the spin ends: true when one did. */
 static bool spin_for_request(tsr_ucx_server *srv)
 {
@@ -449,7 +445,7 @@ static bool spin_for_request(tsr_ucx_server *srv)
   ucp_worker_h fast = direct_worker(srv);
   for (unsigned round = 1; srv->head == NULL && tsr_now_ns() < until; round++) {
     ucp_worker_progress(fast);
-    if (fast != srv->worker && round % LISTENER_PROGRESS_EVERY == 0) ucp_worker_progress(srv->worker);
+    if (fast != srv->worker && round % TSR_UCX_LISTENER_PROGRESS_EVERY == 0) ucp_worker_progress(srv->worker);
   }
   return srv->head != NULL;
 }
