@@ -61,6 +61,7 @@ void client_send_chain_locked(tsr_client *c, out_frame *f)
     free(f);
     f = next;
   }
+  c->sent_ms = tsr_now_ms();
   tsr_rt_stamp("c.sent");
 }
 
@@ -69,7 +70,6 @@ void client_enqueue_locked(tsr_client *c, out_frame *chain)
   if (chain == NULL) return;
   if (c->sock != NULL && c->out_head == NULL) {
     client_send_chain_locked(c, chain);
-    c->sent_ms = tsr_now_ms();
     return;
   }
   if (c->out_tail != NULL)

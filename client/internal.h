@@ -235,8 +235,9 @@ void client_log(tsr_client *c, int level, const char *fmt, ...) __attribute__((f
  * or, while there is none, queues them and wakes the I/O thread. Caller
  * holds mu. */
 void client_enqueue_locked(tsr_client *c, out_frame *chain);
-/* Hands a chain to the socket (ownership passes); frames it cannot take
- * are logged and dropped. Caller holds mu; c->sock is not NULL. */
+/* Hands a chain to the socket (ownership passes) and notes the time in
+ * sent_ms; frames it cannot take are logged and dropped. Caller holds mu;
+ * c->sock is not NULL. */
 void client_send_chain_locked(tsr_client *c, out_frame *chain);
 void client_free_chain(out_frame *chain);
 /* Builds one frame from a wbuf (emptying it). NULL on ENOMEM. */

@@ -247,7 +247,6 @@ static void reconnect(tsr_client *c)
   } else {
     client_log(c, TSR_LOG_INFO, "saying hello again to %s", c->address);
     client_send_chain_locked(c, hello);
-    c->sent_ms = tsr_now_ms();
   }
   pthread_mutex_unlock(&c->mu);
 }
@@ -295,7 +294,6 @@ static bool next_turn(tsr_client *c, struct pollfd items[2], int *timeout_p)
   if (chain != NULL) {
     c->out_head = c->out_tail = NULL;
     client_send_chain_locked(c, chain);
-    c->sent_ms = tsr_now_ms();
   }
   bool stop = c->stop;
   c->io_polls_sock = c->sock != NULL && c->spinners == 0;

@@ -8,16 +8,12 @@
 #
 #   tests/fuzz/long.sh [RUNS] [CAP_SECONDS] [TARGET...]   (default 10000000 2700, all)
 set -uo pipefail
-# Input size cap: 64 KiB, but 8 KiB for zmtp, whose inputs go through a
-# real socket (a 28 KiB input took ~30 ms against ~0.1 ms for short ones,
-# and reaches no state a short one misses; frames of 64 KiB and more, read
-# into their own buffers, are unit.zmtp's).
-max_len() { if [ "$1" = zmtp ]; then echo 8192; else echo 65536; fi; }
 cd "$(dirname "$0")/../.."
+. tests/fuzz/targets.sh
 runs=${1:-10000000} cap=${2:-2700}
 shift 2 2>/dev/null || shift $#
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(wire sched compute zmtp npy mtx plink zarr tsv)
+[ ${#targets[@]} -gt 0 ] || targets=("${fuzz_targets[@]}")
 dir=build-fuzz/fuzz-long
 [ -w /dev/shm ] && export TMPDIR=/dev/shm
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

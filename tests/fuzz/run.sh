@@ -8,16 +8,12 @@
 #
 #   tests/fuzz/run.sh [SECONDS] [TARGET...]    (CI: scripts/test.sh runs it with 20)
 set -euo pipefail
-# Input size cap: 64 KiB, but 8 KiB for zmtp, whose inputs go through a
-# real socket (a 28 KiB input took ~30 ms against ~0.1 ms for short ones,
-# and reaches no state a short one misses; frames of 64 KiB and more, read
-# into their own buffers, are unit.zmtp's).
-max_len() { if [ "$1" = zmtp ]; then echo 8192; else echo 65536; fi; }
 cd "$(dirname "$0")/../.."
+. tests/fuzz/targets.sh
 seconds=${1:-20}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(wire sched compute zmtp npy mtx plink zarr tsv)
+[ ${#targets[@]} -gt 0 ] || targets=("${fuzz_targets[@]}")
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 command -v clang >/dev/null || { echo "fuzz: clang is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
 cmake -S . -B "$build_dir" -DCMAKE_C_COMPILER=clang -DTSR_FUZZ=ON -DTSR_CUDA=OFF \
