@@ -8,8 +8,10 @@
 # run. Each fetch is timed by the fetching worker (its debug log):
 #   "fetched input ... (N bytes) ... in X ms"      the whole fetch
 #   "ucx: ... N bytes in Y ms (device buffer)"     the data phase alone
-# Runs twice: device to device, and TESSERA_DEVICE_TRANSFER=0 (staged
-# through host memory, as before).
+# Runs three times: device to device in place (the device arena, the
+# default), TESSERA_DEVICE_ARENA=0 (device to device through shared
+# buffers: a device copy on each side) and TESSERA_DEVICE_TRANSFER=0
+# (staged through host memory).
 #
 #   bash scripts/device-tests.sh xferbench [SIZES] [CHUNKS] [REPS]
 #   (= bash bench/transfer_gpu.sh ..., with the device scripts' PATH and UCX)
@@ -74,6 +76,7 @@ PY
 }
 
 run_pair device
+TESSERA_DEVICE_ARENA=0 run_pair shared-buffers
 TESSERA_DEVICE_TRANSFER=0 run_pair host-staged
 
 # The peer: ucx_perftest between two processes, both buffers CUDA memory

@@ -6,7 +6,7 @@
  * graph whose chunks together pass the limit completes instead of failing:
  *
  *   device --(DMA on the tier's own stream)--> pinned host memory while
- *            the pinned tier has room (pinned.h), else ordinary host
+ *            the pinned tier has room (slabs.h), else ordinary host
  *            memory (through the pinned staging blocks)
  *          --(host tiers, tiers.h)--> disk
  *

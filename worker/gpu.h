@@ -18,7 +18,9 @@
  * refused with TSR_ELIMIT and a message naming what it was for, its size
  * and the limit — never a CUDA out-of-memory crash. A request larger than
  * the whole limit is refused at once. Device memory is never managed
- * memory.
+ * memory. A GPU worker that moves chunks over cuda_ipc takes its memory
+ * from an arena of cudaMalloc'd slabs instead (tsr_wgpu_use_arena), the
+ * pool only when the arena is full.
  *
  * Ordering. A slot's work is ordered on its own stream only: nothing here
  * synchronizes the device. Device bytes are freed only once every stream
@@ -78,6 +80,7 @@ typedef struct tsr_wgpu_stats {
   uint64_t download_bytes, download_us;
   uint64_t waits, wait_us;
   uint64_t pinned_bytes, pin_us;   /* slabs of the pinned host tier made, and the time pinning took */
+  uint64_t arena_bytes;            /* slabs of the device arena made (tsr_wgpu_use_arena) */
 } tsr_wgpu_stats;
 void tsr_wgpu_stats_get(tsr_wgpu *gpu, tsr_wgpu_stats *stats);
 /* GPU utilization in percent over NVML's last sample period, or -1 when
@@ -116,7 +119,7 @@ void tsr_wgpu_set_reclaim(tsr_wgpu *gpu, tsr_wgpu_reclaim_fn fn, void *arg);
  * wake them before their next poll). Any thread. */
 void tsr_wgpu_wake(tsr_wgpu *gpu);
 
-/* The pinned host tier (pinned.h): up to limit bytes of host memory,
+/* The pinned host tier (slabs.h): up to limit bytes of host memory,
  * pinned in 256 MiB slabs as chunks moved off the device need it (main
  * thread, before tasks run; 0 = none). Copies between it and the device
  * skip the staging blocks: tsr_wgpu_upload from, and tsr_wgpu_download to,
@@ -150,12 +153,26 @@ void tsr_wgpu_release(void *gpu, void *ptr, size_t nbytes);
  * (until then, other slots waiting for memory count it as coming back). */
 void tsr_wgpu_slot_reset(tsr_wgpu_slot *slot);
 
-/* Device memory outside the pool, for buffers another process maps
- * (share.h): cudaMalloc'd, because UCX 1.13's cuda_ipc exports memory with
- * cuIpcGetMemHandle, which refuses the pool's stream-ordered allocations
- * (openucx/ucx#7110). Counted against the limit but never waits: NULL when
- * it does not fit (or CUDA refuses). cudaFree synchronizes the device: free
- * rarely. Any thread but ZeroMQ's I/O thread. */
+/* Device memory another process can map. UCX 1.13's cuda_ipc exports
+ * memory with cuIpcGetMemHandle, which refuses the pool's stream-ordered
+ * allocations (openucx/ucx#7110; UCX 1.17 exports pools).
+ *
+ * The arena: from here on every allocation (tsr_wgpu_alloc, ipc_alloc)
+ * comes from cudaMalloc'd slabs of up to 1 GiB, made on demand up to the
+ * limit (slabs.h) and kept until close, so a chunk can be sent and received
+ * by cuda_ipc where it lives, and each peer maps each slab once (UCX caches
+ * the mapping by the slab's base). Where the arena has no room an
+ * allocation comes from the pool as before. Main thread, before tasks run.
+ * 0 or TSR_ENOMEM. (What dask-cuda users know as an RMM pool with UCX.) */
+int tsr_wgpu_use_arena(tsr_wgpu *gpu, tsr_errbuf *err);
+bool tsr_wgpu_has_arena(const tsr_wgpu *gpu);
+/* True when ptr lies in the arena: cuda_ipc can export it. */
+bool tsr_wgpu_exportable(tsr_wgpu *gpu, const void *ptr);
+/* Exportable memory outside the running tasks' accounting, for buffers
+ * another process maps (share.h): from the arena when there is one, else
+ * cudaMalloc'd. Counted against the limit but never waits: NULL when it
+ * does not fit (or CUDA refuses). Without the arena, cudaFree synchronizes
+ * the device: free rarely. Any thread but ZeroMQ's I/O thread. */
 void *tsr_wgpu_ipc_alloc(tsr_wgpu *gpu, size_t nbytes);
 void tsr_wgpu_ipc_free(tsr_wgpu *gpu, void *ptr, size_t nbytes);
 /* Device -> device on the slot's stream; returns once dst holds the bytes.

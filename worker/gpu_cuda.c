@@ -12,7 +12,15 @@
  *
  * Staging: pinned blocks of STAGE_BLOCK bytes, two per slot, allocated once
  * at open. A copy goes through them piece by piece, double-buffered: the
- * host memcpy of one piece overlaps the DMA of the other. */
+ * host memcpy of one piece overlaps the DMA of the other.
+ *
+ * The arena (tsr_wgpu_use_arena): allocations come from cudaMalloc'd slabs
+ * first (slabs.h), the pool only when the arena has no room. A free on a
+ * slot's stream may precede kernels still queued there that use the bytes,
+ * so arena frees from a slot wait in the slot's list until its stream has
+ * been synchronized (tsr_wgpu_sync, slot_reset); a chunk's release comes
+ * after every stream that used it was synchronized (gpu.h "Ordering") and
+ * goes back at once. */
 #include "gpu.h"
 
 #include <cublas_v2.h>
@@ -26,10 +34,14 @@
 #include <time.h>
 
 #include "nvml.h"
-#include "pinned.h"
+#include "slabs.h"
 
 #define STAGE_BLOCK (8u << 20)
 #define PINNED_SLAB ((size_t)256 << 20)
+/* Arena slabs: few (every peer opens each slab's IPC handle once), but a
+ * small limit still gets several; a larger chunk gets a slab of its own. */
+#define ARENA_SLAB ((size_t)1 << 30)
+#define ARENA_SLAB_MIN ((size_t)32 << 20)
 #define WAIT_MS 30000
 #define WAIT_POLL_MS 5
 #define MAX_SCRATCH 64
@@ -52,8 +64,14 @@ struct tsr_wgpu {
   tsr_nvml *nvml;
   _Atomic bool broken;
   tsr_wgpu_stats stats;          /* under lock */
-  tsr_pinned *pinned;            /* the pinned host tier, or NULL; set before tasks run */
+  tsr_slabs *pinned;            /* the pinned host tier, or NULL; set before tasks run */
+  tsr_slabs *arena;             /* device memory IPC can map (tsr_wgpu_use_arena), or NULL; set before tasks run */
 };
+
+typedef struct deferred_free {
+  void *ptr;
+  size_t nbytes;
+} deferred_free;
 
 struct tsr_wgpu_slot {
   tsr_wgpu *gpu;
@@ -70,6 +88,8 @@ struct tsr_wgpu_slot {
     size_t nbytes;
   } scratch[MAX_SCRATCH];
   int n_scratch;
+  deferred_free *deferred;       /* arena frees waiting for the stream to pass them */
+  size_t n_deferred, cap_deferred;
 };
 
 /* ---------- errors ---------- */
@@ -211,7 +231,8 @@ void tsr_wgpu_close(tsr_wgpu **gpu_p)
   for (int i = 0; gpu->stage != NULL && i < gpu->n_stage; i++)
     if (gpu->stage[i] != NULL) cudaFreeHost(gpu->stage[i]);
   free(gpu->stage);
-  tsr_pinned_destroy(&gpu->pinned);
+  tsr_slabs_destroy(&gpu->pinned);
+  tsr_slabs_destroy(&gpu->arena);
   if (gpu->release_stream) cudaStreamDestroy(gpu->release_stream);
   if (gpu->pool) cudaMemPoolDestroy(gpu->pool);
   tsr_nvml_close(&gpu->nvml);
@@ -295,28 +316,28 @@ static void unpin_slab(void *arg, void *slab, size_t bytes)
 int tsr_wgpu_set_pinned(tsr_wgpu *gpu, uint64_t limit, tsr_errbuf *err)
 {
   if (limit == 0) return 0;
-  gpu->pinned = tsr_pinned_new(limit, limit < PINNED_SLAB ? limit : PINNED_SLAB, pin_slab, unpin_slab, gpu);
+  gpu->pinned = tsr_slabs_new(limit, limit < PINNED_SLAB ? limit : PINNED_SLAB, pin_slab, unpin_slab, gpu);
   return gpu->pinned != NULL ? 0 : tsr_fail(err, TSR_ENOMEM, "out of memory");
 }
 
 void *tsr_wgpu_pinned_alloc(tsr_wgpu *gpu, size_t nbytes)
 {
-  return gpu->pinned != NULL ? tsr_pinned_alloc(gpu->pinned, nbytes) : NULL;
+  return gpu->pinned != NULL ? tsr_slabs_alloc(gpu->pinned, nbytes) : NULL;
 }
 
 void tsr_wgpu_pinned_free(void *arg, void *ptr, size_t nbytes)
 {
   tsr_wgpu *gpu = arg;
-  tsr_pinned_free(gpu->pinned, ptr, nbytes);
+  tsr_slabs_free(gpu->pinned, ptr, nbytes);
 }
 
 uint64_t tsr_wgpu_pinned_used(tsr_wgpu *gpu, uint64_t *slabs_p)
 {
-  if (slabs_p != NULL) *slabs_p = gpu->pinned != NULL ? tsr_pinned_slabs(gpu->pinned) : 0;
-  return gpu->pinned != NULL ? tsr_pinned_used(gpu->pinned) : 0;
+  if (slabs_p != NULL) *slabs_p = gpu->pinned != NULL ? tsr_slabs_made(gpu->pinned) : 0;
+  return gpu->pinned != NULL ? tsr_slabs_used(gpu->pinned) : 0;
 }
 
-static bool is_pinned(tsr_wgpu *gpu, const void *ptr) { return gpu->pinned != NULL && tsr_pinned_owns(gpu->pinned, ptr); }
+static bool is_pinned(tsr_wgpu *gpu, const void *ptr) { return gpu->pinned != NULL && tsr_slabs_owns(gpu->pinned, ptr); }
 
 /* One DMA between pinned host memory and the device, waited for. */
 static int direct_copy(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, enum cudaMemcpyKind kind,
@@ -482,9 +503,10 @@ int tsr_wgpu_alloc(tsr_wgpu_slot *slot, size_t nbytes, const char *what, bool tr
 {
   int rc = reserve(slot, nbytes, what, transient, err);
   if (rc != 0) return rc;
-  void *ptr = NULL;
+  void *ptr = slot->gpu->arena != NULL ? tsr_slabs_alloc(slot->gpu->arena, nbytes) : NULL;
   /* Never 0 bytes: a chunk's data is always a real pointer. */
-  cudaError_t e = cudaMallocFromPoolAsync(&ptr, nbytes ? nbytes : 256, slot->gpu->pool, slot->stream);
+  cudaError_t e = ptr != NULL ? cudaSuccess
+                              : cudaMallocFromPoolAsync(&ptr, nbytes ? nbytes : 256, slot->gpu->pool, slot->stream);
   if (e != cudaSuccess) {
     cudaGetLastError();
     unreserve(slot->gpu, slot, nbytes, transient);
@@ -496,10 +518,38 @@ int tsr_wgpu_alloc(tsr_wgpu_slot *slot, size_t nbytes, const char *what, bool tr
   return 0;
 }
 
+static bool in_arena(tsr_wgpu *gpu, const void *ptr) { return gpu->arena != NULL && tsr_slabs_owns(gpu->arena, ptr); }
+
+/* Gives the slot's arena frees back: its stream has passed them. */
+static void flush_deferred(tsr_wgpu_slot *slot)
+{
+  for (size_t i = 0; i < slot->n_deferred; i++)
+    tsr_slabs_free(slot->gpu->arena, slot->deferred[i].ptr, slot->deferred[i].nbytes);
+  slot->n_deferred = 0;
+}
+
+/* An arena free ordered after what is queued on the slot's stream. */
+static void defer_free(tsr_wgpu_slot *slot, void *ptr, size_t nbytes)
+{
+  if (slot->n_deferred == slot->cap_deferred) {
+    size_t cap = slot->cap_deferred ? 2 * slot->cap_deferred : 16;
+    deferred_free *grown = realloc(slot->deferred, cap * sizeof *grown);
+    if (grown == NULL) {   /* no list: wait for the stream instead */
+      cudaStreamSynchronize(slot->stream);
+      tsr_slabs_free(slot->gpu->arena, ptr, nbytes);
+      return;
+    }
+    slot->deferred = grown;
+    slot->cap_deferred = cap;
+  }
+  slot->deferred[slot->n_deferred++] = (deferred_free){ptr, nbytes};
+}
+
 void tsr_wgpu_free(tsr_wgpu_slot *slot, void *ptr, size_t nbytes, bool transient)
 {
   if (ptr == NULL) return;
-  cudaFreeAsync(ptr, slot->stream);
+  if (in_arena(slot->gpu, ptr)) defer_free(slot, ptr, nbytes);
+  else cudaFreeAsync(ptr, slot->stream);
   unreserve(slot->gpu, slot, nbytes, transient);
 }
 
@@ -515,8 +565,12 @@ void tsr_wgpu_release(void *arg, void *ptr, size_t nbytes)
 {
   tsr_wgpu *gpu = arg;
   if (ptr == NULL) return;
-  cudaSetDevice(gpu->device);
-  cudaFreeAsync(ptr, gpu->release_stream);
+  if (in_arena(gpu, ptr)) {
+    tsr_slabs_free(gpu->arena, ptr, nbytes);
+  } else {
+    cudaSetDevice(gpu->device);
+    cudaFreeAsync(ptr, gpu->release_stream);
+  }
   unreserve(gpu, NULL, nbytes, false);
 }
 
@@ -558,6 +612,10 @@ void tsr_wgpu_slot_reset(tsr_wgpu_slot *slot)
   slot->gpu->outputs -= slot->outputs;
   slot->outputs = 0;
   pthread_mutex_unlock(&slot->gpu->lock);
+  if (slot->n_deferred > 0) {
+    cudaStreamSynchronize(slot->stream);   /* normally idle already: the task ended with a sync */
+    flush_deferred(slot);
+  }
 }
 
 static int take_staging(tsr_wgpu_slot *slot, tsr_errbuf *err)
@@ -628,6 +686,7 @@ void tsr_wgpu_slot_destroy(tsr_wgpu_slot **slot_p)
     cudaStreamSynchronize(slot->stream);
     cudaStreamDestroy(slot->stream);
   }
+  free(slot->deferred);
   free(slot);
   *slot_p = NULL;
 }
@@ -641,7 +700,10 @@ int tsr_wgpu_sync(tsr_wgpu_slot *slot, tsr_errbuf *err)
 {
   cudaError_t e = cudaStreamSynchronize(slot->stream);
   if (e == cudaSuccess) e = cudaGetLastError();
-  if (e == cudaSuccess) return 0;
+  if (e == cudaSuccess) {
+    flush_deferred(slot);
+    return 0;
+  }
   if (poisons_context(e)) slot->gpu->broken = true;
   return tsr_fail(err, TSR_EINTERNAL, "CUDA error on gpu:%d: %s", slot->gpu->device, cudaGetErrorString(e));
 }
@@ -707,20 +769,65 @@ void *tsr_wgpu_ipc_alloc(tsr_wgpu *gpu, size_t nbytes)
   pthread_mutex_unlock(&gpu->lock);
   if (!fits) return NULL;
   void *ptr = NULL;
-  cudaSetDevice(gpu->device);
-  if (cudaMalloc(&ptr, nbytes ? nbytes : 256) == cudaSuccess) return ptr;
-  cudaGetLastError();
-  unreserve(gpu, NULL, nbytes, false);
-  return NULL;
+  if (gpu->arena != NULL) {
+    ptr = tsr_slabs_alloc(gpu->arena, nbytes);
+  } else {
+    cudaSetDevice(gpu->device);
+    if (cudaMalloc(&ptr, nbytes ? nbytes : 256) != cudaSuccess) cudaGetLastError(), ptr = NULL;
+  }
+  if (ptr == NULL) unreserve(gpu, NULL, nbytes, false);
+  return ptr;
 }
 
 void tsr_wgpu_ipc_free(tsr_wgpu *gpu, void *ptr, size_t nbytes)
 {
   if (ptr == NULL) return;
-  cudaSetDevice(gpu->device);
-  cudaFree(ptr);
+  if (in_arena(gpu, ptr)) {
+    tsr_slabs_free(gpu->arena, ptr, nbytes);
+  } else {
+    cudaSetDevice(gpu->device);
+    cudaFree(ptr);
+  }
   unreserve(gpu, NULL, nbytes, false);
 }
+
+static void *arena_slab(void *arg, size_t bytes)
+{
+  tsr_wgpu *gpu = arg;
+  void *ptr = NULL;
+  cudaSetDevice(gpu->device);
+  if (cudaMalloc(&ptr, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    char size[32];
+    TSR_DEBUG("gpu:%d: no arena slab of %s: allocations go to the pool", gpu->device,
+              tsr_format_bytes(bytes, size, sizeof size));
+    return NULL;
+  }
+  pthread_mutex_lock(&gpu->lock);
+  gpu->stats.arena_bytes += bytes;
+  pthread_mutex_unlock(&gpu->lock);
+  return ptr;
+}
+
+static void arena_unslab(void *arg, void *slab, size_t bytes)
+{
+  (void)bytes;
+  tsr_wgpu *gpu = arg;
+  cudaSetDevice(gpu->device);
+  cudaFree(slab);
+}
+
+int tsr_wgpu_use_arena(tsr_wgpu *gpu, tsr_errbuf *err)
+{
+  if (gpu->arena != NULL) return 0;
+  size_t slab = gpu->limit / 4 < ARENA_SLAB ? (size_t)gpu->limit / 4 : ARENA_SLAB;
+  slab = slab < ARENA_SLAB_MIN ? ARENA_SLAB_MIN : slab / ARENA_SLAB_MIN * ARENA_SLAB_MIN;
+  gpu->arena = tsr_slabs_new(gpu->limit, slab, arena_slab, arena_unslab, gpu);
+  return gpu->arena != NULL ? 0 : tsr_fail(err, TSR_ENOMEM, "out of memory");
+}
+
+bool tsr_wgpu_has_arena(const tsr_wgpu *gpu) { return gpu->arena != NULL; }
+bool tsr_wgpu_exportable(tsr_wgpu *gpu, const void *ptr) { return in_arena(gpu, ptr); }
 
 int tsr_wgpu_copy(tsr_wgpu_slot *slot, void *dst, const void *src, size_t nbytes, tsr_errbuf *err)
 {

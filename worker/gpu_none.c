@@ -99,6 +99,13 @@ int tsr_wgpu_sync(tsr_wgpu_slot *slot, tsr_errbuf *err)
   return tsr_fail(err, TSR_ENODEV, NO_CUDA);
 }
 
+int tsr_wgpu_use_arena(tsr_wgpu *gpu, tsr_errbuf *err)
+{
+  (void)gpu;
+  return tsr_fail(err, TSR_ENODEV, NO_CUDA);
+}
+bool tsr_wgpu_has_arena(const tsr_wgpu *gpu) { (void)gpu; return false; }
+bool tsr_wgpu_exportable(tsr_wgpu *gpu, const void *ptr) { (void)gpu, (void)ptr; return false; }
 void *tsr_wgpu_ipc_alloc(tsr_wgpu *gpu, size_t nbytes) { (void)gpu, (void)nbytes; return NULL; }
 void tsr_wgpu_ipc_free(tsr_wgpu *gpu, void *ptr, size_t nbytes) { (void)gpu, (void)ptr, (void)nbytes; }
 

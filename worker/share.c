@@ -1,5 +1,5 @@
-/* Shared device buffers: a small table, lent and idle entries, one lock.
- * A chunk takes the smallest idle buffer that holds it and is not more
+/* Device chunks in place (the arena), else through shared device buffers:
+ * a small table, lent and idle entries, one lock. A chunk takes the smallest idle buffer that holds it and is not more
  * than twice its size (a 1 GiB buffer is not tied up by a 1 MiB chunk);
  * otherwise a new one is made, rounded up to SHARE_ROUND so that chunks of
  * nearly one size share buffers. */
@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define SHARE_ROUND ((size_t)2 << 20)
 
@@ -34,6 +35,10 @@ tsr_wshare *tsr_wshare_new(tsr_wgpu *gpu, tsr_wgpu_slot *serve_slot)
   if (gpu == NULL || !tsr_xfer_device_capable()) return NULL;
   tsr_wshare *share = calloc(1, sizeof *share);
   if (share == NULL) return NULL;
+  const char *arena = getenv("TESSERA_DEVICE_ARENA");
+  tsr_errbuf err = {{0}};
+  if ((arena == NULL || strcmp(arena, "0") != 0) && tsr_wgpu_use_arena(gpu, &err) != 0)
+    TSR_WARN("gpu:%d: no device arena (%s): device chunks move through shared buffers", tsr_wgpu_device(gpu), err.text);
   share->gpu = gpu;
   share->serve_slot = serve_slot;
   share->sink = (tsr_xfer_device_sink){sink_alloc, sink_free, share};
@@ -139,36 +144,75 @@ static void give_back(tsr_wshare *share, void *ptr)
   if (gone.ptr != NULL) tsr_wgpu_ipc_free(share->gpu, gone.ptr, gone.cap);
 }
 
-static void *sink_alloc(void *arg, size_t nbytes) { return take(arg, nbytes); }
+/* With the arena a fetch lands in arena memory, which becomes the chunk
+ * (tsr_wshare_adopt); without it, in a shared buffer. */
+static void *sink_alloc(void *arg, size_t nbytes)
+{
+  tsr_wshare *share = arg;
+  return tsr_wgpu_has_arena(share->gpu) ? tsr_wgpu_ipc_alloc(share->gpu, nbytes) : take(share, nbytes);
+}
 
 static void sink_free(void *arg, void *ptr, size_t nbytes)
 {
-  (void)nbytes;
-  give_back(arg, ptr);
+  tsr_wshare *share = arg;
+  if (tsr_wgpu_exportable(share->gpu, ptr)) tsr_wgpu_ipc_free(share->gpu, ptr, nbytes);
+  else give_back(share, ptr);
+}
+
+static void count_copy(tsr_wshare *share, size_t nbytes)
+{
+  pthread_mutex_lock(&share->lock);
+  share->stats.copies++;
+  share->stats.copy_bytes += nbytes;
+  pthread_mutex_unlock(&share->lock);
 }
 
 const tsr_xfer_device_sink *tsr_wshare_sink(tsr_wshare *share) { return share != NULL ? &share->sink : NULL; }
 
-/* The server's release: UCX is done sending from the buffer. */
+/* The server's releases: UCX is done sending from the buffer, or from the
+ * chunk itself. */
 static void served(void *data, void *hint) { give_back(hint, data); }
 
-int tsr_wshare_serve(void *arg, const void *dev, size_t nbytes, tsr_xfer_chunk *out)
+static void served_in_place(void *data, void *hint)
 {
-  tsr_wshare *share = arg;
-  if (nbytes < TSR_WSHARE_MIN) return TSR_EINVAL;
-  void *buf = take(share, nbytes);
+  (void)data;
+  tsr_chunk *chunk = hint;
+  tsr_chunk_unref(&chunk);
+}
+
+/* A shared copy of the chunk in out (the chunk is not in the arena). */
+static int serve_copy(tsr_wshare *share, const tsr_chunk *chunk, tsr_xfer_chunk *out)
+{
+  void *buf = take(share, chunk->nbytes);
   if (buf == NULL) return TSR_ENOMEM;
   tsr_errbuf err = {{0}};
-  if (tsr_wgpu_copy(share->serve_slot, buf, dev, nbytes, &err) != 0) {
+  if (tsr_wgpu_copy(share->serve_slot, buf, chunk->data, chunk->nbytes, &err) != 0) {
     TSR_WARN("gpu:%d: cannot copy a chunk of %zu bytes to serve it from device memory: %s",
-             tsr_wgpu_device(share->gpu), nbytes, err.text);
+             tsr_wgpu_device(share->gpu), chunk->nbytes, err.text);
     give_back(share, buf);
     return TSR_EINTERNAL;
   }
+  count_copy(share, chunk->nbytes);
   out->data = buf;
-  out->nbytes = nbytes;
   out->release = served;
   out->hint = share;
+  return 0;
+}
+
+int tsr_wshare_serve(void *arg, tsr_chunk *chunk, tsr_xfer_chunk *out)
+{
+  tsr_wshare *share = arg;
+  size_t nbytes = chunk->nbytes;
+  if (nbytes < TSR_WSHARE_MIN) return TSR_EINVAL;
+  if (tsr_wgpu_exportable(share->gpu, chunk->data)) {
+    out->data = chunk->data;
+    out->release = served_in_place;
+    out->hint = tsr_chunk_ref(chunk);
+  } else {
+    int rc = serve_copy(share, chunk, out);
+    if (rc != 0) return rc;
+  }
+  out->nbytes = nbytes;
   out->on_device = true;
   pthread_mutex_lock(&share->lock);
   share->stats.served++;
@@ -183,14 +227,22 @@ int tsr_wshare_adopt(tsr_wshare *share, tsr_wgpu_slot *slot, tsr_wstore *store, 
   size_t nbytes = data->nbytes;
   tsr_wgpu *gpu = tsr_wgpu_slot_gpu(slot);
   void *ptr = NULL;
-  int rc = tsr_wgpu_alloc(slot, nbytes, key, true, &ptr, err);
-  if (rc == 0) rc = tsr_wgpu_copy(slot, ptr, data->data, nbytes, err);
-  tsr_xfer_data_release(data);
-  if (rc != 0) {
-    tsr_wgpu_free(slot, ptr, nbytes, true);
-    return rc;
+  if (tsr_wgpu_exportable(gpu, data->data)) {
+    /* arena memory of the sink's (tsr_wgpu_ipc_alloc): the chunk's as it is */
+    ptr = data->data;
+    data->data = NULL;
+    tsr_xfer_data_release(data);
+  } else {
+    int rc = tsr_wgpu_alloc(slot, nbytes, key, true, &ptr, err);
+    if (rc == 0) rc = tsr_wgpu_copy(slot, ptr, data->data, nbytes, err);
+    tsr_xfer_data_release(data);
+    if (rc != 0) {
+      tsr_wgpu_free(slot, ptr, nbytes, true);
+      return rc;
+    }
+    count_copy(share, nbytes);
+    tsr_wgpu_keep(slot, nbytes);   /* the chunk's from here: freed at its last unref */
   }
-  tsr_wgpu_keep(slot, nbytes);   /* the chunk's from here: freed at its last unref */
   if (tsr_chunk_new_device(store, key, meta, ptr, nbytes, tsr_wgpu_device(gpu), tsr_wgpu_release, gpu, chunk_p) != 0) {
     tsr_wgpu_release(gpu, ptr, nbytes);
     return tsr_fail(err, TSR_ENOMEM, "out of memory");

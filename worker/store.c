@@ -430,7 +430,7 @@ static void free_copy(void *data, void *hint)
 static int lookup_device(tsr_wstore *store, tsr_chunk *chunk, tsr_xfer_chunk *out)
 {
   if (out->device_ok && store->device_serve != NULL &&
-      store->device_serve(store->device_serve_arg, chunk->data, chunk->nbytes, out) == 0) {
+      store->device_serve(store->device_serve_arg, chunk, out) == 0) {
     out->meta = chunk->meta;
     tsr_chunk_unref(&chunk);
     return 0;

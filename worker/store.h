@@ -47,7 +47,7 @@ typedef enum {
   TSR_CHUNK_MALLOC = 1,  /* free(data): kernel outputs */
   TSR_CHUNK_XFER,        /* tsr_xfer_data_release(): bytes received from a peer */
   TSR_CHUNK_DEVICE,      /* release(release_arg, data, nbytes): device memory of a GPU worker */
-  TSR_CHUNK_PINNED,      /* release(release_arg, data, nbytes): host memory a GPU worker pinned (pinned.h) */
+  TSR_CHUNK_PINNED,      /* release(release_arg, data, nbytes): host memory a GPU worker pinned (slabs.h) */
 } tsr_chunk_owner;
 
 /* Frees a device or pinned chunk's bytes. Called by the last unref, on the
@@ -202,10 +202,11 @@ typedef int (*tsr_device_copy_fn)(void *arg, void *dst, const void *src, size_t 
 /* Installs the copy that serving a device chunk uses (main thread, before
  * serving starts). Without one, device chunks are not served. */
 void tsr_wstore_set_device_copy(tsr_wstore *store, tsr_device_copy_fn copy, void *arg);
-/* Serves nbytes of device memory at dev from device memory (share.h):
- * fills out's data, nbytes, release, hint and on_device; 0, or an error
- * (then a host copy is served). Runs on the serving thread. */
-typedef int (*tsr_device_serve_fn)(void *arg, const void *dev, size_t nbytes, tsr_xfer_chunk *out);
+/* Serves a device chunk from device memory (share.h): fills out's data,
+ * nbytes, release, hint and on_device, taking a reference of its own when
+ * it sends from the chunk itself; 0, or an error (then a host copy is
+ * served). Runs on the serving thread. */
+typedef int (*tsr_device_serve_fn)(void *arg, tsr_chunk *chunk, tsr_xfer_chunk *out);
 /* Installs it (main thread, before serving starts): used when the server
  * says the peer's transport takes device memory (out->device_ok). */
 void tsr_wstore_set_device_serve(tsr_wstore *store, tsr_device_serve_fn serve, void *arg);

@@ -412,13 +412,18 @@ static void log_share_stats(tsr_worker *w)
 {
   tsr_wshare_stats s = {0};
   if (w->share != NULL) tsr_wshare_stats_get(w->share, &s);
-  char sent[32], got[32], bufs[32];
+  tsr_wgpu_stats g = {0};
+  tsr_wgpu_stats_get(w->gpu, &g);
+  char sent[32], got[32], bufs[32], copied[32], arena[32];
   TSR_INFO("gpu:%d: served %llu device chunks from device memory (%s), %llu through host copies; received %llu "
-           "inputs into device memory (%s); %llu shared buffers made (%s)",
+           "inputs into device memory (%s); %llu shared buffers made (%s); %llu device copies for transfers (%s); "
+           "arena %s",
            w->opts.gpu, (unsigned long long)s.served, tsr_format_bytes(s.served_bytes, sent, sizeof sent),
            (unsigned long long)tsr_wstore_host_copies(w->store), (unsigned long long)s.received,
            tsr_format_bytes(s.received_bytes, got, sizeof got), (unsigned long long)s.buffers,
-           tsr_format_bytes(s.buffer_bytes, bufs, sizeof bufs));
+           tsr_format_bytes(s.buffer_bytes, bufs, sizeof bufs), (unsigned long long)s.copies,
+           tsr_format_bytes(s.copy_bytes, copied, sizeof copied),
+           tsr_wgpu_has_arena(w->gpu) ? tsr_format_bytes(g.arena_bytes, arena, sizeof arena) : "off");
 }
 
 /* What the GPU and its device tier did, for tuning (info, once at exit). */

@@ -10,8 +10,12 @@
  *   workers received inputs into device memory, served every device chunk
  *   (to each other and to the client) from device memory, made no host copy
  *   of a device chunk and copied nothing up from the host: zero staging.
- * - The same graph with TESSERA_DEVICE_TRANSFER=0 goes through host copies
- *   (so the counters are not blind), and both give the same bytes.
+ *   With the device arena (the default) no device copy either: chunks are
+ *   sent from and received into the memory they live in.
+ * - The same graph with TESSERA_DEVICE_ARENA=0 moves device to device
+ *   through shared buffers (device copies counted), and with
+ *   TESSERA_DEVICE_TRANSFER=0 through host copies (so the counters are not
+ *   blind); all three give the same bytes.
  * Uses only the public API; the counters come from each worker's exit log
  * line (worker.c, log_share_stats).
  *
@@ -38,9 +42,13 @@
 #define CHUNK_ROWS 2048   /* 8 chunks of 16 MiB */
 
 typedef struct share_counts {
-  unsigned long long served, host_copies, received;
+  unsigned long long served, host_copies, received, device_copies;
   bool copied_up_nothing;
 } share_counts;
+
+typedef enum { IN_PLACE, SHARED_BUFFERS, THROUGH_HOST } xfer_mode;
+static const char *const mode_names[] = {"device to device in place", "device to device through shared buffers",
+                                         "through the host"};
 
 static bool have_gpu(void)
 {
@@ -61,8 +69,9 @@ static bool read_counts(const cluster *c, int i, share_counts *counts)
     const char *s = strstr(line, "gpu:0: served ");
     if (s != NULL)
       found = sscanf(s, "gpu:0: served %llu device chunks from device memory (%*[^)]), %llu through host copies; "
-                        "received %llu",
-                     &counts->served, &counts->host_copies, &counts->received) == 3;
+                        "received %llu inputs into device memory (%*[^)]); %*u shared buffers made (%*[^)]); %llu "
+                        "device copies",
+                     &counts->served, &counts->host_copies, &counts->received, &counts->device_copies) == 4;
     if (strstr(line, "gpu:0: copied up 0 B in") != NULL) counts->copied_up_nothing = true;
   }
   if (f != NULL) fclose(f);
@@ -105,17 +114,19 @@ static int multiply(const char *address, double *out)
 }
 
 /* Runs the graph on two GPU workers and reads their counters. */
-static int run_pair(bool device_transfer, double *out, share_counts counts[2])
+static int run_pair(xfer_mode mode, double *out, share_counts counts[2])
 {
   const char *args[] = {"--gpu", "0", "--transport", "ucx", "--log-level", "debug", NULL};
   cluster c;
   memset(&c, 0, sizeof c);
-  if (!device_transfer) setenv("TESSERA_DEVICE_TRANSFER", "0", 1);
+  if (mode == THROUGH_HOST) setenv("TESSERA_DEVICE_TRANSFER", "0", 1);
+  if (mode == SHARED_BUFFERS) setenv("TESSERA_DEVICE_ARENA", "0", 1);
   int rc = cluster_start_scheduler(&c, NULL) == 0 && cluster_add_worker(&c, 2, args) >= 0 &&
                    cluster_add_worker(&c, 2, args) >= 0
                ? 0
                : -1;
   unsetenv("TESSERA_DEVICE_TRANSFER");
+  unsetenv("TESSERA_DEVICE_ARENA");
   setenv("TESSERA_TRANSPORT", "ucx", 1);   /* the client fetches over UCX too */
   if (rc == 0) rc = multiply(c.address, out);
   unsetenv("TESSERA_TRANSPORT");
@@ -124,9 +135,9 @@ static int run_pair(bool device_transfer, double *out, share_counts counts[2])
     if (rc == 0 && !read_counts(&c, i, &counts[i])) rc = -1;
   for (int i = 0; rc == 0 && i < 2; i++)
     fprintf(stderr, "  %s, worker %d: served %llu from device memory, %llu through host copies; received %llu into "
-                    "device memory; copied up nothing: %s\n",
-            device_transfer ? "device to device" : "through the host", i, counts[i].served, counts[i].host_copies,
-            counts[i].received, counts[i].copied_up_nothing ? "yes" : "no");
+                    "device memory; %llu device copies; copied up nothing: %s\n",
+            mode_names[mode], i, counts[i].served, counts[i].host_copies, counts[i].received,
+            counts[i].device_copies, counts[i].copied_up_nothing ? "yes" : "no");
   cluster_stop(&c, rc != 0);
   return rc;
 }
@@ -138,24 +149,34 @@ TEST(chunks_move_device_to_device_between_two_gpu_workers)
     return;
   }
   size_t n = (size_t)ROWS * COLS;
-  double *direct = malloc(n * sizeof *direct), *staged = malloc(n * sizeof *staged);
-  ASSERT_TRUE(direct != NULL && staged != NULL);
-  share_counts d[2] = {{0}}, s[2] = {{0}};
-  int rc_direct = run_pair(true, direct, d), rc_staged = run_pair(false, staged, s);
-  int same = rc_direct == 0 && rc_staged == 0 && memcmp(direct, staged, n * sizeof *direct) == 0;
+  double *direct = malloc(n * sizeof *direct), *shared = malloc(n * sizeof *shared), *staged = malloc(n * sizeof *staged);
+  ASSERT_TRUE(direct != NULL && shared != NULL && staged != NULL);
+  share_counts d[2] = {{0}}, b[2] = {{0}}, s[2] = {{0}};
+  int rc_direct = run_pair(IN_PLACE, direct, d), rc_shared = run_pair(SHARED_BUFFERS, shared, b),
+      rc_staged = run_pair(THROUGH_HOST, staged, s);
+  int same = rc_direct == 0 && rc_shared == 0 && rc_staged == 0 && memcmp(direct, staged, n * sizeof *direct) == 0 &&
+             memcmp(direct, shared, n * sizeof *direct) == 0;
   double norm = 0;
   for (size_t i = 0; i < n; i += 4099) norm += direct[i] * direct[i];
   free(direct);
+  free(shared);
   free(staged);
   ASSERT_EQ(rc_direct, 0);
+  ASSERT_EQ(rc_shared, 0);
   ASSERT_EQ(rc_staged, 0);
   ASSERT_TRUE(same);
   ASSERT_TRUE(norm > 0);
-  /* device to device: inputs arrived in device memory, nothing through the host */
+  /* device to device in place: inputs arrived in device memory, nothing
+   * through the host, no device copy on either side */
   ASSERT_TRUE(d[0].received + d[1].received > 0);
   ASSERT_TRUE(d[0].served + d[1].served >= d[0].received + d[1].received);
   ASSERT_EQ(d[0].host_copies + d[1].host_copies, 0);
+  ASSERT_EQ(d[0].device_copies + d[1].device_copies, 0);
   ASSERT_TRUE(d[0].copied_up_nothing && d[1].copied_up_nothing);
+  /* through shared buffers: the same, with a device copy per side */
+  ASSERT_TRUE(b[0].received + b[1].received > 0);
+  ASSERT_EQ(b[0].host_copies + b[1].host_copies, 0);
+  ASSERT_TRUE(b[0].device_copies + b[1].device_copies >= b[0].received + b[1].received);
   /* through the host: the same graph counted host copies and uploads */
   ASSERT_EQ(s[0].received + s[1].received, 0);
   ASSERT_TRUE(s[0].host_copies + s[1].host_copies > 0);

@@ -14,7 +14,7 @@
 
 #include "devtier.h"
 #include "kit.h"
-#include "pinned.h"
+#include "slabs.h"
 #include "store.h"
 #include "tiers.h"
 
@@ -341,51 +341,51 @@ static void fake_unslab(void *arg, void *slab, size_t bytes)
 TEST(pinned_allocator_first_fit_coalesces_and_grows_to_its_limit)
 {
   slabs_made = slabs_unmade = 0;
-  tsr_pinned *p = tsr_pinned_new(3 << 16, 1 << 16, fake_slab, fake_unslab, NULL);
-  char *a = tsr_pinned_alloc(p, 10000);   /* 12 KiB */
-  char *b = tsr_pinned_alloc(p, 20000);   /* 20 KiB */
-  char *c = tsr_pinned_alloc(p, 32768);   /* 32 KiB: the first slab is full */
+  tsr_slabs *p = tsr_slabs_new(3 << 16, 1 << 16, fake_slab, fake_unslab, NULL);
+  char *a = tsr_slabs_alloc(p, 10000);   /* 12 KiB */
+  char *b = tsr_slabs_alloc(p, 20000);   /* 20 KiB */
+  char *c = tsr_slabs_alloc(p, 32768);   /* 32 KiB: the first slab is full */
   ASSERT_TRUE(a && b && c);
   ASSERT_TRUE(b == a + 12288 && c == a + 32768);
   ASSERT_EQ(slabs_made, 1);
-  char *d = tsr_pinned_alloc(p, 1);       /* a second slab */
+  char *d = tsr_slabs_alloc(p, 1);       /* a second slab */
   ASSERT_TRUE(d != NULL);
   ASSERT_EQ(slabs_made, 2);
-  ASSERT_EQ(tsr_pinned_used(p), 65536 + 4096);
-  ASSERT_TRUE(tsr_pinned_owns(p, a + 100) && tsr_pinned_owns(p, d));
+  ASSERT_EQ(tsr_slabs_used(p), 65536 + 4096);
+  ASSERT_TRUE(tsr_slabs_owns(p, a + 100) && tsr_slabs_owns(p, d));
   int local;
-  ASSERT_TRUE(!tsr_pinned_owns(p, &local));
-  tsr_pinned_free(p, b, 20000);
-  char *x = tsr_pinned_alloc(p, 16384);   /* first fit: b's hole */
+  ASSERT_TRUE(!tsr_slabs_owns(p, &local));
+  tsr_slabs_free(p, b, 20000);
+  char *x = tsr_slabs_alloc(p, 16384);   /* first fit: b's hole */
   ASSERT_TRUE(x == b);
-  tsr_pinned_free(p, a, 10000);
-  tsr_pinned_free(p, x, 16384);
-  char *y = tsr_pinned_alloc(p, 32768);   /* a, x and the rest of b's hole merged */
+  tsr_slabs_free(p, a, 10000);
+  tsr_slabs_free(p, x, 16384);
+  char *y = tsr_slabs_alloc(p, 32768);   /* a, x and the rest of b's hole merged */
   ASSERT_TRUE(y == a);
   /* 128 KiB more would need a slab past the 192 KiB limit */
-  ASSERT_TRUE(tsr_pinned_alloc(p, 1 << 17) == NULL);
+  ASSERT_TRUE(tsr_slabs_alloc(p, 1 << 17) == NULL);
   ASSERT_EQ(slabs_made, 2);
-  tsr_pinned_free(p, y, 32768);
-  tsr_pinned_free(p, c, 32768);
-  tsr_pinned_free(p, d, 1);
-  ASSERT_EQ(tsr_pinned_used(p), 0);
-  char *whole = tsr_pinned_alloc(p, 1 << 16);  /* the first slab is one free extent again */
+  tsr_slabs_free(p, y, 32768);
+  tsr_slabs_free(p, c, 32768);
+  tsr_slabs_free(p, d, 1);
+  ASSERT_EQ(tsr_slabs_used(p), 0);
+  char *whole = tsr_slabs_alloc(p, 1 << 16);  /* the first slab is one free extent again */
   ASSERT_TRUE(whole == a);
-  tsr_pinned_free(p, whole, 1 << 16);
-  ASSERT_EQ(tsr_pinned_slabs(p), 2 << 16);
-  tsr_pinned_destroy(&p);
+  tsr_slabs_free(p, whole, 1 << 16);
+  ASSERT_EQ(tsr_slabs_made(p), 2 << 16);
+  tsr_slabs_destroy(&p);
   ASSERT_EQ(slabs_unmade, 2);
 }
 
-static void *fake_pinned_alloc(void *pool, size_t nbytes) { return tsr_pinned_alloc(pool, nbytes); }
+static void *fake_pinned_alloc(void *pool, size_t nbytes) { return tsr_slabs_alloc(pool, nbytes); }
 
 TEST(moved_chunks_land_in_pinned_memory_while_it_has_room)
 {
-  tsr_pinned *pool = tsr_pinned_new(8192, 4096, fake_slab, fake_unslab, NULL);
+  tsr_slabs *pool = tsr_slabs_new(8192, 4096, fake_slab, fake_unslab, NULL);
   tsr_wstore *store = tsr_wstore_new(0);
   tsr_devtier_opts o = TSR_DEVTIER_OPTS_DEFAULT;
   o.target = 0.1;
-  tsr_devtier_dev dev = {NULL, LIMIT, fake_used, fake_copy, fake_wake, fake_pinned_alloc, tsr_pinned_free, pool};
+  tsr_devtier_dev dev = {NULL, LIMIT, fake_used, fake_copy, fake_wake, fake_pinned_alloc, tsr_slabs_free, pool};
   tsr_devtier *dt = NULL;
   tsr_errbuf err = {{0}};
   ASSERT_OK(tsr_devtier_new(&o, &dev, store, &dt, &err));
@@ -410,12 +410,12 @@ TEST(moved_chunks_land_in_pinned_memory_while_it_has_room)
   tsr_devtier_stats_get(dt, &st);
   ASSERT_EQ(st.bytes_moved, 900);
   ASSERT_EQ(st.bytes_pinned, 600);
-  ASSERT_EQ(tsr_pinned_used(pool), 8192);
+  ASSERT_EQ(tsr_slabs_used(pool), 8192);
   tsr_wstore_del(store, "a");  /* the last reference gives its extent back */
-  ASSERT_EQ(tsr_pinned_used(pool), 4096);
+  ASSERT_EQ(tsr_slabs_used(pool), 4096);
   close_all(&store, &dt);
-  ASSERT_EQ(tsr_pinned_used(pool), 0);
-  tsr_pinned_destroy(&pool);
+  ASSERT_EQ(tsr_slabs_used(pool), 0);
+  tsr_slabs_destroy(&pool);
 }
 
 TEST(flags)

@@ -1,10 +1,10 @@
-/* The pinned host tier's allocator: slabs made on demand, each with a
+/* The slab allocator: slabs made on demand, each with a
  * sorted array of free extents; first fit, coalescing on free.
  *
  * Invariants (under lock): a slab's free extents are sorted by offset,
  * never overlap, never touch (neighbours are merged), and lie inside the
  * slab; `used` is the sum of the sizes handed out (rounded to ALIGN). */
-#include "pinned.h"
+#include "slabs.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -26,12 +26,12 @@ typedef struct slab {
   size_t n_free, cap;
 } slab;
 
-struct tsr_pinned {
+struct tsr_slabs {
   pthread_mutex_t lock;
   uint64_t limit, made, used;
   size_t slab_bytes;
-  tsr_pinned_slab_fn make;
-  tsr_pinned_unslab_fn unmake;
+  tsr_slabs_make_fn make;
+  tsr_slabs_unmake_fn unmake;
   void *arg;
   slab slabs[MAX_SLABS];
   size_t n_slabs;
@@ -39,10 +39,10 @@ struct tsr_pinned {
 
 static size_t round_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
-tsr_pinned *tsr_pinned_new(uint64_t limit, size_t slab_bytes, tsr_pinned_slab_fn slab_fn, tsr_pinned_unslab_fn unslab,
-                           void *arg)
+tsr_slabs *tsr_slabs_new(uint64_t limit, size_t slab_bytes, tsr_slabs_make_fn slab_fn, tsr_slabs_unmake_fn unslab,
+                         void *arg)
 {
-  tsr_pinned *p = calloc(1, sizeof *p);
+  tsr_slabs *p = calloc(1, sizeof *p);
   if (p == NULL) return NULL;
   pthread_mutex_init(&p->lock, NULL);
   p->limit = limit;
@@ -53,11 +53,11 @@ tsr_pinned *tsr_pinned_new(uint64_t limit, size_t slab_bytes, tsr_pinned_slab_fn
   return p;
 }
 
-void tsr_pinned_destroy(tsr_pinned **p_p)
+void tsr_slabs_destroy(tsr_slabs **p_p)
 {
   if (p_p == NULL || *p_p == NULL) return;
-  tsr_pinned *p = *p_p;
-  if (p->used != 0) TSR_ERROR("pinned host memory destroyed with %llu bytes still in use", (unsigned long long)p->used);
+  tsr_slabs *p = *p_p;
+  if (p->used != 0) TSR_ERROR("slab allocator destroyed with %llu bytes still in use", (unsigned long long)p->used);
   for (size_t i = 0; i < p->n_slabs; i++) {
     p->unmake(p->arg, p->slabs[i].base, p->slabs[i].size);
     free(p->slabs[i].free);
@@ -104,7 +104,7 @@ static void *take_from(slab *s, size_t len)
 }
 
 /* A new slab big enough for len, within the limit (under lock). */
-static slab *grow(tsr_pinned *p, size_t len)
+static slab *grow(tsr_slabs *p, size_t len)
 {
   size_t size = len > p->slab_bytes ? len : p->slab_bytes;
   if (p->n_slabs == MAX_SLABS || p->made + size > p->limit) return NULL;
@@ -122,7 +122,7 @@ static slab *grow(tsr_pinned *p, size_t len)
   return s;
 }
 
-void *tsr_pinned_alloc(tsr_pinned *p, size_t nbytes)
+void *tsr_slabs_alloc(tsr_slabs *p, size_t nbytes)
 {
   size_t len = round_up(nbytes ? nbytes : 1);
   pthread_mutex_lock(&p->lock);
@@ -137,7 +137,7 @@ void *tsr_pinned_alloc(tsr_pinned *p, size_t nbytes)
   return ptr;
 }
 
-static slab *slab_of(tsr_pinned *p, const void *ptr)
+static slab *slab_of(tsr_slabs *p, const void *ptr)
 {
   const char *c = ptr;
   for (size_t i = 0; i < p->n_slabs; i++)
@@ -163,13 +163,13 @@ static void give_back(slab *s, size_t off, size_t len)
   } else if (!insert_at(s, i, (extent){off, len})) {
     /* Out of memory for the extent list: the bytes stay lost to the pool
      * (never handed out twice). */
-    TSR_WARN("pinned host memory: cannot record a free extent of %zu bytes (out of memory)", len);
+    TSR_WARN("slab allocator: cannot record a free extent of %zu bytes (out of memory)", len);
   }
 }
 
-void tsr_pinned_free(void *arg, void *ptr, size_t nbytes)
+void tsr_slabs_free(void *arg, void *ptr, size_t nbytes)
 {
-  tsr_pinned *p = arg;
+  tsr_slabs *p = arg;
   if (ptr == NULL) return;
   size_t len = round_up(nbytes ? nbytes : 1);
   pthread_mutex_lock(&p->lock);
@@ -179,10 +179,10 @@ void tsr_pinned_free(void *arg, void *ptr, size_t nbytes)
     p->used -= len;
   }
   pthread_mutex_unlock(&p->lock);
-  if (s == NULL) TSR_ERROR("pinned host memory: %p was not allocated here", ptr);
+  if (s == NULL) TSR_ERROR("slab allocator: %p was not allocated here", ptr);
 }
 
-bool tsr_pinned_owns(tsr_pinned *p, const void *ptr)
+bool tsr_slabs_owns(tsr_slabs *p, const void *ptr)
 {
   pthread_mutex_lock(&p->lock);
   bool owns = slab_of(p, ptr) != NULL;
@@ -190,7 +190,7 @@ bool tsr_pinned_owns(tsr_pinned *p, const void *ptr)
   return owns;
 }
 
-uint64_t tsr_pinned_used(tsr_pinned *p)
+uint64_t tsr_slabs_used(tsr_slabs *p)
 {
   pthread_mutex_lock(&p->lock);
   uint64_t used = p->used;
@@ -198,7 +198,7 @@ uint64_t tsr_pinned_used(tsr_pinned *p)
   return used;
 }
 
-uint64_t tsr_pinned_slabs(tsr_pinned *p)
+uint64_t tsr_slabs_made(tsr_slabs *p)
 {
   pthread_mutex_lock(&p->lock);
   uint64_t made = p->made;
