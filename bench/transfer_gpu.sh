@@ -13,6 +13,7 @@
 # buffers: a device copy on each side) and TESSERA_DEVICE_TRANSFER=0
 # (staged through host memory).
 #
+#   [MODES="device shared-buffers host-staged"] [MPS=1] \
 #   bash scripts/device-tests.sh xferbench [SIZES] [CHUNKS] [REPS]
 #   (= bash bench/transfer_gpu.sh ..., with the device scripts' PATH and UCX)
 #
@@ -75,9 +76,28 @@ for size in sorted(whole):
 PY
 }
 
-run_pair device
-TESSERA_DEVICE_ARENA=0 run_pair shared-buffers
-TESSERA_DEVICE_TRANSFER=0 run_pair host-staged
+# MPS=1: the workers share the GPU through MPS, so their kernels run side
+# by side; without it the GPU runs one process's work at a time, in time
+# slices, and a fetch's copy may wait for the other worker's slice to end
+# (two workers on two GPUs, the setting the targets are for, never wait so).
+if [ "${MPS:-0}" = 1 ]; then
+  export CUDA_MPS_PIPE_DIRECTORY=$work/mps CUDA_MPS_LOG_DIRECTORY=$work/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d; then
+    trap 'echo quit | nvidia-cuda-mps-control' EXIT
+    echo "(the workers share the GPU through MPS)"
+  else
+    echo "MPS=1, but nvidia-cuda-mps-control would not start: time slices as usual"
+  fi
+fi
+for mode in ${MODES:-device shared-buffers host-staged}; do
+  case $mode in
+    device) run_pair device ;;
+    shared-buffers) TESSERA_DEVICE_ARENA=0 run_pair shared-buffers ;;
+    host-staged) TESSERA_DEVICE_TRANSFER=0 run_pair host-staged ;;
+    *) echo "transfer_gpu.sh: unknown mode $mode (device, shared-buffers, host-staged)" >&2 ;;
+  esac
+done
 
 # The peer: ucx_perftest between two processes, both buffers CUDA memory
 # on GPU 0 (cuda_ipc), the same UCX.
