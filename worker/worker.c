@@ -215,7 +215,9 @@ static void open_share(tsr_worker *w)
   w->share = tsr_wshare_new(w->gpu, w->serve_slot);
   if (w->share == NULL) return;
   tsr_wstore_set_device_serve(w->store, tsr_wshare_serve, w->share);
-  TSR_INFO("gpu:%d: device chunks move device to device over UCX (cuda_ipc, cuda_copy)", w->opts.gpu);
+  TSR_INFO("gpu:%d: device chunks move device to device over UCX (cuda_ipc, cuda_copy), %s", w->opts.gpu,
+           tsr_wgpu_has_arena(w->gpu) ? "in place: device memory comes from the arena"
+                                      : "through shared buffers: no arena");
 }
 
 /* An executor thread's finished task when nothing else is queued: reported

@@ -21,9 +21,9 @@
  *
  * SVD (issue 16): bench/svd_gpu.c's randomized SVD of a 2-bit packed 0..2
  * genotype matrix, persisted, on one GPU worker and on two (GPUs 0 and 1
- * where the machine has two, else both on GPU 0): each worker holds a
- * share of X and the thin reductions combine across them; s agrees within
- * 1e-12 relative. */
+ * where the machine has two, else both on GPU 0), all over UCX: each
+ * worker holds a share of X and the thin reductions combine across them;
+ * s agrees within 1e-12 relative. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -236,7 +236,10 @@ static int packed_svd(const char *address, int workers, double *s, double *v, ui
 
 static int svd_on(int workers, bool two_gpus, double *s, double *v, uint64_t *held)
 {
-  const char *gpu0[] = {"--gpu", "0", NULL}, *gpu1[] = {"--gpu", two_gpus ? "1" : "0", NULL};
+  /* over UCX: with a CUDA-aware one the workers allocate from the device
+   * arena (cuSOLVER's scratch, stream-ordered frees and all) */
+  const char *gpu0[] = {"--gpu", "0", "--transport", "ucx", NULL},
+             *gpu1[] = {"--gpu", two_gpus ? "1" : "0", "--transport", "ucx", NULL};
   cluster c;
   memset(&c, 0, sizeof c);
   int rc = cluster_start_scheduler(&c, NULL) == 0 && cluster_add_worker(&c, 2, gpu0) >= 0 &&
