@@ -6,8 +6,10 @@
 # (public API: products of random arrays whose inputs sit on either
 # worker), against ucx_perftest -m cuda on the same transports in the same
 # run. Each fetch is timed by the fetching worker (its debug log):
-#   "fetched input ... (N bytes) ... in X ms"      the whole fetch
-#   "ucx: ... N bytes in Y ms (device buffer)"     the data phase alone
+#   "fetched input ... (N bytes) ... in X ms (K ms to keep it)"
+#                                                  the whole fetch; K: making it a chunk
+#   "ucx: ... reply after R ms, N bytes in Y ms (device buffer)"
+#                                                  the server's answer; the data phase
 # Runs three times: device to device in place (the device arena, the
 # default), TESSERA_DEVICE_ARENA=0 (device to device through shared
 # buffers: a device copy on each side) and TESSERA_DEVICE_TRANSFER=0
@@ -50,7 +52,7 @@ run_pair() {
   python3 - "$label" "$d" <<'PY'
 import re, sys, glob, statistics as st
 label, d = sys.argv[1], sys.argv[2]
-whole, data, reply = {}, {}, {}
+whole, data, reply, keep = {}, {}, {}, {}
 # fetches before a size's rep 1 (its warm-up rep 0, or an earlier size) are left out
 since = {}
 for line in open(d + "/client.log", errors="replace"):
@@ -60,8 +62,10 @@ def warm(line, size):
     return size in since and line[:12] >= since[size]
 for f in glob.glob(d + "/worker-*.log"):
     for line in open(f, errors="replace"):
-        m = re.search(r"fetched input '[^']*' \((\d+) bytes\) from \S+ in ([0-9.]+) ms", line)
-        if m and warm(line, int(m.group(1))): whole.setdefault(int(m.group(1)), []).append(float(m.group(2)))
+        m = re.search(r"fetched input '[^']*' \((\d+) bytes\) from \S+ in ([0-9.]+) ms \(([0-9.]+) ms to keep", line)
+        if m and warm(line, int(m.group(1))):
+            whole.setdefault(int(m.group(1)), []).append(float(m.group(2)))
+            keep.setdefault(int(m.group(1)), []).append(float(m.group(3)))
         m = re.search(r"ucx: .* reply after ([0-9.]+) ms, (\d+) bytes in ([0-9.]+) ms \((\w+) buffer\)", line)
         if m and warm(line, int(m.group(2))):
             data.setdefault((int(m.group(2)), m.group(4)), []).append(float(m.group(3)))
@@ -71,6 +75,7 @@ for size in sorted(whole):
     dd = [(k[1], v) for k, v in data.items() if k[0] == size]
     extra = "; ".join(f"data phase into {kind} median {st.median(v):.3f} ms" for kind, v in dd)
     if size in reply: extra += f"; reply after median {st.median(reply[size]):.3f} ms"
+    if size in keep: extra += f"; keeping it as a chunk median {st.median(keep[size]):.3f} ms"
     print(f"{label}: {size} B: {len(w)} fetches, whole fetch median {st.median(w):.3f} ms (best {min(w):.3f}) = "
           f"{size / st.median(w) / 1e6:.2f} GB/s median, {size / min(w) / 1e6:.2f} best" + (f"; {extra}" if extra else ""))
 PY
@@ -118,4 +123,5 @@ for size in ${sizes//,/ }; do
 done
 echo "ucx_perftest tag_lat 1024 B (cuda): $(perftest tag_lat 1024 10000)"
 echo "(Final: iterations, latency typical/avg/overall usec, bandwidth avg/overall MB/s (MiB), msgrate)"
+[ -n "${KEEP_LOGS:-}" ] && cp -r "$work/." "$KEEP_LOGS/"   # the daemons' logs, for a closer look
 rm -rf "$work"

@@ -109,7 +109,7 @@ run_xfer() {
   local r=$?
   echo "test_gpu_xfer exit $r" | tee -a "$out/tests.log"
   grep -E "^\[ |SKIPPED|served|held|:[0-9]+: " "$out/xfer.log" | head -20
-  grep -hoE "ucx: '[^']*' from [^ ]* reply after [0-9.]+ ms, [0-9]+ bytes in [0-9.]+ ms \([a-z]+ buffer\)" \
+  grep -hoE "ucx: '[^']*' from [^ ]* sent in [0-9.]+ ms, reply after [0-9.]+ ms, [0-9]+ bytes in [0-9.]+ ms \([a-z]+ buffer\)" \
     "$logs"/*.log 2>/dev/null | sed -E "s/'[^']*' from [^ ]* //" | sort | uniq -c | sort -rn | head -12
   tar -C "$logs" -cf - . | xz -T0 -6 >"$out/xfer-logs.tar.xz"
   [ $r = 0 ] || rc=1

@@ -771,6 +771,7 @@ int tsr_ucx_get(tsr_ucx_conn *conn, const char *address, const char *key, int ti
   if (!conn->said_hello) say_hello(conn, &w);
   forget_reply(conn);
   conn->awaiting = true;
+  uint64_t t_start = tsr_now_us();
   int rc = send_get(conn, key, address, err);
   uint64_t t_sent = tsr_now_us();
   int waited = rc == 0 ? wait_for(conn, &conn->replied, &w) : 1;
@@ -783,8 +784,9 @@ int tsr_ucx_get(tsr_ucx_conn *conn, const char *address, const char *key, int ti
   /* where a slow fetch's time went: the reply's round trip (the first
    * includes connecting) or the bytes (a fresh buffer's faults included) */
   if (rc == 0)
-    TSR_DEBUG("ucx: '%s' from %s: reply after %.3f ms, %zu bytes in %.3f ms (%s buffer)", key, address,
-              (double)(t_replied - t_sent) / 1e3, out->nbytes, (double)(tsr_now_us() - t_replied) / 1e3,
+    TSR_DEBUG("ucx: '%s' from %s: sent in %.3f ms, reply after %.3f ms, %zu bytes in %.3f ms (%s buffer)", key,
+              address, (double)(t_sent - t_start) / 1e3, (double)(t_replied - t_sent) / 1e3, out->nbytes,
+              (double)(tsr_now_us() - t_replied) / 1e3,
               out->on_device ? "device" : out->pooled != NULL ? "pool" : "plain");
   /* a failed rendezvous receive keeps its buffer in the conn until close */
   if (rc == 0 || conn->recv_req == NULL) forget_reply(conn);
