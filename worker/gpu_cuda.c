@@ -64,8 +64,8 @@ struct tsr_wgpu {
   tsr_nvml *nvml;
   _Atomic bool broken;
   tsr_wgpu_stats stats;          /* under lock */
-  tsr_slabs *pinned;            /* the pinned host tier, or NULL; set before tasks run */
-  tsr_slabs *arena;             /* device memory IPC can map (tsr_wgpu_use_arena), or NULL; set before tasks run */
+  tsr_slabs *pinned;             /* the pinned host tier, or NULL; set before tasks run */
+  tsr_slabs *arena;              /* device memory IPC can map (tsr_wgpu_use_arena), or NULL; set before tasks run */
 };
 
 typedef struct deferred_free {

@@ -1,8 +1,9 @@
 /* Device chunks in place (the arena), else through shared device buffers:
- * a small table, lent and idle entries, one lock. A chunk takes the smallest idle buffer that holds it and is not more
- * than twice its size (a 1 GiB buffer is not tied up by a 1 MiB chunk);
- * otherwise a new one is made, rounded up to SHARE_ROUND so that chunks of
- * nearly one size share buffers. */
+ * a small table, lent and idle entries, one lock. A chunk takes the
+ * smallest idle buffer that holds it and is not more than twice its size
+ * (a 1 GiB buffer is not tied up by a 1 MiB chunk); otherwise a new one is
+ * made, rounded up to SHARE_ROUND so that chunks of nearly one size share
+ * buffers. */
 #include "share.h"
 
 #include <pthread.h>
