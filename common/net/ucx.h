@@ -73,6 +73,10 @@ bool tsr_ucx_local_tls(const char *tls, char *out, size_t cap);
  * (a same-host connection: 2.69 MiB with them, 1.40 with tcp + shared
  * memory on one worker). */
 bool tsr_ucx_listener_tls(const char *tls, char *out, size_t cap);
+/* True when tls (a UCX_TLS value; NULL: unset) lets UCX use a
+ * shared-memory transport that carries active messages (posix or sysv:
+ * cma, knem and xpmem only move rendezvous data). */
+bool tsr_ucx_tls_has_shared_memory(const char *tls);
 
 /* True when this build has UCX (it may still fail to initialize). */
 bool tsr_ucx_built(void);

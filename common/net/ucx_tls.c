@@ -33,10 +33,7 @@ static bool without(const char *tls, const char *const *names, char *out, size_t
 
 static const char *const shared_memory[] = {"sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", NULL};
 
-/* True when tls lets UCX use a shared-memory transport that carries
- * active messages (posix or sysv: cma, knem and xpmem only move
- * rendezvous data). */
-static bool allows_shared_memory(const char *tls)
+bool tsr_ucx_tls_has_shared_memory(const char *tls)
 {
   static const char *const am_capable[] = {"sm", "shm", "posix", "sysv", NULL};
   bool exclusion = tls != NULL && tls[0] == '^';
@@ -53,7 +50,7 @@ static bool allows_shared_memory(const char *tls)
 bool tsr_ucx_local_tls(const char *tls, char *out, size_t cap)
 {
   static const char *const tcp[] = {"tcp", NULL};
-  return allows_shared_memory(tls) && without(tls, tcp, out, cap);
+  return tsr_ucx_tls_has_shared_memory(tls) && without(tls, tcp, out, cap);
 }
 
 bool tsr_ucx_listener_tls(const char *tls, char *out, size_t cap)

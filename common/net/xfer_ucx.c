@@ -60,16 +60,11 @@ bool tsr_ucx_built(void) { return true; }
  * variable for it in the environment wins. */
 static void shrink_defaults(ucp_config_t *config, const char *tls)
 {
-  /* Not when the context's TLS leaves shared memory out: UCX warns at
-   * every worker ("invalid configuration") about a setting no transport
-   * read. */
-  bool shm;
-  if (tls == NULL || tls[0] == '\0') shm = true;
-  else if (tls[0] == '^') shm = strstr(tls, "sm") == NULL && strstr(tls, "shm") == NULL;   /* "^sm": the ALL context's */
-  else shm = strstr(tls, "sm") != NULL || strstr(tls, "posix") != NULL || strstr(tls, "sysv") != NULL ||
-             strstr(tls, "all") != NULL;
-  if (shm && getenv("UCX_MM_RX_BUFS_GROW") == NULL && getenv("UCX_POSIX_RX_BUFS_GROW") == NULL &&
-      getenv("UCX_SYSV_RX_BUFS_GROW") == NULL)
+  /* Not when the context's TLS leaves shared memory out ("^sm": the ALL
+   * context's): UCX warns at every worker ("invalid configuration") about
+   * a setting no transport read. */
+  if (tsr_ucx_tls_has_shared_memory(tls) && getenv("UCX_MM_RX_BUFS_GROW") == NULL &&
+      getenv("UCX_POSIX_RX_BUFS_GROW") == NULL && getenv("UCX_SYSV_RX_BUFS_GROW") == NULL)
     ucp_config_modify(config, "MM_RX_BUFS_GROW", "64");
 }
 

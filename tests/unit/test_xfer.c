@@ -450,6 +450,10 @@ TEST(ucx_contexts_split_the_users_transports)
   }
   char small[8];
   ASSERT_TRUE(!tsr_ucx_local_tls("sm,self,rc_verbs,cuda_copy,cuda_ipc", small, sizeof small));
+  /* what the contexts' own UCX_TLS carries (their shared-memory defaults) */
+  ASSERT_TRUE(tsr_ucx_tls_has_shared_memory(NULL) && tsr_ucx_tls_has_shared_memory("^tcp"));
+  ASSERT_TRUE(tsr_ucx_tls_has_shared_memory("shm,self") && tsr_ucx_tls_has_shared_memory("tcp,sysv"));
+  ASSERT_TRUE(!tsr_ucx_tls_has_shared_memory("^sm") && !tsr_ucx_tls_has_shared_memory("tcp,cma,cuda_ipc"));
 }
 
 TEST(ucx_pool_chunk_bigger_than_its_class_and_idle_limit)
